@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Set-up and the everyday commands, needing nothing but Python 3.11+.
+
+    python3 dev.py run     create .venv, install greenroom, run the main job
+    python3 dev.py test    create .venv, install greenroom[dev], run the tests
+    python3 dev.py lint    ruff and mypy, as CI runs them
+    python3 dev.py bench   every benchmark on both backends
+
+Extra arguments after the command go to the tool (for example
+``python3 dev.py test -k mailbox``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+
+
+def ensure_venv(extra: str) -> None:
+    """Create .venv and (re)install when pyproject.toml changed since the last install."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"greenroom needs Python >= 3.11, this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        print(f"creating {VENV.relative_to(ROOT)}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    spec = f".[{extra}]" if extra else "."
+    stamp = VENV / ".greenroom-installed"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + spec.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    print(f"installing greenroom{spec[1:]} into .venv", flush=True)
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", spec],
+        cwd=ROOT,
+        check=True,
+    )
+    stamp.write_text(digest)
+
+
+def run(*args: str) -> int:
+    return subprocess.run([str(PYTHON), *args], cwd=ROOT).returncode
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"run", "test", "lint", "bench"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        ensure_venv("")
+        return run("-m", "greenroom", "bench", "actors", *rest)
+    ensure_venv("dev")
+    if command == "test":
+        return run("-m", "pytest", *rest)
+    if command == "lint":
+        return run("-m", "ruff", "check", "greenroom", "tests", "benchmarks", "dev.py") or run(
+            "-m", "mypy", *rest
+        )
+    return run("-m", "greenroom", "bench", "actors", "--backend", "both", *rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,126 @@
+"""``Actor``: the class users subclass, and ``ActorContext``: its view of the kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ._defaults import DEFAULT_MAILBOX_SIZE
+from ._supervision import SupervisorStrategy
+
+if TYPE_CHECKING:
+    from ._cell import ActorCell
+    from ._ref import ActorRef
+    from ._system import ActorSystem
+    from ._timers import Timer
+
+
+class Actor:
+    """An actor: private state plus ``receive``, called for one message at a time.
+
+    Messages from one sender are handled in the order they were sent. The value
+    ``receive`` returns answers an ``ask``; an exception it raises goes to the asker
+    (if any) and to the parent's :class:`SupervisorStrategy`, and is logged.
+
+    Lifecycle: ``on_start`` runs before the first message (``spawn`` waits for it and
+    re-raises its error); ``on_stop`` runs once the actor stops, after its children
+    have stopped. On restart the failed instance gets ``on_stop``, the new one
+    ``on_start``. ``self.context`` is available from ``on_start`` on, not in ``__init__``.
+
+    Set ``supervisor_strategy`` on a parent class to decide for its children.
+    """
+
+    supervisor_strategy: ClassVar[SupervisorStrategy | None] = None
+    _greenroom_cell: ActorCell | None = None
+
+    async def on_start(self) -> None:
+        """Called once before the first message of this instance."""
+
+    async def on_stop(self) -> None:
+        """Called once when this instance is done (stop, failure, restart, shutdown)."""
+
+    async def receive(self, message: Any) -> Any:
+        """Handle one message; the return value answers an ``ask``."""
+        raise TypeError(f"{type(self).__name__} does not handle {type(message).__name__} messages")
+
+    @property
+    def context(self) -> ActorContext:
+        cell = self._greenroom_cell
+        if cell is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.context is available from on_start on, "
+                "once the actor has been spawned, not in __init__"
+            )
+        return ActorContext(cell)
+
+
+class ActorContext:
+    """What an actor may do to the kernel: its own ref, children, watches, timers, stop."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self, cell: ActorCell) -> None:
+        self._cell = cell
+
+    @property
+    def ref(self) -> ActorRef:
+        """This actor's own ref."""
+        return self._cell.ref
+
+    @property
+    def system(self) -> ActorSystem:
+        return self._cell.system
+
+    @property
+    def parent(self) -> ActorRef | None:
+        """The parent's ref, or ``None`` for a top-level actor."""
+        parent = self._cell.parent
+        return parent.ref if parent is not None else None
+
+    @property
+    def children(self) -> list[ActorRef]:
+        children = self._cell.children
+        return [child.ref for child in children] if children else []
+
+    async def spawn(
+        self,
+        factory: Callable[[], Actor],
+        *,
+        name: str | None = None,
+        mailbox_size: int | None = DEFAULT_MAILBOX_SIZE,
+    ) -> ActorRef:
+        """Spawn a child supervised by this actor; it stops before this actor does.
+
+        Same contract as :meth:`ActorSystem.spawn`.
+        """
+        return await self._cell.system._spawn(factory, name, mailbox_size, self._cell)
+
+    def watch(self, ref: ActorRef) -> None:
+        """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has)."""
+        self._cell.watch(ref._cell)
+
+    def unwatch(self, ref: ActorRef) -> None:
+        """Stop watching; no ``Terminated`` is delivered for ``ref`` after this returns
+        unless it was already queued."""
+        self._cell.unwatch(ref._cell)
+
+    def stop(self) -> None:
+        """Stop after the message being handled; messages still queued become dead letters
+        and their pending asks fail with ``ActorStopped``. New messages are refused at once.
+
+        (``await self.context.ref.stop()`` from outside drains the mailbox first instead.)
+        """
+        self._cell.request_stop(drain=False)
+
+    def schedule_once(self, delay: float, message: object) -> Timer:
+        """Deliver ``message`` to this actor after ``delay`` seconds, unless cancelled."""
+        return self._cell.add_timer(delay, message, None)
+
+    def schedule_repeatedly(
+        self, interval: float, message: object, *, initial_delay: float | None = None
+    ) -> Timer:
+        """Deliver ``message`` every ``interval`` seconds (first after ``initial_delay``,
+        default ``interval``) until cancelled or the actor stops or restarts."""
+        return self._cell.add_timer(
+            interval if initial_delay is None else initial_delay, message, interval
+        )

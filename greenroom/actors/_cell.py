@@ -1,0 +1,475 @@
+"""``ActorCell``: one actor's mailbox, lifecycle and supervision, run by the dispatcher.
+
+A cell owns no task. While it has messages it sits on the dispatcher's run queue and
+a worker runs a batch of them; while it is idle it costs only its own memory.
+
+Message order: one FIFO deque. ``tell``/``send``/``ask`` append ``(message, None)`` or
+``(message, reply)``; kernel signals append ``(signal, CONTROL)``. ``ref.stop()`` is such
+a signal, so everything accepted before it is handled first. ``context.stop()`` (and a
+failure that stops the actor) set ``stop_now`` instead: the actor stops after the
+current message and what is left in the mailbox becomes dead letters, each pending
+ask failing with ``ActorStopped``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._actor import Actor
+from ._exceptions import ActorStopped, AskTimeout, ChildFailed
+from ._messages import Terminated
+from ._reply import Reply
+from ._supervision import DEFAULT_STRATEGY, Directive, SupervisorStrategy
+from ._timers import Timer
+
+if TYPE_CHECKING:
+    from ._system import ActorSystem
+
+logger = logging.getLogger("greenroom.actors")
+
+CONTROL = object()
+"""Marks a kernel signal in the mailbox (where a reply would be)."""
+
+
+class _Stop:
+    __slots__ = ()
+
+
+STOP = _Stop()
+
+
+class _Start:
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+
+
+class _ChildFailedSignal:
+    __slots__ = ("child", "error")
+
+    def __init__(self, child: ActorCell, error: Exception) -> None:
+        self.child = child
+        self.error = error
+
+
+class _SendWaiter:
+    __slots__ = ("event", "admitted")
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+        self.admitted = False
+
+
+_async_receive_checked: set[type] = set()
+
+
+class ActorCell:
+    __slots__ = (
+        "system", "factory", "name", "parent", "ref", "mailbox", "limit", "reserved",
+        "send_waiters", "actor", "accepting", "dead", "started", "scheduled", "runner",
+        "stop_now", "interrupted", "children", "watchers", "watching", "timers",
+        "restarts", "death_waiters", "reason", "backoff_wakeup",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        factory: Any,
+        name: str,
+        parent: ActorCell | None,
+        limit: int | None,
+    ) -> None:
+        from ._ref import ActorRef
+
+        self.system = system
+        self.factory = factory
+        self.name = name
+        self.parent = parent
+        self.ref = ActorRef(self)
+        self.mailbox: deque[tuple[Any, Any]] = deque()
+        self.limit = limit
+        self.reserved = 0
+        self.send_waiters: deque[_SendWaiter] | None = None
+        self.actor: Actor | None = None
+        self.accepting = True
+        self.dead = False
+        self.started = False
+        self.scheduled = False
+        self.runner: int | None = None
+        self.stop_now = False
+        self.interrupted = False
+        self.children: set[ActorCell] | None = None
+        self.watchers: set[ActorCell] | None = None
+        self.watching: set[ActorCell] | None = None
+        self.timers: set[Timer] | None = None
+        self.restarts: deque[float] | None = None
+        self.death_waiters: list[Any] | None = None
+        self.reason: BaseException | None = None
+        self.backoff_wakeup: Any = None
+
+    # -- creating instances -------------------------------------------------------------
+
+    def make_actor(self) -> Actor:
+        actor = self.factory()
+        if not isinstance(actor, Actor):
+            raise TypeError(
+                f"spawn factory {self.factory!r} returned {type(actor).__name__}, "
+                "expected an instance of greenroom.Actor"
+            )
+        cls = type(actor)
+        if cls not in _async_receive_checked:
+            if not inspect.iscoroutinefunction(cls.receive):
+                raise TypeError(f"{cls.__name__}.receive must be an 'async def' method")
+            _async_receive_checked.add(cls)
+        actor._greenroom_cell = self
+        self.actor = actor
+        return actor
+
+    # -- enqueueing (refusals, kernel signals, timers, waiting for room) ----------------
+
+    def refuse(self, message: Any) -> ActorStopped:
+        self.system.dead_letters.record(self.ref, message, "stopped")
+        return ActorStopped(self.ref, "is stopped" if self.dead else "is stopping")
+
+    def enqueue_control(self, signal: Any) -> None:
+        if not self.dead:
+            self.mailbox.append((signal, CONTROL))
+            if not self.scheduled:
+                self.system._dispatcher.schedule(self)
+
+    def deliver_system(self, message: Any) -> None:
+        """Enqueue a kernel-made message (``Terminated``): never refused for room."""
+        if not self.accepting:
+            self.system.dead_letters.record(self.ref, message, "stopped")
+            return
+        self.mailbox.append((message, None))
+        if not self.scheduled:
+            self.system._dispatcher.schedule(self)
+
+    def deliver_tick(self, message: Any) -> None:
+        if not self.accepting:
+            self.system.dead_letters.record(self.ref, message, "stopped")
+        elif self.limit is not None and len(self.mailbox) + self.reserved >= self.limit:
+            self.system.dead_letters.record(self.ref, message, "mailbox full")
+        else:
+            self.mailbox.append((message, None))
+            if not self.scheduled:
+                self.system._dispatcher.schedule(self)
+
+    async def wait_for_room(self, message: Any, deadline: float, timeout: float | None = None) -> None:
+        """Queue up behind earlier senders until the worker admits us (reserving a slot)."""
+        waiter = _SendWaiter(self.system._event_class())
+        if self.send_waiters is None:
+            self.send_waiters = deque()
+        self.send_waiters.append(waiter)
+        try:
+            if deadline == math.inf:
+                await waiter.event.wait()
+            else:
+                with anyio.move_on_after(deadline - self.system._clock()):
+                    await waiter.event.wait()
+        except BaseException:
+            self._withdraw(waiter)
+            raise
+        if not waiter.admitted:
+            self._withdraw(waiter)
+            if not self.accepting:
+                raise self.refuse(message)
+            raise AskTimeout(self.ref, message, timeout if timeout is not None else math.inf)
+        self.reserved -= 1
+        if not self.accepting:
+            raise self.refuse(message)
+
+    def _withdraw(self, waiter: _SendWaiter) -> None:
+        waiters = self.send_waiters
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+        elif waiter.admitted:
+            waiter.admitted = False
+            self.reserved -= 1
+            self.admit_senders()  # hand the slot to the next sender in line
+
+    def admit_senders(self) -> None:
+        waiters = self.send_waiters
+        limit = self.limit
+        assert waiters is not None and limit is not None
+        while waiters and len(self.mailbox) + self.reserved < limit:
+            waiter = waiters.popleft()
+            waiter.admitted = True
+            self.reserved += 1
+            waiter.event.set()
+
+    def _release_senders(self) -> None:
+        waiters = self.send_waiters
+        while waiters:
+            waiters.popleft().event.set()  # not admitted: they see the stop and raise
+
+    # -- identity of the running worker ---------------------------------------------
+
+    def is_current_task(self) -> bool:
+        return self.runner is not None and self.runner == anyio.get_current_task().id
+
+    def check_not_self_ask(self) -> None:
+        if self.is_current_task():
+            raise RuntimeError(
+                f"actor {self.name!r} asked itself; that would deadlock (use tell, "
+                "or call the method directly)"
+            )
+
+    # -- watches and timers ----------------------------------------------------------
+
+    def watch(self, target: ActorCell) -> None:
+        if target is self:
+            raise ValueError(f"actor {self.name!r} cannot watch itself")
+        if target.dead:
+            self.deliver_system(Terminated(target.ref, target.reason))
+            return
+        if target.watchers is None:
+            target.watchers = set()
+        target.watchers.add(self)
+        if self.watching is None:
+            self.watching = set()
+        self.watching.add(target)
+
+    def unwatch(self, target: ActorCell) -> None:
+        if target.watchers is not None:
+            target.watchers.discard(self)
+        if self.watching is not None:
+            self.watching.discard(target)
+
+    def add_timer(self, delay: float, message: Any, interval: float | None) -> Timer:
+        for field, value, strict in (("delay", delay, False), ("interval", interval, True)):
+            if field == "interval" and value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+                or (strict and value == 0)
+            ):
+                relation = "> 0" if strict else ">= 0"
+                raise ValueError(f"timer {field} must be a finite number of seconds {relation}, got {value!r}")
+        if not self.accepting:
+            raise ActorStopped(self.ref, "is stopping and cannot schedule timers")
+        timer = Timer(self, message, interval)
+        if self.timers is None:
+            self.timers = set()
+        self.timers.add(timer)
+        self.system._timers.add(self.system._clock() + delay, timer)
+        return timer
+
+    def cancel_timers(self) -> None:
+        timers = self.timers
+        if timers:
+            for timer in list(timers):
+                timer.cancel()
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def request_stop(self, *, drain: bool) -> None:
+        if self.dead:
+            return
+        if not drain:
+            self.stop_now = True
+            if not self.scheduled:
+                self.system._dispatcher.schedule(self)
+        if self.accepting:
+            self.accepting = False
+            if drain:
+                self.enqueue_control(STOP)
+            self._release_senders()
+        if self.backoff_wakeup is not None:
+            self.backoff_wakeup.set()
+
+    async def wait_dead(self) -> None:
+        if self.dead:
+            return
+        event = self.system._event_class()
+        if self.death_waiters is None:
+            self.death_waiters = []
+        self.death_waiters.append(event)
+        await event.wait()
+
+    async def stop_children(self) -> None:
+        children = self.children
+        if not children:
+            return
+        for child in list(children):
+            child.request_stop(drain=True)
+        for child in list(children):
+            await child.wait_dead()
+
+    async def terminate(self, reason: BaseException | None) -> None:
+        """Stop now: children first, then ``on_stop``, then :meth:`finalize`."""
+        self.accepting = False
+        self._release_senders()
+        self.cancel_timers()
+        await self.stop_children()
+        await self._run_on_stop()
+        self.finalize(reason)
+
+    async def _run_on_stop(self) -> None:
+        actor = self.actor
+        if actor is not None and self.started:
+            self.started = False
+            try:
+                await actor.on_stop()
+            except Exception:
+                logger.exception("actor %r: on_stop raised", self.name)
+
+    def finalize(self, reason: BaseException | None) -> None:
+        """Mark dead, turn leftovers into dead letters, tell watchers. Synchronous."""
+        if self.dead:
+            return
+        self.dead = True
+        self.accepting = False
+        self.reason = reason
+        system = self.system
+        mailbox = self.mailbox
+        while mailbox:
+            message, reply = mailbox.popleft()
+            if reply is CONTROL:
+                if isinstance(message, _Start):
+                    message.reply.fail(ActorStopped(self.ref, "stopped before it started"))
+                continue
+            if reply is not None:
+                reply.fail(ActorStopped(self.ref, "stopped before handling the message"))
+            system.dead_letters.record(self.ref, message, "dropped")
+        self._release_senders()
+        self.cancel_timers()
+        if system._registry.get(self.name) is self:
+            del system._registry[self.name]
+        parent = self.parent
+        if parent is None:
+            system._top.discard(self)
+        elif parent.children is not None:
+            parent.children.discard(self)
+        if self.watching:
+            for target in self.watching:
+                if target.watchers is not None:
+                    target.watchers.discard(self)
+            self.watching = None
+        if self.watchers:
+            for watcher in self.watchers:
+                watcher.deliver_system(Terminated(self.ref, reason))
+            self.watchers = None
+        if self.death_waiters:
+            for event in self.death_waiters:
+                event.set()
+            self.death_waiters = None
+        if self.actor is not None:
+            self.actor._greenroom_cell = None
+            self.actor = None
+
+    # -- signals and failures (the dispatcher runs the messages themselves) --------------
+
+    async def control(self, signal: Any) -> None:
+        if signal is STOP:
+            await self.terminate(None)
+        elif isinstance(signal, _Start):
+            try:
+                await self.actor.on_start()  # type: ignore[union-attr]
+            except Exception as error:
+                signal.reply.fail(error)
+                await self.terminate(error)
+            else:
+                self.started = True
+                signal.reply.succeed(None)
+        elif isinstance(signal, _ChildFailedSignal):
+            failure = ChildFailed(signal.child.ref, signal.error)
+            failure.__cause__ = signal.error
+            await self.handle_failure(failure, None)
+
+    def _strategy(self) -> SupervisorStrategy:
+        parent = self.parent
+        if parent is None:
+            return self.system._strategy
+        actor = parent.actor
+        strategy = actor.supervisor_strategy if actor is not None else None
+        return strategy if strategy is not None else DEFAULT_STRATEGY
+
+    async def handle_failure(self, error: Exception, message: Any) -> None:
+        """Apply the parent's strategy to ``error``; a failed restart counts as another failure."""
+        what = f"a {type(message).__name__} message" if message is not None else "a signal"
+        while True:
+            delay: float | None = 0.0
+            strategy = self._strategy()
+            try:
+                directive = strategy.decide(error)
+            except Exception:
+                logger.exception("actor %r: supervisor strategy failed; stopping the actor", self.name)
+                directive = Directive.STOP
+            if directive is Directive.RESTART:
+                if self.restarts is None:
+                    self.restarts = deque()
+                delay = strategy.admit_restart(self.restarts, self.system._clock())
+                if delay is None:
+                    logger.error(
+                        "actor %r failed handling %s and exceeded %s restarts within %gs; stopping",
+                        self.name, what, strategy.max_restarts, strategy.within, exc_info=error,
+                    )  # fmt: skip
+                    await self.terminate(error)
+                    return
+            logger.error(
+                "actor %r failed handling %s; directive: %s", self.name, what, directive.value,
+                exc_info=error,
+            )  # fmt: skip
+            if directive is Directive.RESUME:
+                return
+            if directive is Directive.STOP:
+                await self.terminate(error)
+                return
+            if directive is Directive.ESCALATE:
+                await self.terminate(error)
+                self._escalate(error)
+                return
+            if self.stop_now:
+                await self.terminate(error)
+                return
+            if delay:
+                await self._backoff(delay)
+            try:
+                await self._restart()
+                return
+            except Exception as restart_error:
+                error, what = restart_error, "its restart"
+
+    async def _backoff(self, delay: float) -> None:
+        self.backoff_wakeup = wakeup = self.system._event_class()
+        try:
+            with anyio.move_on_after(delay):
+                await wakeup.wait()
+        finally:
+            self.backoff_wakeup = None
+
+    async def _restart(self) -> None:
+        self.cancel_timers()
+        await self.stop_children()
+        old = self.actor
+        await self._run_on_stop()
+        if old is not None:
+            old._greenroom_cell = None
+        self.actor = None
+        actor = self.make_actor()
+        if type(actor).on_start is not Actor.on_start:
+            await actor.on_start()
+        self.started = True
+
+    def _escalate(self, error: Exception) -> None:
+        parent = self.parent
+        if parent is None:
+            failure = ChildFailed(self.ref, error)
+            failure.__cause__ = error
+            self.system._fail(failure)
+        elif parent.dead:
+            logger.error("actor %r escalated to its parent %r, which had already stopped", self.name, parent.name)
+        else:
+            parent.enqueue_control(_ChildFailedSignal(self, error))

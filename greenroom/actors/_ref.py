@@ -1,0 +1,129 @@
+"""``ActorRef``: the only handle anyone holds on an actor.
+
+Messages sent before ``stop()`` are handled, in order; messages sent after it fail at
+once with ``ActorStopped`` and are counted as dead letters. A ref stays valid (and
+hashable) after its actor has stopped; it just refuses messages.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._defaults import DEFAULT_ASK_TIMEOUT
+from ._exceptions import MailboxFull
+from ._reply import Reply
+
+if TYPE_CHECKING:
+    from ._cell import ActorCell
+
+
+class ActorRef:
+    __slots__ = ("_cell", "__weakref__")
+
+    def __init__(self, cell: ActorCell) -> None:
+        self._cell = cell
+
+    @property
+    def name(self) -> str:
+        return self._cell.name
+
+    @property
+    def is_alive(self) -> bool:
+        """``True`` until the actor has stopped (it may already refuse messages)."""
+        return not self._cell.dead
+
+    def tell(self, message: Any) -> None:
+        """Enqueue ``message`` and return at once; never blocks, never yields.
+
+        Raises ``MailboxFull`` if the bounded mailbox has no room (nothing enqueued) and
+        ``ActorStopped`` once the actor is stopping (the message becomes a dead letter).
+        A failure while handling it goes to the actor's supervisor and the log.
+        """
+        cell = self._cell
+        if not cell.accepting:
+            raise cell.refuse(message)
+        limit = cell.limit
+        if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
+            raise MailboxFull(self, limit)
+        cell.mailbox.append((message, None))
+        if not cell.scheduled:
+            cell.system._dispatcher.schedule(cell)
+
+    async def send(self, message: Any) -> None:
+        """Enqueue ``message``, waiting for room in a full mailbox (backpressure).
+
+        Senders waiting for room are admitted in arrival order. On cancellation while
+        waiting, the message is withdrawn and never delivered. Raises ``ActorStopped``
+        if the actor stops before room was found. Does not wait for the message to be
+        handled. (No checkpoint when there is room: like ``tell``, it then never yields.)
+        """
+        cell = self._cell
+        if not cell.accepting:
+            raise cell.refuse(message)
+        limit = cell.limit
+        if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
+            await cell.wait_for_room(message, math.inf)
+        cell.mailbox.append((message, None))
+        if not cell.scheduled:
+            cell.system._dispatcher.schedule(cell)
+
+    async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
+        """Send ``message`` and wait for the value the actor's ``receive`` returns.
+
+        Raises the exception ``receive`` raised for this message; ``AskTimeout`` (a
+        ``TimeoutError``) after ``timeout`` seconds (``None``: wait as long as it
+        takes), counting any wait for mailbox room; ``ActorStopped`` if the actor is
+        stopping or stops before handling it. On cancellation the message stays
+        accepted: the actor still handles it and the reply is dropped. An actor asking
+        itself would deadlock, so that raises ``RuntimeError`` at once.
+        """
+        cell = self._cell
+        if timeout is not None and not (timeout > 0):
+            raise ValueError(f"ask timeout must be a positive number of seconds or None, got {timeout!r}")
+        if not cell.accepting:
+            raise cell.refuse(message)
+        if cell.runner is not None:
+            cell.check_not_self_ask()
+        system = cell.system
+        reply = Reply(system._event_class())
+        limit = cell.limit
+        deadline = math.inf if timeout is None else system._clock() + timeout
+        if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
+            await cell.wait_for_room(message, deadline, timeout)
+        if timeout is not None:
+            reply.ref = self
+            reply.message = message
+            reply.timeout = timeout
+            reply.timers = timers = system._timers
+            timers.add(deadline, reply)
+        cell.mailbox.append((message, reply))
+        if not cell.scheduled:
+            system._dispatcher.schedule(cell)
+        try:
+            await reply.event.wait()
+        except anyio.get_cancelled_exc_class():
+            reply.abandon()
+            raise
+        if reply.error is not None:
+            raise reply.error
+        return reply.value
+
+    async def stop(self) -> None:
+        """Stop the actor once it has handled every message accepted before this call,
+        then its children, then ``on_stop``; return when it has stopped.
+
+        Idempotent. Messages sent after this call fail with ``ActorStopped``. If the
+        caller is cancelled, the stop still happens; only the wait is abandoned. Called
+        by the actor on its own ref, it returns at once (the actor stops after the
+        queued messages, once the current one is done).
+        """
+        cell = self._cell
+        cell.request_stop(drain=True)
+        if not cell.dead and not cell.is_current_task():
+            await cell.wait_dead()
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self._cell.name!r}{'' if self.is_alive else ' (stopped)'}>"

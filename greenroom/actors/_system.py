@@ -1,0 +1,272 @@
+"""``ActorSystem``: spawns actors, names them, and owns every task they run on."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from ._actor import Actor
+from ._backend import primitives
+from ._cell import ActorCell, _Start
+from ._deadletters import DeadLetters
+from ._defaults import DEFAULT_MAILBOX_SIZE
+from ._dispatcher import Dispatcher
+from ._exceptions import ActorStopped, ChildFailed
+from ._ref import ActorRef
+from ._reply import Reply
+from ._supervision import DEFAULT_STRATEGY, SupervisorStrategy
+from ._timers import TimerService
+
+logger = logging.getLogger("greenroom.actors")
+
+_NAME = re.compile(r"[^\s/$][^\s/]{0,199}")
+
+
+class ActorSystem:
+    """A set of actors and the task group they all run in.
+
+    ``async with ActorSystem() as system:`` starts it; leaving the block shuts it down:
+    spawning is refused, every top-level actor is stopped as by ``ref.stop()`` (each
+    drains what it had accepted, stops its children first, then runs ``on_stop``),
+    within ``shutdown_timeout`` seconds. Actors still running at that deadline are
+    cancelled; what they had queued becomes dead letters and their pending asks fail
+    with ``ActorStopped``. When the block is left by cancellation, actors are not
+    drained: they are cancelled at once and ``on_stop`` runs (shielded, bounded by
+    ``shutdown_timeout``) for those that were idle. Either way every pending ``ask``
+    ends, and no task outlives the block.
+
+    A failure escalated past the top-level actors (see ``Directive.ESCALATE``) cancels
+    the body of the block, shuts down as above and raises ``ChildFailed``.
+
+    ``throughput`` is how many messages a worker handles before it lets other tasks
+    run; ``max_idle_workers`` how many idle worker tasks it keeps.
+    """
+
+    def __init__(
+        self,
+        *,
+        supervisor_strategy: SupervisorStrategy | None = None,
+        shutdown_timeout: float = 10.0,
+        throughput: int = 256,
+        max_idle_workers: int = 64,
+        dead_letters_kept: int = 1000,
+    ) -> None:
+        if supervisor_strategy is not None and not isinstance(supervisor_strategy, SupervisorStrategy):
+            raise TypeError(
+                f"ActorSystem supervisor_strategy must be a SupervisorStrategy, got {supervisor_strategy!r}"
+            )
+        if isinstance(shutdown_timeout, bool) or not isinstance(shutdown_timeout, (int, float)) or not (
+            shutdown_timeout >= 0
+        ):
+            raise ValueError(f"ActorSystem shutdown_timeout must be a number >= 0, got {shutdown_timeout!r}")
+        for field, value in (
+            ("throughput", throughput),
+            ("max_idle_workers", max_idle_workers),
+            ("dead_letters_kept", dead_letters_kept),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ActorSystem {field} must be an int >= 1, got {value!r}")
+        self._strategy = supervisor_strategy or DEFAULT_STRATEGY
+        self._shutdown_timeout = float(shutdown_timeout)
+        self._throughput = throughput
+        self._max_idle = max_idle_workers
+        self.dead_letters = DeadLetters(dead_letters_kept)
+        self._registry: dict[str, ActorCell] = {}
+        self._top: set[ActorCell] = set()
+        self._names = itertools.count(1)
+        self._state = "new"
+        self._failure: ChildFailed | None = None
+        self._event_class: Any = None
+        self._clock: Callable[[], float] = anyio.current_time
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> ActorSystem:
+        if self._state != "new":
+            raise RuntimeError("an ActorSystem can be entered only once")
+        self._event_class, self._clock = primitives()
+        self._timers = TimerService(self._event_class)
+        self._dispatcher = Dispatcher(self._event_class, self._throughput, self._max_idle)
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        try:
+            self._task_group.start_soon(self._timers.run, name="greenroom-timers")
+            await self._task_group.start(self._dispatcher.run, name="greenroom-workers")
+        except BaseException as error:
+            self._task_group.cancel_scope.cancel()
+            await self._task_group.__aexit__(type(error), error, error.__traceback__)
+            raise
+        self._body = anyio.CancelScope()
+        self._body.__enter__()
+        self._state = "running"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self._body.__exit__(exc_type, exc, tb):  # our own cancellation (an escalation)
+            exc_type, exc, tb = None, None, None
+        cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._shutdown(graceful=not cancelled)
+        finally:
+            self._task_group.cancel_scope.cancel()
+            suppressed = await self._task_group.__aexit__(exc_type, exc, tb)
+        if self.dead_letters.count:
+            logger.info("actor system shut down with %d dead letters", self.dead_letters.count)
+        if self._failure is not None and exc is None:
+            raise self._failure
+        return suppressed
+
+    async def _shutdown(self, *, graceful: bool) -> None:
+        self._state = "closing"
+        if graceful:
+            with anyio.move_on_after(self._shutdown_timeout):
+                top = list(self._top)
+                for cell in top:
+                    cell.request_stop(drain=True)
+                for cell in top:
+                    await cell.wait_dead()
+        live = [cell for cell in self._registry.values() if not cell.dead]
+        if live:
+            if graceful:
+                logger.warning(
+                    "%d actors still running %gs into shutdown; cancelling them",
+                    len(live), self._shutdown_timeout,
+                )  # fmt: skip
+            await self._kill(live, run_on_stop=not graceful)
+        self._state = "closed"
+
+    async def _kill(self, live: list[ActorCell], *, run_on_stop: bool) -> None:
+        """Cancel the workers, then finish every live actor, children before parents."""
+        dispatcher = self._dispatcher
+        dispatcher.closed = True
+        for cell in live:
+            cell.accepting = False
+        group = dispatcher.task_group
+        if group is not None:
+            group.cancel_scope.cancel()
+
+        def depth(cell: ActorCell) -> int:
+            n, parent = 0, cell.parent
+            while parent is not None:
+                n, parent = n + 1, parent.parent
+            return n
+
+        with anyio.move_on_after(self._shutdown_timeout if run_on_stop else 0):
+            for cell in sorted(live, key=depth, reverse=True):
+                if not cell.dead and run_on_stop and not cell.interrupted:
+                    await cell._run_on_stop()
+                cell.finalize(ActorStopped(cell.ref, "was cancelled at system shutdown"))
+        for cell in live:  # any the deadline cut short
+            cell.finalize(ActorStopped(cell.ref, "was cancelled at system shutdown"))
+
+    def _fail(self, failure: ChildFailed) -> None:
+        if self._failure is None:
+            self._failure = failure
+            logger.error("a top-level actor escalated a failure; shutting the system down", exc_info=failure)
+            if self._state == "running":
+                self._body.cancel()
+
+    # -- spawning and lookup --------------------------------------------------------
+
+    async def spawn(
+        self,
+        factory: Callable[[], Actor],
+        *,
+        name: str | None = None,
+        mailbox_size: int | None = DEFAULT_MAILBOX_SIZE,
+    ) -> ActorRef:
+        """Create a top-level actor and return its ref once its ``on_start`` has run.
+
+        ``factory`` is a zero-argument callable returning an :class:`Actor` (a class,
+        a ``functools.partial``, a lambda); a restart calls it again. ``name`` must be
+        unique in the system (default: generated, starting with ``$``).
+        ``mailbox_size`` bounds the mailbox (``None``: unbounded).
+
+        Raises ``TypeError``/``ValueError`` for a bad factory, name or size, and
+        re-raises what the factory or ``on_start`` raised (nothing stays registered).
+        If cancelled while ``on_start`` runs, the actor is stopped.
+        """
+        return await self._spawn(factory, name, mailbox_size, None)
+
+    async def _spawn(
+        self,
+        factory: Callable[[], Actor],
+        name: str | None,
+        mailbox_size: int | None,
+        parent: ActorCell | None,
+    ) -> ActorRef:
+        if self._state != "running":
+            raise RuntimeError(
+                "spawn() needs a running ActorSystem (inside 'async with ActorSystem()'); "
+                f"this one is {self._state}"
+            )
+        if parent is not None and not parent.accepting:
+            raise ActorStopped(parent.ref, "is stopping and cannot spawn children")
+        if isinstance(factory, Actor) or not callable(factory):
+            raise TypeError(
+                f"spawn() takes a zero-argument factory returning an Actor (a class, a partial, "
+                f"a lambda), got {factory!r}"
+            )
+        if mailbox_size is not None and (
+            isinstance(mailbox_size, bool) or not isinstance(mailbox_size, int) or mailbox_size < 1
+        ):
+            raise ValueError(f"spawn mailbox_size must be an int >= 1 or None, got {mailbox_size!r}")
+        if name is not None:
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise ValueError(
+                    f"spawn name must be 1-200 characters without whitespace or '/', "
+                    f"not starting with '$', got {name!r}"
+                )
+            if name in self._registry:
+                raise ValueError(f"spawn name {name!r} is already taken by a live actor")
+        cell = ActorCell(self, factory, name or "", parent, mailbox_size)
+        actor = cell.make_actor()
+        if name is None:
+            name = f"${type(actor).__name__.lower()}-{next(self._names)}"
+            while name in self._registry:
+                name = f"${type(actor).__name__.lower()}-{next(self._names)}"
+        cell.name = name
+        self._registry[name] = cell
+        if parent is None:
+            self._top.add(cell)
+        else:
+            if parent.children is None:
+                parent.children = set()
+            parent.children.add(cell)
+        if type(actor).on_start is Actor.on_start:
+            cell.started = True
+            return cell.ref
+        reply = Reply(self._event_class())
+        cell.enqueue_control(_Start(reply))
+        try:
+            await reply.wait()
+        except anyio.get_cancelled_exc_class():
+            cell.request_stop(drain=False)
+            raise
+        return cell.ref
+
+    def lookup(self, name: str) -> ActorRef | None:
+        """The live actor registered as ``name``, or ``None``."""
+        cell = self._registry.get(name)
+        return cell.ref if cell is not None and not cell.dead else None
+
+    @property
+    def actors(self) -> list[ActorRef]:
+        """Every live actor, top-level and children."""
+        return [cell.ref for cell in self._registry.values() if not cell.dead]
+
+    def __repr__(self) -> str:
+        return f"<ActorSystem {self._state}, {len(self._registry)} actors>"
+

@@ -121,7 +121,14 @@ class ActorSystem:
                 await self._shutdown(graceful=not cancelled)
         finally:
             self._task_group.cancel_scope.cancel()
-            suppressed = await self._task_group.__aexit__(exc_type, exc, tb)
+            try:
+                suppressed = await self._task_group.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The kernel's own tasks never raise: a group holding only the body's
+                # exception is that exception, and it propagates as itself.
+                if exc is not None and group.exceptions == (exc,):
+                    return False
+                raise
         if self.dead_letters.count:
             logger.info("actor system shut down with %d dead letters", self.dead_letters.count)
         if self._failure is not None and exc is None:

@@ -27,7 +27,7 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
 def ensure_venv(extra: str) -> None:
     """Create .venv and (re)install when pyproject.toml changed since the last install."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 -- a clear message on an old interpreter
         sys.exit(f"greenroom needs Python >= 3.11, this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         print(f"creating {VENV.relative_to(ROOT)}", flush=True)
@@ -62,8 +62,11 @@ def main(argv: list[str]) -> int:
     if command == "test":
         return run("-m", "pytest", *rest)
     if command == "lint":
-        return run("-m", "ruff", "check", "greenroom", "tests", "benchmarks", "dev.py") or run(
-            "-m", "mypy", *rest
+        paths = ["greenroom", "tests", "benchmarks", "dev.py"]
+        return (
+            run("-m", "ruff", "check", *paths)
+            or run("-m", "ruff", "format", "--check", *paths)
+            or run("-m", "mypy", *rest)
         )
     return run("-m", "greenroom", "bench", "actors", "--backend", "both", *rest)
 

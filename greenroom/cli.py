@@ -1,7 +1,7 @@
 """The ``greenroom`` command.
 
-    greenroom --version
-    greenroom bench actors [--backend asyncio|trio|both] [--runs N] [--workload NAME ...] [--json]
+greenroom --version
+greenroom bench actors [--backend asyncio|trio|both] [--runs N] [--workload NAME ...] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def _positive_int(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     from .bench.actors import WORKLOADS
 
-    parser = argparse.ArgumentParser(prog="greenroom", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="greenroom", description=__doc__.split("\n")[0] if __doc__ else None
+    )
     parser.add_argument("--version", action="version", version=f"greenroom {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")

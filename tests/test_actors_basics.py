@@ -126,13 +126,13 @@ async def test_spawn_rejects_bad_factories_and_keeps_nothing() -> None:
             return message
 
     async with ActorSystem() as system:
-        with pytest.raises(TypeError, match="factory.*got <.*Counter object"):
+        with pytest.raises(TypeError, match=r"factory.*got <.*Counter object"):
             await system.spawn(Counter(), name="instance")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="returned int, expected an instance of greenroom.Actor"):
+        with pytest.raises(TypeError, match=r"returned int, expected an instance of greenroom.Actor"):
             await system.spawn(lambda: 42, name="int")  # type: ignore[arg-type, return-value]
-        with pytest.raises(TypeError, match="factory.*got 'nope'"):
+        with pytest.raises(TypeError, match=r"factory.*got 'nope'"):
             await system.spawn("nope", name="str")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="SyncReceive.receive must be an 'async def'"):
+        with pytest.raises(TypeError, match=r"SyncReceive.receive must be an 'async def'"):
             await system.spawn(SyncReceive, name="sync")
         assert system.actors == []
         assert [system.lookup(n) for n in ("instance", "int", "str", "sync")] == [None] * 4

@@ -211,7 +211,9 @@ async def test_shutdown_stops_children_before_parents() -> None:
         async def on_start(self) -> None:
             if self.depth < 2:
                 for i in range(2):
-                    await self.context.spawn(lambda: Node(self.depth + 1), name=f"{self.context.ref.name}.{i}")
+                    await self.context.spawn(
+                        lambda: Node(self.depth + 1), name=f"{self.context.ref.name}.{i}"
+                    )
 
     async with ActorSystem() as system:
         await system.spawn(lambda: Node(0), name="root")
@@ -238,12 +240,11 @@ async def test_ten_thousand_asks_in_flight_at_shutdown_all_resolve() -> None:
         except ActorStopped as error:
             results[i] = error
 
-    async with anyio.create_task_group() as group:
-        async with ActorSystem() as system:
-            ref = await system.spawn(Slow, mailbox_size=None)
-            for i in range(10_000):
-                group.start_soon(ask, ref, i)
-            await anyio.sleep(0.01)  # askers enqueue; the actor is mid-way through them
+    async with anyio.create_task_group() as group, ActorSystem() as system:
+        ref = await system.spawn(Slow, mailbox_size=None)
+        for i in range(10_000):
+            group.start_soon(ask, ref, i)
+        await anyio.sleep(0.01)  # askers enqueue; the actor is mid-way through them
     assert len(results) == 10_000
     answered = [i for i, r in results.items() if r == i]
     refused = [r for r in results.values() if isinstance(r, ActorStopped)]
@@ -266,13 +267,12 @@ async def test_shutdown_timeout_cancels_a_stuck_actor_and_fails_its_asks() -> No
             outcomes.append(error)
 
     log: list[Any] = []
-    async with anyio.create_task_group() as group:
-        async with ActorSystem(shutdown_timeout=0.1) as system:
-            stuck = await system.spawn(Stuck)
-            idle = await system.spawn(lambda: Recorder(log), name="idle")
-            group.start_soon(ask, stuck, "in-flight")
-            group.start_soon(ask, stuck, "queued")
-            await anyio.sleep(0.02)
+    async with anyio.create_task_group() as group, ActorSystem(shutdown_timeout=0.1) as system:
+        stuck = await system.spawn(Stuck)
+        idle = await system.spawn(lambda: Recorder(log), name="idle")
+        group.start_soon(ask, stuck, "in-flight")
+        group.start_soon(ask, stuck, "queued")
+        await anyio.sleep(0.02)
     assert len(outcomes) == 2 and all(isinstance(o, ActorStopped) for o in outcomes)
     assert not stuck.is_alive and not idle.is_alive
     assert log == [("stopped", "idle")]  # the idle actor stopped cleanly within the deadline

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import pytest
@@ -100,7 +101,7 @@ async def test_actor_crashing_ten_times_under_limit_of_three_ends_stopped_and_wa
 
 async def test_restart_gives_a_fresh_instance_and_keeps_the_mailbox() -> None:
     journal: list[str] = []
-    made, factory = counting_factory(journal)
+    _, factory = counting_factory(journal)
     async with ActorSystem() as system:
         ref = await system.spawn(factory)
         for message in ("tick", "tick", "boom", "tick"):
@@ -215,7 +216,7 @@ async def test_backoff_spaces_restarts_exponentially() -> None:
         with anyio.fail_after(5):
             while len(starts) < 4:
                 await anyio.sleep(0.01)
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2
 
 
@@ -296,16 +297,22 @@ async def test_a_decider_returning_garbage_stops_the_actor(caplog: pytest.LogCap
 @pytest.mark.parametrize(
     ("build", "error", "match"),
     [
-        (lambda: SupervisorStrategy(max_restarts=-1), ValueError, "max_restarts must be an int >= 0 or None, got -1"),
+        (
+            lambda: SupervisorStrategy(max_restarts=-1),
+            ValueError,
+            "max_restarts must be an int >= 0 or None, got -1",
+        ),
         (lambda: SupervisorStrategy(within=0), ValueError, "within must be > 0, got 0"),
         (lambda: SupervisorStrategy(decider=3), TypeError, "decider must be callable, got 3"),  # type: ignore[arg-type]
         (lambda: Backoff(multiplier=0.5), ValueError, "multiplier must be >= 1, got 0.5"),
-        (lambda: Backoff(initial=2, maximum=1), ValueError, r"maximum must be >= Backoff.initial \(2\), got 1"),
+        (
+            lambda: Backoff(initial=2, maximum=1),
+            ValueError,
+            r"maximum must be >= Backoff.initial \(2\), got 1",
+        ),
         (lambda: SupervisorStrategy.of("stop"), TypeError, "directive must be a Directive, got 'stop'"),  # type: ignore[arg-type]
     ],
 )
 def test_strategy_rejects_bad_parameters(build: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         build()
-
-

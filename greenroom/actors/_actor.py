@@ -121,6 +121,4 @@ class ActorContext:
     ) -> Timer:
         """Deliver ``message`` every ``interval`` seconds (first after ``initial_delay``,
         default ``interval``) until cancelled or the actor stops or restarts."""
-        return self._cell.add_timer(
-            interval if initial_delay is None else initial_delay, message, interval
-        )
+        return self._cell.add_timer(interval if initial_delay is None else initial_delay, message, interval)

@@ -60,7 +60,7 @@ class _ChildFailedSignal:
 
 
 class _SendWaiter:
-    __slots__ = ("event", "admitted")
+    __slots__ = ("admitted", "event")
 
     def __init__(self, event: Any) -> None:
         self.event = event
@@ -72,10 +72,31 @@ _async_receive_checked: set[type] = set()
 
 class ActorCell:
     __slots__ = (
-        "system", "factory", "name", "parent", "ref", "mailbox", "limit", "reserved",
-        "send_waiters", "actor", "accepting", "dead", "started", "scheduled", "runner",
-        "stop_now", "interrupted", "children", "watchers", "watching", "timers",
-        "restarts", "death_waiters", "reason", "backoff_wakeup",
+        "accepting",
+        "actor",
+        "backoff_wakeup",
+        "children",
+        "dead",
+        "death_waiters",
+        "factory",
+        "interrupted",
+        "limit",
+        "mailbox",
+        "name",
+        "parent",
+        "reason",
+        "ref",
+        "reserved",
+        "restarts",
+        "runner",
+        "scheduled",
+        "send_waiters",
+        "started",
+        "stop_now",
+        "system",
+        "timers",
+        "watchers",
+        "watching",
     )  # fmt: skip
 
     def __init__(
@@ -256,7 +277,9 @@ class ActorCell:
                 or (strict and value == 0)
             ):
                 relation = "> 0" if strict else ">= 0"
-                raise ValueError(f"timer {field} must be a finite number of seconds {relation}, got {value!r}")
+                raise ValueError(
+                    f"timer {field} must be a finite number of seconds {relation}, got {value!r}"
+                )
         if not self.accepting:
             raise ActorStopped(self.ref, "is stopping and cannot schedule timers")
         timer = Timer(self, message, interval)
@@ -470,6 +493,8 @@ class ActorCell:
             failure.__cause__ = error
             self.system._fail(failure)
         elif parent.dead:
-            logger.error("actor %r escalated to its parent %r, which had already stopped", self.name, parent.name)
+            logger.error(
+                "actor %r escalated to its parent %r, which had already stopped", self.name, parent.name
+            )
         else:
             parent.enqueue_control(_ChildFailedSignal(self, error))

@@ -37,8 +37,10 @@ class DeadLetters:
         logger.debug("dead letter to %r (%s): %s message", recipient.name, reason, type(message).__name__)
         for subscriber in self._subscribers:
             cell = subscriber._cell
-            if subscriber is recipient or not cell.accepting or (
-                cell.limit is not None and len(cell.mailbox) + cell.reserved >= cell.limit
+            if (
+                subscriber is recipient
+                or not cell.accepting
+                or (cell.limit is not None and len(cell.mailbox) + cell.reserved >= cell.limit)
             ):
                 self.missed += 1
                 continue

@@ -46,8 +46,7 @@ class AskTimeout(ActorError, TimeoutError):
 
     def __init__(self, ref: ActorRef, message: object, timeout: float) -> None:
         super().__init__(
-            f"ask to actor {ref.name!r} timed out after {timeout:g}s "
-            f"(message type {type(message).__name__})"
+            f"ask to actor {ref.name!r} timed out after {timeout:g}s (message type {type(message).__name__})"
         )
         self.ref = ref
         self.timeout = timeout

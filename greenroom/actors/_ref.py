@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class ActorRef:
-    __slots__ = ("_cell", "__weakref__")
+    __slots__ = ("__weakref__", "_cell")
 
     def __init__(self, cell: ActorCell) -> None:
         self._cell = cell

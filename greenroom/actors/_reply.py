@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._ref import ActorRef
     from ._timers import TimerService
 
 
@@ -14,7 +15,12 @@ class Reply:
     heap entry of its deadline as stale, so the timer service can skip it.
     """
 
-    __slots__ = ("event", "value", "error", "done", "timers", "message", "timeout", "ref")
+    __slots__ = ("done", "error", "event", "message", "ref", "timeout", "timers", "value")
+
+    # set only when the ask has a deadline (read by ``expire``)
+    ref: ActorRef
+    message: Any
+    timeout: float
 
     def __init__(self, event: Any) -> None:
         self.event = event

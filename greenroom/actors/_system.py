@@ -61,8 +61,10 @@ class ActorSystem:
             raise TypeError(
                 f"ActorSystem supervisor_strategy must be a SupervisorStrategy, got {supervisor_strategy!r}"
             )
-        if isinstance(shutdown_timeout, bool) or not isinstance(shutdown_timeout, (int, float)) or not (
-            shutdown_timeout >= 0
+        if (
+            isinstance(shutdown_timeout, bool)
+            or not isinstance(shutdown_timeout, (int, float))
+            or not (shutdown_timeout >= 0)
         ):
             raise ValueError(f"ActorSystem shutdown_timeout must be a number >= 0, got {shutdown_timeout!r}")
         for field, value in (
@@ -276,4 +278,3 @@ class ActorSystem:
 
     def __repr__(self) -> str:
         return f"<ActorSystem {self._state}, {len(self._registry)} actors>"
-

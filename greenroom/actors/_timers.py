@@ -70,7 +70,7 @@ class Timer:
     restart cancel them. A tick that finds the mailbox full is a dead letter.
     """
 
-    __slots__ = ("_cell", "_message", "_interval", "done")
+    __slots__ = ("_cell", "_interval", "_message", "done")
 
     def __init__(self, cell: ActorCell, message: object, interval: float | None) -> None:
         self._cell = cell

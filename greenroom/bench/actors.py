@@ -200,6 +200,9 @@ class _Kit:
     def event(self) -> Any:
         return anyio.Event()
 
+    def close(self) -> None:
+        """Release what the last run opened."""
+
 
 class _AsyncioKit(_Kit):
     name = "asyncio-queue"
@@ -236,9 +239,18 @@ class _AsyncioKit(_Kit):
 class _AnyioKit(_Kit):
     name = "anyio-stream"
 
+    def __init__(self) -> None:
+        self._open: list[Any] = []
+
     def channel(self) -> tuple[Callable[[Any], None], Callable[[], Awaitable[Any]]]:
         send, receive = anyio.create_memory_object_stream[Any](math.inf)
+        self._open += (send, receive)
         return send.send_nowait, receive.receive
+
+    def close(self) -> None:
+        for stream in self._open:
+            stream.close()
+        self._open.clear()
 
     def group(self) -> Any:
         return anyio.create_task_group()
@@ -422,7 +434,10 @@ async def measure(backend: str, runs: int = 5, workloads: tuple[str, ...] = WORK
             base = BASELINES[workload]
 
             async def run_base(kit: _Kit = kit, base: Callable[[_Kit], Awaitable[float]] = base) -> float:
-                return await base(kit)
+                try:
+                    return await base(kit)
+                finally:
+                    kit.close()
 
             row[kit.name] = await _median_ops(run_base, operations, runs)
         row["ratio"] = row["greenroom"] / row[kits[0].name]

@@ -1,10 +1,12 @@
-"""Backend primitives the kernel waits on — with the one asyncio fast path.
+"""Backend primitives the kernel waits on — the optional backend fast paths.
 
 Everything else in greenroom imports ``anyio`` only. This module is the clearly marked
 exception: on asyncio, the kernel's one-shot wake-ups (ask replies, parked workers,
 death and room waits) are bare futures instead of ``anyio.Event``, whose asyncio
 implementation allocates an ``asyncio.Event`` (with its own deque) per instance and
-wakes through two extra coroutine layers. That halves the cost of an ask round trip.
+wakes through two extra coroutine layers; that halves the cost of an ask round trip.
+On trio they are ``trio.Event`` itself, without anyio's wrapper coroutine. Under any
+other backend anyio's own ``Event`` is used.
 
 The contract of what ``primitives()`` returns is the same on every backend and the
 whole test suite runs against both: ``event()`` makes an object with ``set()``,
@@ -15,6 +17,7 @@ cancelling the future it is awaiting, which ``wait`` lets propagate.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -47,11 +50,23 @@ class _FutureEvent:
 
 def primitives() -> tuple[Callable[[], Any], Callable[[], float]]:
     """``(event factory, clock)`` for the backend running the current task."""
-    try:
-        import asyncio  # fast path only; see the module docstring
+    import asyncio  # fast path only; see the module docstring
 
+    try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        return type(anyio.Event()), anyio.current_time
-    event_class = type("FutureEvent", (_FutureEvent,), {"__slots__": (), "create_future": loop.create_future})
-    return event_class, loop.time
+        pass
+    else:
+        event_class = type(
+            "FutureEvent", (_FutureEvent,), {"__slots__": (), "create_future": loop.create_future}
+        )
+        return event_class, loop.time
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            pass
+        else:  # trio fast path: trio.Event itself, without anyio's wrapper coroutine
+            return trio.Event, trio.current_time
+    return type(anyio.Event()), anyio.current_time

@@ -30,16 +30,15 @@ class Reply:
         self.timers: TimerService | None = None
 
     def succeed(self, value: Any) -> None:
+        self._fill(value, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._fill(None, error)
+
+    def _fill(self, value: Any, error: BaseException | None) -> None:
         if not self.done:
             self.done = True
             self.value = value
-            self.event.set()
-            if self.timers is not None:
-                self.timers.stale += 1
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done:
-            self.done = True
             self.error = error
             self.event.set()
             if self.timers is not None:

@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from greenroom import Actor, ActorRef, ActorSystem, MailboxFull
+from greenroom import Actor, ActorRef, ActorSystem, AskTimeout, MailboxFull
 
 pytestmark = pytest.mark.anyio
 
@@ -189,3 +189,18 @@ async def test_a_flood_of_messages_does_not_starve_other_tasks() -> None:
             await anyio.lowlevel.checkpoint()
         assert 0 < handled[0] < 5_000  # the host ran again while the flood was being drained
         assert await ref.ask("last") == 5_001
+
+
+async def test_ask_on_a_full_mailbox_waits_for_room_within_its_timeout() -> None:
+    stats = {"handled": 0}
+    gate = anyio.Event()
+    async with ActorSystem() as system:
+        ref = await system.spawn(lambda: Tally(stats, gate), mailbox_size=1)
+        ref.tell("in hand")
+        await anyio.sleep(0.01)
+        ref.tell("queued")
+        with pytest.raises(AskTimeout, match=r"timed out after 0\.05s"):
+            await ref.ask("no room", timeout=0.05)
+        gate.set()  # the ask below waits for room, admitted once "in hand" is done
+        assert await ref.ask("room made", timeout=5) == 3
+        assert await ref.ask("count") == 3  # the timed-out ask was never enqueued

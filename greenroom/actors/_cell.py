@@ -24,6 +24,7 @@ import anyio
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
 from ._messages import Terminated
+from ._ref import ActorRef
 from ._reply import Reply
 from ._supervision import DEFAULT_STRATEGY, Directive, SupervisorStrategy
 from ._timers import Timer
@@ -107,8 +108,6 @@ class ActorCell:
         parent: ActorCell | None,
         limit: int | None,
     ) -> None:
-        from ._ref import ActorRef
-
         self.system = system
         self.factory = factory
         self.name = name

@@ -38,7 +38,6 @@ class Dispatcher:
         self.runq: deque[ActorCell] = deque()
         self.idle: list[Any] = []
         self.waking = 0
-        self.workers = 0
         self.task_group: anyio.abc.TaskGroup | None = None
         self.closed = False
 
@@ -55,7 +54,6 @@ class Dispatcher:
         if self.idle:
             self.idle.pop().set()
         else:
-            self.workers += 1
             self.task_group.start_soon(self._worker, name="greenroom-worker")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -82,80 +80,77 @@ class Dispatcher:
         checkpoint = anyio.lowlevel.checkpoint
         since_checkpoint = 0
         self.waking -= 1
-        try:
-            while True:
-                if not runq:
-                    if len(self.idle) >= self.max_idle:
-                        return
-                    event = self.event_class()
-                    self.idle.append(event)
-                    try:
-                        await event.wait()
-                    except BaseException:
-                        if event in self.idle:
-                            self.idle.remove(event)
-                        raise
-                    self.waking -= 1
-                    since_checkpoint = 0
-                    continue
-                cell = runq.popleft()
-                if runq and self.waking == 0:
-                    self.wake()
-                cell.runner = me
-                mailbox = cell.mailbox
-                actor = cell.actor
-                handled = 0
+        while True:
+            if not runq:
+                if len(self.idle) >= self.max_idle:
+                    return
+                event = self.event_class()
+                self.idle.append(event)
                 try:
-                    while True:
-                        if cell.stop_now:
-                            await cell.terminate(cell.reason)
-                            break
-                        if not mailbox or handled == budget:
-                            break
-                        message, reply = mailbox.popleft()
-                        handled += 1
-                        if cell.send_waiters:
-                            cell.admit_senders()
-                        if reply is None:
-                            try:
-                                await actor.receive(message)  # type: ignore[union-attr]
-                            except Exception as error:
-                                await cell.handle_failure(error, message)
-                                if cell.dead:
-                                    break
-                                actor = cell.actor
-                        elif reply is CONTROL:
-                            await cell.control(message)
+                    await event.wait()
+                except BaseException:
+                    if event in self.idle:
+                        self.idle.remove(event)
+                    raise
+                self.waking -= 1
+                since_checkpoint = 0
+                continue
+            cell = runq.popleft()
+            if runq and self.waking == 0:
+                self.wake()
+            cell.runner = me
+            mailbox = cell.mailbox
+            actor = cell.actor
+            handled = 0
+            try:
+                while True:
+                    if cell.stop_now:
+                        await cell.terminate(cell.reason)
+                        break
+                    if not mailbox or handled == budget:
+                        break
+                    message, reply = mailbox.popleft()
+                    handled += 1
+                    if cell.send_waiters:
+                        cell.admit_senders()
+                    if reply is None:
+                        try:
+                            await actor.receive(message)  # type: ignore[union-attr]
+                        except Exception as error:
+                            await cell.handle_failure(error, message)
                             if cell.dead:
                                 break
                             actor = cell.actor
-                        else:
-                            try:
-                                value = await actor.receive(message)  # type: ignore[union-attr]
-                            except Exception as error:
-                                reply.fail(error)
-                                await cell.handle_failure(error, message)
-                                if cell.dead:
-                                    break
-                                actor = cell.actor
-                            except BaseException:
-                                reply.fail(ActorStopped(cell.ref, "was stopped while handling the message"))
-                                raise
-                            else:
-                                reply.succeed(value)
-                except BaseException:
-                    cell.interrupted = True
-                    raise
-                finally:
-                    cell.runner = None
-                if not cell.dead:
-                    if mailbox or cell.stop_now:
-                        runq.append(cell)
+                    elif reply is CONTROL:
+                        await cell.control(message)
+                        if cell.dead:
+                            break
+                        actor = cell.actor
                     else:
-                        cell.scheduled = False
-                since_checkpoint += handled
-                if since_checkpoint >= budget:
-                    since_checkpoint = 0
-                    await checkpoint()
-        finally:
-            self.workers -= 1
+                        try:
+                            value = await actor.receive(message)  # type: ignore[union-attr]
+                        except Exception as error:
+                            reply.fail(error)
+                            await cell.handle_failure(error, message)
+                            if cell.dead:
+                                break
+                            actor = cell.actor
+                        except BaseException:
+                            reply.fail(ActorStopped(cell.ref, "was stopped while handling the message"))
+                            raise
+                        else:
+                            reply.succeed(value)
+            except BaseException:
+                cell.interrupted = True
+                raise
+            finally:
+                cell.runner = None
+            if not cell.dead:
+                if mailbox or cell.stop_now:
+                    runq.append(cell)
+                else:
+                    cell.scheduled = False
+            since_checkpoint += handled
+            if since_checkpoint >= budget:
+                since_checkpoint = 0
+                await checkpoint()

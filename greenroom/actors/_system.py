@@ -36,10 +36,11 @@ class ActorSystem:
     drains what it had accepted, stops its children first, then runs ``on_stop``),
     within ``shutdown_timeout`` seconds. Actors still running at that deadline are
     cancelled; what they had queued becomes dead letters and their pending asks fail
-    with ``ActorStopped``. When the block is left by cancellation, actors are not
-    drained: they are cancelled at once and ``on_stop`` runs (shielded, bounded by
-    ``shutdown_timeout``) for those that were idle. Either way every pending ``ask``
-    ends, and no task outlives the block.
+    with ``ActorStopped``; ``on_stop`` then runs for every actor that was not cancelled
+    mid-message, within a second ``shutdown_timeout``. When the block is left by
+    cancellation, actors are not drained: that second phase runs at once. Shutdown is
+    shielded and takes at most twice ``shutdown_timeout``. Either way every pending
+    ``ask`` ends, and no task outlives the block.
 
     A failure escalated past the top-level actors (see ``Directive.ESCALATE``) cancels
     the body of the block, shuts down as above and raises ``ChildFailed``.
@@ -153,11 +154,15 @@ class ActorSystem:
                     "%d actors still running %gs into shutdown; cancelling them",
                     len(live), self._shutdown_timeout,
                 )  # fmt: skip
-            await self._kill(live, run_on_stop=not graceful)
+            await self._kill(live)
         self._state = "closed"
 
-    async def _kill(self, live: list[ActorCell], *, run_on_stop: bool) -> None:
-        """Cancel the workers, then finish every live actor, children before parents."""
+    async def _kill(self, live: list[ActorCell]) -> None:
+        """Cancel the workers, then finish every live actor, children before parents.
+
+        ``on_stop`` runs for each actor that was not cancelled mid-message (those were
+        idle, or waiting behind a stuck parent), within a ``shutdown_timeout`` of its own.
+        """
         dispatcher = self._dispatcher
         dispatcher.closed = True
         for cell in live:
@@ -172,9 +177,9 @@ class ActorSystem:
                 n, parent = n + 1, parent.parent
             return n
 
-        with anyio.move_on_after(self._shutdown_timeout if run_on_stop else 0):
+        with anyio.move_on_after(self._shutdown_timeout):
             for cell in sorted(live, key=depth, reverse=True):
-                if not cell.dead and run_on_stop and not cell.interrupted:
+                if not cell.dead and not cell.interrupted:
                     await cell._run_on_stop()
                 cell.finalize(ActorStopped(cell.ref, "was cancelled at system shutdown"))
         for cell in live:  # any the deadline cut short

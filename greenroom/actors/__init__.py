@@ -9,6 +9,7 @@ from ._defaults import DEFAULT_ASK_TIMEOUT, DEFAULT_MAILBOX_SIZE
 from ._exceptions import ActorError, ActorStopped, AskTimeout, ChildFailed, MailboxFull
 from ._messages import DeadLetter, Terminated
 from ._ref import ActorRef
+from ._reply import PendingReply
 from ._supervision import Backoff, Directive, SupervisorStrategy
 from ._system import ActorSystem
 from ._timers import Timer
@@ -29,6 +30,7 @@ __all__ = [
     "DeadLetters",
     "Directive",
     "MailboxFull",
+    "PendingReply",
     "SupervisorStrategy",
     "Terminated",
     "Timer",

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._defaults import DEFAULT_MAILBOX_SIZE
+from ._reply import PendingReply
 from ._supervision import SupervisorStrategy
 
 if TYPE_CHECKING:
@@ -81,6 +82,33 @@ class ActorContext:
     def children(self) -> list[ActorRef]:
         children = self._cell.children
         return [child.ref for child in children] if children else []
+
+    @property
+    def queued(self) -> int:
+        """How many messages (and kernel signals) wait in this actor's mailbox now.
+
+        ``0`` inside ``receive`` means this is the last message of the batch at hand:
+        the moment for an actor that batches work (group commit) to flush it.
+        """
+        return len(self._cell.mailbox)
+
+    def reply_later(self) -> PendingReply | None:
+        """Take the reply to the message being handled out of ``receive``.
+
+        Returns ``None`` when the message was told, not asked. Otherwise the kernel
+        no longer answers the ask with ``receive``'s return value; the actor answers
+        it when it likes through the returned :class:`PendingReply` (for example once
+        a batch has been written durably). The asker's timeout and cancellation work
+        as usual. Only valid inside ``receive``; ``RuntimeError`` elsewhere.
+        """
+        cell = self._cell
+        if not cell.is_current_task():
+            raise RuntimeError("context.reply_later() is only valid inside the actor's receive")
+        reply = cell.current_reply
+        if reply is None:
+            return None
+        cell.current_reply = None
+        return PendingReply(reply)
 
     async def spawn(
         self,

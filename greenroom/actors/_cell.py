@@ -77,6 +77,7 @@ class ActorCell:
         "actor",
         "backoff_wakeup",
         "children",
+        "current_reply",
         "dead",
         "death_waiters",
         "factory",
@@ -123,6 +124,7 @@ class ActorCell:
         self.started = False
         self.scheduled = False
         self.runner: int | None = None
+        self.current_reply: Reply | None = None
         self.stop_now = False
         self.interrupted = False
         self.children: set[ActorCell] | None = None

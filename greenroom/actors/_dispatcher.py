@@ -127,19 +127,24 @@ class Dispatcher:
                             break
                         actor = cell.actor
                     else:
+                        cell.current_reply = reply
                         try:
                             value = await actor.receive(message)  # type: ignore[union-attr]
                         except Exception as error:
-                            reply.fail(error)
+                            cell.current_reply = None
+                            reply.fail(error)  # no-op if a deferred reply was already filled
                             await cell.handle_failure(error, message)
                             if cell.dead:
                                 break
                             actor = cell.actor
                         except BaseException:
+                            cell.current_reply = None
                             reply.fail(ActorStopped(cell.ref, "was stopped while handling the message"))
                             raise
                         else:
-                            reply.succeed(value)
+                            if cell.current_reply is reply:  # not taken by context.reply_later()
+                                cell.current_reply = None
+                                reply.succeed(value)
             except BaseException:
                 cell.interrupted = True
                 raise

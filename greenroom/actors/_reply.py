@@ -61,4 +61,32 @@ class Reply:
         return self.value
 
 
+class PendingReply:
+    """The answer to an ``ask``, taken out of ``receive`` by ``context.reply_later()``.
+
+    Fill it once, from any task of the same event loop, with :meth:`succeed` or
+    :meth:`fail`; later fills are ignored. If ``receive`` raises after taking it,
+    the asker gets that exception (unless the reply was already filled). If the
+    asker timed out or was cancelled, ``wanted`` is ``False`` and a fill is dropped.
+    Nothing fills it for you when the actor stops: an actor that keeps pending
+    replies should fail them in ``on_stop`` (the asker's timeout bounds the wait).
+    """
+
+    __slots__ = ("_reply",)
+
+    def __init__(self, reply: Reply) -> None:
+        self._reply = reply
+
+    @property
+    def wanted(self) -> bool:
+        """``True`` until the reply is filled or the asker stopped waiting."""
+        return not self._reply.done
+
+    def succeed(self, value: Any) -> None:
+        self._reply.succeed(value)
+
+    def fail(self, error: BaseException) -> None:
+        self._reply.fail(error)
+
+
 _ABANDONED = RuntimeError("the asker was cancelled")

@@ -1,0 +1,159 @@
+"""Files under the data dir: where it is, the owner's OS lock, durable writes.
+
+Blocking helpers: call them through ``anyio.to_thread.run_sync`` from async code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATA_DIR_ENV = "STREAMING_LLM_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """``$STREAMING_LLM_DATA_DIR`` if set, else ``$XDG_DATA_HOME/greenroom``
+    (``~/.local/share/greenroom``)."""
+    value = os.environ.get(DATA_DIR_ENV)
+    if value is not None:
+        if not value.strip():
+            raise ValueError(f"{DATA_DIR_ENV} is set but empty; unset it or give a directory")
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "greenroom"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
+    """Make sure the data dir exists and is a directory; return it as an absolute path."""
+    path = (Path(data_dir).expanduser() if data_dir is not None else default_data_dir()).absolute()
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"data dir {str(path)!r} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class DataDirBusy(RuntimeError):
+    """Another owner (usually a running daemon) holds the lock on this file."""
+
+
+class OwnerLock:
+    """An exclusive OS lock on ``<path>``, held for the owner's lifetime.
+
+    ``flock`` on POSIX (``msvcrt.locking`` on Windows): the kernel drops it when the
+    process dies, ``kill -9`` included, so a stale lock never blocks a restart. The
+    file holds the owner's pid, for the error message only.
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _lock(fd)
+        except OSError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise DataDirBusy(
+                f"{self.what} in {str(self.path.parent)!r} is in use by another process "
+                f"(pid {holder}, lock file {self.path.name}); is a greenroom daemon running "
+                "on this data dir? Stop it or use another --data-dir."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the lock
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _lock(fd: int) -> None:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+_sync_data = getattr(os, "fdatasync", os.fsync)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable (a no-op where unsupported)."""
+    if os.name == "nt":  # pragma: no cover
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append_durably(fd: int, data: bytes) -> None:
+    """Append ``data`` to the file open at ``fd`` (``O_APPEND``) and flush it to disk."""
+    write_all(fd, data)
+    _sync_data(fd)
+
+
+def replace_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync the dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def open_for_append(path: Path) -> int:
+    """Open (creating) ``path`` for appending; a newly created file's entry is made durable."""
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if not existed:
+        fsync_dir(path.parent)
+    return fd
+
+
+def read_lines(path: Path) -> tuple[list[bytes], int, bytes]:
+    """Split a JSON-lines file into its complete lines, the byte length of those,
+    and what follows the last newline (a torn write, normally empty)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0, b""
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].splitlines()
+    return lines, end, data[end:]
+
+
+def truncate_durably(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,172 @@
+"""``AgentRuntime`` (spec 000, S35): an agent's handle on the supervisor and the log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..actors import ActorRef
+from ..log import apply_policy
+from ..messages import (
+    AGENT_RESULT,
+    AGENT_UPDATE,
+    AgentError,
+    AgentResult,
+    AgentTask,
+    Append,
+    Claim,
+    Complete,
+    Event,
+    Fail,
+    Granted,
+    Heartbeat,
+    NoWork,
+    Release,
+)
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
+
+class AgentRuntime:
+    """What an agent uses to claim work and report on it: every call is a message to
+    the supervisor actor or the log actor, answered once the change is durable.
+
+    ``heartbeat_interval``: how often a running task's lease is renewed (``None``:
+    no automatic heartbeats; ``heartbeat_due`` is then always ``False``). Calls that
+    message an actor raise what the actor refused (``TaskGraphError``, ``PolicyError``),
+    ``ActorStopped`` once it stopped, and ``AskTimeout`` after ``request_timeout``.
+    Cancelling a call abandons the wait; a change the actor already accepted still
+    happens (the lease then runs out or the owner completes it again).
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        agent_type: str,
+        heartbeat_interval: float | None = None,
+        *,
+        supervisor: ActorRef,
+        log: ActorRef,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        for field, value in (("agent_id", agent_id), ("agent_type", agent_type)):
+            if not isinstance(value, str) or not value or len(value) > 200 or value != value.strip():
+                raise ValueError(f"AgentRuntime {field} must be a non-empty string without padding, got {value!r}")
+        if heartbeat_interval is not None and (
+            isinstance(heartbeat_interval, bool)
+            or not isinstance(heartbeat_interval, (int, float))
+            or not (0 < heartbeat_interval < 1e9)
+        ):
+            raise ValueError(
+                f"AgentRuntime heartbeat_interval must be a positive number of seconds or None, "
+                f"got {heartbeat_interval!r}"
+            )
+        self.agent_id = agent_id
+        self.agent_type = agent_type
+        self.heartbeat_interval = heartbeat_interval
+        self.supervisor = supervisor
+        self.log = log
+        self.request_timeout = request_timeout
+        self.clock = clock
+        self.closing = False
+        """Set once the supervisor answered ``NoWork(closing=True)``: it grants no more."""
+        self.last_heartbeat_at: float | None = None
+
+    # -- claiming ---------------------------------------------------------------------
+
+    async def claim_task(self, *, wait: bool = False) -> AgentTask | None:
+        """Claim the best runnable task of this agent's type: it comes back IN_PROGRESS,
+        ``owner`` stamped, ``attempt + 1``, under a lease. ``None`` when there is none;
+        with ``wait=True`` wait (without polling) until there is one, or until the
+        supervisor stops granting (then ``None`` and ``closing`` is set)."""
+        reply = await self.supervisor.ask(
+            Claim(self.agent_id, self.agent_type, wait=wait), timeout=None if wait else self.request_timeout
+        )
+        if isinstance(reply, Granted):
+            self.last_heartbeat_at = reply.task.last_heartbeat_at
+            return reply.task
+        assert isinstance(reply, NoWork)
+        if reply.closing:
+            self.closing = True
+        return None
+
+    async def poll_next_task(self) -> AgentTask | None:
+        """Claim without waiting: the next task, or ``None`` at once."""
+        return await self.claim_task(wait=False)
+
+    # -- reporting --------------------------------------------------------------------
+
+    async def emit(self, event_type: str, task_id: str | None, payload: dict[str, Any]) -> Event:
+        """Append an event as this agent (internal; the policy refuses user-facing ones)."""
+        return await self.log.ask(  # type: ignore[no-any-return]
+            Append(type=event_type, payload=payload, task_id=task_id, agent_id=self.agent_id),
+            timeout=self.request_timeout,
+        )
+
+    async def emit_update(
+        self, task_id: str, message: str, progress: float | None = None, **details: Any
+    ) -> Event:
+        """Append an ``AGENT_UPDATE`` event and refresh the task's ``last_heartbeat_at``."""
+        payload: dict[str, Any] = {"message": message, **details}
+        if progress is not None:
+            payload["progress"] = progress
+        event = await self.emit(AGENT_UPDATE, task_id, payload)
+        await self.heartbeat(task_id)
+        return event
+
+    async def heartbeat(self, task_id: str) -> AgentTask:
+        """Renew the lease on ``task_id``; raises ``NotOwner`` / ``InvalidTransition`` if
+        the task was taken away (lease expired, cancelled)."""
+        task: AgentTask = await self.supervisor.ask(Heartbeat(task_id, self.agent_id), timeout=self.request_timeout)
+        self.last_heartbeat_at = task.last_heartbeat_at
+        return task
+
+    def heartbeat_due(self, last_ts: float | None, now: float | None = None) -> bool:
+        """``True`` when ``heartbeat_interval`` has elapsed since ``last_ts`` (wall clock)."""
+        if self.heartbeat_interval is None:
+            return False
+        if last_ts is None:
+            return True
+        return (self.clock() if now is None else now) - last_ts >= self.heartbeat_interval
+
+    def _result_event(self, task_id: str, payload: dict[str, Any]) -> Append:
+        append = Append(type=AGENT_RESULT, payload=payload, task_id=task_id, agent_id=self.agent_id)
+        apply_policy(append, None)  # refuse before anything changes, not after the task is marked
+        return append
+
+    async def complete_task(self, task_id: str, result: AgentResult) -> AgentTask:
+        """Mark the task COMPLETED, then append its ``AGENT_RESULT`` event; returns the
+        persisted task. A result that tries to reach the user is refused first
+        (``PolicyError``) and the task is left as it was."""
+        append = self._result_event(
+            task_id,
+            {
+                "outcome": result.outcome,
+                "artifacts": result.artifacts,
+                "notes": result.notes,
+                "next_actions": result.next_actions,
+            },
+        )
+        task: AgentTask = await self.supervisor.ask(
+            Complete(task_id, self.agent_id, result), timeout=self.request_timeout
+        )
+        await self.log.ask(append, timeout=self.request_timeout)
+        return task
+
+    async def fail_task(self, task_id: str, error: AgentError) -> AgentTask:
+        """Report a failed attempt (an ``AGENT_RESULT`` with ``outcome="failed"``): the
+        task goes back to PENDING if ``error.retryable`` and attempts remain, else FAILED."""
+        append = self._result_event(
+            task_id, {"outcome": "failed", "reason": error.reason, "retryable": error.retryable}
+        )
+        task: AgentTask = await self.supervisor.ask(Fail(task_id, self.agent_id, error), timeout=self.request_timeout)
+        await self.log.ask(append, timeout=self.request_timeout)
+        return task
+
+    async def release_task(self, task_id: str) -> AgentTask:
+        """Hand an unfinished task back (PENDING, the attempt not counted)."""
+        return await self.supervisor.ask(  # type: ignore[no-any-return]
+            Release(task_id, self.agent_id), timeout=self.request_timeout
+        )

@@ -1,0 +1,203 @@
+"""``LogActor``: the only appender of ``<data dir>/events.jsonl``.
+
+Ask it ``Append(...)``; the reply is the stored ``Event`` (with its ``seq``), sent once
+the event is durable. Appends are group-committed: the batch waiting in the mailbox
+is written with one write and one fsync, then answered, so ``seq`` order is file
+order is mailbox order. An event the visibility policy refuses raises
+:class:`PolicyError` (a ``ValueError`` with ``policy_error``) in the asker and
+nothing is appended. ``Subscribe(ref)`` tells ``ref`` each event after it is durable.
+
+Messages sent before ``stop()`` are written and answered; messages sent after are
+refused by the kernel. On start a torn last line (a crash mid-append) is cut off and
+reported, never parsed as data; the OS lock is held from ``on_start`` to ``on_stop``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, decode_json
+from ._policy import NarratorCapability, PolicyError, apply_policy
+from ._reader import EVENTS_FILE
+
+logger = logging.getLogger("greenroom.log")
+
+_TAIL_READ = 1 << 16
+_encoder = msgspec.json.Encoder()
+
+
+def recover_tail(path: Path) -> tuple[int, int]:
+    """Find the last event's ``seq``; cut a torn or garbled last line. Returns
+    ``(last_seq, bytes_cut)``. Blocking."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0, 0
+    with path.open("rb") as file:
+        start = max(0, size - _TAIL_READ)
+        while True:
+            file.seek(start)
+            data = file.read()
+            lines_end = data.rfind(b"\n") + 1
+            complete = data[:lines_end]
+            # the last complete line, if we read back far enough to see its start
+            body = complete[:-1]
+            line_start = body.rfind(b"\n") + 1
+            if line_start > 0 or start == 0 or not body:
+                break
+            start = max(0, start - _TAIL_READ * 4)
+    good_end = start + lines_end
+    last_seq = 0
+    if body:
+        try:
+            last_seq = decode_json(body[line_start:], Event, "event").seq
+        except RecordError:
+            good_end = start + line_start  # a garbled last line: cut it as well
+            previous = body[:line_start][:-1]
+            if previous:
+                prev_start = previous.rfind(b"\n") + 1
+                last_seq = decode_json(previous[prev_start:], Event, "event").seq
+    cut = size - good_end
+    if cut:
+        truncate_durably(path, good_end)
+    return last_seq, cut
+
+
+class LogActor(Actor):
+    """Serialises event appends and applies the visibility policy.
+
+    ``narrator``: the capability whose holder may append ``visibility="user"`` events
+    (none: nobody may). ``clock``: the wall clock events are stamped with.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        narrator: NarratorCapability | None = None,
+        max_batch: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if narrator is not None and not isinstance(narrator, NarratorCapability):
+            raise TypeError(f"LogActor narrator must be a NarratorCapability, got {narrator!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"LogActor max_batch must be an int >= 1, got {max_batch!r}")
+        self._data_dir_arg = data_dir
+        self._narrator = narrator
+        self.max_batch = max_batch
+        self.clock = clock
+        self.seq = 0
+        self.torn_bytes = 0
+        self._fd: int | None = None
+        self._lock: OwnerLock | None = None
+        self._buffer: list[bytes] = []
+        self._waiting: list[tuple[PendingReply | None, Event]] = []
+        self._subscribers: list[ActorRef] = []
+
+    async def on_start(self) -> None:
+        data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+        self.path = data_dir / EVENTS_FILE
+        lock = OwnerLock(data_dir / "events.lock", "the event log")
+        await anyio.to_thread.run_sync(lock.acquire)
+        self._lock = lock
+        try:
+            self.seq, self.torn_bytes = await anyio.to_thread.run_sync(recover_tail, self.path)
+            if self.torn_bytes:
+                logger.warning(
+                    "%s: cut %d bytes of a torn last line (an append a crash interrupted; never acknowledged)",
+                    self.path,
+                    self.torn_bytes,
+                )
+            self._fd = await anyio.to_thread.run_sync(open_for_append, self.path)
+        except BaseException:
+            lock.release()
+            self._lock = None
+            raise
+
+    async def on_stop(self) -> None:
+        if self._waiting:
+            try:
+                await self._flush()
+            except Exception:
+                logger.exception("log: the final flush failed")
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def receive(self, message: Any) -> Any:
+        context = self.context
+        if isinstance(message, Append):
+            pending = context.reply_later()
+            try:
+                visibility = apply_policy(message, self._narrator)
+                self.seq += 1
+                event = Event(
+                    seq=self.seq,
+                    ts=self.clock(),
+                    type=message.type,
+                    visibility=visibility,
+                    task_id=message.task_id,
+                    agent_id=message.agent_id,
+                    payload=message.payload,
+                )
+                line = _encoder.encode(event) + b"\n"
+            except (PolicyError, TypeError, msgspec.EncodeError) as error:
+                if not isinstance(error, PolicyError):
+                    self.seq -= 1
+                    error = ValueError(f"event payload cannot be stored as JSON: {error}")
+                if pending is None:
+                    logger.warning("log: refused a told %s event: %s", message.type, error)
+                else:
+                    pending.fail(error)
+            else:
+                self._buffer.append(line)
+                self._waiting.append((pending, event))
+        elif isinstance(message, Subscribe):
+            self._subscribers.append(message.ref)
+        elif isinstance(message, Unsubscribe):
+            self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
+        else:
+            raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
+        if self._waiting and (context.queued == 0 or len(self._waiting) >= self.max_batch):
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data = b"".join(self._buffer)
+        waiting = self._waiting
+        self._buffer, self._waiting = [], []
+        fd = self._fd
+        assert fd is not None
+        try:
+            await anyio.to_thread.run_sync(append_durably, fd, data)
+        except BaseException as error:
+            failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
+            for pending, _ in waiting:
+                if pending is not None:
+                    pending.fail(failure)
+            raise  # a restart re-reads the tail (cutting any partial line) before appending again
+        for pending, event in waiting:
+            if pending is not None:
+                pending.succeed(event)
+        if self._subscribers:
+            for ref in list(self._subscribers):
+                for _, event in waiting:
+                    try:
+                        ref.tell(event)
+                    except ActorStopped:
+                        self._subscribers.remove(ref)
+                        break
+                    except MailboxFull:
+                        logger.warning("log: subscriber %r is full; it missed event %d", ref.name, event.seq)

@@ -1,0 +1,81 @@
+"""Every message, event and record that crosses an actor boundary or touches disk.
+
+msgspec Structs only: no behaviour, no I/O. ``RecordError`` (a ``ValueError``) names
+the field and the value when a record from outside does not validate.
+"""
+
+from ._codec import MISSING, RecordError, convert, decode_json
+from ._events import (
+    AGENT_EVENTS,
+    AGENT_RESULT,
+    AGENT_UPDATE,
+    NARRATION,
+    TASK_CANCELLED,
+    TASK_CLAIMED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_RETRIED,
+    TASK_SUBMITTED,
+    Event,
+    Visibility,
+)
+from ._protocol import (
+    Append,
+    Cancel,
+    Claim,
+    Complete,
+    Fail,
+    GetTask,
+    Granted,
+    GraphStats,
+    Heartbeat,
+    ListTasks,
+    NoWork,
+    Release,
+    Stats,
+    StopGranting,
+    Submit,
+    Subscribe,
+    Unsubscribe,
+)
+from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
+
+__all__ = [
+    "AGENT_EVENTS",
+    "AGENT_RESULT",
+    "AGENT_UPDATE",
+    "MISSING",
+    "NARRATION",
+    "TASK_CANCELLED",
+    "TASK_CLAIMED",
+    "TASK_COMPLETED",
+    "TASK_FAILED",
+    "TASK_RETRIED",
+    "TASK_SUBMITTED",
+    "AgentError",
+    "AgentResult",
+    "AgentTask",
+    "Append",
+    "Cancel",
+    "Claim",
+    "Complete",
+    "Event",
+    "Fail",
+    "GetTask",
+    "Granted",
+    "GraphStats",
+    "Heartbeat",
+    "ListTasks",
+    "NoWork",
+    "RecordError",
+    "Release",
+    "Stats",
+    "StopGranting",
+    "Submit",
+    "Subscribe",
+    "TaskStatus",
+    "Unsubscribe",
+    "Visibility",
+    "convert",
+    "decode_json",
+]

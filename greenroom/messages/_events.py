@@ -1,0 +1,34 @@
+"""Events in the event log (``events.jsonl``): one JSON object per line."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+Visibility = Literal["internal", "user"]
+
+AGENT_UPDATE = "AGENT_UPDATE"
+AGENT_RESULT = "AGENT_RESULT"
+TASK_SUBMITTED = "TASK_SUBMITTED"
+TASK_CLAIMED = "TASK_CLAIMED"
+TASK_COMPLETED = "TASK_COMPLETED"
+TASK_FAILED = "TASK_FAILED"
+TASK_RETRIED = "TASK_RETRIED"
+TASK_CANCELLED = "TASK_CANCELLED"
+NARRATION = "NARRATION"
+
+AGENT_EVENTS = frozenset({AGENT_UPDATE, AGENT_RESULT})
+"""Event types that agents emit; the log actor forces them to ``visibility="internal"``."""
+
+
+class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One appended event. ``seq`` starts at 1 and has no gaps; ``ts`` is wall-clock."""
+
+    seq: int
+    ts: float
+    type: str
+    visibility: Visibility = "internal"
+    task_id: str | None = None
+    agent_id: str | None = None
+    payload: dict[str, Any] = {}

@@ -1,0 +1,134 @@
+"""Messages to and from the supervisor actor and the log actor.
+
+The supervisor answers each ask once the change is durable; the reply types are
+named after what happened (``Granted``, ``NoWork``, the task itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._events import Visibility
+from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
+
+# -- to the supervisor ----------------------------------------------------------------
+
+
+class Submit(msgspec.Struct, frozen=True):
+    """Add tasks (all or none). Replies with the stored tasks."""
+
+    tasks: list[AgentTask]
+
+
+class Claim(msgspec.Struct, frozen=True):
+    """Ask for the next runnable task of ``agent_type``. Replies ``Granted`` or ``NoWork``;
+    with ``wait=True`` the reply waits until work of that type exists (or the
+    supervisor stops granting)."""
+
+    agent_id: str
+    agent_type: str
+    wait: bool = False
+
+
+class Heartbeat(msgspec.Struct, frozen=True):
+    """Extend the owner's lease. Replies with the task."""
+
+    task_id: str
+    agent_id: str
+
+
+class Complete(msgspec.Struct, frozen=True):
+    """Mark the owner's task COMPLETED with ``result``. Replies with the task."""
+
+    task_id: str
+    agent_id: str
+    result: AgentResult
+
+
+class Fail(msgspec.Struct, frozen=True):
+    """Report a failed attempt. Retryable and attempts left: back to PENDING; otherwise
+    FAILED (and its dependents DEPENDENCY_FAILED). Replies with the task."""
+
+    task_id: str
+    agent_id: str
+    error: AgentError
+
+
+class Release(msgspec.Struct, frozen=True):
+    """Hand an unfinished task back (shutdown): PENDING again, the attempt not counted."""
+
+    task_id: str
+    agent_id: str
+
+
+class Cancel(msgspec.Struct, frozen=True):
+    """Cancel a task that is not final yet. Replies with the task."""
+
+    task_id: str
+    reason: str = "cancelled"
+
+
+class GetTask(msgspec.Struct, frozen=True):
+    task_id: str
+
+
+class ListTasks(msgspec.Struct, frozen=True):
+    status: TaskStatus | None = None
+    type: str | None = None
+
+
+class Stats(msgspec.Struct, frozen=True):
+    """Replies with ``GraphStats``."""
+
+
+class StopGranting(msgspec.Struct, frozen=True):
+    """From now on every claim gets ``NoWork(closing=True)``, parked ones included."""
+
+
+# -- from the supervisor --------------------------------------------------------------
+
+
+class Granted(msgspec.Struct, frozen=True):
+    task: AgentTask
+
+
+class NoWork(msgspec.Struct, frozen=True):
+    closing: bool = False
+    """``True`` once the supervisor stopped granting (shutdown): do not ask again."""
+
+
+class GraphStats(msgspec.Struct, frozen=True):
+    by_status: dict[str, int]
+    runnable: int
+    total: int
+
+
+# -- to the log actor ------------------------------------------------------------------
+
+
+class Append(msgspec.Struct, frozen=True):
+    """Append one event. Replies with the stored ``Event`` once it is durable.
+
+    ``capability`` is the narrator's token; only with it may ``visibility`` be
+    ``"user"``. Agent events (``AGENT_UPDATE``/``AGENT_RESULT``) are always stored
+    as internal, and a payload that tries to reach the user is refused.
+    """
+
+    type: str
+    payload: dict[str, Any] = {}
+    task_id: str | None = None
+    agent_id: str | None = None
+    visibility: Visibility = "internal"
+    capability: Any = None
+
+
+class Subscribe(msgspec.Struct, frozen=True):
+    """Tell ``ref`` every event appended from now on (after it is durable)."""
+
+    ref: Any
+
+
+class Unsubscribe(msgspec.Struct, frozen=True):
+    ref: Any

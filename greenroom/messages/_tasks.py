@@ -1,0 +1,76 @@
+"""The task contract (spec 000, S34): ``AgentTask``, ``AgentResult``, ``AgentError``."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import msgspec
+
+TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\s/\\]+$")]
+AgentType = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class TaskStatus(str, enum.Enum):
+    """Where a task is in its life. Final: COMPLETED, FAILED, CANCELLED, DEPENDENCY_FAILED."""
+
+    PENDING = "PENDING"
+    """Waiting to be claimed (its dependencies may not be complete yet)."""
+    IN_PROGRESS = "IN_PROGRESS"
+    """Claimed by ``owner`` under a lease."""
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    """Failed for good: a non-retryable error, or ``max_attempts`` spent."""
+    CANCELLED = "CANCELLED"
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    """Can never run: a task it depends on (directly or not) failed or was cancelled."""
+
+    @property
+    def final(self) -> bool:
+        return self not in (TaskStatus.PENDING, TaskStatus.IN_PROGRESS)
+
+
+class AgentResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What an agent reports for a finished task."""
+
+    task_id: TaskId
+    outcome: str = "completed"
+    artifacts: dict[str, Any] = {}
+    notes: str = ""
+    next_actions: list[str] = []
+
+
+class AgentError(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Why a task attempt failed; ``retryable`` sends it back to PENDING while attempts remain."""
+
+    reason: str
+    retryable: bool = False
+
+
+class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One node of the task graph (spec 000's ``{id, type, owner, status, priority,
+    input, context, metadata}`` plus attempts, dependencies and lease bookkeeping).
+
+    Higher ``priority`` is claimed first; equal priorities in submission order.
+    Timestamps are wall-clock seconds (``time.time()``), so leases survive restarts.
+    """
+
+    id: TaskId
+    type: AgentType
+    owner: str | None = None
+    status: TaskStatus = TaskStatus.PENDING
+    priority: int = 0
+    input: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    attempt: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    depends_on: list[TaskId] = []
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    lease_expires_at: float | None = None
+    last_heartbeat_at: float | None = None
+    result: AgentResult | None = None
+    error: AgentError | None = None
+    order: int = 0
+    """Submission order, stamped by the supervisor (FIFO within a priority)."""

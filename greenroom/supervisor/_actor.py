@@ -1,0 +1,300 @@
+"""``SupervisorActor``: owns the task graph and grants claims by message.
+
+Messages (``greenroom.messages``): ``Submit``, ``Claim``, ``Heartbeat``, ``Complete``,
+``Fail``, ``Release``, ``Cancel``, ``GetTask``, ``ListTasks``, ``Stats``,
+``StopGranting``. Ask them; a refused request raises a :class:`TaskGraphError` in the
+asker and changes nothing.
+
+Group commit: the actor applies each message to the graph in memory and keeps the
+reply; when its mailbox is empty (or ``max_batch`` replies wait), it writes every
+change of the batch as one journal line with one fsync, and only then answers the
+batch. A reply means durable. Messages that arrive during the write form the next
+batch. If the write fails, the batch's askers get the error and the actor fails, so
+its supervisor restarts it and the graph is reloaded from what is on disk.
+
+Messages sent before ``stop()`` are answered (the last batch is committed first);
+claims parked waiting for work get ``ActorStopped``; messages sent after are refused
+by the kernel. The OS lock on the data dir is held from ``on_start`` to ``on_stop``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .._files import OwnerLock, resolve_data_dir
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..messages import (
+    AgentTask,
+    Append,
+    Cancel,
+    Claim,
+    Complete,
+    Fail,
+    GetTask,
+    Granted,
+    GraphStats,
+    Heartbeat,
+    ListTasks,
+    NoWork,
+    Release,
+    Stats,
+    StopGranting,
+    Submit,
+)
+from ._errors import TaskGraphError
+from ._graph import TaskGraph
+from ._store import GraphStore, LoadReport
+
+logger = logging.getLogger("greenroom.supervisor")
+
+
+class _CheckLeases:
+    __slots__ = ()
+
+
+_CHECK_LEASES = _CheckLeases()
+
+
+class SupervisorActor(Actor):
+    """The only writer of ``<data dir>/tasks.graph.json`` (and its journal).
+
+    ``data_dir``: default ``$STREAMING_LLM_DATA_DIR`` or ``~/.local/share/greenroom``.
+    ``lease_seconds``: how long a claim lasts without a heartbeat. ``log``: a log actor
+    to tell the task lifecycle events to (after they are durable). ``recover_orphans``:
+    on start, end every attempt left IN_PROGRESS (agents talk to the supervisor in its
+    own process, and the lock proves the previous one is gone), instead of waiting
+    for their leases to run out. ``clock``: the wall clock leases are stamped with.
+    On a clean stop the journal is folded into ``tasks.graph.json``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        lease_seconds: float = 30.0,
+        lease_check_interval: float | None = None,
+        log: ActorRef | None = None,
+        max_batch: int = 4096,
+        compact_min_bytes: int = 1 << 20,
+        recover_orphans: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        for field, value in (("lease_seconds", lease_seconds), ("lease_check_interval", lease_check_interval)):
+            if value is None and field == "lease_check_interval":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1e9):
+                raise ValueError(f"SupervisorActor {field} must be a positive number of seconds, got {value!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"SupervisorActor max_batch must be an int >= 1, got {max_batch!r}")
+        self._data_dir_arg = data_dir
+        self.lease_seconds = float(lease_seconds)
+        self.lease_check_interval = float(
+            lease_check_interval if lease_check_interval is not None else min(max(lease_seconds / 4, 0.01), 5.0)
+        )
+        self.log = log
+        self.max_batch = max_batch
+        self.compact_min_bytes = compact_min_bytes
+        self.recover_orphans = recover_orphans
+        self.clock = clock
+        self.closing = False
+        self.load_report = LoadReport()
+        self._waiting: list[tuple[PendingReply, Any]] = []
+        self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
+        self._lock: OwnerLock | None = None
+        self._store: GraphStore | None = None
+        self.graph = TaskGraph()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+        self.data_dir: Path = data_dir
+        lock = OwnerLock(data_dir / "tasks.graph.lock", "the task graph")
+        await anyio.to_thread.run_sync(lock.acquire)
+        self._lock = lock
+        try:
+            store = GraphStore(data_dir, compact_min_bytes=self.compact_min_bytes)
+            tasks, self.load_report = await anyio.to_thread.run_sync(store.load)
+            self.graph = graph = TaskGraph(tasks, now=self.clock(), lease=self.lease_seconds)
+            if self.recover_orphans:
+                orphans = graph.expire_leases(self.clock(), orphaned=True)
+                if orphans:
+                    logger.warning(
+                        "supervisor: %d task(s) were IN_PROGRESS for a process that stopped; "
+                        "their attempts are over and they are queued again",
+                        len(orphans),
+                    )
+                    await anyio.to_thread.run_sync(store.append, graph.take_changes())
+                    graph.take_events()
+        except BaseException:
+            lock.release()
+            self._lock = None
+            raise
+        self._store = store
+        self.context.schedule_repeatedly(self.lease_check_interval, _CHECK_LEASES)
+
+    async def on_stop(self) -> None:
+        if self._waiting and self._store is not None:
+            try:
+                await self._commit()  # answer what was handled; normally empty by now
+            except Exception:
+                logger.exception("supervisor: the final commit failed")
+        stopped = ActorStopped(self.context.ref, "stopped while the claim was waiting for work")
+        for parked in self._parked.values():
+            for pending, _ in parked:
+                pending.fail(stopped)
+        self._parked.clear()
+        store = self._store
+        if store is not None:
+            self._store = None
+            try:
+                if store.journal_bytes:
+                    await anyio.to_thread.run_sync(store.compact, list(self.graph.tasks.values()))
+            except OSError:
+                logger.exception("supervisor: folding the journal into %s failed", store.graph_path)
+            finally:
+                store.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # -- messages ---------------------------------------------------------------------
+
+    async def receive(self, message: Any) -> Any:
+        context = self.context
+        pending = context.reply_later()
+        try:
+            value = self._handle(message, pending)
+        except TaskGraphError as error:
+            if pending is None:
+                logger.warning("supervisor: refused a told %s: %s", type(message).__name__, error)
+            else:
+                pending.fail(error)
+        else:
+            if pending is not None and value is not _PARKED:
+                self._waiting.append((pending, value))
+        if context.queued == 0 or len(self._waiting) >= self.max_batch:
+            await self._commit()
+
+    def _handle(self, message: Any, pending: PendingReply | None) -> Any:
+        graph = self.graph
+        now = self.clock()
+        if isinstance(message, Claim):
+            return self._claim(message, pending, now)
+        if isinstance(message, Heartbeat):
+            return graph.heartbeat(message.task_id, message.agent_id, now, self.lease_seconds)
+        if isinstance(message, Complete):
+            return graph.complete(message.task_id, message.agent_id, message.result, now)
+        if isinstance(message, Fail):
+            return graph.fail(message.task_id, message.agent_id, message.error, now)
+        if isinstance(message, Submit):
+            return graph.submit(message.tasks, now)
+        if isinstance(message, GetTask):
+            return graph.get(message.task_id)
+        if isinstance(message, ListTasks):
+            return [
+                task
+                for task in graph.tasks.values()
+                if (message.status is None or task.status is message.status)
+                and (message.type is None or task.type == message.type)
+            ]
+        if isinstance(message, Release):
+            return graph.release(message.task_id, message.agent_id, now)
+        if isinstance(message, Cancel):
+            return graph.cancel(message.task_id, message.reason, now)
+        if message is _CHECK_LEASES:
+            expired = graph.expire_leases(now)
+            for task in expired:
+                logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+            return None
+        if isinstance(message, Stats):
+            counts = graph.stats()
+            return GraphStats(by_status=counts, runnable=graph.runnable_count(), total=len(graph.tasks))
+        if isinstance(message, StopGranting):
+            self.closing = True
+            for parked in self._parked.values():
+                for waiting, _ in parked:
+                    self._waiting.append((waiting, NoWork(closing=True)))
+            self._parked.clear()
+            return None
+        raise TaskGraphError(f"the supervisor does not handle {type(message).__name__} messages")
+
+    def _claim(self, claim: Claim, pending: PendingReply | None, now: float) -> Any:
+        if self.closing:
+            return NoWork(closing=True)
+        task = self.graph.claim(claim.agent_id, claim.agent_type, now, self.lease_seconds)
+        if task is not None:
+            return Granted(task)
+        if not claim.wait or pending is None:
+            return NoWork()
+        parked = self._parked.setdefault(claim.agent_type, deque())
+        if len(parked) >= 64 and not parked[0][0].wanted:
+            self._parked[claim.agent_type] = parked = deque(p for p in parked if p[0].wanted)
+        parked.append((pending, claim))
+        return _PARKED
+
+    def _grant_parked(self) -> None:
+        graph = self.graph
+        types = graph.became_runnable
+        if not types:
+            return
+        if self._parked:
+            now = self.clock()
+            for agent_type in types:
+                parked = self._parked.get(agent_type)
+                while parked and graph.has_runnable(agent_type):
+                    pending, claim = parked.popleft()
+                    if not pending.wanted:
+                        continue
+                    task = graph.claim(claim.agent_id, agent_type, now, self.lease_seconds)
+                    self._waiting.append((pending, Granted(task)))
+                if parked is not None and not parked:
+                    del self._parked[agent_type]
+        types.clear()
+
+    async def _commit(self) -> None:
+        """Make the batch's changes durable (one write, one fsync), then answer it."""
+        self._grant_parked()
+        graph = self.graph
+        store = self._store
+        assert store is not None
+        changed = graph.take_changes()
+        waiting, self._waiting = self._waiting, []
+        if changed:
+            try:
+                await anyio.to_thread.run_sync(store.append, changed)
+                if store.wants_compaction:
+                    await anyio.to_thread.run_sync(store.compact, list(graph.tasks.values()))
+            except BaseException as error:
+                failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
+                for pending, _ in waiting:
+                    pending.fail(failure)
+                raise  # restart reloads the graph from disk: nothing unacknowledged survives
+        for pending, value in waiting:
+            pending.succeed(value)
+        events = graph.take_events()
+        if events and self.log is not None:
+            self._tell_events(events)
+
+    def _tell_events(self, events: list[tuple[str, AgentTask]]) -> None:
+        log = self.log
+        assert log is not None
+        for kind, task in events:
+            payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
+            if task.error is not None and task.status.value != "COMPLETED":
+                payload["reason"] = task.error.reason
+            try:
+                log.tell(Append(type=kind, task_id=task.id, agent_id=task.owner, payload=payload))
+            except (MailboxFull, ActorStopped):
+                logger.warning("supervisor: the log actor refused a %s event for %r", kind, task.id)
+
+
+_PARKED: Any = object()

@@ -1,0 +1,43 @@
+"""Refusals from the task graph. Each is a ``ValueError`` naming the task and the reason;
+a refused request changes nothing."""
+
+from __future__ import annotations
+
+
+class TaskGraphError(ValueError):
+    """A request the task graph refused; nothing was changed."""
+
+
+class UnknownTask(TaskGraphError):
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r}")
+
+
+class NotOwner(TaskGraphError):
+    def __init__(self, task_id: str, agent_id: str, owner: str | None) -> None:
+        self.task_id = task_id
+        self.agent_id = agent_id
+        self.owner = owner
+        super().__init__(f"agent {agent_id!r} does not own task {task_id!r} (owner: {owner!r})")
+
+
+class InvalidTransition(TaskGraphError):
+    def __init__(self, task_id: str, status: str, action: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        super().__init__(f"cannot {action} task {task_id!r}: it is {status}")
+
+
+class InvalidSubmission(TaskGraphError):
+    """A submitted batch was refused as a whole: duplicate id, unknown dependency, cycle."""
+
+    def __init__(self, task_id: str, field: str, value: object, problem: str) -> None:
+        self.task_id = task_id
+        self.field = field
+        self.value = value
+        super().__init__(f"task {task_id!r}: field {field!r} {problem} (got {value!r})")
+
+
+class GraphFileError(RuntimeError):
+    """The task graph on disk cannot be loaded; the files were left exactly as found."""

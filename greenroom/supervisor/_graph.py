@@ -1,0 +1,372 @@
+"""``TaskGraph``: the tasks in memory, their indexes, and every state transition.
+
+Pure and synchronous: no I/O, no clock of its own (``now`` is passed in). The
+supervisor actor is its only user; each method either applies a whole change and
+records the changed tasks (``take_changes``) and lifecycle events (``take_events``),
+or raises a :class:`TaskGraphError` and changes nothing.
+
+Indexes, so that a claim costs O(log n) whatever the graph's size: a heap of
+runnable tasks per agent type (priority, then submission order), the count of
+unfinished dependencies per pending task, the dependents of each task, and the
+leases in force.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+
+from msgspec.structs import replace
+
+from ..messages import (
+    TASK_CANCELLED,
+    TASK_CLAIMED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_RETRIED,
+    TASK_SUBMITTED,
+    AgentError,
+    AgentResult,
+    AgentTask,
+    TaskStatus,
+)
+from ._errors import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+
+PENDING = TaskStatus.PENDING
+IN_PROGRESS = TaskStatus.IN_PROGRESS
+COMPLETED = TaskStatus.COMPLETED
+FAILED = TaskStatus.FAILED
+CANCELLED = TaskStatus.CANCELLED
+DEPENDENCY_FAILED = TaskStatus.DEPENDENCY_FAILED
+
+
+class TaskGraph:
+    def __init__(self, tasks: Iterable[AgentTask] = (), *, now: float = 0.0, lease: float = 30.0) -> None:
+        self.tasks: dict[str, AgentTask] = {}
+        self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        self._unmet: dict[str, int] = {}
+        self._dependents: defaultdict[str, list[str]] = defaultdict(list)
+        self._leases: dict[str, float] = {}
+        self._changes: dict[str, AgentTask] = {}
+        self._events: list[tuple[str, AgentTask]] = []
+        self.became_runnable: set[str] = set()
+        self.next_order = 1
+        for task in tasks:
+            self.tasks[task.id] = task
+            self.next_order = max(self.next_order, task.order + 1)
+        for task in self.tasks.values():
+            for dep in task.depends_on:
+                self._dependents[dep].append(task.id)
+        for task in sorted(self.tasks.values(), key=lambda t: t.order):
+            if task.status is PENDING:
+                self._index_pending(task, now)
+            elif task.status is IN_PROGRESS:
+                expires = task.lease_expires_at if task.lease_expires_at is not None else now + lease
+                self._leases[task.id] = expires
+        self._changes.clear()
+        self._events.clear()
+        self.became_runnable.clear()
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, task_id: str) -> AgentTask:
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise UnknownTask(task_id)
+        return task
+
+    def has_runnable(self, agent_type: str) -> bool:
+        heap = self._ready.get(agent_type)
+        while heap:
+            task = self.tasks[heap[0][2]]
+            if task.status is PENDING:
+                return True
+            heapq.heappop(heap)  # stale: cancelled since it was queued
+        return False
+
+    def runnable_count(self) -> int:
+        return sum(1 for heap in self._ready.values() for entry in heap if self.tasks[entry[2]].status is PENDING)
+
+    def take_changes(self) -> list[AgentTask]:
+        changes = list(self._changes.values())
+        self._changes.clear()
+        return changes
+
+    def take_events(self) -> list[tuple[str, AgentTask]]:
+        events, self._events = self._events, []
+        return events
+
+    # -- transitions ------------------------------------------------------------------
+
+    def _put(self, task: AgentTask, event: str | None) -> AgentTask:
+        self.tasks[task.id] = task
+        self._changes[task.id] = task
+        if event is not None:
+            self._events.append((event, task))
+        return task
+
+    def _index_pending(self, task: AgentTask, now: float) -> None:
+        unmet = 0
+        for dep in task.depends_on:
+            status = self.tasks[dep].status
+            if status is COMPLETED:
+                continue
+            if status.final:
+                self._put(
+                    replace(
+                        task,
+                        status=DEPENDENCY_FAILED,
+                        updated_at=now,
+                        error=AgentError(reason=f"dependency {dep!r} is {status.value}"),
+                    ),
+                    TASK_FAILED,
+                )
+                self._cascade(task.id, now)
+                return
+            unmet += 1
+        if unmet:
+            self._unmet[task.id] = unmet
+        else:
+            self._make_runnable(task)
+
+    def _make_runnable(self, task: AgentTask) -> None:
+        self._unmet.pop(task.id, None)
+        heapq.heappush(self._ready[task.type], (-task.priority, task.order, task.id))
+        self.became_runnable.add(task.type)
+
+    def submit(self, tasks: list[AgentTask], now: float) -> list[AgentTask]:
+        """Add ``tasks`` as PENDING, all or none. Dependencies may point at existing
+        tasks or at others in the same batch; duplicate ids, unknown dependencies and
+        cycles are refused."""
+        batch: dict[str, AgentTask] = {}
+        for task in tasks:
+            if task.id in self.tasks or task.id in batch:
+                raise InvalidSubmission(task.id, "id", task.id, "is already taken")
+            for field, value, expected in (
+                ("status", task.status, PENDING),
+                ("owner", task.owner, None),
+                ("attempt", task.attempt, 0),
+                ("result", task.result, None),
+            ):
+                if value != expected:
+                    raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
+            batch[task.id] = task
+        for task in tasks:
+            if len(set(task.depends_on)) != len(task.depends_on):
+                raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
+            for dep in task.depends_on:
+                if dep == task.id:
+                    raise InvalidSubmission(task.id, "depends_on", dep, "names the task itself")
+                if dep not in self.tasks and dep not in batch:
+                    raise InvalidSubmission(task.id, "depends_on", dep, "is not a known task")
+        _check_acyclic(batch)
+        # Stamp and index in dependency order, so a dependency inside the batch is indexed first.
+        base = self.next_order
+        position = {task.id: i for i, task in enumerate(tasks)}
+        self.next_order += len(tasks)
+        for task in _topological(batch):
+            task = replace(task, created_at=now, updated_at=now, order=base + position[task.id])
+            self._put(task, TASK_SUBMITTED)
+            for dep in task.depends_on:
+                self._dependents[dep].append(task.id)
+            self._index_pending(task, now)
+        return [self.tasks[task.id] for task in tasks]
+
+    def claim(self, agent_id: str, agent_type: str, now: float, lease: float) -> AgentTask | None:
+        """Grant the best runnable task of ``agent_type`` to ``agent_id``, or ``None``."""
+        heap = self._ready.get(agent_type)
+        while heap:
+            _, _, task_id = heapq.heappop(heap)
+            task = self.tasks[task_id]
+            if task.status is not PENDING:
+                continue
+            self._leases[task_id] = now + lease
+            return self._put(
+                replace(
+                    task,
+                    status=IN_PROGRESS,
+                    owner=agent_id,
+                    attempt=task.attempt + 1,
+                    lease_expires_at=now + lease,
+                    last_heartbeat_at=now,
+                    updated_at=now,
+                ),
+                TASK_CLAIMED,
+            )
+        return None
+
+    def _owned(self, task_id: str, agent_id: str, action: str) -> AgentTask:
+        task = self.get(task_id)
+        if task.status is not IN_PROGRESS:
+            raise InvalidTransition(task_id, task.status.value, action)
+        if task.owner != agent_id:
+            raise NotOwner(task_id, agent_id, task.owner)
+        return task
+
+    def heartbeat(self, task_id: str, agent_id: str, now: float, lease: float) -> AgentTask:
+        task = self._owned(task_id, agent_id, "heartbeat")
+        self._leases[task_id] = now + lease
+        return self._put(replace(task, lease_expires_at=now + lease, last_heartbeat_at=now), None)
+
+    def complete(self, task_id: str, agent_id: str, result: AgentResult, now: float) -> AgentTask:
+        if result.task_id != task_id:
+            raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
+        task = self._owned(task_id, agent_id, "complete")
+        del self._leases[task_id]
+        task = self._put(
+            replace(task, status=COMPLETED, result=result, lease_expires_at=None, updated_at=now),
+            TASK_COMPLETED,
+        )
+        for dependent_id in self._dependents.get(task_id, ()):
+            left = self._unmet.get(dependent_id)
+            if left is None:
+                continue
+            if left == 1:
+                dependent = self.tasks[dependent_id]
+                if dependent.status is PENDING:
+                    self._make_runnable(dependent)
+                else:
+                    del self._unmet[dependent_id]
+            else:
+                self._unmet[dependent_id] = left - 1
+        return task
+
+    def fail(self, task_id: str, agent_id: str, error: AgentError, now: float) -> AgentTask:
+        task = self._owned(task_id, agent_id, "fail")
+        return self._end_attempt(task, error, now)
+
+    def _end_attempt(self, task: AgentTask, error: AgentError, now: float) -> AgentTask:
+        self._leases.pop(task.id, None)
+        if error.retryable and task.attempt < task.max_attempts:
+            task = self._put(
+                replace(task, status=PENDING, owner=None, lease_expires_at=None, error=error, updated_at=now),
+                TASK_RETRIED,
+            )
+            self._make_runnable(task)
+            return task
+        task = self._put(
+            replace(task, status=FAILED, lease_expires_at=None, error=error, updated_at=now), TASK_FAILED
+        )
+        self._cascade(task.id, now)
+        return task
+
+    def release(self, task_id: str, agent_id: str, now: float) -> AgentTask:
+        """The owner hands the task back unfinished: PENDING again, the attempt refunded."""
+        task = self._owned(task_id, agent_id, "release")
+        self._leases.pop(task_id, None)
+        task = self._put(
+            replace(
+                task,
+                status=PENDING,
+                owner=None,
+                attempt=task.attempt - 1,
+                lease_expires_at=None,
+                updated_at=now,
+            ),
+            TASK_RETRIED,
+        )
+        self._make_runnable(task)
+        return task
+
+    def cancel(self, task_id: str, reason: str, now: float) -> AgentTask:
+        task = self.get(task_id)
+        if task.status.final:
+            raise InvalidTransition(task_id, task.status.value, "cancel")
+        self._leases.pop(task_id, None)
+        self._unmet.pop(task_id, None)
+        task = self._put(
+            replace(
+                task,
+                status=CANCELLED,
+                lease_expires_at=None,
+                error=AgentError(reason=reason),
+                updated_at=now,
+            ),
+            TASK_CANCELLED,
+        )
+        self._cascade(task_id, now)
+        return task
+
+    def _cascade(self, task_id: str, now: float) -> None:
+        """Mark every not-yet-final task downstream of ``task_id`` DEPENDENCY_FAILED."""
+        stack = [task_id]
+        while stack:
+            upstream = stack.pop()
+            for dependent_id in self._dependents.get(upstream, ()):
+                dependent = self.tasks[dependent_id]
+                if dependent.status.final:
+                    continue
+                self._unmet.pop(dependent_id, None)
+                self._leases.pop(dependent_id, None)
+                self._put(
+                    replace(
+                        dependent,
+                        status=DEPENDENCY_FAILED,
+                        lease_expires_at=None,
+                        error=AgentError(reason=f"dependency {upstream!r} is {self.tasks[upstream].status.value}"),
+                        updated_at=now,
+                    ),
+                    TASK_FAILED,
+                )
+                stack.append(dependent_id)
+
+    def expire_leases(self, now: float, *, orphaned: bool = False) -> list[AgentTask]:
+        """End every attempt whose lease ran out (with ``orphaned``, every attempt in
+        progress: its owner's process is gone): PENDING again while attempts remain."""
+        expired = [task_id for task_id, expires in self._leases.items() if orphaned or expires <= now]
+        ended = []
+        why = "its owner's process stopped" if orphaned else "lease expired"
+        for task_id in expired:
+            task = self.tasks[task_id]
+            error = AgentError(reason=f"{why} (owner {task.owner!r}, attempt {task.attempt})", retryable=True)
+            ended.append(self._end_attempt(task, error, now))
+        return ended
+
+    def stats(self) -> dict[str, int]:
+        counts = dict.fromkeys((status.value for status in TaskStatus), 0)
+        for task in self.tasks.values():
+            counts[task.status.value] += 1
+        return counts
+
+
+def _check_acyclic(batch: dict[str, AgentTask]) -> None:
+    # Existing tasks cannot depend on new ones, so a cycle lies within the batch.
+    state: dict[str, int] = {}
+    for root in batch:
+        if root in state:
+            continue
+        stack = [(root, iter(batch[root].depends_on))]
+        state[root] = 1
+        while stack:
+            node, deps = stack[-1]
+            for dep in deps:
+                if dep not in batch:
+                    continue
+                if state.get(dep) == 1:
+                    raise InvalidSubmission(node, "depends_on", dep, "closes a dependency cycle")
+                if dep not in state:
+                    state[dep] = 1
+                    stack.append((dep, iter(batch[dep].depends_on)))
+                    break
+            else:
+                state[node] = 2
+                stack.pop()
+
+
+def _topological(batch: dict[str, AgentTask]) -> list[AgentTask]:
+    done: set[str] = set()
+    ordered: list[AgentTask] = []
+    for root in batch:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in done:
+                continue
+            if expanded:
+                done.add(node)
+                ordered.append(batch[node])
+                continue
+            stack.append((node, True))
+            stack.extend((dep, False) for dep in batch[node].depends_on if dep in batch and dep not in done)
+    return ordered

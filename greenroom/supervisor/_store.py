@@ -1,0 +1,174 @@
+"""``GraphStore``: the task graph on disk, a snapshot plus an fsynced journal.
+
+``tasks.graph.json`` is a snapshot ``{"format", "seq", "tasks"}``; ``tasks.graph.journal``
+holds one JSON line per committed batch, ``{"seq", "tasks": [changed tasks]}``. The
+graph is the snapshot with every journal batch of a higher ``seq`` laid over it, task
+by task. A batch is durable once its line is fsynced, so a reply sent after
+:meth:`append` never loses its change. When the journal outgrows the snapshot, the
+snapshot is rewritten (temp file, fsync, rename, fsync of the dir) and the journal
+emptied; a crash between the two leaves batches the new snapshot already holds,
+which the ``seq`` skips. A torn last journal line (a crash mid-write) is cut off on
+load and reported; anything else unreadable stops the load with the files untouched.
+
+All methods block: the supervisor actor calls them through ``anyio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import msgspec
+
+from .._files import (
+    append_durably,
+    open_for_append,
+    read_lines,
+    replace_durably,
+    truncate_durably,
+)
+from ..messages import AgentTask, RecordError, decode_json
+from ._errors import GraphFileError
+
+logger = logging.getLogger("greenroom.supervisor")
+
+FORMAT = "greenroom.tasks/1"
+GRAPH_FILE = "tasks.graph.json"
+JOURNAL_FILE = "tasks.graph.journal"
+
+
+class GraphFile(msgspec.Struct, forbid_unknown_fields=True):
+    format: str
+    seq: int
+    tasks: list[AgentTask]
+
+
+class JournalBatch(msgspec.Struct, forbid_unknown_fields=True):
+    seq: int
+    tasks: list[AgentTask]
+
+
+class LoadReport(msgspec.Struct):
+    snapshot_tasks: int = 0
+    journal_batches: int = 0
+    torn_bytes: int = 0
+    """Bytes cut off the end of the journal: the remains of a write a crash interrupted."""
+
+
+_encoder = msgspec.json.Encoder()
+
+
+class GraphStore:
+    def __init__(self, data_dir: Path, *, compact_min_bytes: int = 1 << 20) -> None:
+        self.data_dir = data_dir
+        self.graph_path = data_dir / GRAPH_FILE
+        self.journal_path = data_dir / JOURNAL_FILE
+        self.compact_min_bytes = compact_min_bytes
+        self.seq = 0
+        self.snapshot_bytes = 0
+        self.journal_bytes = 0
+        self._fd: int | None = None
+
+    # -- loading ----------------------------------------------------------------------
+
+    def load(self) -> tuple[list[AgentTask], LoadReport]:
+        """Read snapshot and journal. Raises :class:`GraphFileError` naming the file and
+        the problem; then nothing on disk has been changed."""
+        report = LoadReport()
+        tasks: dict[str, AgentTask] = {}
+        seq = 0
+        try:
+            data = self.graph_path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        except OSError as error:
+            raise GraphFileError(f"cannot read {self.graph_path}: {error.strerror or error}") from None
+        if data is not None:
+            try:
+                snapshot = decode_json(data, GraphFile, "task graph")
+            except RecordError as error:
+                raise GraphFileError(f"{self.graph_path} is not a valid task graph: {error}") from None
+            if snapshot.format != FORMAT:
+                raise GraphFileError(
+                    f"{self.graph_path}: unsupported format {snapshot.format!r} (expected {FORMAT!r})"
+                )
+            seq = snapshot.seq
+            for task in snapshot.tasks:
+                if task.id in tasks:
+                    raise GraphFileError(f"{self.graph_path}: task id {task.id!r} appears twice")
+                tasks[task.id] = task
+            report.snapshot_tasks = len(tasks)
+            self.snapshot_bytes = len(data)
+        try:
+            lines, good_end, tail = read_lines(self.journal_path)
+        except OSError as error:
+            raise GraphFileError(f"cannot read {self.journal_path}: {error.strerror or error}") from None
+        torn = len(tail)
+        for number, line in enumerate(lines, 1):
+            try:
+                batch = decode_json(line, JournalBatch, "journal batch")
+            except RecordError as error:
+                if number == len(lines):  # a crash can leave a complete-looking but garbled last line
+                    torn += len(line) + 1
+                    good_end -= len(line) + 1
+                    break
+                raise GraphFileError(f"{self.journal_path}, line {number}: {error}") from None
+            if batch.seq <= seq:
+                continue  # already in the snapshot (a crash between compaction's two steps)
+            if batch.seq != seq + 1:
+                raise GraphFileError(
+                    f"{self.journal_path}, line {number}: batch {batch.seq} follows batch {seq}; "
+                    f"batches are missing (is {self.graph_path.name} missing or older than the journal?)"
+                )
+            seq = batch.seq
+            report.journal_batches += 1
+            for task in batch.tasks:
+                tasks[task.id] = task
+        if torn:
+            logger.warning(
+                "%s: cut %d bytes of a torn last batch (a write interrupted by a crash; it was never "
+                "acknowledged)",
+                self.journal_path,
+                torn,
+            )
+            truncate_durably(self.journal_path, good_end)
+        report.torn_bytes = torn
+        self.seq = seq
+        self.journal_bytes = good_end
+        leftover = self.graph_path.with_name(self.graph_path.name + ".tmp")
+        if leftover.exists():
+            leftover.unlink()  # an interrupted compaction's temp file, never renamed into place
+        return list(tasks.values()), report
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, changed: list[AgentTask]) -> None:
+        """Write one batch of changed tasks durably (one fsync)."""
+        if self._fd is None:
+            self._fd = open_for_append(self.journal_path)
+        line = _encoder.encode(JournalBatch(self.seq + 1, changed)) + b"\n"
+        append_durably(self._fd, line)
+        self.seq += 1
+        self.journal_bytes += len(line)
+
+    @property
+    def wants_compaction(self) -> bool:
+        return self.journal_bytes > max(self.compact_min_bytes, self.snapshot_bytes)
+
+    def compact(self, tasks: list[AgentTask]) -> None:
+        """Replace the snapshot with ``tasks`` (the whole graph as of ``seq``) and empty
+        the journal. Costs O(graph) but runs once per journal the size of the snapshot,
+        so O(1) per change on average."""
+        data = _encoder.encode(GraphFile(FORMAT, self.seq, tasks))
+        replace_durably(self.graph_path, data)
+        self.snapshot_bytes = len(data)
+        self.close()
+        if self.journal_path.exists():
+            truncate_durably(self.journal_path, 0)
+        self.journal_bytes = 0
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)

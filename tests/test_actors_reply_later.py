@@ -1,0 +1,100 @@
+"""``context.reply_later()`` and ``context.queued``: answering asks after the batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from greenroom import Actor, ActorSystem, AskTimeout, PendingReply
+
+pytestmark = pytest.mark.anyio
+
+
+class Batcher(Actor):
+    """Holds every asked reply until its mailbox is empty, then answers them all."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[PendingReply, Any]] = []
+        self.batches: list[int] = []
+
+    async def receive(self, message: Any) -> Any:
+        if message == "batches":
+            return self.batches
+        pending = self.context.reply_later()
+        assert pending is not None
+        self.waiting.append((pending, message))
+        if self.context.queued == 0:
+            self.batches.append(len(self.waiting))
+            for reply, value in self.waiting:
+                reply.succeed(value * 2)
+            self.waiting.clear()
+        return "ignored: the reply was taken"
+
+
+async def test_deferred_replies_are_answered_when_the_batch_is_done() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Batcher)
+        results: dict[int, Any] = {}
+
+        async def ask(i: int) -> None:
+            results[i] = await ref.ask(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(ask, i)
+        assert results == {i: i * 2 for i in range(50)}
+        batches = await ref.ask("batches")
+        assert sum(batches) == 50
+        assert max(batches) > 1  # the asks queued up and were answered as one batch
+
+
+class Keeper(Actor):
+    def __init__(self) -> None:
+        self.kept: list[PendingReply | None] = []
+
+    async def receive(self, message: Any) -> Any:
+        if message == "fill":
+            pending = self.kept.pop()
+            assert pending is not None
+            wanted = pending.wanted
+            pending.succeed("late")
+            return wanted
+        if message == "boom":
+            self.context.reply_later()
+            raise ValueError("failed after taking the reply")
+        self.kept.append(self.context.reply_later())
+        return None
+
+
+async def test_told_message_has_no_reply_to_take() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Keeper)
+        ref.tell("told")
+        with pytest.raises(AssertionError):  # what was kept for the told message is None
+            await ref.ask("fill")
+
+
+async def test_asker_that_timed_out_is_not_wanted() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Keeper)
+        with pytest.raises(AskTimeout):
+            await ref.ask("hold", timeout=0.05)
+        assert await ref.ask("fill") is False
+
+
+async def test_raising_after_taking_the_reply_fails_the_asker() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Keeper)
+        with pytest.raises(ValueError, match="failed after taking the reply"):
+            await ref.ask("boom")
+
+
+async def test_reply_later_outside_receive_is_refused() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(Keeper)
+        actor = ref._cell.actor
+        assert actor is not None
+        with pytest.raises(RuntimeError, match="only valid inside"):
+            actor.context.reply_later()

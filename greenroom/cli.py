@@ -1,7 +1,13 @@
 """The ``greenroom`` command.
 
 greenroom --version
-greenroom bench actors [--backend asyncio|trio|both] [--runs N] [--workload NAME ...] [--json]
+greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [--backend B]
+greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
+greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
+greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
+greenroom bench actors|graph|log ...
+
+The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
 """
 
 from __future__ import annotations
@@ -10,21 +16,41 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import anyio
 
 from . import __version__
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+
+
+def _seconds(text: str) -> float:
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not (0 < value < 1e6):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .bench import SUITES
     from .bench.actors import WORKLOADS
 
     parser = argparse.ArgumentParser(
@@ -32,6 +58,57 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"greenroom {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def data_dir(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--data-dir", help="default: $STREAMING_LLM_DATA_DIR or ~/.local/share/greenroom")
+
+    run = commands.add_parser("run", help="run the daemon: supervisor, event log and agents")
+    data_dir(run)
+    run.add_argument("--config", help="TOML file naming the agent pools (default: the example agents)")
+    run.add_argument("--until-idle", action="store_true", help="exit once no runnable task is left")
+    run.add_argument(
+        "--seed-example", nargs="?", type=_positive_int, const=40, metavar="TOPICS",
+        help="first submit the example graph (TOPICS chains, default 40)",
+    )  # fmt: skip
+    run.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    run.add_argument(
+        "--progress", type=_seconds, default=1.0, metavar="SECONDS", help="progress line interval"
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    tasks = commands.add_parser("tasks", help="add, list and show tasks (not while a daemon runs)")
+    task_commands = tasks.add_subparsers(dest="action", metavar="ACTION")
+    add = task_commands.add_parser("add", help="submit tasks (all or none)")
+    data_dir(add)
+    add.add_argument("--file", help="a JSON list of tasks")
+    add.add_argument("--type", dest="task_type", help="agent type of a single task")
+    add.add_argument("--id", dest="task_id")
+    add.add_argument("--priority", type=int, default=0)
+    add.add_argument("--input", dest="input_json", metavar="JSON")
+    add.add_argument("--depends-on", action="append", default=[], metavar="ID")
+    add.add_argument("--max-attempts", type=_positive_int, default=3)
+    add.add_argument("--json", action="store_true")
+    listing = task_commands.add_parser("list", help="tasks in submission order")
+    data_dir(listing)
+    listing.add_argument("--status")
+    listing.add_argument("--type", dest="task_type")
+    listing.add_argument("--json", action="store_true")
+    show = task_commands.add_parser("show", help="one task, whole")
+    data_dir(show)
+    show.add_argument("task_id", metavar="ID")
+    show.add_argument("--json", action="store_true")
+
+    events = commands.add_parser("events", help="read the event log")
+    event_commands = events.add_subparsers(dest="action", metavar="ACTION")
+    tail = event_commands.add_parser(
+        "tail", help="print events; --follow for new ones (works beside a daemon)"
+    )
+    data_dir(tail)
+    tail.add_argument("--follow", "-f", action="store_true")
+    tail.add_argument("--after", type=_int_at_least(0), default=0, metavar="SEQ")
+    tail.add_argument("--last", "-n", type=_int_at_least(0), metavar="N")
+    tail.add_argument("--json", action="store_true")
+
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
     actors = suites.add_parser("actors", help="Savina-style actor workloads vs plain queues")
@@ -41,25 +118,104 @@ def _parser() -> argparse.ArgumentParser:
         "--workload", action="append", choices=WORKLOADS, dest="workloads", help="only these (repeatable)"
     )
     actors.add_argument("--json", action="store_true", help="print the figures as JSON")
+    for name, module in SUITES.items():
+        suite = suites.add_parser(name, help=module.HELP)
+        module.add_arguments(suite, _positive_int)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command != "bench" or getattr(args, "suite", None) != "actors":
-        parser.print_help(sys.stderr)
-        return 2
-    from .bench import actors
+    from .daemon._commands import CommandError
 
-    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
-    workloads = tuple(args.workloads) if args.workloads else actors.WORKLOADS
-    results = {}
-    for backend in backends:
-        results[backend] = actors.run(backend, args.runs, workloads)
-        if not args.json:
-            print(actors.format_table(backend, results[backend]), flush=True)
-            print(flush=True)
-    if args.json:
-        print(json.dumps(results[backends[0]] if len(backends) == 1 else results, indent=2))
-    return 0
+    try:
+        return _dispatch(parser, args)
+    except CommandError as error:
+        print(f"greenroom: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .daemon import _commands as commands
+
+    if args.command == "run":
+        return anyio.run(
+            lambda: commands.run_daemon(
+                data_dir=args.data_dir,
+                config_path=args.config,
+                until_idle=args.until_idle,
+                seed_example=args.seed_example,
+                progress_interval=None if args.quiet else args.progress,
+            ),
+            backend=args.backend,
+        )
+    if args.command == "tasks" and args.action == "add":
+        if args.file is not None and args.task_type is not None:
+            raise commands.CommandError("give either --file or --type, not both")
+        if args.file is not None:
+            new = commands.parse_task_file(args.file)
+        elif args.task_type is not None:
+            new = [
+                commands.parse_task_flags(
+                    task_type=args.task_type,
+                    task_id=args.task_id,
+                    priority=args.priority,
+                    input_json=args.input_json,
+                    depends_on=args.depends_on,
+                    max_attempts=args.max_attempts,
+                )
+            ]
+        else:
+            raise commands.CommandError("tasks add needs --file or --type")
+        stored = anyio.run(commands.add_tasks, args.data_dir, new)
+        print(commands.to_json(stored) if args.json else "\n".join(f"added {task.id}" for task in stored))
+        return 0
+    if args.command == "tasks" and args.action in ("list", "show"):
+        found = commands.read_tasks(args.data_dir)
+        if args.action == "show":
+            match = [task for task in found if task.id == args.task_id]
+            if not match:
+                raise commands.CommandError(f"no task with id {args.task_id!r}")
+            print(commands.to_json(match[0]))
+            return 0
+        if args.status is not None:
+            status = commands.decode_status(args.status)
+            found = [task for task in found if task.status is status]
+        if args.task_type is not None:
+            found = [task for task in found if task.type == args.task_type]
+        print(
+            commands.to_json(sorted(found, key=lambda t: t.order))
+            if args.json
+            else commands.task_table(found)
+        )
+        return 0
+    if args.command == "events" and args.action == "tail":
+        return anyio.run(
+            lambda: commands.tail(
+                args.data_dir, after=args.after, last=args.last, follow=args.follow, as_json=args.json
+            )
+        )
+    if args.command == "bench" and args.suite == "actors":
+        from .bench import actors
+
+        backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
+        workloads = tuple(args.workloads) if args.workloads else actors.WORKLOADS
+        results = {}
+        for backend in backends:
+            results[backend] = actors.run(backend, args.runs, workloads)
+            if not args.json:
+                print(actors.format_table(backend, results[backend]), flush=True)
+                print(flush=True)
+        if args.json:
+            print(json.dumps(results[backends[0]] if len(backends) == 1 else results, indent=2))
+        return 0
+    if args.command == "bench" and args.suite is not None:
+        from .bench import SUITES
+
+        code: int = SUITES[args.suite].main(args)
+        return code
+    parser.print_help(sys.stderr)
+    return 2

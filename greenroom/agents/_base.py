@@ -81,7 +81,9 @@ class BaseAgent:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def execute_once(self, runtime: AgentRuntime, *, wait: bool = False) -> AgentResult | AgentError | None:
+    async def execute_once(
+        self, runtime: AgentRuntime, *, wait: bool = False
+    ) -> AgentResult | AgentError | None:
         """Claim and run one task. Returns its ``AgentResult``, the ``AgentError`` it
         failed with, or ``None`` when there was no work (or the task was handed back
         or taken away)."""
@@ -145,4 +147,3 @@ class BaseAgent:
                 lost.append(error)
                 scope.cancel()
                 return
-

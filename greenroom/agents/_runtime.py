@@ -19,6 +19,7 @@ from ..messages import (
     Complete,
     Event,
     Fail,
+    GetTask,
     Granted,
     Heartbeat,
     NoWork,
@@ -53,7 +54,9 @@ class AgentRuntime:
     ) -> None:
         for field, value in (("agent_id", agent_id), ("agent_type", agent_type)):
             if not isinstance(value, str) or not value or len(value) > 200 or value != value.strip():
-                raise ValueError(f"AgentRuntime {field} must be a non-empty string without padding, got {value!r}")
+                raise ValueError(
+                    f"AgentRuntime {field} must be a non-empty string without padding, got {value!r}"
+                )
         if heartbeat_interval is not None and (
             isinstance(heartbeat_interval, bool)
             or not isinstance(heartbeat_interval, (int, float))
@@ -119,7 +122,9 @@ class AgentRuntime:
     async def heartbeat(self, task_id: str) -> AgentTask:
         """Renew the lease on ``task_id``; raises ``NotOwner`` / ``InvalidTransition`` if
         the task was taken away (lease expired, cancelled)."""
-        task: AgentTask = await self.supervisor.ask(Heartbeat(task_id, self.agent_id), timeout=self.request_timeout)
+        task: AgentTask = await self.supervisor.ask(
+            Heartbeat(task_id, self.agent_id), timeout=self.request_timeout
+        )
         self.last_heartbeat_at = task.last_heartbeat_at
         return task
 
@@ -161,9 +166,15 @@ class AgentRuntime:
         append = self._result_event(
             task_id, {"outcome": "failed", "reason": error.reason, "retryable": error.retryable}
         )
-        task: AgentTask = await self.supervisor.ask(Fail(task_id, self.agent_id, error), timeout=self.request_timeout)
+        task: AgentTask = await self.supervisor.ask(
+            Fail(task_id, self.agent_id, error), timeout=self.request_timeout
+        )
         await self.log.ask(append, timeout=self.request_timeout)
         return task
+
+    async def get_task(self, task_id: str) -> AgentTask:
+        """The task as stored now (for example a dependency, to read its result)."""
+        return await self.supervisor.ask(GetTask(task_id), timeout=self.request_timeout)  # type: ignore[no-any-return]
 
     async def release_task(self, task_id: str) -> AgentTask:
         """Hand an unfinished task back (PENDING, the attempt not counted)."""

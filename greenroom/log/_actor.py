@@ -114,7 +114,7 @@ class LogActor(Actor):
             self.seq, self.torn_bytes = await anyio.to_thread.run_sync(recover_tail, self.path)
             if self.torn_bytes:
                 logger.warning(
-                    "%s: cut %d bytes of a torn last line (an append a crash interrupted; never acknowledged)",
+                    "%s: cut %d bytes of a torn last line (an append cut short by a crash, never acknowledged)",
                     self.path,
                     self.torn_bytes,
                 )
@@ -142,27 +142,22 @@ class LogActor(Actor):
         if isinstance(message, Append):
             pending = context.reply_later()
             try:
-                visibility = apply_policy(message, self._narrator)
-                self.seq += 1
                 event = Event(
-                    seq=self.seq,
+                    seq=self.seq + 1,
                     ts=self.clock(),
                     type=message.type,
-                    visibility=visibility,
+                    visibility=apply_policy(message, self._narrator),
                     task_id=message.task_id,
                     agent_id=message.agent_id,
                     payload=message.payload,
                 )
                 line = _encoder.encode(event) + b"\n"
-            except (PolicyError, TypeError, msgspec.EncodeError) as error:
-                if not isinstance(error, PolicyError):
-                    self.seq -= 1
-                    error = ValueError(f"event payload cannot be stored as JSON: {error}")
-                if pending is None:
-                    logger.warning("log: refused a told %s event: %s", message.type, error)
-                else:
-                    pending.fail(error)
+            except PolicyError as error:
+                self._refuse(pending, message, error)
+            except (TypeError, msgspec.EncodeError) as error:
+                self._refuse(pending, message, ValueError(f"event payload cannot be stored as JSON: {error}"))
             else:
+                self.seq += 1
                 self._buffer.append(line)
                 self._waiting.append((pending, event))
         elif isinstance(message, Subscribe):
@@ -173,6 +168,13 @@ class LogActor(Actor):
             raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
         if self._waiting and (context.queued == 0 or len(self._waiting) >= self.max_batch):
             await self._flush()
+
+    @staticmethod
+    def _refuse(pending: PendingReply | None, message: Append, error: ValueError) -> None:
+        if pending is None:
+            logger.warning("log: refused a told %s event: %s", message.type, error)
+        else:
+            pending.fail(error)
 
     async def _flush(self) -> None:
         data = b"".join(self._buffer)

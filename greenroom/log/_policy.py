@@ -50,9 +50,12 @@ def surfacing_flag(payload: Any, path: str = "payload") -> str | None:
     if isinstance(payload, dict):
         for key, value in payload.items():
             where = f"{path}.{key}"
-            if isinstance(key, str) and value:
-                if _SURFACING_KEY.search(key) or (key == "visibility" and value == "user"):
-                    return where
+            if (
+                isinstance(key, str)
+                and value
+                and (_SURFACING_KEY.search(key) or (key == "visibility" and value == "user"))
+            ):
+                return where
             found = surfacing_flag(value, where)
             if found is not None:
                 return found

@@ -101,7 +101,8 @@ class NoWork(msgspec.Struct, frozen=True):
 
 class GraphStats(msgspec.Struct, frozen=True):
     by_status: dict[str, int]
-    runnable: int
+    runnable_types: list[str]
+    """Agent types with a task ready to claim now."""
     total: int
 
 

@@ -11,7 +11,7 @@ TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^
 AgentType = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
-class TaskStatus(str, enum.Enum):
+class TaskStatus(enum.StrEnum):
     """Where a task is in its life. Final: COMPLETED, FAILED, CANCELLED, DEPENDENCY_FAILED."""
 
     PENDING = "PENDING"

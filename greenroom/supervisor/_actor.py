@@ -87,18 +87,23 @@ class SupervisorActor(Actor):
         recover_orphans: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        for field, value in (("lease_seconds", lease_seconds), ("lease_check_interval", lease_check_interval)):
+        for field, value in (
+            ("lease_seconds", lease_seconds),
+            ("lease_check_interval", lease_check_interval),
+        ):
             if value is None and field == "lease_check_interval":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1e9):
-                raise ValueError(f"SupervisorActor {field} must be a positive number of seconds, got {value!r}")
+                raise ValueError(
+                    f"SupervisorActor {field} must be a positive number of seconds, got {value!r}"
+                )
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"SupervisorActor max_batch must be an int >= 1, got {max_batch!r}")
         self._data_dir_arg = data_dir
         self.lease_seconds = float(lease_seconds)
-        self.lease_check_interval = float(
-            lease_check_interval if lease_check_interval is not None else min(max(lease_seconds / 4, 0.01), 5.0)
-        )
+        if lease_check_interval is None:
+            lease_check_interval = min(max(lease_seconds / 4, 0.01), 5.0)
+        self.lease_check_interval = float(lease_check_interval)
         self.log = log
         self.max_batch = max_batch
         self.compact_min_bytes = compact_min_bytes
@@ -109,6 +114,7 @@ class SupervisorActor(Actor):
         self._waiting: list[tuple[PendingReply, Any]] = []
         self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
         self._lock: OwnerLock | None = None
+        self._broken = False
         self._store: GraphStore | None = None
         self.graph = TaskGraph()
 
@@ -142,7 +148,11 @@ class SupervisorActor(Actor):
         self.context.schedule_repeatedly(self.lease_check_interval, _CHECK_LEASES)
 
     async def on_stop(self) -> None:
-        if self._waiting and self._store is not None:
+        if self._broken:  # a write failed: memory is ahead of disk, keep only what is on disk
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+        elif self._waiting and self._store is not None:
             try:
                 await self._commit()  # answer what was handled; normally empty by now
             except Exception:
@@ -216,8 +226,9 @@ class SupervisorActor(Actor):
                 logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
             return None
         if isinstance(message, Stats):
-            counts = graph.stats()
-            return GraphStats(by_status=counts, runnable=graph.runnable_count(), total=len(graph.tasks))
+            return GraphStats(
+                by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
+            )
         if isinstance(message, StopGranting):
             self.closing = True
             for parked in self._parked.values():
@@ -255,6 +266,7 @@ class SupervisorActor(Actor):
                     if not pending.wanted:
                         continue
                     task = graph.claim(claim.agent_id, agent_type, now, self.lease_seconds)
+                    assert task is not None  # has_runnable said so
                     self._waiting.append((pending, Granted(task)))
                 if parked is not None and not parked:
                     del self._parked[agent_type]
@@ -277,6 +289,7 @@ class SupervisorActor(Actor):
                 failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
                 for pending, _ in waiting:
                     pending.fail(failure)
+                self._broken = True
                 raise  # restart reloads the graph from disk: nothing unacknowledged survives
         for pending, value in waiting:
             pending.succeed(value)

@@ -51,9 +51,11 @@ class TaskGraph:
         self._changes: dict[str, AgentTask] = {}
         self._events: list[tuple[str, AgentTask]] = []
         self.became_runnable: set[str] = set()
+        self.counts: dict[TaskStatus, int] = dict.fromkeys(TaskStatus, 0)
         self.next_order = 1
         for task in tasks:
             self.tasks[task.id] = task
+            self.counts[task.status] += 1
             self.next_order = max(self.next_order, task.order + 1)
         for task in self.tasks.values():
             for dep in task.depends_on:
@@ -85,8 +87,9 @@ class TaskGraph:
             heapq.heappop(heap)  # stale: cancelled since it was queued
         return False
 
-    def runnable_count(self) -> int:
-        return sum(1 for heap in self._ready.values() for entry in heap if self.tasks[entry[2]].status is PENDING)
+    def runnable_types(self) -> list[str]:
+        """The agent types that have a task ready to claim now."""
+        return sorted(agent_type for agent_type in list(self._ready) if self.has_runnable(agent_type))
 
     def take_changes(self) -> list[AgentTask]:
         changes = list(self._changes.values())
@@ -100,6 +103,10 @@ class TaskGraph:
     # -- transitions ------------------------------------------------------------------
 
     def _put(self, task: AgentTask, event: str | None) -> AgentTask:
+        old = self.tasks.get(task.id)
+        if old is not None:
+            self.counts[old.status] -= 1
+        self.counts[task.status] += 1
         self.tasks[task.id] = task
         self._changes[task.id] = task
         if event is not None:
@@ -293,6 +300,7 @@ class TaskGraph:
         stack = [task_id]
         while stack:
             upstream = stack.pop()
+            upstream_status = self.tasks[upstream].status.value
             for dependent_id in self._dependents.get(upstream, ()):
                 dependent = self.tasks[dependent_id]
                 if dependent.status.final:
@@ -304,7 +312,7 @@ class TaskGraph:
                         dependent,
                         status=DEPENDENCY_FAILED,
                         lease_expires_at=None,
-                        error=AgentError(reason=f"dependency {upstream!r} is {self.tasks[upstream].status.value}"),
+                        error=AgentError(reason=f"dependency {upstream!r} is {upstream_status}"),
                         updated_at=now,
                     ),
                     TASK_FAILED,
@@ -324,10 +332,7 @@ class TaskGraph:
         return ended
 
     def stats(self) -> dict[str, int]:
-        counts = dict.fromkeys((status.value for status in TaskStatus), 0)
-        for task in self.tasks.values():
-            counts[task.status.value] += 1
-        return counts
+        return {status.value: count for status, count in self.counts.items()}
 
 
 def _check_acyclic(batch: dict[str, AgentTask]) -> None:

@@ -1,0 +1,118 @@
+"""Event-log benchmark: durable appends per second from concurrent agents.
+
+Baseline (same run): each event opened, appended, fsynced and closed by its agent,
+the agents running concurrently in threads. greenroom: the same agents ask the log
+actor, which group-commits whatever is waiting (one write, one fsync per batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..actors import ActorSystem
+from ..log import LogActor, read_events
+from ..messages import AGENT_UPDATE, Append
+
+HELP = "event log: durable appends/s vs open-append-fsync-close per event"
+TARGET_RATIO = 10.0
+
+
+async def _greenroom(data_dir: Path, agents: int, each: int) -> float:
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(data_dir), name="log")
+
+        async def agent(index: int) -> None:
+            for i in range(each):
+                await log.ask(Append(type=AGENT_UPDATE, agent_id=f"a{index}", payload={"i": i}), timeout=None)
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for index in range(agents):
+                tg.start_soon(agent, index)
+        elapsed = time.perf_counter() - started
+    events = read_events(data_dir / "events.jsonl")
+    assert len(events) == agents * each and [e.seq for e in events] == list(range(1, len(events) + 1))
+    return len(events) / elapsed
+
+
+def _naive(data_dir: Path, agents: int, each: int) -> float:
+    path = data_dir / "naive.jsonl"
+
+    def agent(index: int) -> None:
+        for i in range(each):
+            line = (
+                msgspec.json.encode({"type": AGENT_UPDATE, "agent_id": f"a{index}", "payload": {"i": i}})
+                + b"\n"
+            )
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(agents)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    assert len(path.read_bytes().splitlines()) == agents * each
+    return agents * each / elapsed
+
+
+def measure(backend: str, agents: int, each: int, naive_each: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp:
+        base = Path(tmp)
+        (base / "n").mkdir()
+        (base / "g").mkdir()
+        naive = _naive(base / "n", agents, naive_each)
+        greenroom = anyio.run(_greenroom, base / "g", agents, each, backend=backend)
+    return {
+        "backend": backend,
+        "agents": agents,
+        "naive": naive,
+        "greenroom": greenroom,
+        "ratio": greenroom / naive,
+    }
+
+
+def format_table(figures: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"event log on {figures['backend']}, {figures['agents']} concurrent agents, durable appends",
+            f"  open-append-fsync-close per event: {figures['naive']:>10.0f} events/s",
+            f"  greenroom log actor (group commit): {figures['greenroom']:>10.0f} events/s   "
+            f"ratio {figures['ratio']:.1f}x (target >= {TARGET_RATIO:.0f}x)",
+        ]
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
+    parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    parser.add_argument("--agents", type=positive_int, default=100)
+    parser.add_argument("--events", type=positive_int, default=200, help="events per agent (greenroom)")
+    parser.add_argument("--naive-events", type=positive_int, default=10, help="events per agent (baseline)")
+    parser.add_argument("--json", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
+    results = {}
+    for backend in backends:
+        results[backend] = measure(backend, args.agents, args.events, args.naive_events)
+        if not args.json:
+            print(format_table(results[backend]), flush=True)
+    if args.json:
+        print(msgspec.json.encode(results).decode())
+    return 0

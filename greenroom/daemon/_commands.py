@@ -1,0 +1,289 @@
+"""What ``greenroom run``, ``greenroom tasks ...`` and ``greenroom events tail`` do.
+
+Each returns the process exit code and prints errors as one line naming what was
+wrong; the parser in ``greenroom.cli`` has already checked the flags' shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import msgspec
+
+from .._files import DataDirBusy, OwnerLock, resolve_data_dir
+from ..actors import ActorSystem
+from ..agents.examples import example_graph
+from ..log import EVENTS_FILE, EventLogError, LogActor, read_events, tail_events
+from ..messages import AgentTask, Event, GraphStats, RecordError, Submit, TaskStatus, convert
+from ..supervisor import GraphFileError, GraphStore, SupervisorActor, TaskGraphError
+from ._config import ConfigError, DaemonConfig, default_config, load_config
+from ._host import AgentHost
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
+
+
+class CommandError(Exception):
+    """A failure to report as ``greenroom: error: ...`` with exit code 1."""
+
+
+def _fail(error: BaseException) -> CommandError:
+    return CommandError(str(error))
+
+
+# -- greenroom run ------------------------------------------------------------------------
+
+
+def _line(stats: GraphStats, elapsed: float) -> str:
+    by = stats.by_status
+    done = sum(by.get(status, 0) for status in FINAL)
+    return (
+        f"[{elapsed:6.1f}s] {done}/{stats.total} final · completed {by.get('COMPLETED', 0)} · "
+        f"running {by.get('IN_PROGRESS', 0)} · pending {by.get('PENDING', 0)} · "
+        f"failed {by.get('FAILED', 0) + by.get('DEPENDENCY_FAILED', 0)}"
+    )
+
+
+async def _progress(host: AgentHost, started: float, out: TextIO, interval: float) -> None:
+    while True:
+        await anyio.sleep(interval)
+        print(_line(await host.stats(), time.monotonic() - started), file=out, flush=True)
+
+
+async def _signals(scope: anyio.CancelScope, out: TextIO, received: list[str]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            received.append(signal.Signals(signum).name)
+            print(
+                f"greenroom: {received[-1]}: stopping (no new claims; running tasks may finish)",
+                file=out,
+                flush=True,
+            )
+            scope.cancel()
+            return
+
+
+async def run_daemon(
+    *,
+    data_dir: str | None,
+    config_path: str | None,
+    until_idle: bool,
+    seed_example: int | None,
+    progress_interval: float | None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    try:
+        config: DaemonConfig = load_config(config_path) if config_path else default_config()
+    except ConfigError as error:
+        raise _fail(error) from None
+    started = time.monotonic()
+    received: list[str] = []
+    try:
+        async with AgentHost(config, data_dir) as host:
+            before = await host.stats()
+            print(
+                f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
+                + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
+                file=err,
+                flush=True,
+            )
+            if seed_example:
+                prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+                seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
+                print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_signals, tg.cancel_scope, err, received)
+                if progress_interval:
+                    tg.start_soon(_progress, host, started, err, progress_interval)
+                if until_idle:
+                    await host.wait_idle()
+                    tg.cancel_scope.cancel()
+                else:
+                    await anyio.sleep_forever()
+            await host.shutdown()
+            after = await _final_stats(host)
+    except (DataDirBusy, GraphFileError, NotADirectoryError, ValueError) as error:
+        raise _fail(error) from None
+    elapsed = time.monotonic() - started
+    completed = after.by_status.get("COMPLETED", 0) - before.by_status.get("COMPLETED", 0)
+    print(_line(after, elapsed), file=err, flush=True)
+    why = f"stopped by {received[0]}" if received else ("idle" if until_idle else "stopped")
+    print(
+        f"greenroom: {why} after {elapsed:.1f}s · {completed} task(s) completed this run "
+        f"({completed / elapsed if elapsed > 0 else 0:.0f}/s) · "
+        + " · ".join(f"{status.lower()} {count}" for status, count in after.by_status.items() if count),
+        file=out,
+        flush=True,
+    )
+    return 0
+
+
+async def _final_stats(host: AgentHost) -> GraphStats:
+    # the supervisor has stopped; read what it left on disk
+    tasks = await anyio.to_thread.run_sync(_load_unlocked, host.data_dir)
+    counts = dict.fromkeys((s.value for s in TaskStatus), 0)
+    for task in tasks:
+        counts[task.status.value] += 1
+    return GraphStats(by_status=counts, runnable_types=[], total=len(tasks))
+
+
+def _load_unlocked(data_dir: Path) -> list[AgentTask]:
+    return GraphStore(data_dir).load()[0]
+
+
+# -- greenroom tasks ----------------------------------------------------------------------
+
+
+def _load_locked(data_dir: str | None) -> list[AgentTask]:
+    path = resolve_data_dir(data_dir)
+    lock = OwnerLock(path / "tasks.graph.lock", "the task graph")
+    lock.acquire()
+    try:
+        return GraphStore(path).load()[0]
+    finally:
+        lock.release()
+
+
+def read_tasks(data_dir: str | None) -> list[AgentTask]:
+    try:
+        return _load_locked(data_dir)
+    except (DataDirBusy, GraphFileError, NotADirectoryError, ValueError) as error:
+        raise _fail(error) from None
+
+
+def parse_task_flags(
+    *,
+    task_type: str,
+    task_id: str | None,
+    priority: int,
+    input_json: str | None,
+    depends_on: list[str],
+    max_attempts: int,
+) -> AgentTask:
+    raw: dict[str, Any] = {
+        "id": task_id or f"task-{uuid.uuid4().hex[:12]}",
+        "type": task_type,
+        "priority": priority,
+        "depends_on": depends_on,
+        "max_attempts": max_attempts,
+    }
+    if input_json is not None:
+        try:
+            raw["input"] = json.loads(input_json)
+        except json.JSONDecodeError as error:
+            raise CommandError(f"--input is not valid JSON ({error.msg}) (got {input_json!r})") from None
+    try:
+        return convert(raw, AgentTask, "task")
+    except RecordError as error:
+        raise _fail(error) from None
+
+
+def parse_task_file(path: str) -> list[AgentTask]:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise CommandError(f"cannot read {path!r}: {error.strerror or error}") from None
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as error:
+        raise CommandError(f"{path!r} is not valid JSON: {error}") from None
+    if isinstance(raw, dict):
+        raw = raw.get("tasks", raw)
+    if not isinstance(raw, list):
+        raise CommandError(f'{path!r}: expected a JSON list of tasks (or {{"tasks": [...]}})')
+    try:
+        return convert(raw, list[AgentTask], f"task file {path!r}")
+    except RecordError as error:
+        raise _fail(error) from None
+
+
+async def add_tasks(data_dir: str | None, tasks: list[AgentTask]) -> list[AgentTask]:
+    """Submit through a short-lived supervisor (all or none), with the events logged."""
+    try:
+        async with ActorSystem() as system:
+            log = await system.spawn(lambda: LogActor(data_dir), name="log")
+            supervisor = await system.spawn(lambda: SupervisorActor(data_dir, log=log), name="supervisor")
+            stored: list[AgentTask] = await supervisor.ask(Submit(tasks), timeout=None)
+            await supervisor.stop()  # its lifecycle events reach the log before the log stops
+            await log.stop()
+            return stored
+    except (DataDirBusy, GraphFileError, TaskGraphError, NotADirectoryError, ValueError) as error:
+        raise _fail(error) from None
+
+
+def task_table(tasks: list[AgentTask]) -> str:
+    rows = [("ID", "TYPE", "STATUS", "PRI", "ATTEMPT", "OWNER")]
+    for task in sorted(tasks, key=lambda t: t.order):
+        rows.append(
+            (task.id, task.type, task.status.value, str(task.priority), f"{task.attempt}/{task.max_attempts}",
+             task.owner or "-")
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+def to_json(value: Any) -> str:
+    return msgspec.json.format(msgspec.json.encode(value).decode(), indent=2)
+
+
+# -- greenroom events tail ----------------------------------------------------------------
+
+
+def format_event(event: Event) -> str:
+    when = time.strftime("%H:%M:%S", time.localtime(event.ts))
+    who = f" {event.agent_id}" if event.agent_id else ""
+    task = f" [{event.task_id}]" if event.task_id else ""
+    payload = json.dumps(event.payload, separators=(",", ":"), sort_keys=True)
+    if len(payload) > 160:
+        payload = payload[:157] + "..."
+    return f"{event.seq:>7} {when} {event.visibility:<8} {event.type}{task}{who} {payload}"
+
+
+async def tail(
+    data_dir: str | None,
+    *,
+    after: int,
+    last: int | None,
+    follow: bool,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+) -> int:
+    """Print events (``--last N`` only the newest N); ``--follow`` keeps printing until
+    interrupted (Ctrl-C ends it; the CLI exits 130). Works while a daemon writes: the
+    log is append-only, so no lock is needed."""
+    try:
+        path = resolve_data_dir(data_dir) / EVENTS_FILE
+    except (NotADirectoryError, ValueError) as error:
+        raise _fail(error) from None
+    if last is not None:
+        try:
+            events = await anyio.to_thread.run_sync(read_events, path)
+        except (EventLogError, OSError) as error:
+            raise _fail(error) from None
+        if events:
+            after = max(after, events[-1].seq - last)
+    try:
+        async for event in tail_events(path, after_seq=after, follow=follow):
+            print(
+                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
+            )
+    except (EventLogError, OSError) as error:
+        raise _fail(error) from None
+    return 0
+
+
+def decode_status(text: str) -> TaskStatus:
+    try:
+        return TaskStatus(text.upper())
+    except ValueError:
+        names = ", ".join(s.value for s in TaskStatus)
+        raise CommandError(f"--status must be one of {names} (got {text!r})") from None

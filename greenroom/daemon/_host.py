@@ -1,0 +1,138 @@
+"""``AgentHost``: one actor system with the log actor, the supervisor and the agent pools.
+
+``async with AgentHost(config, data_dir) as host:`` spawns them (the supervisor and the
+log actor take their OS locks: a second host on the same data dir fails at once
+with ``DataDirBusy``). Leaving the block runs :meth:`shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from types import TracebackType
+
+import anyio
+
+from .._files import resolve_data_dir
+from ..actors import ActorRef, ActorSystem
+from ..agents import AgentActor, AgentRuntime, BaseAgent
+from ..log import LogActor, NarratorCapability
+from ..messages import GraphStats, Stats, StopGranting
+from ..supervisor import SupervisorActor
+from ._config import DaemonConfig, agent_class
+
+logger = logging.getLogger("greenroom.daemon")
+
+
+class AgentHost:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        narrator: NarratorCapability | None = None,
+        instance: str | None = None,
+    ) -> None:
+        self.config = config
+        self.data_dir = resolve_data_dir(data_dir)
+        self.narrator = narrator
+        self.instance = instance or f"{os.getpid()}"
+        self.system = ActorSystem(shutdown_timeout=max(config.shutdown_grace, 1.0))
+        self.agents: list[tuple[BaseAgent, ActorRef]] = []
+        self.supervisor: ActorRef
+        self.log: ActorRef
+        self._stopped = False
+
+    async def __aenter__(self) -> AgentHost:
+        await self.system.__aenter__()
+        try:
+            await self._start()
+        except BaseException as error:
+            await self.system.__aexit__(type(error), error, error.__traceback__)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        config = self.config
+        data_dir = self.data_dir
+        self.log = await self.system.spawn(lambda: LogActor(data_dir, narrator=self.narrator), name="log")
+        self.supervisor = await self.system.spawn(
+            lambda: SupervisorActor(data_dir, lease_seconds=config.lease_seconds, log=self.log),
+            name="supervisor",
+        )
+        heartbeat = config.heartbeat_interval or config.lease_seconds / 3
+        for agent_type, pool in config.agents.items():
+            cls = agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, "config")
+            for index in range(pool.concurrency):
+                agent = cls()
+                runtime = AgentRuntime(
+                    f"{agent_type}-{index + 1}@{self.instance}",
+                    agent_type,
+                    heartbeat,
+                    supervisor=self.supervisor,
+                    log=self.log,
+                )
+                ref = await self.system.spawn(
+                    lambda agent=agent, runtime=runtime: AgentActor(agent, runtime),  # type: ignore[misc]
+                    name=f"agent:{agent_type}-{index + 1}",
+                )
+                self.agents.append((agent, ref))
+
+    async def stats(self) -> GraphStats:
+        return await self.supervisor.ask(Stats())  # type: ignore[no-any-return]
+
+    def is_idle(self, stats: GraphStats) -> bool:
+        """Nothing running and nothing runnable for the agent types this host serves."""
+        served = set(self.config.agents)
+        return stats.by_status.get("IN_PROGRESS", 0) == 0 and not served.intersection(stats.runnable_types)
+
+    async def wait_idle(self, poll_interval: float = 0.05) -> GraphStats:
+        """Return once :meth:`is_idle`; cancellable at any time."""
+        while True:
+            stats = await self.stats()
+            if self.is_idle(stats):
+                return stats
+            await anyio.sleep(poll_interval)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop taking claims, give running tasks ``grace`` seconds (default: the
+        config's ``shutdown_grace``) to finish, hand back the rest, stop everything.
+
+        Idempotent. Shielded from cancellation, so a cancelled caller still leaves
+        the data dir consistent and unlocked; takes at most ``grace`` plus the
+        time to hand tasks back and fold the journal.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.config.shutdown_grace if grace is None else grace
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.supervisor.ask(StopGranting())
+            except Exception:
+                logger.exception("shutdown: the supervisor did not take StopGranting")
+            with anyio.move_on_after(grace if math.isfinite(grace) else None):
+                for _, ref in self.agents:
+                    await ref.stop()
+            busy = [(agent, ref) for agent, ref in self.agents if ref.is_alive]
+            if busy:
+                logger.warning("shutdown: handing back %d unfinished task(s)", len(busy))
+                for agent, _ in busy:
+                    agent.abandon()
+                for _, ref in busy:
+                    await ref.stop()
+            await self.supervisor.stop()
+            await self.log.stop()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            await self.shutdown(0 if exc is not None else None)
+        finally:
+            result = await self.system.__aexit__(exc_type, exc, tb)
+        return result

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 import uuid
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -272,10 +273,13 @@ async def tail(
         if events:
             after = max(after, events[-1].seq - last)
     try:
-        async for event in tail_events(path, after_seq=after, follow=follow):
-            print(
-                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
-            )
+        async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
+            async for event in events:
+                print(
+                    msgspec.json.encode(event).decode() if as_json else format_event(event),
+                    file=out,
+                    flush=True,
+                )
     except (EventLogError, OSError) as error:
         raise _fail(error) from None
     return 0

@@ -114,7 +114,7 @@ class LogActor(Actor):
             self.seq, self.torn_bytes = await anyio.to_thread.run_sync(recover_tail, self.path)
             if self.torn_bytes:
                 logger.warning(
-                    "%s: cut %d bytes of a torn last line (an append cut short by a crash, never acknowledged)",
+                    "%s: cut %d bytes of a torn last line (a crash cut the append short; never acknowledged)",
                     self.path,
                     self.torn_bytes,
                 )

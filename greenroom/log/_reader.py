@@ -46,7 +46,8 @@ async def tail_events(
 ) -> AsyncIterator[Event]:
     """Yield events with ``seq > after_seq`` in order; with ``follow``, keep waiting for
     new ones (polling every ``poll_interval`` s) until cancelled. Cancellation is
-    immediate; nothing is left open."""
+    immediate; no file stays open between polls. Leaving the loop early? Wrap it in
+    ``contextlib.aclosing`` so the generator is closed in your task."""
     target = Path(path)
     position = 0
     line_number = 1

@@ -1,0 +1,158 @@
+"""The log actor: ordered durable appends, the narrator-only policy, torn tails, tailing."""
+
+from __future__ import annotations
+
+import json
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _support import open_node
+
+from greenroom import Actor, ActorSystem
+from greenroom._files import DataDirBusy
+from greenroom.log import EventLogError, LogActor, NarratorCapability, PolicyError, read_events, tail_events
+from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, NARRATION, Append, Event, Subscribe
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_appends_get_gapless_seqs_in_file_order(tmp_path: Path) -> None:
+    acked: list[Event] = []
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+
+        async def agent(index: int) -> None:
+            for i in range(50):
+                acked.append(await log.ask(Append(type=AGENT_UPDATE, agent_id=f"a{index}", payload={"i": i})))
+
+        async with anyio.create_task_group() as tg:
+            for index in range(40):
+                tg.start_soon(agent, index)
+    on_disk = read_events(tmp_path / "events.jsonl")
+    assert [e.seq for e in on_disk] == list(range(1, 2001))
+    assert sorted(acked, key=lambda e: e.seq) == on_disk  # every acknowledged event, as acknowledged
+    for index in range(40):  # each agent's own events keep their order
+        mine = [e.payload["i"] for e in on_disk if e.agent_id == f"a{index}"]
+        assert mine == list(range(50))
+    lines = (tmp_path / "events.jsonl").read_bytes().splitlines()
+    assert all(json.loads(line)["seq"] for line in lines)
+
+
+async def test_agent_events_are_forced_internal(tmp_path: Path) -> None:
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        event = await log.ask(Append(type=AGENT_RESULT, payload={"outcome": "ok"}, visibility="user"))
+    assert event.visibility == "internal"
+    assert read_events(tmp_path / "events.jsonl")[0].visibility == "internal"
+
+
+async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Path) -> None:
+    narrator = NarratorCapability()
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path, narrator=narrator))
+        with pytest.raises(PolicyError) as refused:
+            await log.ask(Append(type=NARRATION, payload={"text": "hi"}, visibility="user"))
+        assert refused.value.policy_error == "narrator_only"
+        with pytest.raises(PolicyError):  # a look-alike token is not the capability
+            await log.ask(Append(type=NARRATION, visibility="user", capability=NarratorCapability()))
+        with pytest.raises(PolicyError):
+            await log.ask(Append(type=NARRATION, visibility="user", capability=repr(narrator)))
+        shown = await log.ask(
+            Append(type=NARRATION, payload={"text": "hi"}, visibility="user", capability=narrator)
+        )
+        assert shown.visibility == "user" and shown.seq == 1
+        # even the narrator cannot make an agent's event user-visible
+        with pytest.raises(PolicyError):
+            await log.ask(Append(type=AGENT_UPDATE, payload={"render_to_user": True}, capability=narrator))
+    assert [e.seq for e in read_events(tmp_path / "events.jsonl")] == [1]
+
+
+async def test_unencodable_payload_is_refused_with_nothing_appended(tmp_path: Path) -> None:
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        with pytest.raises(ValueError, match="cannot be stored as JSON"):
+            await log.ask(Append(type="X", payload={"obj": object()}))
+        event = await log.ask(Append(type="X", payload={"fine": 1}))
+    assert event.seq == 1
+    assert len(read_events(tmp_path / "events.jsonl")) == 1
+
+
+async def test_torn_last_line_is_cut_on_start_and_seq_continues(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        for i in range(3):
+            await log.ask(Append(type="X", payload={"i": i}))
+    path = tmp_path / "events.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"seq":4,"ts":1.0,"type":"X","payl')  # a crash mid-append
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        event = await log.ask(Append(type="Y"))
+    assert event.seq == 4
+    assert "cut 34 bytes of a torn last line" in caplog.text
+    assert path.read_bytes().startswith(whole)
+    assert [e.seq for e in read_events(path)] == [1, 2, 3, 4]
+
+
+async def test_garbled_complete_last_line_is_cut_too(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"seq":1,"ts":1.0,"type":"X"}\n\x00\x00\x00garbage\n')
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        assert (await log.ask(Append(type="Y"))).seq == 2
+    assert [e.type for e in read_events(path)] == ["X", "Y"]
+
+
+async def test_corrupt_line_in_the_middle_is_reported_by_readers(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"seq":1,"ts":1.0,"type":"X"}\n{"seq":"two"}\n{"seq":3,"ts":1.0,"type":"X"}\n')
+    with pytest.raises(EventLogError, match="line 2: bad event: field 'seq' expected `int`"):
+        read_events(path)
+
+
+async def test_second_log_actor_on_the_same_dir_is_refused(tmp_path: Path) -> None:
+    async with ActorSystem() as system:
+        await system.spawn(lambda: LogActor(tmp_path))
+        with pytest.raises(DataDirBusy, match="the event log"):
+            await system.spawn(lambda: LogActor(tmp_path))
+
+
+class Collector(Actor):
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def receive(self, message: Any) -> Any:
+        if message == "seen":
+            return self.seen
+        self.seen.append(message.seq)
+
+
+async def test_tail_follows_and_subscribers_get_durable_events(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        collector = await node.system.spawn(Collector)
+        await node.log.ask(Subscribe(collector))
+        followed: list[int] = []
+
+        async def follow() -> None:
+            async with aclosing(tail_events(tmp_path / "events.jsonl", poll_interval=0.01)) as events:
+                async for event in events:
+                    followed.append(event.seq)
+                    if len(followed) == 5:
+                        return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            for i in range(5):
+                await node.log.ask(Append(type="X", payload={"i": i}))
+                await anyio.sleep(0.01)
+        assert followed == [1, 2, 3, 4, 5]
+        with anyio.fail_after(5):
+            while await collector.ask("seen") != [1, 2, 3, 4, 5]:
+                await anyio.sleep(0.01)
+        rest = [e.seq async for e in tail_events(tmp_path / "events.jsonl", after_seq=3, follow=False)]
+    assert rest == [4, 5]

@@ -1,0 +1,340 @@
+"""The supervisor actor: claims, dependencies, leases, refusals, durability, bad files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from _support import open_node
+
+from greenroom import ActorSystem
+from greenroom._files import DataDirBusy
+from greenroom.messages import (
+    AgentError,
+    AgentResult,
+    AgentTask,
+    Cancel,
+    Claim,
+    Complete,
+    Fail,
+    GetTask,
+    Granted,
+    Heartbeat,
+    ListTasks,
+    NoWork,
+    Stats,
+    StopGranting,
+    Submit,
+    TaskStatus,
+)
+from greenroom.supervisor import (
+    GraphFileError,
+    GraphStore,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    SupervisorActor,
+    UnknownTask,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def task(task_id: str, type_: str = "w", **fields: object) -> AgentTask:
+    return AgentTask(id=task_id, type=type_, **fields)  # type: ignore[arg-type]
+
+
+async def test_200_agents_racing_for_2000_tasks_never_share_one(tmp_path: Path) -> None:
+    claims: dict[str, list[str]] = {}
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task(f"t{i}") for i in range(2000)]))
+
+        async def agent(agent_id: str) -> None:
+            while True:
+                reply = await node.supervisor.ask(Claim(agent_id, "w"))
+                if isinstance(reply, NoWork):
+                    return
+                claims.setdefault(reply.task.id, []).append(agent_id)
+                await node.supervisor.ask(
+                    Complete(reply.task.id, agent_id, AgentResult(task_id=reply.task.id))
+                )
+
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                tg.start_soon(agent, f"a{i}")
+    assert sorted(claims) == sorted(f"t{i}" for i in range(2000))
+    assert all(len(owners) == 1 for owners in claims.values())
+    assert len({owner for owners in claims.values() for owner in owners}) > 1
+    tasks, _ = GraphStore(tmp_path).load()  # what is on disk agrees
+    assert len(tasks) == 2000
+    assert all(
+        t.status is TaskStatus.COMPLETED and t.owner == claims[t.id][0] and t.attempt == 1 for t in tasks
+    )
+
+
+async def test_dependencies_release_in_order(tmp_path: Path) -> None:
+    order: list[str] = []
+    async with open_node(tmp_path) as node:
+        # a diamond: top -> (left, right) -> bottom; listed out of order on purpose
+        await node.supervisor.ask(
+            Submit(
+                [
+                    task("bottom", depends_on=["left", "right"]),
+                    task("left", depends_on=["top"]),
+                    task("right", depends_on=["top"]),
+                    task("top"),
+                ]
+            )
+        )
+        sup = node.supervisor
+        while True:
+            ready = []
+            while isinstance(reply := await sup.ask(Claim("a", "w")), Granted):
+                ready.append(reply.task.id)
+            if not ready:
+                break
+            for task_id in sorted(ready):
+                # while a task is claimed, nothing depending on it is runnable
+                order.append(task_id)
+                await sup.ask(Complete(task_id, "a", AgentResult(task_id=task_id)))
+        assert order == ["top", "left", "right", "bottom"]
+        assert (await sup.ask(Stats())).by_status["COMPLETED"] == 4
+
+
+async def test_priority_first_then_submission_order(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(
+            Submit(
+                [task("a"), task("b", priority=2), task("c"), task("d", priority=2), task("e", type_="other")]
+            )
+        )
+        got = []
+        while isinstance(reply := await node.supervisor.ask(Claim("x", "w")), Granted):
+            got.append(reply.task.id)
+    assert got == ["b", "d", "a", "c"]
+
+
+async def test_expired_lease_is_reclaimed_and_completes_on_the_second_attempt(tmp_path: Path) -> None:
+    async with open_node(tmp_path, lease_seconds=0.1, lease_check_interval=0.02) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("job")]))
+        first = await sup.ask(Claim("crashed-agent", "w"))
+        assert isinstance(first, Granted) and first.task.attempt == 1
+        # the first agent never heartbeats again; the lease runs out and the task comes back
+        second = await sup.ask(Claim("rescuer", "w", wait=True), timeout=5)
+        assert isinstance(second, Granted)
+        assert (second.task.id, second.task.attempt, second.task.owner) == ("job", 2, "rescuer")
+        assert second.task.error is not None and "lease expired" in second.task.error.reason
+        with pytest.raises(NotOwner):  # the first owner lost it for good
+            await sup.ask(Complete("job", "crashed-agent", AgentResult(task_id="job")))
+        done = await sup.ask(Complete("job", "rescuer", AgentResult(task_id="job")))
+    assert (done.status, done.attempt) == (TaskStatus.COMPLETED, 2)
+
+
+async def test_lease_expiry_with_no_attempts_left_fails_the_task(tmp_path: Path) -> None:
+    async with open_node(tmp_path, lease_seconds=0.05, lease_check_interval=0.01) as node:
+        await node.supervisor.ask(Submit([task("once", max_attempts=1), task("after", depends_on=["once"])]))
+        await node.supervisor.ask(Claim("a", "w"))
+        with anyio.fail_after(5):
+            while (await node.supervisor.ask(GetTask("once"))).status is not TaskStatus.FAILED:
+                await anyio.sleep(0.01)
+        after = await node.supervisor.ask(GetTask("after"))
+    assert after.status is TaskStatus.DEPENDENCY_FAILED
+
+
+async def test_parked_claim_is_granted_when_work_arrives(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        granted: list[Granted | NoWork] = []
+
+        async def wait_for_work() -> None:
+            granted.append(await node.supervisor.ask(Claim("idle", "w", wait=True), timeout=5))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_work)
+            await anyio.sleep(0.05)
+            assert granted == []  # parked, not answered
+            await node.supervisor.ask(Submit([task("new")]))
+        assert isinstance(granted[0], Granted) and granted[0].task.owner == "idle"
+
+        async def parked_until_closing() -> None:
+            granted.append(await node.supervisor.ask(Claim("idle", "w", wait=True), timeout=5))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parked_until_closing)
+            await anyio.sleep(0.05)
+            await node.supervisor.ask(StopGranting())
+        assert granted[1] == NoWork(closing=True)
+        assert await node.supervisor.ask(Claim("late", "w")) == NoWork(closing=True)
+
+
+async def test_owner_rules_and_retries(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        sup = node.supervisor
+        await sup.ask(
+            Submit(
+                [
+                    task("r", max_attempts=2),
+                    task("child", depends_on=["r"]),
+                    task("grand", depends_on=["child"]),
+                ]
+            )
+        )
+        await sup.ask(Claim("a", "w"))
+        with pytest.raises(NotOwner):
+            await sup.ask(Heartbeat("r", "b"))
+        with pytest.raises(UnknownTask, match="no task with id 'nope'"):
+            await sup.ask(Heartbeat("nope", "a"))
+        retried = await sup.ask(Fail("r", "a", AgentError(reason="timeout", retryable=True)))
+        assert (retried.status, retried.owner) == (TaskStatus.PENDING, None)
+        with pytest.raises(InvalidTransition, match="cannot complete task 'r': it is PENDING"):
+            await sup.ask(Complete("r", "a", AgentResult(task_id="r")))
+        await sup.ask(Claim("a", "w"))
+        final = await sup.ask(Fail("r", "a", AgentError(reason="timeout again", retryable=True)))
+        assert (final.status, final.attempt) == (TaskStatus.FAILED, 2)  # attempts spent
+        child = await sup.ask(GetTask("child"))
+        grand = await sup.ask(GetTask("grand"))
+        assert child.status is grand.status is TaskStatus.DEPENDENCY_FAILED
+        assert child.error is not None and child.error.reason == "dependency 'r' is FAILED"
+        # a task submitted later on a failed dependency can never run either
+        late = await sup.ask(Submit([task("late", depends_on=["r"])]))
+        assert late[0].status is TaskStatus.DEPENDENCY_FAILED
+        assert await sup.ask(Claim("a", "w")) == NoWork()
+
+
+async def test_cancel_marks_dependents(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("p"), task("q", depends_on=["p"])]))
+        cancelled = await node.supervisor.ask(Cancel("p", reason="not needed"))
+        assert cancelled.status is TaskStatus.CANCELLED
+        assert (await node.supervisor.ask(GetTask("q"))).status is TaskStatus.DEPENDENCY_FAILED
+        with pytest.raises(InvalidTransition):
+            await node.supervisor.ask(Cancel("p"))
+        assert await node.supervisor.ask(Claim("a", "w")) == NoWork()
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ([task("dup"), task("dup")], "task 'dup': field 'id' is already taken"),
+        ([task("x", depends_on=["ghost"])], "task 'x': field 'depends_on' is not a known task (got 'ghost')"),
+        ([task("x", depends_on=["x"])], "field 'depends_on' names the task itself"),
+        (
+            [task("c1", depends_on=["c3"]), task("c2", depends_on=["c1"]), task("c3", depends_on=["c2"])],
+            "closes a dependency cycle",
+        ),
+        ([task("s", status=TaskStatus.COMPLETED)], "task 's': field 'status' must be"),
+        ([task("o", owner="me")], "task 'o': field 'owner' must be None on submit (got 'me')"),
+    ],
+)
+async def test_bad_submissions_are_refused_and_change_nothing(
+    tmp_path: Path, batch: list[AgentTask], message: str
+) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("existing")]))
+        with pytest.raises(InvalidSubmission, match=message.replace("(", r"\(").replace(")", r"\)")):
+            await node.supervisor.ask(Submit([task("ok-one"), *batch]))
+        listed = await node.supervisor.ask(ListTasks())
+    assert [t.id for t in listed] == ["existing"]  # all or none: "ok-one" was not added
+    assert [t.id for t in GraphStore(tmp_path).load()[0]] == ["existing"]
+
+
+async def test_duplicate_of_an_existing_task_is_refused(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("one", input={"v": 1})]))
+        with pytest.raises(InvalidSubmission, match="'one': field 'id' is already taken"):
+            await node.supervisor.ask(Submit([task("one", input={"v": 2})]))
+        assert (await node.supervisor.ask(GetTask("one"))).input == {"v": 1}
+
+
+async def test_second_owner_of_a_data_dir_gets_a_clear_error(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("kept")]))
+        async with ActorSystem() as other:
+            with pytest.raises(DataDirBusy, match=f"in use by another process \\(pid {os.getpid()}"):
+                await other.spawn(lambda: SupervisorActor(tmp_path))
+        assert (await node.supervisor.ask(GetTask("kept"))).id == "kept"
+
+
+async def test_restart_reloads_and_recovers_orphaned_claims(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("orphan"), task("done")]))
+        await node.supervisor.ask(Claim("a", "w"))
+        await node.supervisor.ask(Claim("a", "w"))
+        await node.supervisor.ask(Complete("done", "a", AgentResult(task_id="done")))
+    async with open_node(tmp_path) as node:
+        orphan = await node.supervisor.ask(GetTask("orphan"))
+        done = await node.supervisor.ask(GetTask("done"))
+    assert (orphan.status, orphan.attempt, orphan.owner) == (TaskStatus.PENDING, 1, None)
+    assert orphan.error is not None and "owner's process stopped" in orphan.error.reason
+    assert done.status is TaskStatus.COMPLETED
+
+
+async def test_compaction_folds_the_journal_into_the_snapshot(tmp_path: Path) -> None:
+    async with open_node(tmp_path, compact_min_bytes=2000) as node:
+        for i in range(60):
+            await node.supervisor.ask(Submit([task(f"t{i}", input={"pad": "x" * 50})]))
+        journal = (tmp_path / "tasks.graph.journal").stat().st_size
+        snapshot = (tmp_path / "tasks.graph.json").stat().st_size
+        assert snapshot > 2000 and journal < snapshot  # compacted at least once while running
+    tasks, report = GraphStore(tmp_path).load()
+    assert sorted(t.id for t in tasks) == sorted(f"t{i}" for i in range(60))
+    assert report.journal_batches == 0  # a clean stop folds the rest in too
+
+
+# -- bad files on disk ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{not json", "is not valid JSON"),
+        (b'{"format": "greenroom.tasks/1", "seq": 1, "tasks": [{"id": "a", "type": "w", "priority": "high"}]}',
+         "field 'tasks[0].priority' expected `int`, got `str` (got 'high')"),
+        (b'{"format": "greenroom.tasks/9", "seq": 1, "tasks": []}', "unsupported format 'greenroom.tasks/9'"),
+        (b'{"format": "greenroom.tasks/1", "seq": 1, "tasks": [{"id": "a", "type": "w"}, {"id": "a", "type": "w"}]}',
+         "task id 'a' appears twice"),
+    ],
+)  # fmt: skip
+async def test_corrupt_graph_file_is_a_clear_error_and_never_overwritten(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    graph = tmp_path / "tasks.graph.json"
+    graph.write_bytes(content)
+    journal = tmp_path / "tasks.graph.journal"
+    journal.write_bytes(b'{"seq": 2, "tasks": []}\n{"seq": 3, "tas')  # even a torn tail is left alone
+    async with ActorSystem() as system:
+        with pytest.raises(GraphFileError) as failed:
+            await system.spawn(lambda: SupervisorActor(tmp_path))
+    assert str(graph) in str(failed.value) and problem in str(failed.value)
+    assert graph.read_bytes() == content
+    assert journal.read_bytes() == b'{"seq": 2, "tasks": []}\n{"seq": 3, "tas'
+    # and the lock was released: a fixed file loads
+    graph.write_bytes(b'{"format": "greenroom.tasks/1", "seq": 1, "tasks": []}')
+    async with open_node(tmp_path) as node:
+        assert (await node.supervisor.ask(Stats())).total == 0
+
+
+async def test_torn_journal_tail_is_cut_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("acked")]))
+    journal = tmp_path / "tasks.graph.journal"
+    good = b'{"seq": 2, "tasks": [{"id": "b", "type": "w", "order": 2}]}\n'
+    journal.write_bytes(good + b'{"seq": 3, "tasks": [{"id": "torn", "ty')
+    async with open_node(tmp_path) as node:
+        ids = sorted(t.id for t in await node.supervisor.ask(ListTasks()))
+    assert ids == ["acked", "b"]
+    assert "cut 39 bytes of a torn last batch" in caplog.text
+
+
+async def test_corrupt_line_inside_the_journal_stops_the_load(tmp_path: Path) -> None:
+    journal = tmp_path / "tasks.graph.journal"
+    content = b'{"seq": 1, "tasks": []}\ngarbage\n{"seq": 2, "tasks": []}\n'
+    journal.write_bytes(content)
+    async with ActorSystem() as system:
+        with pytest.raises(GraphFileError, match="tasks.graph.journal, line 2: bad journal batch"):
+            await system.spawn(lambda: SupervisorActor(tmp_path))
+    assert journal.read_bytes() == content

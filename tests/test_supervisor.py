@@ -290,10 +290,12 @@ async def test_compaction_folds_the_journal_into_the_snapshot(tmp_path: Path) ->
     ("content", "problem"),
     [
         (b"{not json", "is not valid JSON"),
-        (b'{"format": "greenroom.tasks/1", "seq": 1, "tasks": [{"id": "a", "type": "w", "priority": "high"}]}',
+        (b'{"format": "greenroom.tasks/1", "seq": 1, '
+         b'"tasks": [{"id": "a", "type": "w", "priority": "high"}]}',
          "field 'tasks[0].priority' expected `int`, got `str` (got 'high')"),
         (b'{"format": "greenroom.tasks/9", "seq": 1, "tasks": []}', "unsupported format 'greenroom.tasks/9'"),
-        (b'{"format": "greenroom.tasks/1", "seq": 1, "tasks": [{"id": "a", "type": "w"}, {"id": "a", "type": "w"}]}',
+        (b'{"format": "greenroom.tasks/1", "seq": 1, '
+         b'"tasks": [{"id": "a", "type": "w"}, {"id": "a", "type": "w"}]}',
          "task id 'a' appears twice"),
     ],
 )  # fmt: skip
@@ -335,6 +337,6 @@ async def test_corrupt_line_inside_the_journal_stops_the_load(tmp_path: Path) ->
     content = b'{"seq": 1, "tasks": []}\ngarbage\n{"seq": 2, "tasks": []}\n'
     journal.write_bytes(content)
     async with ActorSystem() as system:
-        with pytest.raises(GraphFileError, match="tasks.graph.journal, line 2: bad journal batch"):
+        with pytest.raises(GraphFileError, match=r"tasks\.graph\.journal, line 2: bad journal batch"):
             await system.spawn(lambda: SupervisorActor(tmp_path))
     assert journal.read_bytes() == content

@@ -267,11 +267,11 @@ async def tail(
         raise _fail(error) from None
     if last is not None:
         try:
-            events = await anyio.to_thread.run_sync(read_events, path)
+            existing = await anyio.to_thread.run_sync(read_events, path)
         except (EventLogError, OSError) as error:
             raise _fail(error) from None
-        if events:
-            after = max(after, events[-1].seq - last)
+        if existing:
+            after = max(after, existing[-1].seq - last)
     try:
         async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
             async for event in events:

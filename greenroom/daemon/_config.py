@@ -63,6 +63,10 @@ def load_config(path: str | Path) -> DaemonConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"config {str(path)!r} is not valid TOML: {error}") from None
     try:
+        if isinstance(raw, dict) and isinstance(raw.get("agents"), dict):
+            # one pool at a time, so an error can name the pool (msgspec's paths omit dict keys)
+            for agent_type, pool in raw["agents"].items():
+                convert(pool, AgentPoolConfig, "config", prefix=f"agents.{agent_type}")
         config = convert(raw, DaemonConfig, "config")
     except RecordError as error:
         raise ConfigError(f"config {str(path)!r}: {error}") from None

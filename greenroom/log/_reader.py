@@ -7,7 +7,7 @@ complete line, so a batch being written is seen once it is whole.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import anyio
@@ -43,7 +43,7 @@ def read_events(path: Path, *, after_seq: int = 0) -> list[Event]:
 
 async def tail_events(
     path: str | os.PathLike[str], *, after_seq: int = 0, follow: bool = True, poll_interval: float = 0.2
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Yield events with ``seq > after_seq`` in order; with ``follow``, keep waiting for
     new ones (polling every ``poll_interval`` s) until cancelled. Cancellation is
     immediate; no file stays open between polls. Leaving the loop early? Wrap it in

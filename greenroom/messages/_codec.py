@@ -36,6 +36,8 @@ class RecordError(ValueError):
 
 
 def _lookup(raw: Any, path: str) -> tuple[str, Any]:
+    if "[...]" in path:  # msgspec does not say which dict key; keep its placeholder
+        return path.lstrip("."), MISSING
     value = raw
     parts: list[str] = []
     for name, index in _STEP.findall(path):
@@ -49,8 +51,10 @@ def _lookup(raw: Any, path: str) -> tuple[str, Any]:
     return ".".join(parts).replace(".[", "["), value
 
 
-def convert(raw: Any, kind: type[T], what: str) -> T:
-    """Validate already-decoded JSON ``raw`` as ``kind`` (msgspec rules, strict types)."""
+def convert(raw: Any, kind: type[T], what: str, *, prefix: str = "") -> T:
+    """Validate already-decoded JSON ``raw`` as ``kind`` (msgspec rules, strict types).
+
+    ``prefix`` is prepended to the field path in errors (for a record inside another)."""
     try:
         return msgspec.convert(raw, kind)
     except msgspec.ValidationError as error:
@@ -67,6 +71,8 @@ def convert(raw: Any, kind: type[T], what: str) -> T:
             else:
                 problem = "is not a known field"
                 value = container.get(named[2]) if isinstance(container, dict) else None
+        if prefix:
+            field = f"{prefix}.{field}" if field and not field.startswith("[") else f"{prefix}{field}"
         raise RecordError(what, field, value, problem[0].lower() + problem[1:]) from None
 
 

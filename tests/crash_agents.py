@@ -1,0 +1,39 @@
+"""Agents for the daemon subprocess tests (imported by the daemon through its config).
+
+Each records what the log actor and the supervisor acknowledged into
+``$GREENROOM_TEST_ACKS``, one line per acknowledgement, so the test can check that
+nothing acknowledged was lost when the daemon was killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import anyio
+
+from greenroom.agents import AgentRuntime, BaseAgent
+from greenroom.messages import AgentResult, AgentTask
+
+
+def _record(line: str) -> None:
+    fd = os.open(os.environ["GREENROOM_TEST_ACKS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode() + b"\n")  # one write per line: whole lines even under SIGKILL
+    finally:
+        os.close(fd)
+
+
+class StepAgent(BaseAgent):
+    agent_type = "step"
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        await anyio.sleep(random.uniform(0.02, 0.08))
+        event = await runtime.emit_update(task.id, "working", progress=0.5)
+        _record(f"event {event.seq} {task.id}")
+        await anyio.sleep(random.uniform(0.0, 0.03))
+        return AgentResult(task_id=task.id, outcome="done", artifacts={"attempt": task.attempt})
+
+    async def on_complete(self, task: AgentTask, result: AgentResult, runtime: AgentRuntime) -> None:
+        stored = await runtime.complete_task(task.id, result)
+        _record(f"completed {stored.id} {stored.attempt}")

@@ -1,0 +1,267 @@
+"""The daemon and the CLI as users run them: real subprocesses, real signals, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from greenroom.daemon import ConfigError, load_config
+from greenroom.log import read_events
+from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, TaskStatus
+from greenroom.supervisor import GraphStore
+
+TESTS = Path(__file__).parent
+
+
+def greenroom(*args: str, data_dir: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(data_dir),
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["GREENROOM_TEST_ACKS"] = str(data_dir.parent / "acks.log")
+    return env
+
+
+def write_config(path: Path, concurrency: int = 10, lease: float = 2.0) -> Path:
+    path.write_text(
+        f"lease_seconds = {lease}\nheartbeat_interval = {lease / 4}\nshutdown_grace = 5\n\n"
+        f'[agents.step]\nagent = "crash_agents:StepAgent"\nconcurrency = {concurrency}\n'
+    )
+    return path
+
+
+def seed_chains(data_dir: Path, tmp_path: Path, chains: int, steps: int) -> list[str]:
+    tasks = []
+    for c in range(chains):
+        for s in range(steps):
+            task = {"id": f"c{c:03d}-s{s}", "type": "step", "max_attempts": 50}
+            if s:
+                task["depends_on"] = [f"c{c:03d}-s{s - 1}"]
+            tasks.append(task)
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    done = greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    return [t["id"] for t in tasks]
+
+
+def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    config = write_config(tmp_path / "greenroom.toml", concurrency=8)
+    ids = seed_chains(data_dir, tmp_path, chains=60, steps=6)
+    acks_path = tmp_path / "acks.log"
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(4):
+        acked_before = len(acks_path.read_text().splitlines()) if acks_path.exists() else 0
+        process = subprocess.Popen(
+            [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config),
+             "--until-idle", "--quiet"],
+            env=_env(data_dir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline:  # kill in the middle of the work
+            if acks_path.exists() and len(acks_path.read_text().splitlines()) >= acked_before + 30:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.15))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        process.stderr.close()
+    assert kills == 4
+    tasks_mid = {t.id: t for t in GraphStore(data_dir).load()[0]}
+    assert any(t.status is not TaskStatus.COMPLETED for t in tasks_mid.values())  # the kills cut work short
+    final = greenroom("run", "--config", str(config), "--until-idle", "--quiet", data_dir=data_dir)
+    assert final.returncode == 0, final.stderr
+    tasks, _ = GraphStore(data_dir).load()
+    assert sorted(t.id for t in tasks) == sorted(ids)  # each task exactly once in the graph
+    assert all(t.status is TaskStatus.COMPLETED for t in tasks)
+    events = read_events(data_dir / "events.jsonl")  # every line parses (it raises otherwise)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    by_seq = {e.seq: e for e in events}
+    results = {e.task_id for e in events if e.type == AGENT_RESULT and e.payload["outcome"] == "done"}
+    acks = (tmp_path / "acks.log").read_text().splitlines()
+    assert acks
+    for ack in acks:
+        kind, first, second = ack.split()
+        if kind == "event":  # an acknowledged update is on disk, as acknowledged
+            event = by_seq[int(first)]
+            assert (event.type, event.task_id) == (AGENT_UPDATE, second)
+        else:  # an acknowledged completion is in the graph and its result in the log
+            assert first in results
+    assert max(t.attempt for t in tasks) > 1  # some attempt was cut short by a kill and redone
+
+
+def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    config = write_config(tmp_path / "greenroom.toml", concurrency=4, lease=30.0)
+    seed_chains(data_dir, tmp_path, chains=40, steps=5)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config)],
+        env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not any(e.type == AGENT_RESULT for e in read_events(data_dir / "events.jsonl")):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        busy = greenroom("tasks", "add", "--type", "step", data_dir=data_dir)
+        assert busy.returncode == 1
+        assert "in use by another process" in busy.stderr and f"pid {process.pid}" in busy.stderr
+        listing = greenroom("tasks", "list", data_dir=data_dir)
+        assert listing.returncode == 1 and "is a greenroom daemon running" in listing.stderr
+        tail = greenroom("events", "tail", "--last", "2", data_dir=data_dir)  # readers need no lock
+        assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 2
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped by SIGTERM" in out
+    tasks, _ = GraphStore(data_dir).load()
+    assert not [t for t in tasks if t.status is TaskStatus.IN_PROGRESS]  # finished or handed back
+    assert 0 < sum(t.status is TaskStatus.COMPLETED for t in tasks) < len(tasks)
+    assert all(t.attempt <= 1 for t in tasks)  # handing back does not use up an attempt
+
+
+def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
+    done = greenroom("run", "--seed-example", "5", "--until-idle", data_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "16 task(s) completed this run" in done.stdout
+    assert "seeded 16 example task(s)" in done.stderr
+    tasks, _ = GraphStore(tmp_path).load()
+    final = next(t for t in tasks if t.id.endswith("final-review"))
+    assert final.status is TaskStatus.COMPLETED and final.result is not None
+    assert final.result.artifacts["words"] > 0  # it read its dependencies' results
+    shown = greenroom("tasks", "show", final.id, data_dir=tmp_path)
+    assert json.loads(shown.stdout)["status"] == "COMPLETED"
+    listed = greenroom("tasks", "list", "--status", "completed", "--json", data_dir=tmp_path)
+    assert len(json.loads(listed.stdout)) == 16
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lease_seconds = 'long'\n[agents.step]\nagent = 'crash_agents:StepAgent'\n",
+         "field 'lease_seconds' expected `float`, got `str` (got 'long')"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\nconcurrency = 0\n",
+         "field 'agents.step.concurrency' expected `int` >= 1 (got 0)"),
+        ("[agents.step]\nagent = 'no_such_module:Agent'\n",
+         "field 'agents.step.agent' cannot import 'no_such_module'"),
+        ("[agents.step]\nagent = 'greenroom.messages:AgentTask'\n",
+         "field 'agents.step.agent' is not a BaseAgent subclass (got 'greenroom.messages:AgentTask')"),
+        ("[agents.research]\nagent = 'crash_agents:StepAgent'\n",
+         "names an agent of type 'step', not 'research'"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\nthreads = 4\n",
+         "field 'agents.step.threads' is not a known field (got 4)"),
+        ("agents = {}\n", "field 'agents' names no agent types"),
+        ("lease_seconds = 5\nheartbeat_interval = 9\n[agents.step]\nagent = 'crash_agents:StepAgent'\n",
+         "field 'heartbeat_interval' must be shorter than lease_seconds (5.0), got 9.0"),
+        ("[agents\n", "is not valid TOML"),
+    ],
+)  # fmt: skip
+def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    sys.path.insert(0, str(TESTS))
+    try:
+        with pytest.raises(ConfigError) as failed:
+            load_config(path)
+    finally:
+        sys.path.remove(str(TESTS))
+    assert message in str(failed.value) and str(path) in str(failed.value)
+
+
+def test_bad_config_through_the_cli_leaves_the_data_dir_untouched(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    seed_chains(data_dir, tmp_path, chains=1, steps=2)
+    before = {p.name: p.read_bytes() for p in data_dir.iterdir()}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agents.step]\nagent = 'crash_agents:StepAgent'\nconcurrency = -3\n")
+    done = greenroom("run", "--config", str(bad), "--until-idle", data_dir=data_dir)
+    assert done.returncode == 1
+    assert "field 'agents.step.concurrency' expected `int` >= 1 (got -3)" in done.stderr
+    assert {p.name: p.read_bytes() for p in data_dir.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tasks", "add", "--type", "bad type"], "field 'type' expected `str` matching regex"),
+        (["tasks", "add", "--type", "w", "--input", "{nope"], "--input is not valid JSON"),
+        (["tasks", "add", "--type", "w", "--input", "[1]"], "field 'input' expected `object`, got `array`"),
+        (
+            ["tasks", "add", "--type", "w", "--depends-on", "ghost"],
+            "field 'depends_on' is not a known task (got 'ghost')",
+        ),
+        (["tasks", "add"], "tasks add needs --file or --type"),
+        (["tasks", "list", "--status", "done"], "--status must be one of PENDING"),
+        (["tasks", "show", "missing"], "no task with id 'missing'"),
+    ],
+)
+def test_bad_cli_input_is_named_and_changes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    seed = greenroom("tasks", "add", "--type", "w", "--id", "kept", data_dir=tmp_path)
+    assert seed.returncode == 0, seed.stderr
+    before = (tmp_path / "tasks.graph.json").read_bytes()
+    done = greenroom(*args, data_dir=tmp_path)
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert (tmp_path / "tasks.graph.json").read_bytes() == before
+
+
+def test_bad_task_file_names_the_record_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps([{"id": "a", "type": "w"}, {"id": "b", "type": "w", "max_attempts": "3"}]))
+    done = greenroom("tasks", "add", "--file", str(path), data_dir=tmp_path / "d")
+    assert done.returncode == 1
+    assert "field '[1].max_attempts' expected `int`, got `str` (got '3')" in done.stderr
+
+
+def test_corrupt_graph_stops_the_daemon_with_the_file_named(tmp_path: Path) -> None:
+    (tmp_path / "tasks.graph.json").write_text(
+        '{"format": "greenroom.tasks/1", "seq": 0, "tasks": [{"id": 5}]}'
+    )
+    done = greenroom("run", "--until-idle", data_dir=tmp_path)
+    assert done.returncode == 1
+    assert "tasks.graph.json is not a valid task graph" in done.stderr and "(got 5)" in done.stderr
+    assert (tmp_path / "tasks.graph.json").read_text().endswith('[{"id": 5}]}')
+
+
+def test_bad_run_flags(tmp_path: Path) -> None:
+    done = greenroom("run", "--seed-example", "0", data_dir=tmp_path)
+    assert (
+        done.returncode == 2
+        and "argument --seed-example: must be a whole number >= 1, got '0'" in done.stderr
+    )
+    done = greenroom("run", "--progress", "-1", data_dir=tmp_path)
+    assert (
+        done.returncode == 2
+        and "argument --progress: must be a number of seconds > 0, got '-1'" in done.stderr
+    )
+    (tmp_path / "file").write_text("")
+    done = greenroom("tasks", "list", data_dir=tmp_path / "file")
+    assert done.returncode == 1 and "exists and is not a directory" in done.stderr

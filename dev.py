@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Set-up and the everyday commands, needing nothing but Python 3.11+.
 
-    python3 dev.py run     create .venv, install greenroom, run the main job
+    python3 dev.py run     create .venv, install greenroom, run the main job: the daemon
+                           on a freshly seeded example graph, until it is done
     python3 dev.py test    create .venv, install greenroom[dev], run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
-    python3 dev.py bench   every benchmark on both backends
+    python3 dev.py bench   every benchmark on both backends (actors, graph, log)
 
 Extra arguments after the command go to the tool (for example
 ``python3 dev.py test -k mailbox``).
@@ -57,7 +58,8 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         ensure_venv("")
-        return run("-m", "greenroom", "bench", "actors", *rest)
+        data_dir = str(ROOT / ".greenroom-data")
+        return run("-m", "greenroom", "run", "--data-dir", data_dir, "--seed-example", "--until-idle", *rest)
     ensure_venv("dev")
     if command == "test":
         return run("-m", "pytest", *rest)
@@ -68,7 +70,11 @@ def main(argv: list[str]) -> int:
             or run("-m", "ruff", "format", "--check", *paths)
             or run("-m", "mypy", *rest)
         )
-    return run("-m", "greenroom", "bench", "actors", "--backend", "both", *rest)
+    for suite in ("actors", "graph", "log"):
+        code = run("-m", "greenroom", "bench", suite, "--backend", "both", *rest)
+        if code:
+            return code
+    return 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import msgspec
 from ..actors import ActorRef, ActorSystem
 from ..messages import AgentResult, AgentTask, Claim, Complete, Granted
 from ..supervisor import GraphStore, SupervisorActor
+from . import time_threads
 
 HELP = "task graph: claim+complete cycles/s vs lock-read-rewrite per claim"
 AGENTS = 100
@@ -118,13 +119,7 @@ def _naive_cycles(data_dir: Path, size: int, cycles: int, agents: int) -> float:
             with guard:
                 done[0] += 1
 
-    threads = [threading.Thread(target=agent, args=(f"a{i}",)) for i in range(agents)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = time_threads(agent, [(f"a{i}",) for i in range(agents)])
     assert done[0] == per_agent * agents
     return done[0] / elapsed
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import msgspec
 from ..actors import ActorSystem
 from ..log import LogActor, read_events
 from ..messages import AGENT_UPDATE, Append
+from . import time_threads
 
 HELP = "event log: durable appends/s vs open-append-fsync-close per event"
 TARGET_RATIO = 10.0
@@ -60,13 +60,7 @@ def _naive(data_dir: Path, agents: int, each: int) -> float:
             finally:
                 os.close(fd)
 
-    threads = [threading.Thread(target=agent, args=(i,)) for i in range(agents)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = time_threads(agent, [(i,) for i in range(agents)])
     assert len(path.read_bytes().splitlines()) == agents * each
     return agents * each / elapsed
 

@@ -120,15 +120,7 @@ class TaskGraph:
             if status is COMPLETED:
                 continue
             if status.final:
-                self._put(
-                    replace(
-                        task,
-                        status=DEPENDENCY_FAILED,
-                        updated_at=now,
-                        error=AgentError(reason=f"dependency {dep!r} is {status.value}"),
-                    ),
-                    TASK_FAILED,
-                )
+                self._dependency_failed(task, dep, now)
                 self._cascade(task.id, now)
                 return
             unmet += 1
@@ -300,24 +292,27 @@ class TaskGraph:
         stack = [task_id]
         while stack:
             upstream = stack.pop()
-            upstream_status = self.tasks[upstream].status.value
             for dependent_id in self._dependents.get(upstream, ()):
                 dependent = self.tasks[dependent_id]
                 if dependent.status.final:
                     continue
                 self._unmet.pop(dependent_id, None)
                 self._leases.pop(dependent_id, None)
-                self._put(
-                    replace(
-                        dependent,
-                        status=DEPENDENCY_FAILED,
-                        lease_expires_at=None,
-                        error=AgentError(reason=f"dependency {upstream!r} is {upstream_status}"),
-                        updated_at=now,
-                    ),
-                    TASK_FAILED,
-                )
+                self._dependency_failed(dependent, upstream, now)
                 stack.append(dependent_id)
+
+    def _dependency_failed(self, task: AgentTask, upstream: str, now: float) -> None:
+        status = self.tasks[upstream].status.value
+        self._put(
+            replace(
+                task,
+                status=DEPENDENCY_FAILED,
+                lease_expires_at=None,
+                error=AgentError(reason=f"dependency {upstream!r} is {status}"),
+                updated_at=now,
+            ),
+            TASK_FAILED,
+        )
 
     def expire_leases(self, now: float, *, orphaned: bool = False) -> list[AgentTask]:
         """End every attempt whose lease ran out (with ``orphaned``, every attempt in

@@ -1,4 +1,4 @@
-"""Task-graph benchmark: ``python benchmarks/graph.py [--backend asyncio|trio|both] [--sizes 1000,...] [--json]``.
+"""Task-graph benchmark: ``python benchmarks/graph.py [--backend B] [--sizes 1000,...] [--json]``.
 
 The same as ``greenroom bench graph``; the workloads live in ``greenroom.bench.graph``.
 """

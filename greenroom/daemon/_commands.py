@@ -270,8 +270,14 @@ async def tail(
             existing = await anyio.to_thread.run_sync(read_events, path)
         except (EventLogError, OSError) as error:
             raise _fail(error) from None
-        if existing:
-            after = max(after, existing[-1].seq - last)
+        shown = [event for event in existing if event.seq > after][-last:] if last else []
+        for event in shown:
+            print(
+                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
+            )
+        if not follow:
+            return 0
+        after = max([after, *(event.seq for event in existing[-1:])])
     try:
         async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
             async for event in events:

@@ -33,6 +33,7 @@ class Actor:
 
     supervisor_strategy: ClassVar[SupervisorStrategy | None] = None
     _greenroom_cell: ActorCell | None = None
+    _greenroom_context: ActorContext | None = None
 
     async def on_start(self) -> None:
         """Called once before the first message of this instance."""
@@ -52,7 +53,10 @@ class Actor:
                 f"{type(self).__name__}.context is available from on_start on, "
                 "once the actor has been spawned, not in __init__"
             )
-        return ActorContext(cell)
+        context = self._greenroom_context
+        if context is None or context._cell is not cell:
+            context = self._greenroom_context = ActorContext(cell)
+        return context
 
 
 class ActorContext:

@@ -49,21 +49,22 @@ def surfacing_flag(payload: Any, path: str = "payload") -> str | None:
     """The path of a truthy flag in ``payload`` that tries to reach the user, if any."""
     if isinstance(payload, dict):
         for key, value in payload.items():
-            where = f"{path}.{key}"
             if (
-                isinstance(key, str)
-                and value
+                value
+                and isinstance(key, str)
                 and (_SURFACING_KEY.search(key) or (key == "visibility" and value == "user"))
             ):
-                return where
-            found = surfacing_flag(value, where)
-            if found is not None:
-                return found
+                return f"{path}.{key}"
+            if isinstance(value, (dict, list)):  # only containers can hide a flag deeper down
+                found = surfacing_flag(value, f"{path}.{key}")
+                if found is not None:
+                    return found
     elif isinstance(payload, list):
         for index, item in enumerate(payload):
-            found = surfacing_flag(item, f"{path}[{index}]")
-            if found is not None:
-                return found
+            if isinstance(item, (dict, list)):
+                found = surfacing_flag(item, f"{path}[{index}]")
+                if found is not None:
+                    return found
     return None
 
 

@@ -72,10 +72,6 @@ class OwnerLock:
         if fd is not None:
             os.close(fd)  # closing the descriptor drops the lock
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
 
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt

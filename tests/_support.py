@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import anyio
 
 from greenroom import ActorRef, ActorSystem
 from greenroom.log import LogActor, NarratorCapability
+from greenroom.messages import AgentTask, GetTask, TaskStatus
 from greenroom.supervisor import SupervisorActor
 
 
@@ -38,7 +40,25 @@ async def open_node(data_dir: Path | None = None, **supervisor_options: Any) -> 
         await log.stop()
 
 
-async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+async def eventually(condition: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Wait until ``condition()`` (a value or an awaitable) is true; fail after ``timeout`` s."""
     with anyio.fail_after(timeout):
-        while not await condition():
-            await anyio.sleep(0.01)
+        while True:
+            result = condition()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+            await anyio.sleep(0.005)
+
+
+async def wait_for_status(supervisor: ActorRef, task_id: str, status: TaskStatus) -> AgentTask:
+    """Poll the supervisor until ``task_id`` has ``status``; return it."""
+    found: list[AgentTask] = []
+
+    async def reached() -> bool:
+        found[:] = [await supervisor.ask(GetTask(task_id))]
+        return found[0].status is status
+
+    await eventually(reached)
+    return found[0]

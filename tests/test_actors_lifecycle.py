@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
+from _support import eventually
 
 from greenroom import Actor, ActorRef, ActorStopped, ActorSystem, DeadLetter, Terminated
 
@@ -32,13 +32,6 @@ class Recorder(Actor):
             await self.context.ref.stop()
         self.log.append(message)
         return message
-
-
-async def eventually(condition: Callable[[], object]) -> None:
-    """Wait until ``condition()`` is true; fail the test after 5 s."""
-    with anyio.fail_after(5):
-        while not condition():
-            await anyio.sleep(0.005)
 
 
 async def wait_until_dead(ref: ActorRef) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import open_node
+from _support import eventually, open_node
 
-from greenroom import Actor, ActorSystem
+from greenroom import Actor, ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
 from greenroom.log import EventLogError, LogActor, NarratorCapability, PolicyError, read_events, tail_events
 from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, NARRATION, Append, Event, Subscribe
@@ -132,6 +132,10 @@ class Collector(Actor):
         self.seen.append(message.seq)
 
 
+async def _seen_all(collector: ActorRef) -> bool:
+    return bool(await collector.ask("seen") == [1, 2, 3, 4, 5])
+
+
 async def test_tail_follows_and_subscribers_get_durable_events(tmp_path: Path) -> None:
     async with open_node(tmp_path) as node:
         collector = await node.system.spawn(Collector)
@@ -151,8 +155,41 @@ async def test_tail_follows_and_subscribers_get_durable_events(tmp_path: Path) -
                 await node.log.ask(Append(type="X", payload={"i": i}))
                 await anyio.sleep(0.01)
         assert followed == [1, 2, 3, 4, 5]
-        with anyio.fail_after(5):
-            while await collector.ask("seen") != [1, 2, 3, 4, 5]:
-                await anyio.sleep(0.01)
+        await eventually(lambda: _seen_all(collector))
         rest = [e.seq async for e in tail_events(tmp_path / "events.jsonl", after_seq=3, follow=False)]
     assert rest == [4, 5]
+
+
+@pytest.mark.parametrize(
+    ("append", "message"),
+    [
+        (Append(type=""), "bad event: field 'type' must be 1-100 letters, digits or _.:- (got '')"),
+        (Append(type="has space"), "field 'type' must be 1-100 letters, digits or _.:- (got 'has space')"),
+        (Append(type="X", payload=[1, 2]), "field 'payload' must be a JSON object (a dict) (got [1, 2])"),  # type: ignore[arg-type]
+        (Append(type="X", task_id=7), "field 'task_id' must be a string or None (got 7)"),  # type: ignore[arg-type]
+    ],
+)
+async def test_malformed_appends_are_refused_with_nothing_appended(
+    tmp_path: Path, append: Append, message: str
+) -> None:
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        first = await log.ask(Append(type="X", payload={"kept": True}))
+        with pytest.raises(ValueError) as refused:
+            await log.ask(append)
+        assert message in str(refused.value)
+        after = await log.ask(Append(type="X"))
+    assert (first.seq, after.seq) == (1, 2)  # the refused one took no seq
+    assert [e.payload for e in read_events(tmp_path / "events.jsonl")] == [{"kept": True}, {}]
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: LogActor(max_batch=0), ValueError, "LogActor max_batch must be an int >= 1, got 0"),
+        (lambda: LogActor(narrator="narrator"), TypeError, "must be a NarratorCapability, got 'narrator'"),
+    ],
+)
+async def test_bad_log_actor_arguments(build: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        build()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from _support import open_node
+from _support import open_node, wait_for_status
 
 from greenroom import ActorSystem
 from greenroom._files import DataDirBusy
@@ -36,6 +36,7 @@ from greenroom.supervisor import (
     InvalidTransition,
     NotOwner,
     SupervisorActor,
+    TaskGraphError,
     UnknownTask,
 )
 
@@ -137,9 +138,7 @@ async def test_lease_expiry_with_no_attempts_left_fails_the_task(tmp_path: Path)
     async with open_node(tmp_path, lease_seconds=0.05, lease_check_interval=0.01) as node:
         await node.supervisor.ask(Submit([task("once", max_attempts=1), task("after", depends_on=["once"])]))
         await node.supervisor.ask(Claim("a", "w"))
-        with anyio.fail_after(5):
-            while (await node.supervisor.ask(GetTask("once"))).status is not TaskStatus.FAILED:
-                await anyio.sleep(0.01)
+        await wait_for_status(node.supervisor, "once", TaskStatus.FAILED)
         after = await node.supervisor.ask(GetTask("after"))
     assert after.status is TaskStatus.DEPENDENCY_FAILED
 
@@ -340,3 +339,26 @@ async def test_corrupt_line_inside_the_journal_stops_the_load(tmp_path: Path) ->
         with pytest.raises(GraphFileError, match=r"tasks\.graph\.journal, line 2: bad journal batch"):
             await system.spawn(lambda: SupervisorActor(tmp_path))
     assert journal.read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lease_seconds": 0}, "SupervisorActor lease_seconds must be a positive number of seconds, got 0"),
+        ({"lease_seconds": float("nan")}, "lease_seconds must be a positive number of seconds, got nan"),
+        ({"lease_check_interval": -1}, "lease_check_interval must be a positive number of seconds, got -1"),
+        ({"max_batch": "10"}, "SupervisorActor max_batch must be an int >= 1, got '10'"),
+    ],
+)
+async def test_bad_supervisor_arguments_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SupervisorActor(**options)  # type: ignore[arg-type]
+
+
+async def test_unknown_message_is_refused_and_the_supervisor_keeps_running(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("kept")]))
+        with pytest.raises(TaskGraphError, match="does not handle str messages"):
+            await node.supervisor.ask("claim please")
+        assert (await node.supervisor.ask(GetTask("kept"))).id == "kept"
+        assert node.supervisor.is_alive

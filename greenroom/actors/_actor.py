@@ -103,7 +103,9 @@ class ActorContext:
         no longer answers the ask with ``receive``'s return value; the actor answers
         it when it likes through the returned :class:`PendingReply` (for example once
         a batch has been written durably). The asker's timeout and cancellation work
-        as usual. Only valid inside ``receive``; ``RuntimeError`` elsewhere.
+        as usual. Only valid inside ``receive`` (``RuntimeError`` while the actor is not
+        handling a message; from a task other than the one running ``receive``, it would
+        take the reply of whatever message is being handled, so don't).
         """
         cell = self._cell
         if cell.runner is None:  # (not a task-identity check: that would cost ~4 µs per call)

@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from .._checks import check_int, check_seconds
 from ._actor import Actor
 from ._backend import primitives
 from ._cell import ActorCell, _Start
@@ -62,24 +63,13 @@ class ActorSystem:
             raise TypeError(
                 f"ActorSystem supervisor_strategy must be a SupervisorStrategy, got {supervisor_strategy!r}"
             )
-        if (
-            isinstance(shutdown_timeout, bool)
-            or not isinstance(shutdown_timeout, (int, float))
-            or not (shutdown_timeout >= 0)
-        ):
-            raise ValueError(f"ActorSystem shutdown_timeout must be a number >= 0, got {shutdown_timeout!r}")
-        for field, value in (
-            ("throughput", throughput),
-            ("max_idle_workers", max_idle_workers),
-            ("dead_letters_kept", dead_letters_kept),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ActorSystem {field} must be an int >= 1, got {value!r}")
+        self._shutdown_timeout = check_seconds(
+            "ActorSystem", "shutdown_timeout", shutdown_timeout, zero_ok=True
+        )
+        self._throughput = check_int("ActorSystem", "throughput", throughput)
+        self._max_idle = check_int("ActorSystem", "max_idle_workers", max_idle_workers)
+        self.dead_letters = DeadLetters(check_int("ActorSystem", "dead_letters_kept", dead_letters_kept))
         self._strategy = supervisor_strategy or DEFAULT_STRATEGY
-        self._shutdown_timeout = float(shutdown_timeout)
-        self._throughput = throughput
-        self._max_idle = max_idle_workers
-        self.dead_letters = DeadLetters(dead_letters_kept)
         self._registry: dict[str, ActorCell] = {}
         self._top: set[ActorCell] = set()
         self._names = itertools.count(1)

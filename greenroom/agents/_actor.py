@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from .._checks import check_seconds
 from ..actors import Actor, ActorStopped, AskTimeout
 from ._base import BaseAgent
 from ._runtime import AgentRuntime
@@ -40,8 +41,7 @@ class AgentActor(Actor):
             raise TypeError(f"AgentActor agent must be a BaseAgent, got {agent!r}")
         self.agent = agent
         self.runtime = runtime
-        self.retry_delay = retry_delay
-        self.handled = 0
+        self.retry_delay = check_seconds("AgentActor", "retry_delay", retry_delay)
 
     async def on_start(self) -> None:
         self.context.ref.tell(_WORK)
@@ -51,16 +51,10 @@ class AgentActor(Actor):
             raise TypeError(f"AgentActor does not handle {type(message).__name__} messages")
         runtime = self.runtime
         try:
-            outcome = await self.agent.execute_once(runtime, wait=True)
+            await self.agent.execute_once(runtime, wait=True)
         except (ActorStopped, AskTimeout) as error:
-            if runtime.closing:
-                self.context.stop()
-                return
             logger.warning("agent %r: %s; retrying in %gs", runtime.agent_id, error, self.retry_delay)
             await anyio.sleep(self.retry_delay)
-            outcome = None
-        if outcome is not None:
-            self.handled += 1
         if runtime.closing:
             self.context.stop()
             return

@@ -48,7 +48,6 @@ class BaseAgent:
 
     def __init__(self) -> None:
         self._scope: anyio.CancelScope | None = None
-        self.current_task: AgentTask | None = None
 
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         raise NotImplementedError(f"{type(self).__name__} must implement handle_task")
@@ -90,11 +89,7 @@ class BaseAgent:
         task = await runtime.claim_task(wait=wait)
         if task is None:
             return None
-        self.current_task = task
-        try:
-            return await self._run(task, runtime)
-        finally:
-            self.current_task = None
+        return await self._run(task, runtime)
 
     async def _run(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
         lost: list[TaskGraphError] = []

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._checks import check_name, check_seconds
 from ..actors import ActorRef
 from ..log import apply_policy
 from ..messages import (
@@ -52,26 +53,16 @@ class AgentRuntime:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        for field, value in (("agent_id", agent_id), ("agent_type", agent_type)):
-            if not isinstance(value, str) or not value or len(value) > 200 or value != value.strip():
-                raise ValueError(
-                    f"AgentRuntime {field} must be a non-empty string without padding, got {value!r}"
-                )
-        if heartbeat_interval is not None and (
-            isinstance(heartbeat_interval, bool)
-            or not isinstance(heartbeat_interval, (int, float))
-            or not (0 < heartbeat_interval < 1e9)
-        ):
-            raise ValueError(
-                f"AgentRuntime heartbeat_interval must be a positive number of seconds or None, "
-                f"got {heartbeat_interval!r}"
-            )
-        self.agent_id = agent_id
-        self.agent_type = agent_type
-        self.heartbeat_interval = heartbeat_interval
+        self.agent_id = check_name("AgentRuntime", "agent_id", agent_id)
+        self.agent_type = check_name("AgentRuntime", "agent_type", agent_type)
+        self.heartbeat_interval = (
+            None
+            if heartbeat_interval is None
+            else check_seconds("AgentRuntime", "heartbeat_interval", heartbeat_interval)
+        )
         self.supervisor = supervisor
         self.log = log
-        self.request_timeout = request_timeout
+        self.request_timeout = check_seconds("AgentRuntime", "request_timeout", request_timeout)
         self.clock = clock
         self.closing = False
         """Set once the supervisor answered ``NoWork(closing=True)``: it grants no more."""

@@ -109,7 +109,7 @@ async def run_daemon(
                 else:
                     await anyio.sleep_forever()
             await host.shutdown()
-            after = await _final_stats(host)
+            after = host.final_stats or before
     except (DataDirBusy, GraphFileError, NotADirectoryError, ValueError) as error:
         raise _fail(error) from None
     elapsed = time.monotonic() - started
@@ -124,19 +124,6 @@ async def run_daemon(
         flush=True,
     )
     return 0
-
-
-async def _final_stats(host: AgentHost) -> GraphStats:
-    # the supervisor has stopped; read what it left on disk
-    tasks = await anyio.to_thread.run_sync(_load_unlocked, host.data_dir)
-    counts = dict.fromkeys((s.value for s in TaskStatus), 0)
-    for task in tasks:
-        counts[task.status.value] += 1
-    return GraphStats(by_status=counts, runnable_types=[], total=len(tasks))
-
-
-def _load_unlocked(data_dir: Path) -> list[AgentTask]:
-    return GraphStore(data_dir).load()[0]
 
 
 # -- greenroom tasks ----------------------------------------------------------------------

@@ -43,6 +43,8 @@ class AgentHost:
         self.supervisor: ActorRef
         self.log: ActorRef
         self._stopped = False
+        self.final_stats: GraphStats | None = None
+        """The graph's counts at shutdown, after running tasks finished or were handed back."""
 
     async def __aenter__(self) -> AgentHost:
         await self.system.__aenter__()
@@ -122,6 +124,10 @@ class AgentHost:
                     agent.abandon()
                 for _, ref in busy:
                     await ref.stop()
+            try:
+                self.final_stats = await self.stats()
+            except Exception:
+                logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()
             await self.log.stop()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from .._checks import check_int
 from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, decode_json
@@ -73,6 +75,21 @@ def recover_tail(path: Path) -> tuple[int, int]:
     return last_seq, cut
 
 
+_EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+
+def _check_append(append: Append) -> None:
+    """The shape ``Event`` needs (a Struct is not validated when built in-process)."""
+    if not isinstance(append.type, str) or not _EVENT_TYPE.fullmatch(append.type):
+        raise RecordError("event", "type", append.type, "must be 1-100 letters, digits or _.:-")
+    if not isinstance(append.payload, dict):
+        raise RecordError("event", "payload", append.payload, "must be a JSON object (a dict)")
+    for field in ("task_id", "agent_id"):
+        value = getattr(append, field)
+        if value is not None and not isinstance(value, str):
+            raise RecordError("event", field, value, "must be a string or None")
+
+
 class LogActor(Actor):
     """Serialises event appends and applies the visibility policy.
 
@@ -90,11 +107,9 @@ class LogActor(Actor):
     ) -> None:
         if narrator is not None and not isinstance(narrator, NarratorCapability):
             raise TypeError(f"LogActor narrator must be a NarratorCapability, got {narrator!r}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"LogActor max_batch must be an int >= 1, got {max_batch!r}")
         self._data_dir_arg = data_dir
         self._narrator = narrator
-        self.max_batch = max_batch
+        self.max_batch = check_int("LogActor", "max_batch", max_batch)
         self.clock = clock
         self.seq = 0
         self.torn_bytes = 0
@@ -142,6 +157,7 @@ class LogActor(Actor):
         if isinstance(message, Append):
             pending = context.reply_later()
             try:
+                _check_append(message)
                 event = Event(
                     seq=self.seq + 1,
                     ts=self.clock(),
@@ -153,6 +169,8 @@ class LogActor(Actor):
                 )
                 line = _encoder.encode(event) + b"\n"
             except PolicyError as error:
+                self._refuse(pending, message, error)
+            except RecordError as error:
                 self._refuse(pending, message, error)
             except (TypeError, msgspec.EncodeError) as error:
                 self._refuse(pending, message, ValueError(f"event payload cannot be stored as JSON: {error}"))

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from .._checks import check_int, check_seconds
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
@@ -51,7 +52,7 @@ from ..messages import (
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
-from ._store import GraphStore, LoadReport
+from ._store import GraphStore
 
 logger = logging.getLogger("greenroom.supervisor")
 
@@ -87,30 +88,19 @@ class SupervisorActor(Actor):
         recover_orphans: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        for field, value in (
-            ("lease_seconds", lease_seconds),
-            ("lease_check_interval", lease_check_interval),
-        ):
-            if value is None and field == "lease_check_interval":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1e9):
-                raise ValueError(
-                    f"SupervisorActor {field} must be a positive number of seconds, got {value!r}"
-                )
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"SupervisorActor max_batch must be an int >= 1, got {max_batch!r}")
         self._data_dir_arg = data_dir
-        self.lease_seconds = float(lease_seconds)
+        self.lease_seconds = check_seconds("SupervisorActor", "lease_seconds", lease_seconds)
         if lease_check_interval is None:
             lease_check_interval = min(max(lease_seconds / 4, 0.01), 5.0)
-        self.lease_check_interval = float(lease_check_interval)
+        self.lease_check_interval = check_seconds(
+            "SupervisorActor", "lease_check_interval", lease_check_interval
+        )
+        self.max_batch = check_int("SupervisorActor", "max_batch", max_batch)
         self.log = log
-        self.max_batch = max_batch
         self.compact_min_bytes = compact_min_bytes
         self.recover_orphans = recover_orphans
         self.clock = clock
         self.closing = False
-        self.load_report = LoadReport()
         self._waiting: list[tuple[PendingReply, Any]] = []
         self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
         self._lock: OwnerLock | None = None
@@ -128,7 +118,7 @@ class SupervisorActor(Actor):
         self._lock = lock
         try:
             store = GraphStore(data_dir, compact_min_bytes=self.compact_min_bytes)
-            tasks, self.load_report = await anyio.to_thread.run_sync(store.load)
+            tasks, _ = await anyio.to_thread.run_sync(store.load)
             self.graph = graph = TaskGraph(tasks, now=self.clock(), lease=self.lease_seconds)
             if self.recover_orphans:
                 orphans = graph.expire_leases(self.clock(), orphaned=True)

@@ -50,7 +50,6 @@ class JournalBatch(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class LoadReport(msgspec.Struct):
-    snapshot_tasks: int = 0
     journal_batches: int = 0
     torn_bytes: int = 0
     """Bytes cut off the end of the journal: the remains of a write a crash interrupted."""
@@ -98,7 +97,6 @@ class GraphStore:
                 if task.id in tasks:
                     raise GraphFileError(f"{self.graph_path}: task id {task.id!r} appears twice")
                 tasks[task.id] = task
-            report.snapshot_tasks = len(tasks)
             self.snapshot_bytes = len(data)
         try:
             lines, good_end, tail = read_lines(self.journal_path)

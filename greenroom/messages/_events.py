@@ -17,6 +17,8 @@ TASK_FAILED = "TASK_FAILED"
 TASK_RETRIED = "TASK_RETRIED"
 TASK_CANCELLED = "TASK_CANCELLED"
 NARRATION = "NARRATION"
+HARNESS_PHASE = "HARNESS_PHASE"
+"""One bounded phase of a harness actor ended (internal)."""
 
 AGENT_EVENTS = frozenset({AGENT_UPDATE, AGENT_RESULT})
 """Event types that agents emit; the log actor forces them to ``visibility="internal"``."""

@@ -1,0 +1,30 @@
+"""Harness actors: bounded phases of model and tool work (spec 003).
+
+A :class:`HarnessActor` keeps one conversation history per ``context_label``,
+admits every model call through a :class:`TokenBudget` (shareable by a team),
+honours a :class:`StopSignal` in two strengths, and runs tool calls through the
+allowlist and a :class:`Sandbox`. :class:`Harness` is its handle; every phase ends in
+a :class:`PhaseResult`.
+"""
+
+from ._actor import HarnessActor
+from ._budget import Admission, TokenBudget
+from ._handle import Harness
+from ._phase import STOP_REASONS, PhaseResult
+from ._sandbox import Sandbox, ToolRefused
+from ._stop import StopSignal
+from ._tools import RiskLevel, Tool
+
+__all__ = [
+    "STOP_REASONS",
+    "Admission",
+    "Harness",
+    "HarnessActor",
+    "PhaseResult",
+    "RiskLevel",
+    "Sandbox",
+    "StopSignal",
+    "TokenBudget",
+    "Tool",
+    "ToolRefused",
+]

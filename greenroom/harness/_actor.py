@@ -1,0 +1,412 @@
+"""``HarnessActor``: bounded phases of model and tool work, one history per context label.
+
+Ask it ``RunBounded(...)``; the reply is a :class:`PhaseResult`. Phases run one at a
+time, in mailbox order. A model error (``ModelError``, or anything the model raised)
+fails that ask and leaves the histories as they were before the failed turn; the actor
+keeps running. ``GetHistory(label)`` answers a copy of one context's history.
+
+Messages sent before ``stop()`` are handled in order; messages sent after are refused.
+A phase whose asker has already given up (cancelled, timed out) is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from .._checks import check_int, check_name
+from .._files import replace_durably
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..llm import ChatModel
+from ..messages import (
+    HARNESS_PHASE,
+    Append,
+    ChatMessage,
+    ChatRequest,
+    GetHistory,
+    RecordError,
+    RunBounded,
+    ToolSpec,
+)
+from ._budget import TokenBudget
+from ._phase import PhaseResult
+from ._sandbox import Sandbox, ToolRefused
+from ._stop import StopSignal
+from ._tools import Tool
+
+logger = logging.getLogger("greenroom.harness")
+
+_encoder = msgspec.json.Encoder()
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_durably(path, data)
+
+
+class _PhaseControl:
+    """Shared by a harness actor and its handle: lets a cancelled caller abort the
+    phase it asked for (and only that one)."""
+
+    __slots__ = ("running", "scope")
+
+    def __init__(self) -> None:
+        self.running: RunBounded | None = None
+        self.scope: anyio.CancelScope | None = None
+
+    def abort(self, message: RunBounded) -> None:
+        if self.running is message and self.scope is not None:
+            self.scope.cancel()
+
+
+class _Turn:
+    """One model call and the tool calls it asked for; committed to the history whole."""
+
+    __slots__ = ("budget_refused", "done", "text")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.done = False
+        self.budget_refused = False
+
+
+def _check_run_bounded(message: RunBounded) -> None:
+    check_int("RunBounded", "max_iterations", message.max_iterations, minimum=0)
+    if not isinstance(message.user_message, str):
+        raise ValueError(f"RunBounded user_message must be a string, got {message.user_message!r}")
+    if message.context_label is not None:
+        check_name("RunBounded", "context_label", message.context_label)
+    if message.tool_names is not None and (
+        not isinstance(message.tool_names, tuple) or not all(isinstance(n, str) for n in message.tool_names)
+    ):
+        raise ValueError(
+            f"RunBounded tool_names must be a list of tool names or None, got {message.tool_names!r}"
+        )
+    if message.direct_tool_calls is not None and not isinstance(message.direct_tool_calls, tuple):
+        raise ValueError(
+            f"RunBounded direct_tool_calls must be a list or None, got {message.direct_tool_calls!r}"
+        )
+
+
+class HarnessActor(Actor):
+    """Drives a model and tools in bounded phases (spec 003, 2.2).
+
+    ``tools``: every tool this harness knows. ``tool_allowlist``: the names it may run
+    (``None``: all of ``tools``); a phase's ``tool_names`` narrows it further.
+    ``budget``: the token budget every model call is admitted by, checked before each
+    call (``None``: an unlimited one, still counted); share one for a team.
+    ``stop``: the stop signal (share one to stop a team). ``summary_path``: where
+    ``run_summary.json`` is written (atomically) after every phase, with the token
+    totals of this harness's lifetime. ``log``: the log actor, told one
+    ``HARNESS_PHASE`` event per phase. ``call_timeout``: seconds per model call
+    (``None``: the model's default).
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        system_prompt: str = "",
+        tools: Iterable[Tool] = (),
+        tool_allowlist: Iterable[str] | None = None,
+        sandbox: Sandbox | None = None,
+        budget: TokenBudget | None = None,
+        stop: StopSignal | None = None,
+        agent_id: str = "harness",
+        task_id: str | None = None,
+        summary_path: str | os.PathLike[str] | None = None,
+        log: ActorRef | None = None,
+        call_timeout: float | None = None,
+        control: _PhaseControl | None = None,
+    ) -> None:
+        if not isinstance(model, ChatModel):
+            raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
+        if not isinstance(system_prompt, str):
+            raise ValueError(f"HarnessActor system_prompt must be a string, got {system_prompt!r}")
+        self.model = model
+        self.system_prompt = system_prompt
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                raise TypeError(f"HarnessActor tools must be Tool objects, got {tool!r}")
+            if tool.name in self.tools:
+                raise ValueError(f"HarnessActor tools: two tools are named {tool.name!r}")
+            self.tools[tool.name] = tool
+        if tool_allowlist is None:
+            self.tool_allowlist = frozenset(self.tools)
+        else:
+            self.tool_allowlist = frozenset(tool_allowlist)
+            unknown = sorted(self.tool_allowlist - self.tools.keys())
+            if unknown:
+                raise ValueError(f"HarnessActor tool_allowlist names tools it was not given: {unknown}")
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
+        self.budget = budget if budget is not None else TokenBudget()
+        self.stop = stop if stop is not None else StopSignal()
+        self.agent_id = check_name("HarnessActor", "agent_id", agent_id)
+        self.task_id = task_id
+        self.summary_path = None if summary_path is None else Path(summary_path)
+        self.log = log
+        self.call_timeout = call_timeout
+        self.control = control if control is not None else _PhaseControl()
+        self.histories: dict[str | None, list[ChatMessage]] = {}
+        self.phases = 0
+        self.llm_calls = 0
+        self.tool_call_count = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self._specs: dict[str, ToolSpec] = {name: tool.spec() for name, tool in self.tools.items()}
+
+    async def receive(self, message: Any) -> Any:
+        if isinstance(message, GetHistory):
+            return tuple(self.histories.get(message.context_label, ()))
+        if not isinstance(message, RunBounded):
+            raise TypeError(f"HarnessActor does not handle {type(message).__name__} messages")
+        pending = self.context.reply_later()
+        if pending is not None and not pending.wanted:
+            return None  # the asker gave up before the phase started
+        try:
+            _check_run_bounded(message)
+            control = self.control
+            control.running = message
+            try:
+                if message.direct_tool_calls is not None:
+                    result = await self._tool_phase(message.direct_tool_calls)
+                else:
+                    result = await self._llm_phase(message)
+            finally:
+                control.running = None
+        except Exception as error:
+            self._answer(pending, None, error)
+            return None
+        self.phases += 1
+        self._report(message, result)
+        if self.summary_path is not None:
+            await self._write_summary(result.stop_reason)
+        self._answer(pending, result, None)
+        return None
+
+    @staticmethod
+    def _answer(pending: PendingReply | None, result: PhaseResult | None, error: Exception | None) -> None:
+        if pending is None:
+            if error is not None:
+                logger.warning("harness: a told RunBounded failed: %s", error)
+        elif error is not None:
+            pending.fail(error)
+        else:
+            pending.succeed(result)
+
+    # -- LLM mode -----------------------------------------------------------------------
+
+    def _allowed(self, tool_names: tuple[str, ...] | None) -> frozenset[str]:
+        if tool_names is None:
+            return self.tool_allowlist
+        unknown = sorted(set(tool_names) - self.tools.keys())
+        if unknown:
+            raise ValueError(f"RunBounded tool_names names unknown tools: {unknown}")
+        return self.tool_allowlist.intersection(tool_names)
+
+    async def _llm_phase(self, message: RunBounded) -> PhaseResult:
+        label = message.context_label
+        if not message.continue_context:
+            self.histories[label] = []
+        history = self.histories.setdefault(label, [])
+        allowed = self._allowed(message.tool_names)
+        specs = tuple(self._specs[name] for name in sorted(allowed))
+        pending: list[ChatMessage] = (
+            [ChatMessage("user", message.user_message)] if message.user_message else []
+        )
+        records: list[dict[str, Any]] = []
+        final_text = ""
+        for _ in range(message.max_iterations):
+            if self.stop.requested:
+                return PhaseResult(final_text, records, "stop_requested")
+            turn = _Turn()
+            with anyio.CancelScope() as scope:
+                self._enter(scope)
+                try:
+                    await self._turn(turn, history, pending, specs, allowed, records)
+                finally:
+                    self._leave(scope)
+            if scope.cancelled_caught:  # an immediate stop (or the asker's cancellation)
+                return PhaseResult(final_text, records, "stop_requested")
+            if turn.budget_refused:
+                return PhaseResult(final_text, records, "budget_exhausted")
+            final_text = turn.text
+            history.extend(pending)  # the whole turn, at once
+            pending = []
+            if turn.done:
+                return PhaseResult(final_text, records, "done")
+        return PhaseResult(final_text, records, "max_iterations")
+
+    def _enter(self, scope: anyio.CancelScope) -> None:
+        self.control.scope = scope
+        self.stop._enter(scope)
+
+    def _leave(self, scope: anyio.CancelScope) -> None:
+        self.stop._leave(scope)
+        self.control.scope = None
+
+    async def _turn(
+        self,
+        turn: _Turn,
+        history: list[ChatMessage],
+        pending: list[ChatMessage],
+        specs: tuple[ToolSpec, ...],
+        allowed: frozenset[str],
+        records: list[dict[str, Any]],
+    ) -> None:
+        admission = await self.budget.admit()  # the budget check, before every model call
+        if admission is None:
+            turn.budget_refused = True
+            return
+        with admission:
+            system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+            request = ChatRequest(tuple(system + history + pending), specs, "auto")
+            reply = await self.model.chat(request, timeout=self.call_timeout)
+            admission.spend(reply.usage.total_tokens)
+        self.llm_calls += 1
+        self.prompt_tokens += reply.usage.prompt_tokens
+        self.completion_tokens += reply.usage.completion_tokens
+        pending.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
+        turn.text = reply.text
+        if not reply.tool_calls:
+            turn.done = True
+            return
+        for call in reply.tool_calls:
+            record = await self._run_tool(call.id, call.name, call.arguments, call.arguments_error, allowed)
+            records.append(record)
+            content = (
+                _encoder.encode(record["result"]).decode() if record["ok"] else f"error: {record['error']}"
+            )
+            pending.append(ChatMessage("tool", content, tool_call_id=call.id))
+
+    # -- tool calls (both modes) --------------------------------------------------------
+
+    async def _run_tool(
+        self,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_error: str | None,
+        allowed: frozenset[str],
+    ) -> dict[str, Any]:
+        """Run one call through every check; a refusal or failure is an error record."""
+        self.tool_call_count += 1
+        record: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+
+        def error(text: str) -> dict[str, Any]:
+            record.update(ok=False, error=text)
+            return record
+
+        tool = self.tools.get(name)
+        if tool is None:
+            return error(f"unknown tool {name!r}")
+        if name not in allowed:
+            return error(f"tool {name!r} is not allowed in this phase")
+        if arguments_error is not None:
+            return error(arguments_error)
+        try:
+            validated = tool.validate(arguments)
+        except RecordError as bad:
+            return error(str(bad))
+        try:
+            self.sandbox.check(tool)
+        except ToolRefused as refused:
+            return error(str(refused))
+        with self.sandbox.timeout_scope() as deadline:
+            try:
+                result = await tool.call(validated)
+            except Exception as failed:  # cancellation is a BaseException: it propagates
+                return error(f"{type(failed).__name__}: {failed}")
+        if deadline.cancelled_caught:
+            return error(f"tool {name!r} timed out after {self.sandbox.tool_timeout:g}s")
+        try:
+            _encoder.encode(result)
+        except (TypeError, msgspec.EncodeError) as bad:
+            return error(f"tool {name!r} returned a value that is not JSON: {bad}")
+        record.update(ok=True, result=result)
+        return record
+
+    async def _tool_phase(self, calls: tuple[dict[str, Any], ...]) -> PhaseResult:
+        """Tool-only mode: no model call and no budget gate; the stop check at entry,
+        then the allowlist and the sandbox for every call."""
+        records: list[dict[str, Any]] = []
+        if self.stop.requested:
+            return PhaseResult("", records, "stop_requested")
+        with anyio.CancelScope() as scope:
+            self._enter(scope)
+            try:
+                for index, call in enumerate(calls):
+                    records.append(await self._direct_call(index, call))
+            finally:
+                self._leave(scope)
+        if scope.cancelled_caught:
+            return PhaseResult("", records, "stop_requested")
+        return PhaseResult("", records, "done")
+
+    async def _direct_call(self, index: int, call: Any) -> dict[str, Any]:
+        call_id = f"direct-{index}"
+        if not isinstance(call, dict):
+            return {"id": call_id, "name": None, "arguments": {}, "ok": False,
+                    "error": f"direct_tool_calls[{index}] must be an object, got {call!r:.200}"}  # fmt: skip
+        call_id = call.get("id", call_id)
+        name = call.get("name")
+        arguments = call.get("arguments", {})
+        problem = None
+        if not isinstance(name, str):
+            problem = f"direct_tool_calls[{index}].name must be a tool name, got {name!r:.200}"
+        elif not isinstance(arguments, dict):
+            problem = f"direct_tool_calls[{index}].arguments must be an object, got {arguments!r:.200}"
+            arguments = {}
+        if problem is not None:
+            self.tool_call_count += 1
+            return {"id": call_id, "name": name, "arguments": arguments, "ok": False, "error": problem}
+        assert isinstance(name, str)
+        return await self._run_tool(str(call_id), name, arguments, None, self.tool_allowlist)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def summary(self, last_stop_reason: str | None = None) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "task_id": self.task_id,
+            "phases": self.phases,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_call_count,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "last_stop_reason": last_stop_reason,
+            "contexts": sorted(label for label in self.histories if label is not None),
+            "updated_at": time.time(),
+        }
+
+    async def _write_summary(self, stop_reason: str) -> None:
+        path = self.summary_path
+        assert path is not None
+        data = _encoder.encode(self.summary(stop_reason)) + b"\n"
+        await anyio.to_thread.run_sync(_write_file, path, data)
+
+    def _report(self, message: RunBounded, result: PhaseResult) -> None:
+        if self.log is None:
+            return
+        payload = {
+            "context_label": message.context_label,
+            "mode": "tools" if message.direct_tool_calls is not None else "llm",
+            "stop_reason": result.stop_reason,
+            "tool_calls": len(result.tool_calls),
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        try:
+            self.log.tell(
+                Append(type=HARNESS_PHASE, payload=payload, task_id=self.task_id, agent_id=self.agent_id)
+            )
+        except (ActorStopped, MailboxFull) as error:
+            logger.warning("harness %r: phase event not logged: %s", self.agent_id, error)

@@ -1,0 +1,88 @@
+"""``Sandbox``: the runtime checks every tool call passes before it runs."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+
+import anyio
+
+from .._checks import check_int, check_seconds
+from ._tools import RiskLevel, Tool
+
+
+class ToolRefused(Exception):
+    """The sandbox refused a tool call; the harness records it as an error result."""
+
+
+class Sandbox:
+    """Risk-level and rate-limit checks, the same for model-driven and direct calls.
+
+    ``max_risk``: the riskiest tool allowed to run. ``rate_limit``: at most ``calls``
+    tool calls per ``per_seconds`` (sliding window) across all tools of this sandbox;
+    ``tool_rate_limits`` maps a tool name to its own ``(calls, per_seconds)``.
+    ``tool_timeout``: seconds one tool call may run before it is cancelled and
+    recorded as an error (``None``: no limit). A refused or failed call never raises
+    out of the harness: it becomes an error result the model (or caller) sees.
+
+    Share one sandbox between harnesses to share its rate limits.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_risk: RiskLevel = RiskLevel.WRITES,
+        rate_limit: tuple[int, float] | None = None,
+        tool_rate_limits: Mapping[str, tuple[int, float]] | None = None,
+        tool_timeout: float | None = 60.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not isinstance(max_risk, RiskLevel):
+            raise ValueError(f"Sandbox max_risk must be a RiskLevel, got {max_risk!r}")
+        self.max_risk = max_risk
+        self.rate_limit = None if rate_limit is None else self._check_limit("rate_limit", rate_limit)
+        self.tool_rate_limits = {
+            name: self._check_limit(f"tool_rate_limits[{name!r}]", limit)
+            for name, limit in (tool_rate_limits or {}).items()
+        }
+        self.tool_timeout = (
+            None if tool_timeout is None else check_seconds("Sandbox", "tool_timeout", tool_timeout)
+        )
+        self._clock = clock if clock is not None else anyio.current_time
+        self._recent: deque[float] = deque()
+        self._recent_by_tool: dict[str, deque[float]] = {}
+
+    @staticmethod
+    def _check_limit(field: str, limit: object) -> tuple[int, float]:
+        if not isinstance(limit, tuple) or len(limit) != 2:
+            raise ValueError(f"Sandbox {field} must be a (calls, per_seconds) tuple, got {limit!r}")
+        return check_int("Sandbox", f"{field} calls", limit[0]), check_seconds(
+            "Sandbox", f"{field} seconds", limit[1]
+        )
+
+    def check(self, tool: Tool) -> None:
+        """Admit one call of ``tool`` now (counting it) or raise ``ToolRefused``."""
+        if tool.risk > self.max_risk:
+            raise ToolRefused(
+                f"tool {tool.name!r} has risk level {tool.risk.name}, "
+                f"above the sandbox's {self.max_risk.name}"
+            )
+        now = self._clock()
+        windows: list[tuple[deque[float], tuple[int, float], str]] = []
+        if self.rate_limit is not None:
+            windows.append((self._recent, self.rate_limit, "the sandbox"))
+        own = self.tool_rate_limits.get(tool.name)
+        if own is not None:
+            windows.append((self._recent_by_tool.setdefault(tool.name, deque()), own, f"tool {tool.name!r}"))
+        for recent, (calls, per), who in windows:
+            while recent and recent[0] <= now - per:
+                recent.popleft()
+            if len(recent) >= calls:
+                raise ToolRefused(f"rate limit: {who} allows {calls} calls per {per:g}s")
+        for recent, _, _ in windows:
+            recent.append(now)
+
+    def timeout_scope(self) -> anyio.CancelScope:
+        """The scope one tool call runs in (its deadline is ``tool_timeout``)."""
+        return anyio.move_on_after(math.inf if self.tool_timeout is None else self.tool_timeout)

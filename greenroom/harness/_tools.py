@@ -1,0 +1,86 @@
+"""``Tool``: a function a harness may call for a model, with validated arguments."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from ..messages import ToolSpec, convert
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class RiskLevel(enum.IntEnum):
+    """How much harm a tool can do; a sandbox allows tools up to its ``max_risk``."""
+
+    READ_ONLY = 0
+    """Reads data; changes nothing."""
+    WRITES = 1
+    """Writes inside the agent's own workspace."""
+    NETWORK = 2
+    """Talks to other machines."""
+    EXECUTES = 3
+    """Runs programs or changes things outside the workspace."""
+
+
+class Tool:
+    """``fn`` called with the validated arguments.
+
+    ``args``: a ``msgspec.Struct`` type the model's arguments are converted to (an
+    error names the field and the value; the tool is not called) and whose JSON Schema
+    is offered to the model; ``fn`` then receives one instance. Without ``args``, ``fn``
+    receives the arguments as keyword arguments. ``fn`` may be async; a plain function
+    runs inline on the event loop, so keep it quick (or wrap it in
+    ``anyio.to_thread.run_sync`` yourself). Its return value must encode as JSON.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any] | Callable[..., Awaitable[Any]],
+        *,
+        description: str = "",
+        args: type[msgspec.Struct] | None = None,
+        risk: RiskLevel = RiskLevel.READ_ONLY,
+    ) -> None:
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ValueError(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"Tool {name!r} fn must be callable, got {fn!r}")
+        if args is not None and not (isinstance(args, type) and issubclass(args, msgspec.Struct)):
+            raise TypeError(f"Tool {name!r} args must be a msgspec.Struct type, got {args!r}")
+        if not isinstance(risk, RiskLevel):
+            raise ValueError(f"Tool {name!r} risk must be a RiskLevel, got {risk!r}")
+        self.name = name
+        self.fn = fn
+        self.description = description
+        self.args = args
+        self.risk = risk
+        self._is_async = inspect.iscoroutinefunction(fn)
+
+    def spec(self) -> ToolSpec:
+        """The tool as offered to a model."""
+        if self.args is None:
+            parameters: dict[str, Any] = {"type": "object", "properties": {}}
+        else:
+            schema = msgspec.json.schema(self.args)
+            parameters = schema["$defs"][schema["$ref"].rsplit("/", 1)[1]] if "$ref" in schema else schema
+            parameters = {k: v for k, v in parameters.items() if k != "title"}
+        return ToolSpec(self.name, self.description, parameters)
+
+    def validate(self, arguments: dict[str, Any]) -> Any:
+        """The arguments as ``fn`` takes them; ``RecordError`` naming the field if bad."""
+        if self.args is None:
+            return arguments
+        return convert(arguments, self.args, f"tool {self.name!r} arguments")
+
+    async def call(self, validated: Any) -> Any:
+        result = self.fn(**validated) if self.args is None else self.fn(validated)
+        if self._is_async:
+            result = await result
+        return result

@@ -1,0 +1,28 @@
+"""Chat model adapters behind one interface, :class:`ChatModel`.
+
+:class:`OpenAIChatModel` talks to any OpenAI-compatible server through the ``openai``
+SDK; :class:`ScriptedModel` answers from a script, for offline runs and tests. Both
+raise only the errors in this package for provider trouble.
+"""
+
+from ._errors import BadRequest, ModelError, RateLimited, TimedOut, Unavailable
+from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel, retry_after_seconds
+from ._protocol import ChatModel
+from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
+
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "MODEL_ENV",
+    "BadRequest",
+    "ChatModel",
+    "ModelError",
+    "OpenAIChatModel",
+    "RateLimited",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "TimedOut",
+    "Unavailable",
+    "estimate_usage",
+    "retry_after_seconds",
+]

@@ -1,0 +1,37 @@
+"""The few errors a chat model call ends with, whatever the provider said.
+
+Messages name the model and the HTTP status, never the API key or the request
+headers; the provider's own exception is not chained (it carries the request).
+"""
+
+from __future__ import annotations
+
+
+class ModelError(Exception):
+    """A chat model call failed. ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimited(ModelError):
+    """The provider kept answering 429 after the allowed retries (or asked for a wait
+    longer than allowed). ``retry_after``: the wait it last asked for, in seconds."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = 429) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class TimedOut(ModelError):
+    """The call did not finish within its per-call timeout."""
+
+
+class Unavailable(ModelError):
+    """The server could not be reached, or kept failing (5xx) after the allowed retries."""
+
+
+class BadRequest(ModelError):
+    """The provider refused the request itself (4xx other than 429: bad parameters,
+    unknown model, refused credentials). Retrying the same request will not help."""

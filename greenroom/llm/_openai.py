@@ -1,0 +1,256 @@
+"""``OpenAIChatModel``: any OpenAI-compatible chat-completions server, through the
+``openai`` SDK's ``AsyncOpenAI`` (OpenAI itself, vLLM, Ollama, llama.cpp, ...)."""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import msgspec
+import openai
+
+from .._checks import check_int, check_seconds
+from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from ._errors import BadRequest, ModelError, RateLimited, TimedOut, Unavailable
+from ._protocol import ClosingModel
+from ._scripted import estimate_usage
+
+logger = logging.getLogger("greenroom.llm")
+
+API_KEY_ENV = "OPENAI_API_KEY"
+BASE_URL_ENV = "OPENAI_BASE_URL"
+MODEL_ENV = "OPENAI_MODEL"
+NO_KEY = "no-key"
+"""Sent when no key is configured: local servers (Ollama, llama.cpp, vLLM) ignore it."""
+
+_RETRIED_STATUSES = frozenset({408, 500, 502, 503, 504})
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": msgspec.json.encode(call.arguments).decode()},
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
+
+
+def _parse_arguments(call_id: str, name: str, raw: str | None) -> ToolCall:
+    try:
+        arguments = msgspec.json.decode(raw or "{}")
+    except msgspec.DecodeError as error:
+        return ToolCall(call_id, name, {}, f"arguments are not valid JSON ({error}): {raw!r:.200}")
+    if not isinstance(arguments, dict):
+        return ToolCall(call_id, name, {}, f"arguments must be a JSON object, got {raw!r:.200}")
+    return ToolCall(call_id, name, arguments)
+
+
+def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The wait a 429/503 asks for: ``retry-after-ms``, or ``Retry-After`` in seconds or
+    as an HTTP date. ``None`` when absent or unreadable."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class OpenAIChatModel(ClosingModel):
+    """A chat model behind an OpenAI-compatible endpoint.
+
+    ``model``, ``base_url`` and ``api_key`` come from the arguments, else from
+    ``OPENAI_MODEL``, ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (no base URL: the
+    SDK's default, OpenAI; no key: a placeholder local servers accept). The key is
+    never logged and never appears in an exception or in ``repr``.
+
+    ``timeout``: seconds one attempt may take (per call, overridable in ``chat``).
+    A 429 is retried after the ``Retry-After`` the server gave (or a backoff), a 5xx,
+    408 or a connection failure after an exponential backoff; at most ``max_retries``
+    retries, and never a wait longer than ``max_retry_wait`` (then ``RateLimited`` /
+    ``Unavailable`` at once). A timeout is not retried. Errors are mapped to
+    :class:`RateLimited`, :class:`TimedOut`, :class:`Unavailable` and
+    :class:`BadRequest`.
+
+    Cancellation stops the call in flight (and any retry wait) at once. Close it with
+    ``aclose()`` or ``async with``: an unclosed client leaks its connections (and
+    warns under trio).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        model = model if model is not None else os.environ.get(MODEL_ENV)
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(
+                f"OpenAIChatModel model must be a non-empty string (or set {MODEL_ENV}), got {model!r}"
+            )
+        base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV) or None
+        if base_url is not None and (
+            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(f"OpenAIChatModel base_url must be an http(s) URL, got {base_url!r}")
+        if api_key is not None and not isinstance(api_key, str):
+            raise ValueError("OpenAIChatModel api_key must be a string")
+        if temperature is not None and (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0 <= temperature <= 2
+        ):
+            raise ValueError(f"OpenAIChatModel temperature must be a number in [0, 2], got {temperature!r}")
+        self.model = model
+        self.base_url = base_url
+        self.timeout = check_seconds("OpenAIChatModel", "timeout", timeout)
+        self.max_retries = check_int("OpenAIChatModel", "max_retries", max_retries, minimum=0)
+        self.max_retry_wait = check_seconds("OpenAIChatModel", "max_retry_wait", max_retry_wait, zero_ok=True)
+        self.temperature = temperature
+        self.max_tokens = (
+            None if max_tokens is None else check_int("OpenAIChatModel", "max_tokens", max_tokens)
+        )
+        self._key = api_key or os.environ.get(API_KEY_ENV) or NO_KEY
+        # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
+        self._client = openai.AsyncOpenAI(
+            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.timeout
+        )
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _redact(self, text: str) -> str:
+        if self._key != NO_KEY and len(self._key) >= 4:
+            text = text.replace(self._key, "[redacted]")
+        return text
+
+    async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+        """One chat completion (see the class doc for retries, timeouts, cancellation)."""
+        if self.closed:
+            raise RuntimeError("OpenAIChatModel.chat() after aclose()")
+        per_call = (
+            self.timeout if timeout is None else check_seconds("OpenAIChatModel.chat", "timeout", timeout)
+        )
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire_message(m) for m in request.messages],
+            "timeout": per_call,
+        }
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in request.tools
+            ]
+            params["tool_choice"] = request.tool_choice
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        attempt = 0
+        while True:
+            try:
+                completion = await self._client.chat.completions.create(**params)
+            except openai.APITimeoutError:
+                raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
+            except openai.APIStatusError as error:
+                wait, failure = self._judge_status(error, attempt)
+            except openai.APIConnectionError as error:
+                wait = self._backoff(attempt)
+                failure = Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}")
+            else:
+                return self._reply(request, completion)
+            if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
+                raise failure
+            attempt += 1
+            logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
+            await anyio.sleep(wait)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.max_retry_wait, 0.5 * 2.0**attempt) * (1 + random.random() / 4)
+
+    def _judge_status(self, error: openai.APIStatusError, attempt: int) -> tuple[float | None, ModelError]:
+        """``(wait before retrying or None, the error to raise if not retrying)``."""
+        status = error.status_code
+        detail = self._redact(str(error.message))[:300]
+        if status == 429:
+            asked = retry_after_seconds(error.response.headers)
+            wait = asked if asked is not None else self._backoff(attempt)
+            return wait, RateLimited(f"{self.model}: rate limited (HTTP 429): {detail}", retry_after=asked)
+        if status in _RETRIED_STATUSES:
+            asked = retry_after_seconds(error.response.headers)
+            wait = asked if asked is not None else self._backoff(attempt)
+            return wait, Unavailable(f"{self.model}: server error (HTTP {status}): {detail}", status=status)
+        if status in (401, 403):
+            return None, BadRequest(
+                f"{self.model}: the server refused the credentials (HTTP {status})", status=status
+            )
+        return None, BadRequest(f"{self.model}: request refused (HTTP {status}): {detail}", status=status)
+
+    def _reply(self, request: ChatRequest, completion: Any) -> ChatReply:
+        if not completion.choices:
+            raise Unavailable(f"{self.model}: the server answered with no choices")
+        choice = completion.choices[0]
+        message = choice.message
+        calls = tuple(
+            _parse_arguments(call.id, call.function.name, call.function.arguments)
+            for call in (message.tool_calls or ())
+            if getattr(call, "type", "function") == "function"
+        )
+        reply = ChatReply(
+            text=message.content or "", tool_calls=calls, finish_reason=choice.finish_reason or "stop"
+        )
+        usage = completion.usage
+        if usage is None:  # some servers do not report usage: count it ourselves
+            return ChatReply(
+                reply.text, reply.tool_calls, estimate_usage(request, reply), reply.finish_reason
+            )
+        return ChatReply(
+            reply.text,
+            reply.tool_calls,
+            Usage(prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0),
+            reply.finish_reason,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client. Idempotent; shielded, so it completes even when the
+        caller is being cancelled."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            await self._client.close()

@@ -18,6 +18,7 @@ from ._reply import Reply
 
 if TYPE_CHECKING:
     from ._cell import ActorCell
+    from ._system import ActorSystem
 
 
 class ActorRef:
@@ -29,6 +30,11 @@ class ActorRef:
     @property
     def name(self) -> str:
         return self._cell.name
+
+    @property
+    def system(self) -> ActorSystem:
+        """The system this actor lives in (to spawn peers next to it)."""
+        return self._cell.system
 
     @property
     def is_alive(self) -> bool:

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
 
 import anyio
 
+from .._files import resolve_data_dir
+from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import TaskGraphError
 from ._runtime import AgentRuntime
+from ._workspace import artifact_filename, check_agent_name, ensure_agent_workspace
 
 logger = logging.getLogger("greenroom.agents")
 
@@ -41,13 +48,38 @@ class BaseAgent:
     Cancellation: if the caller is cancelled, it propagates and the task's lease runs
     out (it is retried). ``abandon()`` instead stops ``handle_task`` and hands the
     task back unfinished (shutdown), without using up an attempt.
+
+    LLM and tool work goes through :meth:`_run_phase` (spec 003, 2.4), on a harness
+    actor built from ``llm`` (a :class:`HarnessSetup`): one harness per :meth:`run`,
+    created by the first phase, closed when the run ends. The budget and stop checks
+    live in the harness, not here. Files go under :meth:`_workspace_root`
+    (``<agents_folder>/<name>``; ``agents_folder`` defaults to ``<data dir>/agents``).
     """
 
     agent_type: ClassVar[str] = ""
     retry_unexpected_errors: ClassVar[bool] = True
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        llm: HarnessSetup | None = None,
+        agents_folder: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._scope: anyio.CancelScope | None = None
+        owner = type(self).__name__
+        if name is None:  # a default from the type, made safe as a directory name
+            name = re.sub(r"[^\w\-]", "_", self.agent_type).strip("_") or owner
+        self.name = check_agent_name(owner, name)
+        if llm is not None and not isinstance(llm, HarnessSetup):
+            raise TypeError(f"{owner} llm must be a HarnessSetup, got {llm!r}")
+        self.llm = llm
+        self._agents_folder = None if agents_folder is None else Path(agents_folder)
+        self._workspace: Path | None = None
+        self._harness: Harness | None = None
+        self._harness_prompt = ""
+        self._stop: StopSignal | None = None
+        self._current: tuple[AgentTask, AgentRuntime] | None = None
 
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         raise NotImplementedError(f"{type(self).__name__} must implement handle_task")
@@ -89,9 +121,22 @@ class BaseAgent:
         task = await runtime.claim_task(wait=wait)
         if task is None:
             return None
-        return await self._run(task, runtime)
+        return await self.run(task, runtime)
 
-    async def _run(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
+    async def run(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
+        """Run one claimed task through the hooks (what :meth:`execute_once` does after
+        claiming). Each run starts without a harness; the first :meth:`_run_phase`
+        creates one and it is closed when the run ends, however it ends."""
+        self._reset_harness()
+        self._current = (task, runtime)
+        self._stop = StopSignal()
+        try:
+            return await self._run_hooks(task, runtime)
+        finally:
+            self._current = None
+            await self._close_harness()
+
+    async def _run_hooks(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
         lost: list[TaskGraphError] = []
         outcome: AgentResult | Exception | None = None
         with anyio.CancelScope() as scope:
@@ -142,3 +187,99 @@ class BaseAgent:
                 lost.append(error)
                 scope.cancel()
                 return
+
+    # -- phases (spec 003, 2.4) -----------------------------------------------------------
+
+    def _reset_harness(self) -> None:
+        """Forget the previous run's harness (it was closed when that run ended)."""
+        self._harness = None
+        self._harness_prompt = ""
+
+    async def _close_harness(self) -> None:
+        harness, self._harness = self._harness, None
+        if harness is not None:
+            harness.request_stop(immediate=True)  # nothing of this run may outlive it
+            with anyio.move_on_after(10, shield=True):
+                await harness.aclose()
+
+    def request_stop(self, *, immediate: bool = False) -> None:
+        """Stop the running task's phases: after the current turn, or (``immediate``)
+        cancelling the model call and tool call in flight. Each phase then ends with
+        ``stop_requested``; ``handle_task`` decides what to do with that."""
+        if self._stop is not None:
+            self._stop.request(immediate=immediate)
+
+    async def _run_phase(
+        self,
+        system_prompt: str = "",
+        user_message: str = "",
+        tool_names: list[str] | None = None,
+        max_iterations: int = 10,
+        continue_context: bool = True,
+        context_label: str | None = None,
+        direct_tool_calls: Iterable[dict[str, Any]] | None = None,
+    ) -> PhaseResult:
+        """Run one bounded phase on this run's harness (see ``Harness.run_bounded``).
+
+        The first call of a run creates the harness with ``system_prompt``; later calls
+        reuse it and ignore ``system_prompt`` (logged at debug level if it differs).
+        With ``direct_tool_calls`` no model call is made (the harness is still created:
+        its sandbox runs the calls). Only valid inside :meth:`run` (``RuntimeError``).
+        Cancellation: the phase stops at once, as ``Harness.run_bounded`` says.
+        """
+        if self._current is None:
+            raise RuntimeError(f"{type(self).__name__}._run_phase() is only valid while run() handles a task")
+        if self.llm is None:
+            raise RuntimeError(f"{type(self).__name__} has no llm (HarnessSetup): it cannot run phases")
+        task, runtime = self._current
+        if self._harness is None:
+            self._harness = await self.llm.spawn(
+                runtime.supervisor.system,
+                system_prompt=system_prompt,
+                stop=self._stop,
+                agent_id=runtime.agent_id,
+                task_id=task.id,
+                summary_path=self._logs_dir() / "run_summary.json",
+                log=runtime.log,
+            )
+            self._harness_prompt = system_prompt
+        elif system_prompt and system_prompt != self._harness_prompt:
+            logger.debug(
+                "agent %r: _run_phase ignores a new system_prompt; the harness keeps its first", self.name
+            )
+        return await self._harness.run_bounded(
+            user_message,
+            tool_names,
+            max_iterations,
+            continue_context,
+            context_label,
+            direct_tool_calls=direct_tool_calls,
+        )
+
+    # -- workspace (spec 003, 2.3) ----------------------------------------------------------
+
+    @property
+    def agents_folder(self) -> Path:
+        if self._agents_folder is None:
+            self._agents_folder = resolve_data_dir(None) / "agents"
+        return self._agents_folder
+
+    def _workspace_root(self) -> Path:
+        """``<agents_folder>/<name>``, with ``artifacts``, ``logs`` and ``memory`` in it;
+        created on first use (not when the agent is made)."""
+        if self._workspace is None or not self._workspace.is_dir():
+            self._workspace = ensure_agent_workspace(self.name, self.agents_folder)
+        return self._workspace
+
+    def _artifacts_dir(self) -> Path:
+        return self._workspace_root() / "artifacts"
+
+    def _logs_dir(self) -> Path:
+        return self._workspace_root() / "logs"
+
+    def _memory_dir(self) -> Path:
+        return self._workspace_root() / "memory"
+
+    def _artifact_filename(self, name: str, suffix: str = ".md") -> str:
+        """``<safe name>_<YYYYMMDD_HHMMSS><suffix>`` (UTC); see ``artifact_filename``."""
+        return artifact_filename(name, suffix)

@@ -12,6 +12,7 @@ from ._budget import Admission, TokenBudget
 from ._handle import Harness
 from ._phase import STOP_REASONS, PhaseResult
 from ._sandbox import Sandbox, ToolRefused
+from ._setup import HarnessSetup
 from ._stop import StopSignal
 from ._tools import RiskLevel, Tool
 
@@ -20,6 +21,7 @@ __all__ = [
     "Admission",
     "Harness",
     "HarnessActor",
+    "HarnessSetup",
     "PhaseResult",
     "RiskLevel",
     "Sandbox",

@@ -1,0 +1,80 @@
+"""``HarnessSetup``: how an agent's harness is built for each run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from ..actors import ActorContext, ActorRef, ActorSystem
+from ..llm import ChatModel
+from ._budget import TokenBudget
+from ._handle import Harness
+from ._sandbox import Sandbox
+from ._stop import StopSignal
+from ._tools import Tool
+
+
+class HarnessSetup:
+    """The model, tools, sandbox and budget an agent's harnesses are built from.
+
+    ``budget``: one budget shared by every run of every agent given this setup (a team
+    budget). Without it, ``tokens_per_run`` gives each run a fresh budget of that many
+    tokens (``None``: unlimited, still counted). ``sandbox`` is shared by every run,
+    and so are its rate limits. ``call_timeout``: seconds per model call.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        tools: Iterable[Tool] = (),
+        tool_allowlist: Iterable[str] | None = None,
+        sandbox: Sandbox | None = None,
+        budget: TokenBudget | None = None,
+        tokens_per_run: int | None = None,
+        call_timeout: float | None = None,
+    ) -> None:
+        if budget is not None and tokens_per_run is not None:
+            raise ValueError("HarnessSetup takes budget (shared) or tokens_per_run (per run), not both")
+        self.model = model
+        self.tools = tuple(tools)
+        self.tool_allowlist = None if tool_allowlist is None else frozenset(tool_allowlist)
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
+        self.budget = budget
+        # checked here so that a bad value fails when the setup is made, not mid-run
+        self.tokens_per_run = None if tokens_per_run is None else TokenBudget(tokens_per_run).limit
+        self.call_timeout = call_timeout
+
+    def budget_for_run(self) -> TokenBudget:
+        return self.budget if self.budget is not None else TokenBudget(self.tokens_per_run)
+
+    async def spawn(
+        self,
+        spawner: ActorSystem | ActorContext,
+        *,
+        system_prompt: str = "",
+        stop: StopSignal | None = None,
+        agent_id: str = "harness",
+        task_id: str | None = None,
+        summary_path: str | os.PathLike[str] | None = None,
+        log: ActorRef | None = None,
+        **extra: Any,
+    ) -> Harness:
+        """A new harness actor for one run (see :meth:`Harness.spawn`)."""
+        return await Harness.spawn(
+            spawner,
+            self.model,
+            stop=stop,
+            system_prompt=system_prompt,
+            tools=self.tools,
+            tool_allowlist=self.tool_allowlist,
+            sandbox=self.sandbox,
+            budget=self.budget_for_run(),
+            agent_id=agent_id,
+            task_id=task_id,
+            summary_path=summary_path,
+            log=log,
+            call_timeout=self.call_timeout,
+            **extra,
+        )

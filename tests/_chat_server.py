@@ -1,0 +1,136 @@
+"""A real HTTP server on 127.0.0.1 speaking the chat-completions protocol, for tests.
+
+It runs in its own thread (so it works the same under asyncio and trio) and answers
+from a queue of scripted responses. Each response is a ``Respond``: a status, a JSON
+body, headers, and optionally ``hold`` — the handler then waits until the test calls
+``release()`` before answering (a slow model). Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Respond:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    hold: bool = False
+    echo_auth: bool = False  # put the request's Authorization header in the error body
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def completion(
+    text: str | None = None,
+    tool_calls: list[tuple[str, str, str]] | None = None,
+    prompt_tokens: int = 11,
+    completion_tokens: int = 7,
+) -> dict[str, Any]:
+    """A chat.completion body: ``tool_calls`` as ``(id, name, arguments JSON text)``."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in tool_calls
+        ]
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model",
+        "choices": [
+            {"index": 0, "finish_reason": "tool_calls" if tool_calls else "stop", "message": message}
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": None}}
+
+
+class ChatServer:
+    def __init__(self) -> None:
+        self.responses: deque[Respond] = deque()
+        self.seen: list[Seen] = []
+        self.holding = threading.Event()  # a held request has arrived
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                    respond = (
+                        server.responses.popleft()
+                        if server.responses
+                        else Respond(
+                            500, error_body("the test server has no scripted response left", "server_error")
+                        )
+                    )
+                if respond.hold:
+                    server.holding.set()
+                    server._release.wait(30)
+                payload = respond.body
+                if respond.echo_auth:
+                    payload = error_body(f"bad key: {self.headers.get('Authorization')}")
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(respond.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in respond.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (cancelled): that is what some tests want
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def add(self, *responses: Respond) -> None:
+        with self._lock:
+            self.responses.extend(responses)
+
+    def release(self) -> None:
+        self._release.set()
+
+    @contextmanager
+    def running(self) -> Iterator[ChatServer]:
+        thread = threading.Thread(target=self._server.serve_forever, name="chat-server", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.release()
+            self._server.shutdown()
+            self._server.server_close()
+            thread.join(10)

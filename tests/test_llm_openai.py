@@ -1,0 +1,278 @@
+"""``OpenAIChatModel`` against a real chat-completions server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import anyio
+import msgspec
+import pytest
+from _chat_server import ChatServer, Respond, completion, error_body
+from _support import eventually
+
+from greenroom import ActorSystem
+from greenroom.harness import Harness, Tool
+from greenroom.llm import (
+    BadRequest,
+    OpenAIChatModel,
+    RateLimited,
+    TimedOut,
+    Unavailable,
+    retry_after_seconds,
+)
+from greenroom.messages import ChatMessage, ChatRequest, ToolSpec
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-test-0123456789abcdef-secret"
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    with ChatServer().running() as running:
+        yield running
+
+
+def make_model(server: ChatServer, **options: object) -> OpenAIChatModel:
+    settings: dict[str, object] = {"max_retries": 2, "max_retry_wait": 5.0, "timeout": 10.0}
+    settings.update(options)
+    return OpenAIChatModel("test-model", base_url=server.url, api_key=KEY, **settings)  # type: ignore[arg-type]
+
+
+def ask(text: str = "hi") -> ChatRequest:
+    return ChatRequest((ChatMessage("user", text),))
+
+
+class Lookup(msgspec.Struct):
+    city: str
+
+
+async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ChatServer) -> None:
+    server.add(
+        Respond(body=completion(tool_calls=[("call-1", "weather", '{"city": "Oslo"}')], prompt_tokens=20)),
+        Respond(body=completion("It is 3 degrees in Oslo.", prompt_tokens=40, completion_tokens=9)),
+    )
+    seen_cities: list[str] = []
+
+    def weather(args: Lookup) -> dict[str, object]:
+        seen_cities.append(args.city)
+        return {"city": args.city, "celsius": 3}
+
+    async with make_model(server) as model, ActorSystem() as system:
+        harness = await Harness.spawn(
+            system, model, system_prompt="You are terse.", tools=[Tool("weather", weather, args=Lookup)]
+        )
+        result = await harness.run_bounded("Weather in Oslo?", max_iterations=4)
+
+    assert result.stop_reason == "done"
+    assert result.final_text == "It is 3 degrees in Oslo."
+    assert seen_cities == ["Oslo"]
+    assert result.tool_calls == [
+        {"id": "call-1", "name": "weather", "arguments": {"city": "Oslo"}, "ok": True,
+         "result": {"city": "Oslo", "celsius": 3}}
+    ]  # fmt: skip
+    first, second = server.seen
+    assert first.path == "/v1/chat/completions"
+    assert first.headers["authorization"] == f"Bearer {KEY}"
+    assert first.body["model"] == "test-model"
+    assert [m["role"] for m in first.body["messages"]] == ["system", "user"]
+    assert first.body["tools"][0]["function"]["name"] == "weather"
+    assert first.body["tools"][0]["function"]["parameters"]["required"] == ["city"]
+    # the second turn carries the assistant's tool call and the tool's answer
+    roles = [m["role"] for m in second.body["messages"]]
+    assert roles == ["system", "user", "assistant", "tool"]
+    assistant, tool = second.body["messages"][2:]
+    assert assistant["tool_calls"][0]["function"] == {"name": "weather", "arguments": '{"city":"Oslo"}'}
+    assert tool == {"role": "tool", "content": '{"city":"Oslo","celsius":3}', "tool_call_id": "call-1"}
+
+
+async def test_usage_and_tool_arguments_are_mapped(server: ChatServer) -> None:
+    server.add(
+        Respond(
+            body=completion(tool_calls=[("a", "f", "{not json"), ("b", "g", "[1, 2]")], completion_tokens=4)
+        )
+    )
+    async with make_model(server) as model:
+        reply = await model.chat(ChatRequest((ChatMessage("user", "x"),), (ToolSpec("f"), ToolSpec("g"))))
+    assert reply.usage.prompt_tokens == 11 and reply.usage.completion_tokens == 4
+    assert reply.usage.total_tokens == 15
+    bad_json, not_object = reply.tool_calls
+    assert bad_json.arguments == {} and "not valid JSON" in (bad_json.arguments_error or "")
+    assert not_object.arguments == {} and "must be a JSON object" in (not_object.arguments_error or "")
+    assert server.seen[0].body["tool_choice"] == "auto"
+
+
+async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(server: ChatServer) -> None:
+    server.add(
+        Respond(429, error_body("slow down", "rate_limit_error"), headers={"Retry-After": "0.3"}),
+        Respond(body=completion("finally")),
+    )
+    async with make_model(server) as model:
+        started = anyio.current_time()
+        reply = await model.chat(ask())
+        waited = anyio.current_time() - started
+    assert reply.text == "finally"
+    assert len(server.seen) == 2
+    assert waited >= 0.29  # it honoured the server's Retry-After (a lower bound, not a speed claim)
+
+
+async def test_rate_limited_once_retries_are_spent(
+    server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.add(*[Respond(429, error_body("no"), headers={"retry-after-ms": "10"}) for _ in range(3)])
+    caplog.set_level(logging.WARNING, "greenroom.llm")
+    async with make_model(server, max_retries=2) as model:
+        with pytest.raises(RateLimited) as caught:
+            await model.chat(ask())
+    assert len(server.seen) == 3  # the first try and two retries
+    assert caught.value.retry_after == pytest.approx(0.01)
+    assert caught.value.status == 429
+    assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2
+
+
+async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ChatServer) -> None:
+    server.add(Respond(429, error_body("come back tomorrow"), headers={"Retry-After": "86400"}))
+    async with make_model(server, max_retry_wait=5.0) as model:
+        with pytest.raises(RateLimited) as caught:
+            await model.chat(ask())
+    assert len(server.seen) == 1
+    assert caught.value.retry_after == 86400
+
+
+async def test_server_errors_are_retried_then_reported_unavailable(server: ChatServer) -> None:
+    server.add(Respond(503, error_body("busy", "server_error"), headers={"Retry-After": "0"}))
+    server.add(Respond(body=completion("ok")))
+    async with make_model(server) as model:
+        assert (await model.chat(ask())).text == "ok"
+        server.add(*[Respond(500, error_body("broken", "server_error"), headers={"Retry-After": "0"})] * 3)
+        with pytest.raises(Unavailable) as caught:
+            await model.chat(ask())
+    assert caught.value.status == 500
+    assert len(server.seen) == 2 + 3
+
+
+async def test_a_bad_request_is_not_retried(server: ChatServer) -> None:
+    server.add(Respond(400, error_body("unknown parameter: foo")))
+    async with make_model(server) as model:
+        with pytest.raises(BadRequest, match="unknown parameter") as caught:
+            await model.chat(ask())
+    assert caught.value.status == 400
+    assert len(server.seen) == 1
+
+
+async def test_an_unreachable_server_is_unavailable() -> None:
+    with anyio.fail_after(30):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        await listener.aclose()  # nothing listens there now
+        async with OpenAIChatModel(
+            "m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=1, max_retry_wait=0.01
+        ) as model:
+            with pytest.raises(Unavailable, match="cannot reach"):
+                await model.chat(ask())
+
+
+async def test_a_call_longer_than_the_timeout_is_timed_out(server: ChatServer) -> None:
+    server.add(Respond(body=completion("too late"), hold=True))
+    async with make_model(server, timeout=0.3) as model:
+        with pytest.raises(TimedOut, match=r"no answer within 0\.3s"):
+            await model.chat(ask())
+    assert len(server.seen) == 1  # a timeout is not retried
+
+
+async def test_an_immediate_stop_cancels_a_slow_call(server: ChatServer) -> None:
+    server.add(Respond(body=completion("never seen"), hold=True))
+    async with make_model(server) as model, ActorSystem() as system:
+        harness = await Harness.spawn(system, model)
+        async with anyio.create_task_group() as tg:
+            results = []
+
+            async def phase() -> None:
+                results.append(await harness.run_bounded("think hard", max_iterations=3))
+
+            tg.start_soon(phase)
+            await eventually(server.holding.is_set)
+            harness.request_stop(immediate=True)
+        # the phase ended while the server was still holding the answer back
+        assert not server._release.is_set()
+        assert results[0].stop_reason == "stop_requested"
+        assert await harness.history() == ()  # the cancelled turn left nothing behind
+
+
+async def test_the_api_key_never_appears_in_errors_logs_or_repr(
+    server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server.add(Respond(401, echo_auth=True))
+    server.add(Respond(400, echo_auth=True))
+    server.add(Respond(429, echo_auth=True, headers={"Retry-After": "0"}), Respond(400, echo_auth=True))
+    async with make_model(server, max_retries=1) as model:
+        errors = []
+        for _ in range(3):
+            with pytest.raises(BadRequest) as caught:
+                await model.chat(ask())
+            errors.append(caught.value)
+    assert "refused the credentials" in str(errors[0])
+    assert "[redacted]" in str(errors[1])  # the server echoed it back; we blanked it
+    for error in errors:
+        assert KEY not in str(error) and KEY not in repr(error)
+        assert (
+            error.__cause__ is None and error.__context__ is None
+        )  # the SDK error (holding the request) is dropped
+    assert KEY not in repr(model)
+    assert any("retry" in r.getMessage() for r in caplog.records)
+    assert KEY not in caplog.text
+
+
+async def test_configuration_comes_from_arguments_or_the_environment(
+    server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_MODEL", "env-model")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    server.add(Respond(body=completion("a")), Respond(body=completion("b")))
+    async with OpenAIChatModel() as model:
+        await model.chat(ask())
+    async with OpenAIChatModel("arg-model", api_key="sk-from-arg") as model:
+        await model.chat(ask())
+    assert server.seen[0].body["model"] == "env-model"
+    assert server.seen[0].headers["authorization"] == "Bearer sk-from-env"
+    assert server.seen[1].body["model"] == "arg-model"
+    assert server.seen[1].headers["authorization"] == "Bearer sk-from-arg"
+
+
+async def test_a_closed_model_refuses_calls(server: ChatServer) -> None:
+    model = make_model(server)
+    await model.aclose()
+    await model.aclose()  # idempotent
+    with pytest.raises(RuntimeError, match="after aclose"):
+        await model.chat(ask())
+    assert server.seen == []
+
+
+def test_bad_settings_name_the_field_and_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    with pytest.raises(ValueError, match=r"model must be a non-empty string .*OPENAI_MODEL.*None"):
+        OpenAIChatModel()
+    with pytest.raises(ValueError, match="base_url must be an http\\(s\\) URL, got 'ftp://x'"):
+        OpenAIChatModel("m", base_url="ftp://x")
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got -1"):
+        OpenAIChatModel("m", timeout=-1)
+    with pytest.raises(ValueError, match="max_retries must be an int >= 0, got 'many'"):
+        OpenAIChatModel("m", max_retries="many")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="temperature must be a number in \\[0, 2\\], got 3"):
+        OpenAIChatModel("m", temperature=3)
+
+
+def test_retry_after_accepts_seconds_milliseconds_and_http_dates() -> None:
+    now = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+    later = format_datetime(now + timedelta(seconds=30), usegmt=True)
+    assert retry_after_seconds({"retry-after": "2.5"}) == 2.5
+    assert retry_after_seconds({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert retry_after_seconds({"retry-after": later}, now=now.timestamp()) == pytest.approx(30)
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
+    assert retry_after_seconds({"retry-after": "-5"}) == 0.0

@@ -75,7 +75,6 @@ class BaseAgent:
             raise TypeError(f"{owner} llm must be a HarnessSetup, got {llm!r}")
         self.llm = llm
         self._agents_folder = None if agents_folder is None else Path(agents_folder)
-        self._workspace: Path | None = None
         self._harness: Harness | None = None
         self._harness_prompt = ""
         self._stop: StopSignal | None = None
@@ -267,9 +266,7 @@ class BaseAgent:
     def _workspace_root(self) -> Path:
         """``<agents_folder>/<name>``, with ``artifacts``, ``logs`` and ``memory`` in it;
         created on first use (not when the agent is made)."""
-        if self._workspace is None or not self._workspace.is_dir():
-            self._workspace = ensure_agent_workspace(self.name, self.agents_folder)
-        return self._workspace
+        return ensure_agent_workspace(self.name, self.agents_folder)  # a few stat calls: cheap
 
     def _artifacts_dir(self) -> Path:
         return self._workspace_root() / "artifacts"

@@ -1,0 +1,384 @@
+"""Spec 003, 2.3-2.4: BaseAgent's workspace accessors and ``_run_phase``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _support import Node, open_node
+
+import greenroom.agents._base
+from greenroom.agents import AgentRuntime, BaseAgent, HarnessSetup, PhaseResult, artifact_filename
+from greenroom.harness import HarnessActor, Tool
+from greenroom.llm import ScriptedModel
+from greenroom.log import read_events
+from greenroom.messages import HARNESS_PHASE, AgentResult, AgentTask, ChatReply, Submit, ToolCall, Usage
+
+pytestmark = pytest.mark.anyio
+
+STAMP = re.compile(r"\d{8}_\d{6}")
+
+
+class Planner(BaseAgent):
+    """Runs the phases it is given, one per entry, and keeps their results."""
+
+    agent_type = "plan"
+
+    def __init__(self, phases: list[dict[str, Any]], **options: Any) -> None:
+        super().__init__(**options)
+        self.phases = phases
+        self.results: list[PhaseResult] = []
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        for phase in self.phases:
+            self.results.append(await self._run_phase(**phase))
+        return AgentResult(task_id=task.id, outcome=self.results[-1].stop_reason if self.results else "none")
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    async with open_node(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def harness_inits(monkeypatch: pytest.MonkeyPatch) -> list[HarnessActor]:
+    """A spy on ``HarnessActor.__init__``: every harness built, in order."""
+    built: list[HarnessActor] = []
+    original = HarnessActor.__init__
+
+    def spy(self: HarnessActor, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(HarnessActor, "__init__", spy)
+    return built
+
+
+async def run_tasks(node: Node, agent: BaseAgent, count: int = 1) -> list[Any]:
+    tasks = [AgentTask(id=f"t{i}", type=agent.agent_type) for i in range(count)]
+    await node.supervisor.ask(Submit(tasks))
+    runtime = AgentRuntime("agent-1", agent.agent_type, supervisor=node.supervisor, log=node.log)
+    return [await agent.execute_once(runtime) for _ in range(count)]
+
+
+def setup(*script: ChatReply | str, tools: list[Tool] | None = None, **options: Any) -> HarnessSetup:
+    return HarnessSetup(ScriptedModel(list(script)), tools=tools or [], **options)
+
+
+# -- 2.3 workspace accessors -----------------------------------------------------------
+
+
+def test_artifacts_dir_is_agents_folder_name_artifacts(tmp_path: Path) -> None:
+    agent = Planner([], name="writer", agents_folder=tmp_path)
+    assert agent._artifacts_dir() == tmp_path / "writer" / "artifacts"
+    assert isinstance(agent._artifacts_dir(), Path)
+
+
+def test_logs_dir_is_agents_folder_name_logs(tmp_path: Path) -> None:
+    agent = Planner([], name="writer", agents_folder=tmp_path)
+    assert agent._logs_dir() == tmp_path / "writer" / "logs"
+
+
+def test_memory_dir_is_agents_folder_name_memory(tmp_path: Path) -> None:
+    agent = Planner([], name="writer", agents_folder=tmp_path)
+    assert agent._memory_dir() == tmp_path / "writer" / "memory"
+
+
+def test_workspace_root_creates_the_directories_when_absent(tmp_path: Path) -> None:
+    folder = tmp_path / "agents"
+    agent = Planner([], name="writer", agents_folder=folder)
+    assert not folder.exists()  # lazily: nothing made when the agent is made
+    root = agent._workspace_root()
+    assert root == folder / "writer"
+    assert sorted(p.name for p in root.iterdir()) == ["artifacts", "logs", "memory"]
+    for sub in root.iterdir():
+        sub.rmdir()
+    assert agent._workspace_root() == root and (root / "logs").is_dir()  # and again if removed
+
+
+def test_the_agents_folder_defaults_to_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMING_LLM_DATA_DIR", str(tmp_path))
+    agent = Planner([])
+    assert agent.name == "plan"
+    assert agent._logs_dir() == tmp_path / "agents" / "plan" / "logs"
+
+
+def test_artifact_filename_is_safe_name_timestamp_suffix(tmp_path: Path) -> None:
+    agent = Planner([], agents_folder=tmp_path)
+    before = datetime.now(UTC).strftime("%Y%m%d_%H%M%S")
+    name = agent._artifact_filename("some topic name")
+    after = datetime.now(UTC).strftime("%Y%m%d_%H%M%S")
+    match = re.fullmatch(r"some_topic_name_(\d{8}_\d{6})\.md", name)
+    assert match is not None and before <= match[1] <= after
+
+
+def test_artifact_filename_sanitizes_spaces_colons_and_slashes() -> None:
+    now = datetime(2026, 11, 21, 9, 8, 7, tzinfo=UTC)
+    assert artifact_filename("a b:c/d\\e", now=now) == "a_b_c_d_e_20261121_090807.md"
+
+
+def test_artifact_filename_strips_leading_and_trailing_underscores() -> None:
+    now = datetime(2026, 11, 21, 9, 8, 7, tzinfo=UTC)
+    assert artifact_filename("  /topic: ", now=now) == "topic_20261121_090807.md"
+
+
+def test_artifact_filename_uses_the_given_suffix(tmp_path: Path) -> None:
+    agent = Planner([], agents_folder=tmp_path)
+    assert agent._artifact_filename("name", suffix=".json").endswith(".json")
+    assert STAMP.search(agent._artifact_filename("name", suffix=".json"))
+
+
+@pytest.mark.parametrize("bad", ["..", "../x", "a/b", "a\\b", "/etc", ".hidden", "", " padded", "nul\0"])
+def test_an_agent_name_that_could_escape_the_agents_folder_is_refused(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match="Planner name must be 1-100 characters"):
+        Planner([], name=bad, agents_folder=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_artifact_name_never_escapes_and_a_bad_suffix_is_refused(tmp_path: Path) -> None:
+    agent = Planner([], name="w", agents_folder=tmp_path)
+    for hostile in ("../../etc/passwd", "/abs/path", "..\\..\\win"):
+        name = agent._artifact_filename(hostile)
+        target = (agent._artifacts_dir() / name).resolve()
+        assert target.parent == agent._artifacts_dir().resolve() and "/" not in name and ".." not in name
+    with pytest.raises(ValueError, match=r"artifact name has no usable characters, got '\.\.\.'"):
+        agent._artifact_filename("...")
+    with pytest.raises(ValueError, match="artifact suffix must look like"):
+        agent._artifact_filename("ok", suffix="/../../x")
+
+
+def test_a_workspace_symlinked_outside_the_agents_folder_is_refused(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "agents", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / "w").symlink_to(elsewhere)
+    agent = Planner([], name="w", agents_folder=folder)
+    with pytest.raises(ValueError, match="resolves outside"):
+        agent._workspace_root()
+    assert list(elsewhere.iterdir()) == []
+
+
+# -- 2.4 _run_phase -----------------------------------------------------------------------
+
+
+async def test_the_first_run_phase_creates_exactly_one_harness(
+    node: Node, tmp_path: Path, harness_inits: list[HarnessActor]
+) -> None:
+    agent = Planner(
+        [{"system_prompt": "sys", "user_message": "hi"}], llm=setup("hello"), agents_folder=tmp_path
+    )
+    assert harness_inits == []  # not when the agent is made
+    await run_tasks(node, agent)
+    assert len(harness_inits) == 1
+    assert harness_inits[0].system_prompt == "sys"
+
+
+async def test_a_second_run_phase_reuses_the_harness(
+    node: Node, tmp_path: Path, harness_inits: list[HarnessActor]
+) -> None:
+    phases = [
+        {"system_prompt": "sys", "user_message": "one"},
+        {"system_prompt": "other", "user_message": "two"},
+    ]
+    model = ScriptedModel(["first", "second"])
+    agent = Planner(phases, llm=HarnessSetup(model), agents_folder=tmp_path)
+    await run_tasks(node, agent)
+    assert len(harness_inits) == 1
+    second = model.requests[1]
+    # the same harness: the first phase's turn is there, and the first system prompt kept
+    assert [(m.role, m.content) for m in second.messages] == [
+        ("system", "sys"),
+        ("user", "one"),
+        ("assistant", "first"),
+        ("user", "two"),
+    ]
+
+
+async def test_a_second_run_creates_a_fresh_harness(
+    node: Node, tmp_path: Path, harness_inits: list[HarnessActor]
+) -> None:
+    model = ScriptedModel(["first run", "second run"])
+    agent = Planner([{"user_message": "go"}], llm=HarnessSetup(model), agents_folder=tmp_path)
+    await run_tasks(node, agent, count=2)
+    assert len(harness_inits) == 2
+    assert [m.content for m in model.requests[1].messages] == ["go"]  # nothing carried over
+    assert agent._harness is None  # closed when its run ended
+    await anyio.wait_all_tasks_blocked()
+    assert not any(h.context.ref.is_alive for h in harness_inits if h._greenroom_cell is not None)
+
+
+async def test_run_phase_returns_a_phase_result_without_token_or_cost_fields(
+    node: Node, tmp_path: Path
+) -> None:
+    agent = Planner([{"user_message": "go"}], llm=setup("done"), agents_folder=tmp_path)
+    await run_tasks(node, agent)
+    (result,) = agent.results
+    assert isinstance(result, PhaseResult) and result.stop_reason == "done"
+    assert not hasattr(result, "tokens_used") and not hasattr(result, "cost_usd")
+
+
+async def test_context_label_is_forwarded_to_run_bounded(node: Node, tmp_path: Path) -> None:
+    phases = [
+        {"user_message": "A", "context_label": "label_a"},
+        {"user_message": "B", "context_label": "label_b"},
+        {"user_message": "A again", "context_label": "label_a"},
+    ]
+    model = ScriptedModel(["a1", "b1", "a2"])
+    agent = Planner(phases, llm=HarnessSetup(model), agents_folder=tmp_path)
+    await run_tasks(node, agent)
+    assert [m.content for m in model.requests[1].messages] == ["B"]
+    assert [m.content for m in model.requests[2].messages] == ["A", "a1", "A again"]
+
+
+async def test_direct_tool_calls_make_no_llm_call(node: Node, tmp_path: Path) -> None:
+    ran: list[str] = []
+    model = ScriptedModel([])
+    tools = [Tool("save", lambda note: ran.append(note) or "saved")]
+    phases = [{"direct_tool_calls": [{"name": "save", "arguments": {"note": "x"}}]}]
+    agent = Planner(phases, llm=HarnessSetup(model, tools=tools), agents_folder=tmp_path)
+    await run_tasks(node, agent)
+    assert model.requests == [] and ran == ["x"]
+    assert agent.results[0].tool_calls[0]["result"] == "saved"
+
+
+async def test_direct_tool_calls_mode_still_creates_then_reuses_the_harness(
+    node: Node, tmp_path: Path, harness_inits: list[HarnessActor]
+) -> None:
+    tools = [Tool("save", lambda note: "saved")]
+    phases = [
+        {"direct_tool_calls": [{"name": "save", "arguments": {"note": "x"}}]},
+        {"user_message": "now talk"},
+        {"direct_tool_calls": []},
+    ]
+    agent = Planner(phases, llm=HarnessSetup(ScriptedModel(["talked"]), tools=tools), agents_folder=tmp_path)
+    await run_tasks(node, agent)
+    assert len(harness_inits) == 1
+    assert [r.stop_reason for r in agent.results] == ["done", "done", "done"]
+
+
+def test_base_agent_has_no_check_budget_and_stop() -> None:
+    with pytest.raises(AttributeError):
+        BaseAgent._check_budget_and_stop  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError):
+        Planner([])._check_budget_and_stop  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_base_agent_has_no_tokens_used(tmp_path: Path) -> None:
+    with pytest.raises(AttributeError):
+        BaseAgent._tokens_used  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError):
+        Planner([], agents_folder=tmp_path)._tokens_used  # type: ignore[attr-defined]  # noqa: B018
+    source = Path(greenroom.agents._base.__file__).read_text()
+    assert "TokenBudget" not in source and "Usage" not in source  # no token or cost utilities imported
+
+
+async def test_run_phase_outside_run_or_without_llm_is_a_clear_error(node: Node, tmp_path: Path) -> None:
+    agent = Planner([], llm=setup("x"), agents_folder=tmp_path)
+    with pytest.raises(RuntimeError, match="only valid while run\\(\\) handles a task"):
+        await agent._run_phase(user_message="x")
+    no_llm = Planner([{"user_message": "x"}], agents_folder=tmp_path)
+    (outcome,) = await run_tasks(node, no_llm)
+    assert "has no llm" in outcome.reason  # the task failed, clearly
+
+
+async def test_the_run_summary_and_phase_events_land_in_the_workspace_and_the_log(
+    node: Node, tmp_path: Path
+) -> None:
+    usage = Usage(prompt_tokens=20, completion_tokens=5)
+    script = [ChatReply("x", usage=usage), ChatReply("y", usage=usage), ChatReply("z", usage=usage)]
+    phases = [{"user_message": "a"}, {"user_message": "b", "context_label": "side"}, {"user_message": "c"}]
+    agent = Planner(phases, name="summarist", llm=setup(*script), agents_folder=tmp_path / "agents")
+    await run_tasks(node, agent)
+    summary = json.loads((tmp_path / "agents" / "summarist" / "logs" / "run_summary.json").read_text())
+    assert (summary["phases"], summary["total_tokens"], summary["task_id"]) == (3, 75, "t0")
+    await node.log.stop()
+    phase_events = [e for e in read_events(tmp_path / "events.jsonl") if e.type == HARNESS_PHASE]
+    assert [e.payload["context_label"] for e in phase_events] == [None, "side", None]
+    assert {e.visibility for e in phase_events} == {"internal"} and phase_events[0].task_id == "t0"
+
+
+# -- the research pattern (spec 003, 2.4), end to end ----------------------------------------
+
+
+class Researcher(BaseAgent):
+    agent_type = "research"
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        findings = {}
+        for subtopic in task.input["subtopics"]:
+            result = await self._run_phase(
+                system_prompt="You research.",
+                user_message=f"Phase: RESEARCH. Subtopic: '{subtopic}'.",
+                tool_names=["query_knowledge_base"],
+                max_iterations=3,
+                context_label=f"subtopic:{subtopic}",
+            )
+            if result.stop_reason in ("budget_exhausted", "stop_requested"):
+                break
+            findings[subtopic] = result.final_text
+        outline = await self._run_phase(
+            system_prompt="You research.",
+            user_message="Phase: SYNTHESIZE. Write the research outline.",
+            tool_names=[],
+            context_label=None,
+        )
+        path = self._artifacts_dir() / self._artifact_filename("outline")
+        path.write_text(outline.final_text)
+        return AgentResult(
+            task_id=task.id, outcome=outline.stop_reason, artifacts={"outline": path.name, **findings}
+        )
+
+
+def research_model(request: Any) -> ChatReply:
+    """Queries the knowledge base once per subtopic, then summarises what it saw."""
+    last = request.messages[-1]
+    users = [m.content for m in request.messages if m.role == "user"]
+    if "SYNTHESIZE" in users[-1]:
+        return ChatReply(text=f"outline from {len(request.messages)} messages")
+    subtopic = users[-1].split("'")[1]
+    if last.role == "tool":
+        return ChatReply(text=f"notes on {subtopic}: {last.content}")
+    return ChatReply(tool_calls=(ToolCall(f"q-{subtopic}", "query_knowledge_base", {"query": subtopic}),))
+
+
+async def test_the_research_pattern_runs_subtopics_in_their_own_contexts_then_synthesizes(
+    node: Node, tmp_path: Path
+) -> None:
+    queried: list[str] = []
+
+    def query_knowledge_base(query: str) -> str:
+        queried.append(query)
+        return f"facts about {query}"
+
+    model = ScriptedModel(research_model)
+    tools = [Tool("query_knowledge_base", query_knowledge_base), Tool("publish", lambda: "published")]
+    agent = Researcher(llm=HarnessSetup(model, tools=tools), agents_folder=tmp_path / "agents")
+    await node.supervisor.ask(
+        Submit([AgentTask(id="r1", type="research", input={"subtopics": ["tides", "moons"]})])
+    )
+    runtime = AgentRuntime("researcher-1", "research", supervisor=node.supervisor, log=node.log)
+    result = await agent.execute_once(runtime)
+
+    assert isinstance(result, AgentResult) and result.outcome == "done"
+    assert queried == ["tides", "moons"]
+    assert result.artifacts["tides"] == 'notes on tides: "facts about tides"'
+    # each subtopic saw only its own conversation
+    moons_calls = [r for r in model.requests if "moons" in (r.messages[1].content or "")]
+    assert all("tides" not in (m.content or "") for r in moons_calls for m in r.messages)
+    assert all([t.name for t in r.tools] == ["query_knowledge_base"] for r in moons_calls)
+    # the synthesis ran in the primary context: system prompt + its own user message only
+    synthesis = model.requests[-1]
+    assert [(m.role, m.content) for m in synthesis.messages] == [
+        ("system", "You research."),
+        ("user", "Phase: SYNTHESIZE. Write the research outline."),
+    ]
+    assert synthesis.tools == ()
+    outline = tmp_path / "agents" / "research" / "artifacts" / result.artifacts["outline"]
+    assert outline.read_text() == "outline from 2 messages"

@@ -5,7 +5,7 @@ greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [-
 greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
-greenroom bench actors|graph|log ...
+greenroom bench actors|graph|log|harness ...
 
 The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
 """

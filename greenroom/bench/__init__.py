@@ -19,6 +19,6 @@ def time_threads(target: Callable[..., None], args: list[tuple[Any, ...]]) -> fl
     return time.perf_counter() - started
 
 
-from . import graph, log  # noqa: E402 -- they import time_threads from here
+from . import graph, harness, log  # noqa: E402 -- they import time_threads from here
 
-SUITES: dict[str, ModuleType] = {"graph": graph, "log": log}
+SUITES: dict[str, ModuleType] = {"graph": graph, "log": log, "harness": harness}

@@ -320,13 +320,16 @@ class HarnessActor(Actor):
             self.sandbox.check(tool)
         except ToolRefused as refused:
             return error(str(refused))
-        with self.sandbox.timeout_scope() as deadline:
-            try:
+        try:
+            if tool.is_async and self.sandbox.tool_timeout is not None:
+                with self.sandbox.timeout_scope() as deadline:
+                    result = await tool.call(validated)
+                if deadline.cancelled_caught:
+                    return error(f"tool {name!r} timed out after {self.sandbox.tool_timeout:g}s")
+            else:  # a plain function cannot be interrupted: no deadline scope to pay for
                 result = await tool.call(validated)
-            except Exception as failed:  # cancellation is a BaseException: it propagates
-                return error(f"{type(failed).__name__}: {failed}")
-        if deadline.cancelled_caught:
-            return error(f"tool {name!r} timed out after {self.sandbox.tool_timeout:g}s")
+        except Exception as failed:  # cancellation is a BaseException: it propagates
+            return error(f"{type(failed).__name__}: {failed}")
         try:
             _encoder.encode(result)
         except (TypeError, msgspec.EncodeError) as bad:

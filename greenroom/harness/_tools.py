@@ -61,7 +61,7 @@ class Tool:
         self.description = description
         self.args = args
         self.risk = risk
-        self._is_async = inspect.iscoroutinefunction(fn)
+        self.is_async = inspect.iscoroutinefunction(fn)
 
     def spec(self) -> ToolSpec:
         """The tool as offered to a model."""
@@ -81,6 +81,6 @@ class Tool:
 
     async def call(self, validated: Any) -> Any:
         result = self.fn(**validated) if self.args is None else self.fn(validated)
-        if self._is_async:
+        if self.is_async:
             result = await result
         return result

@@ -1,4 +1,5 @@
-"""Harness benchmark: ``python benchmarks/harness.py [--backend asyncio|trio|both] [--actors N] [--iterations N] [--latency-ms MS] [--json]``.
+"""Harness benchmark: ``python benchmarks/harness.py [--backend asyncio|trio|both]
+[--actors N] [--iterations N] [--latency-ms MS] [--json]``.
 
 The same as ``greenroom bench harness``; the workloads live in ``greenroom.bench.harness``.
 """

@@ -382,3 +382,38 @@ async def test_the_research_pattern_runs_subtopics_in_their_own_contexts_then_sy
     assert synthesis.tools == ()
     outline = tmp_path / "agents" / "research" / "artifacts" / result.artifacts["outline"]
     assert outline.read_text() == "outline from 2 messages"
+
+
+async def test_the_example_research_agent_works_in_phases_on_the_scripted_model(
+    node: Node, tmp_path: Path
+) -> None:
+    from greenroom.agents.examples import ResearchAgent
+
+    agent = ResearchAgent()
+    agent.place_workspace(tmp_path / "agents", "research-1")  # what the daemon's host does
+    await node.supervisor.ask(Submit([AgentTask(id="r", type="research", input={"topic": "leases"})]))
+    runtime = AgentRuntime("research-1@1", "research", supervisor=node.supervisor, log=node.log)
+    result = await agent.execute_once(runtime)
+    assert isinstance(result, AgentResult)
+    assert (
+        result.artifacts["facts"][0] == "leases / background: point 1" and len(result.artifacts["facts"]) == 6
+    )
+    outline = Path(result.artifacts["outline"])
+    assert outline.parent == tmp_path / "agents" / "research-1" / "artifacts"
+    assert (await anyio.Path(outline).read_text()).splitlines()[:2] == [
+        "Outline:",
+        "- leases / background: point 1",
+    ]
+    summary = json.loads((tmp_path / "agents" / "research-1" / "logs" / "run_summary.json").read_text())
+    assert (summary["phases"], summary["llm_calls"], summary["tool_calls"]) == (3, 5, 2)
+
+
+def test_place_workspace_fills_in_only_what_the_agent_was_not_given(tmp_path: Path) -> None:
+    given = Planner([], name="mine", agents_folder=tmp_path / "own")
+    given.place_workspace(tmp_path / "host", "host-name")
+    assert given._workspace_root() == tmp_path / "own" / "mine"
+    default = Planner([])
+    default.place_workspace(tmp_path / "host", "plan-2")
+    assert default._workspace_root() == tmp_path / "host" / "plan-2"
+    with pytest.raises(ValueError, match="name must be"):
+        Planner([]).place_workspace(tmp_path, "../up")

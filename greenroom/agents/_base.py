@@ -68,6 +68,7 @@ class BaseAgent:
     ) -> None:
         self._scope: anyio.CancelScope | None = None
         owner = type(self).__name__
+        self._named = name is not None
         if name is None:  # a default from the type, made safe as a directory name
             name = re.sub(r"[^\w\-]", "_", self.agent_type).strip("_") or owner
         self.name = check_agent_name(owner, name)
@@ -256,6 +257,14 @@ class BaseAgent:
         )
 
     # -- workspace (spec 003, 2.3) ----------------------------------------------------------
+
+    def place_workspace(self, agents_folder: str | os.PathLike[str], name: str) -> None:
+        """Where a host puts this agent's workspace: ``agents_folder`` and ``name`` apply
+        only where the agent was not given its own (a host calls this before any run)."""
+        if self._agents_folder is None:
+            self._agents_folder = Path(agents_folder)
+        if not self._named:
+            self.name = check_agent_name(type(self).__name__, name)
 
     @property
     def agents_folder(self) -> Path:

@@ -3,15 +3,22 @@
 A small writing pipeline per topic: ``research`` -> ``write`` -> ``review``, and one
 ``review`` of everything at the end. The agents are deterministic and offline: they
 read their dependencies' results and take a few milliseconds, like a very fast model.
+``ResearchAgent`` does its work in LLM phases on the scripted model (spec 003's
+research pattern: one context per subtopic, then a synthesis in the primary context)
+unless it is given another ``llm``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import anyio
+import msgspec
 
-from ..messages import AgentResult, AgentTask
+from ..harness import HarnessSetup, Tool
+from ..llm import ScriptedModel
+from ..messages import AgentResult, AgentTask, ChatReply, ChatRequest, ToolCall
 from ._base import BaseAgent
 from ._runtime import AgentRuntime
 
@@ -30,14 +37,75 @@ async def _upstream(task: AgentTask, runtime: AgentRuntime) -> list[AgentTask]:
     return [await runtime.get_task(dep) for dep in task.depends_on]
 
 
+RESEARCH_PROMPT = "You research one topic at a time and report short, checkable points."
+
+
+def _knowledge_base(query: str) -> list[str]:
+    """The example's offline knowledge base: three deterministic points per query."""
+    return [f"{query}: point {i}" for i in range(1, 4)]
+
+
+def scripted_researcher(request: ChatRequest) -> ChatReply:
+    """The scripted model behind the example ``ResearchAgent``: queries the knowledge
+    base once per subtopic, then reports what came back; the synthesis lists points."""
+    users = [m.content or "" for m in request.messages if m.role == "user"]
+    last = request.messages[-1]
+    if "SYNTHESIZE" in users[-1]:
+        points = [line for line in users[-1].splitlines() if line.startswith("- ")]
+        return ChatReply(text="\n".join(["Outline:", *points]))
+    subtopic = users[-1].split("'")[1]
+    if last.role == "tool":
+        return ChatReply(text="; ".join(_json_list(last.content or "[]")))
+    return ChatReply(tool_calls=(ToolCall(f"kb-{len(users)}", "query_knowledge_base", {"query": subtopic}),))
+
+
+def _json_list(text: str) -> list[str]:
+    value = msgspec.json.decode(text)
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def research_setup() -> HarnessSetup:
+    """The example research agent's LLM setup: the scripted model, offline."""
+    return HarnessSetup(
+        ScriptedModel(scripted_researcher, latency=0.002),
+        tools=[Tool("query_knowledge_base", _knowledge_base, description="Look facts up.")],
+        tokens_per_run=50_000,
+    )
+
+
 class ResearchAgent(BaseAgent):
     agent_type = "research"
 
+    def __init__(self, name: str | None = None, *, llm: HarnessSetup | None = None, **options: Any) -> None:
+        super().__init__(name, llm=llm if llm is not None else research_setup(), **options)
+
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         topic = str(task.input.get("topic", task.id))
-        await anyio.sleep(_work_time(task))
-        facts = [f"{topic}: point {i}" for i in range(1, 4)]
-        return AgentResult(task_id=task.id, outcome="researched", artifacts={"topic": topic, "facts": facts})
+        findings: list[str] = []
+        for subtopic in (f"{topic} / background", f"{topic} / practice"):
+            result = await self._run_phase(
+                system_prompt=RESEARCH_PROMPT,
+                user_message=f"Phase: RESEARCH. Subtopic: '{subtopic}'.",
+                tool_names=["query_knowledge_base"],
+                max_iterations=3,
+                context_label=f"subtopic:{subtopic}",
+            )
+            if result.stop_reason in ("budget_exhausted", "stop_requested"):
+                break
+            findings.extend(point for point in result.final_text.split("; ") if point)
+        outline = await self._run_phase(
+            user_message="Phase: SYNTHESIZE. Write the research outline from:\n"
+            + "\n".join(f"- {point}" for point in findings),
+            tool_names=[],
+            context_label=None,
+        )
+        path = anyio.Path(self._artifacts_dir()) / self._artifact_filename(f"{task.id} outline")
+        await path.write_text(outline.final_text + "\n")
+        return AgentResult(
+            task_id=task.id,
+            outcome="researched",
+            artifacts={"topic": topic, "facts": findings, "outline": str(path)},
+        )
 
 
 class WriteAgent(BaseAgent):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from types import TracebackType
 
 import anyio
@@ -68,6 +69,8 @@ class AgentHost:
             cls = agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, "config")
             for index in range(pool.concurrency):
                 agent = cls()
+                safe_type = re.sub(r"[^\w\-]", "_", agent_type)
+                agent.place_workspace(self.data_dir / "agents", f"{safe_type}-{index + 1}")
                 runtime = AgentRuntime(
                     f"{agent_type}-{index + 1}@{self.instance}",
                     agent_type,

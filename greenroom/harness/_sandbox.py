@@ -23,8 +23,9 @@ class Sandbox:
     tool calls per ``per_seconds`` (sliding window) across all tools of this sandbox;
     ``tool_rate_limits`` maps a tool name to its own ``(calls, per_seconds)``.
     ``tool_timeout``: seconds one async tool call may run before it is cancelled and
-    recorded as an error (``None``: no limit; a plain function tool runs to its end). A refused or failed call never raises
-    out of the harness: it becomes an error result the model (or caller) sees.
+    recorded as an error (``None``: no limit; a plain function tool runs to its end).
+    A refused or failed call never raises out of the harness: it becomes an error
+    result the model (or caller) sees.
 
     Share one sandbox between harnesses to share its rate limits.
     """

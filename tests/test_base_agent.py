@@ -417,3 +417,18 @@ def test_place_workspace_fills_in_only_what_the_agent_was_not_given(tmp_path: Pa
     assert default._workspace_root() == tmp_path / "host" / "plan-2"
     with pytest.raises(ValueError, match="name must be"):
         Planner([]).place_workspace(tmp_path, "../up")
+
+
+def test_a_harness_setup_takes_one_kind_of_budget_and_checks_it() -> None:
+    from greenroom.harness import TokenBudget
+
+    model = ScriptedModel([])
+    with pytest.raises(ValueError, match="budget \\(shared\\) or tokens_per_run \\(per run\\), not both"):
+        HarnessSetup(model, budget=TokenBudget(10), tokens_per_run=10)
+    with pytest.raises(ValueError, match="TokenBudget limit must be an int >= 0, got -1"):
+        HarnessSetup(model, tokens_per_run=-1)
+    team = TokenBudget(10)
+    assert HarnessSetup(model, budget=team).budget_for_run() is team
+    per_run = HarnessSetup(model, tokens_per_run=5)
+    assert per_run.budget_for_run() is not per_run.budget_for_run()
+    assert per_run.budget_for_run().limit == 5

@@ -22,6 +22,9 @@ class HarnessSetup:
     budget). Without it, ``tokens_per_run`` gives each run a fresh budget of that many
     tokens (``None``: unlimited, still counted). ``sandbox`` is shared by every run,
     and so are its rate limits. ``call_timeout``: seconds per model call.
+
+    The setup does not own the model: whoever made an ``OpenAIChatModel`` closes it
+    (``await model.aclose()``) once every agent using it is done.
     """
 
     def __init__(

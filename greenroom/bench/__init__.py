@@ -19,6 +19,24 @@ def time_threads(target: Callable[..., None], args: list[tuple[Any, ...]]) -> fl
     return time.perf_counter() - started
 
 
-from . import graph, harness, log  # noqa: E402 -- they import time_threads from here
+def report_per_backend(
+    backend: str, as_json: bool, measure: Callable[[str], dict[str, Any]], format_table: Callable[..., str]
+) -> int:
+    """Measure on ``backend`` (``"both"``: asyncio, then trio); print each table as it is
+    ready, or all the figures as one JSON object at the end."""
+    import msgspec
+
+    backends = ["asyncio", "trio"] if backend == "both" else [backend]
+    results = {}
+    for name in backends:
+        results[name] = measure(name)
+        if not as_json:
+            print(format_table(results[name]), flush=True)
+    if as_json:
+        print(msgspec.json.encode(results).decode())
+    return 0
+
+
+from . import graph, harness, log  # noqa: E402 -- they import the helpers above
 
 SUITES: dict[str, ModuleType] = {"graph": graph, "log": log, "harness": harness}

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 from ..actors import ActorRef, ActorSystem
 from ..messages import AgentResult, AgentTask, Claim, Complete, Granted
 from ..supervisor import GraphStore, SupervisorActor
-from . import time_threads
+from . import report_per_backend, time_threads
 
 HELP = "task graph: claim+complete cycles/s vs lock-read-rewrite per claim"
 AGENTS = 100
@@ -183,12 +182,9 @@ def main(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--sizes must be whole numbers >= 1, comma-separated (got {args.sizes!r})"
         ) from None
-    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
-    results = {}
-    for backend in backends:
-        results[backend] = measure(backend, sizes, args.cycles, args.naive_cycles, args.agents)
-        if not args.json:
-            print(format_table(results[backend]), flush=True)
-    if args.json:
-        print(msgspec.json.encode(results).decode())
-    return 0
+    return report_per_backend(
+        args.backend,
+        args.json,
+        lambda b: measure(b, sizes, args.cycles, args.naive_cycles, args.agents),
+        format_table,
+    )

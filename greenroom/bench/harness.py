@@ -23,12 +23,12 @@ import time
 from typing import Any
 
 import anyio
-import msgspec
 
 from ..actors import ActorSystem
 from ..harness import Harness, PhaseResult, Tool
 from ..llm import ScriptedModel
 from ..messages import ChatReply, ChatRequest, ToolCall, Usage
+from . import report_per_backend
 
 HELP = "harness actors: wall time vs latency-bound ideal, overhead per iteration"
 TARGET_SHARE = 0.01
@@ -119,12 +119,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
-    results = {}
-    for backend in backends:
-        results[backend] = measure(backend, args.actors, args.iterations, args.latency_ms / 1000)
-        if not args.json:
-            print(format_table(results[backend]), flush=True)
-    if args.json:
-        print(msgspec.json.encode(results).decode())
-    return 0
+    return report_per_backend(
+        args.backend,
+        args.json,
+        lambda b: measure(b, args.actors, args.iterations, args.latency_ms / 1000),
+        format_table,
+    )

@@ -20,7 +20,7 @@ import msgspec
 from ..actors import ActorSystem
 from ..log import LogActor, read_events
 from ..messages import AGENT_UPDATE, Append
-from . import time_threads
+from . import report_per_backend, time_threads
 
 HELP = "event log: durable appends/s vs open-append-fsync-close per event"
 TARGET_RATIO = 10.0
@@ -101,12 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
-    results = {}
-    for backend in backends:
-        results[backend] = measure(backend, args.agents, args.events, args.naive_events)
-        if not args.json:
-            print(format_table(results[backend]), flush=True)
-    if args.json:
-        print(msgspec.json.encode(results).decode())
-    return 0
+    return report_per_backend(
+        args.backend,
+        args.json,
+        lambda b: measure(b, args.agents, args.events, args.naive_events),
+        format_table,
+    )

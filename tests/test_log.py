@@ -13,7 +13,15 @@ from _support import eventually, open_node
 
 from greenroom import Actor, ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
-from greenroom.log import EventLogError, LogActor, NarratorCapability, PolicyError, read_events, tail_events
+from greenroom.log import (
+    EventLogError,
+    LogActor,
+    NarratorCapability,
+    PolicyError,
+    read_events,
+    surfacing_flag,
+    tail_events,
+)
 from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, NARRATION, Append, Event, Subscribe
 
 pytestmark = pytest.mark.anyio
@@ -193,3 +201,29 @@ async def test_malformed_appends_are_refused_with_nothing_appended(
 async def test_bad_log_actor_arguments(build: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         build()
+
+
+async def test_policy_verdicts_hold_when_remembered_and_after_the_memory_is_cleared(tmp_path: Path) -> None:
+    """The policy remembers which payload keys (and the log which event types) it has
+    judged; a remembered verdict, and one made again after the memory filled up and
+    was cleared, must be the verdict a fresh check gives."""
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(tmp_path))
+        for _ in range(2):  # the second time, both verdicts come from memory
+            with pytest.raises(PolicyError) as refused:
+                await log.ask(Append(type="X", payload={"display_to_user": 1, "note": "n"}))
+            assert "payload.display_to_user" in str(refused.value)
+            assert (await log.ask(Append(type="X", payload={"note": "n", "display_to_user": 0}))).seq > 0
+        for i in range(5000):  # more distinct keys than the memory holds
+            assert surfacing_flag({f"k{i}": 1}) is None
+        assert surfacing_flag({"display_to_user": 1}) == "payload.display_to_user"
+        with pytest.raises(
+            ValueError, match=r"field 'type' must be 1-100 letters, digits or _\.:- \(got \['X'\]\)"
+        ):
+            await log.ask(Append(type=["X"]))  # type: ignore[arg-type]  # unhashable: no cache lookup
+        for i in range(1100):  # more distinct types than that memory holds
+            await log.ask(Append(type=f"T{i}"))
+        with pytest.raises(ValueError, match=r"got 'bad type'"):
+            await log.ask(Append(type="bad type"))
+    stored = read_events(tmp_path / "events.jsonl")
+    assert [e.type for e in stored[:2]] == ["X", "X"] and len(stored) == 2 + 1100

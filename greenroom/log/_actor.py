@@ -76,12 +76,18 @@ def recover_tail(path: Path) -> tuple[int, int]:
 
 
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_GOOD_TYPES: set[str] = set()  # types seen valid (a fleet uses a handful); bounded below
 
 
 def _check_append(append: Append) -> None:
     """The shape ``Event`` needs (a Struct is not validated when built in-process)."""
-    if not isinstance(append.type, str) or not _EVENT_TYPE.fullmatch(append.type):
-        raise RecordError("event", "type", append.type, "must be 1-100 letters, digits or _.:-")
+    kind = append.type
+    if not isinstance(kind, str) or kind not in _GOOD_TYPES:
+        if not isinstance(kind, str) or not _EVENT_TYPE.fullmatch(kind):
+            raise RecordError("event", "type", kind, "must be 1-100 letters, digits or _.:-")
+        if len(_GOOD_TYPES) >= 1024:
+            _GOOD_TYPES.clear()
+        _GOOD_TYPES.add(kind)
     if not isinstance(append.payload, dict):
         raise RecordError("event", "payload", append.payload, "must be a JSON object (a dict)")
     for field in ("task_id", "agent_id"):

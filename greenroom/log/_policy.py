@@ -45,14 +45,32 @@ class NarratorCapability:
         raise TypeError("a NarratorCapability cannot be pickled or copied")
 
 
+# Which keys the pattern matches, remembered: a fleet's payloads reuse a few keys, and a
+# dict lookup is a fraction of a regex search. Cleared when full, so it stays bounded.
+_KEY_VERDICTS: dict[str, bool] = {}
+_KEY_VERDICTS_MAX = 4096
+
+
+def _is_surfacing_key(key: str) -> bool:
+    if len(_KEY_VERDICTS) >= _KEY_VERDICTS_MAX:
+        _KEY_VERDICTS.clear()
+    verdict = _KEY_VERDICTS[key] = _SURFACING_KEY.search(key) is not None
+    return verdict
+
+
 def surfacing_flag(payload: Any, path: str = "payload") -> str | None:
     """The path of a truthy flag in ``payload`` that tries to reach the user, if any."""
     if isinstance(payload, dict):
+        verdicts = _KEY_VERDICTS
         for key, value in payload.items():
             if (
                 value
                 and isinstance(key, str)
-                and (_SURFACING_KEY.search(key) or (key == "visibility" and value == "user"))
+                and (
+                    verdicts.get(key)
+                    or (key not in verdicts and _is_surfacing_key(key))
+                    or (key == "visibility" and value == "user")
+                )
             ):
                 return f"{path}.{key}"
             if isinstance(value, (dict, list)):  # only containers can hide a flag deeper down

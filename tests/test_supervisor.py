@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import anyio
@@ -166,6 +167,38 @@ async def test_parked_claim_is_granted_when_work_arrives(tmp_path: Path) -> None
             await node.supervisor.ask(StopGranting())
         assert granted[1] == NoWork(closing=True)
         assert await node.supervisor.ask(Claim("late", "w")) == NoWork(closing=True)
+
+
+async def test_a_grant_whose_asker_gives_up_while_it_is_written_is_handed_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The asker is cancelled while the batch that grants it a task is being fsynced:
+    the task must not sit IN_PROGRESS under an owner who never heard of it."""
+    writing, release = threading.Event(), threading.Event()
+    real_append = GraphStore.append
+
+    def append_held_while_granting(store: GraphStore, changed: list[AgentTask]) -> None:
+        if not release.is_set() and any(t.status is TaskStatus.IN_PROGRESS for t in changed):
+            writing.set()
+            release.wait(10)
+        real_append(store, changed)
+
+    monkeypatch.setattr(GraphStore, "append", append_held_while_granting)
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("t1")]))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(node.supervisor.ask, Claim("quitter", "w", wait=True), 30)
+            await anyio.to_thread.run_sync(writing.wait, 10)  # the grant is being written
+            tg.cancel_scope.cancel()  # ... and its asker gives up
+        release.set()
+        back = await wait_for_status(node.supervisor, "t1", TaskStatus.PENDING)
+        assert (back.owner, back.attempt) == (None, 0)
+        granted = await node.supervisor.ask(Claim("keeper", "w"))
+        assert isinstance(granted, Granted) and (granted.task.id, granted.task.attempt) == ("t1", 1)
+        await node.supervisor.ask(Submit([task("t2")]))
+        node.supervisor.tell(Claim("teller", "w"))  # told: a grant nobody would hear
+        assert (await node.supervisor.ask(GetTask("t2"))).status is TaskStatus.PENDING
+    assert "refused a told Claim: a Claim must be asked, not told (agent 'teller')" in caplog.text
 
 
 async def test_owner_rules_and_retries(tmp_path: Path) -> None:

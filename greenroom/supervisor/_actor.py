@@ -9,8 +9,11 @@ Group commit: the actor applies each message to the graph in memory and keeps th
 reply; when its mailbox is empty (or ``max_batch`` replies wait), it writes every
 change of the batch as one journal line with one fsync, and only then answers the
 batch. A reply means durable. Messages that arrive during the write form the next
-batch. If the write fails, the batch's askers get the error and the actor fails, so
-its supervisor restarts it and the graph is reloaded from what is on disk.
+batch. A ``Claim`` must be asked; a grant whose asker stopped waiting (timed out or
+cancelled) before the grant was durable is handed back at once (PENDING, attempt
+refunded) rather than left to its lease. If the write fails, the batch's askers get
+the error and the actor fails, so its supervisor restarts it and the graph is
+reloaded from what is on disk.
 
 Messages sent before ``stop()`` are answered (the last batch is committed first);
 claims parked waiting for work get ``ActorStopped``; messages sent after are refused
@@ -229,12 +232,14 @@ class SupervisorActor(Actor):
         raise TaskGraphError(f"the supervisor does not handle {type(message).__name__} messages")
 
     def _claim(self, claim: Claim, pending: PendingReply | None, now: float) -> Any:
+        if pending is None:  # a grant nobody hears would sit IN_PROGRESS until its lease ran out
+            raise TaskGraphError(f"a Claim must be asked, not told (agent {claim.agent_id!r})")
         if self.closing:
             return NoWork(closing=True)
         task = self.graph.claim(claim.agent_id, claim.agent_type, now, self.lease_seconds)
         if task is not None:
             return Granted(task)
-        if not claim.wait or pending is None:
+        if not claim.wait:
             return NoWork()
         parked = self._parked.setdefault(claim.agent_type, deque())
         if len(parked) >= 64 and not parked[0][0].wanted:
@@ -281,11 +286,24 @@ class SupervisorActor(Actor):
                     pending.fail(failure)
                 self._broken = True
                 raise  # restart reloads the graph from disk: nothing unacknowledged survives
+        abandoned: list[AgentTask] = []
         for pending, value in waiting:
-            pending.succeed(value)
+            if isinstance(value, Granted) and not pending.wanted:
+                abandoned.append(value.task)  # the asker gave up while the grant was being written
+            else:
+                pending.succeed(value)
         events = graph.take_events()
         if events and self.log is not None:
             self._tell_events(events)
+        if abandoned:
+            now = self.clock()
+            for task in abandoned:
+                assert task.owner is not None
+                graph.release(task.id, task.owner, now)
+                logger.info(
+                    "supervisor: %r was granted to %r, who stopped waiting; handed back", task.id, task.owner
+                )
+            await self._commit()  # durable, and offered to any parked claim
 
     def _tell_events(self, events: list[tuple[str, AgentTask]]) -> None:
         log = self.log

@@ -9,11 +9,21 @@ from typing import Any
 
 
 def time_threads(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
-    """Run ``target(*a)`` for each ``a`` in its own thread, all at once; seconds taken."""
-    threads = [threading.Thread(target=target, args=a) for a in args]
-    started = time.perf_counter()
+    """Run ``target(*a)`` for each ``a`` in its own thread, all at once; seconds taken.
+
+    The clock starts when every thread has started and they are released together, so
+    the threads' start-up is not charged to the baseline."""
+    gate = threading.Barrier(len(args) + 1)
+
+    def run(*a: Any) -> None:
+        gate.wait()
+        target(*a)
+
+    threads = [threading.Thread(target=run, args=a) for a in args]
     for thread in threads:
         thread.start()
+    gate.wait()
+    started = time.perf_counter()
     for thread in threads:
         thread.join()
     return time.perf_counter() - started

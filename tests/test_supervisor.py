@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from pathlib import Path
@@ -395,3 +396,12 @@ async def test_unknown_message_is_refused_and_the_supervisor_keeps_running(tmp_p
             await node.supervisor.ask("claim please")
         assert (await node.supervisor.ask(GetTask("kept"))).id == "kept"
         assert node.supervisor.is_alive
+
+
+async def test_tasks_are_not_walked_by_the_cycle_collector(tmp_path: Path) -> None:
+    """A big graph must not make every full garbage collection walk each task."""
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(Submit([task("a", input={"nested": {"k": [1, 2]}})]))
+        stored = await node.supervisor.ask(GetTask("a"))
+    assert not gc.is_tracked(stored)
+    assert not gc.is_tracked(task("b"))

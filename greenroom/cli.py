@@ -120,7 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     actors.add_argument("--json", action="store_true", help="print the figures as JSON")
     for name, module in SUITES.items():
         suite = suites.add_parser(name, help=module.HELP)
+        suite.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
         module.add_arguments(suite, _positive_int)
+        suite.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 
 

@@ -26,6 +26,9 @@ def test_version() -> None:
         (["bench", "actors", "--runs", "many"], "argument --runs: must be a whole number >= 1, got 'many'"),
         (["bench", "actors", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
         (["bench", "actors", "--workload", "chess"], "argument --workload: invalid choice: 'chess'"),
+        (["bench", "log", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
+        (["bench", "log", "--repeat", "0"], "argument --repeat: must be a whole number >= 1, got '0'"),
+        (["bench", "graph", "--agents", "-3"], "argument --agents: must be a whole number >= 1, got '-3'"),
     ],
 )
 def test_bad_flags_are_named_with_their_value(
@@ -55,3 +58,15 @@ def test_bench_actors_json_reports_ratio_to_the_backends_baseline(
     assert set(row) == {"greenroom", baseline, "anyio-stream", "ratio", "bytes_per_idle_actor"}
     assert row["ratio"] == pytest.approx(row["greenroom"] / row[baseline])
     assert all(row[key] > 0 for key in row)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_bench_log_json_reports_the_median_of_its_rounds(
+    backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", "log", "--backend", backend, "--agents", "3", "--events", "4", "--naive-events", "2"]
+    assert main([*argv, "--repeat", "3", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[backend]
+    assert (row["backend"], row["agents"], row["rounds"]) == (backend, 3, 3)
+    assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
+    assert row["naive"] > 0 and row["greenroom"] > 0

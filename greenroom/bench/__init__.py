@@ -20,8 +20,12 @@ def time_threads(target: Callable[..., None], args: list[tuple[Any, ...]]) -> fl
         target(*a)
 
     threads = [threading.Thread(target=run, args=a) for a in args]
-    for thread in threads:
-        thread.start()
+    try:
+        for thread in threads:
+            thread.start()
+    except BaseException:
+        gate.abort()  # the started ones leave the barrier (BrokenBarrierError) instead of waiting forever
+        raise
     gate.wait()
     started = time.perf_counter()
     for thread in threads:

@@ -161,14 +161,13 @@ def format_table(figures: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
-    parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
     parser.add_argument(
         "--sizes", default="1000,10000,100000,1000000", help="graph sizes to time (comma-separated)"
     )
     parser.add_argument("--cycles", type=positive_int, default=5000, help="greenroom cycles per size")
     parser.add_argument("--naive-cycles", type=positive_int, default=200, help="baseline cycles")
     parser.add_argument("--agents", type=positive_int, default=AGENTS)
-    parser.add_argument("--json", action="store_true")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -111,11 +111,10 @@ def format_table(f: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
-    parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
     parser.add_argument("--actors", type=positive_int, default=1000)
     parser.add_argument("--iterations", type=positive_int, default=10)
     parser.add_argument("--latency-ms", type=positive_int, default=100, help="simulated model latency")
-    parser.add_argument("--json", action="store_true")
 
 
 def main(args: argparse.Namespace) -> int:

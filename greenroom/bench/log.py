@@ -106,12 +106,11 @@ def format_table(figures: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
-    parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
     parser.add_argument("--agents", type=positive_int, default=100)
     parser.add_argument("--events", type=positive_int, default=200, help="events per agent (greenroom)")
     parser.add_argument("--naive-events", type=positive_int, default=10, help="events per agent (baseline)")
     parser.add_argument("--repeat", type=positive_int, default=7, help="alternating rounds (medians)")
-    parser.add_argument("--json", action="store_true")
 
 
 def main(args: argparse.Namespace) -> int:

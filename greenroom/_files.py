@@ -1,6 +1,7 @@
 """Files under the data dir: where it is, the owner's OS lock, durable writes.
 
-Blocking helpers: call them through ``anyio.to_thread.run_sync`` from async code.
+Blocking helpers: call them through ``anyio.to_thread.run_sync`` (or, on the hot write
+paths, ``_threads.run_blocking``) from async code.
 """
 
 from __future__ import annotations

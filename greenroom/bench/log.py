@@ -69,7 +69,7 @@ def _naive(data_dir: Path, agents: int, each: int) -> float:
     return agents * each / elapsed
 
 
-def measure(backend: str, agents: int, each: int, naive_each: int, repeat: int = 7) -> dict[str, Any]:
+def measure(backend: str, agents: int, each: int, naive_each: int, repeat: int = 15) -> dict[str, Any]:
     naive: list[float] = []
     greenroom: list[float] = []
     for _ in range(repeat):
@@ -110,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--agents", type=positive_int, default=100)
     parser.add_argument("--events", type=positive_int, default=200, help="events per agent (greenroom)")
     parser.add_argument("--naive-events", type=positive_int, default=10, help="events per agent (baseline)")
-    parser.add_argument("--repeat", type=positive_int, default=7, help="alternating rounds (medians)")
+    parser.add_argument("--repeat", type=positive_int, default=15, help="alternating rounds (medians)")
 
 
 def main(args: argparse.Namespace) -> int:

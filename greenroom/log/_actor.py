@@ -27,6 +27,7 @@ import msgspec
 
 from .._checks import check_int
 from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
+from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, decode_json
 from ._policy import NarratorCapability, PolicyError, apply_policy
@@ -207,7 +208,7 @@ class LogActor(Actor):
         fd = self._fd
         assert fd is not None
         try:
-            await anyio.to_thread.run_sync(append_durably, fd, data)
+            await run_blocking(append_durably, fd, data)
         except BaseException as error:
             failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
             for pending, _ in waiting:

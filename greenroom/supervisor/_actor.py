@@ -34,6 +34,7 @@ import anyio
 
 from .._checks import check_int, check_seconds
 from .._files import OwnerLock, resolve_data_dir
+from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
     AgentTask,
@@ -277,9 +278,9 @@ class SupervisorActor(Actor):
         waiting, self._waiting = self._waiting, []
         if changed:
             try:
-                await anyio.to_thread.run_sync(store.append, changed)
+                await run_blocking(store.append, changed)
                 if store.wants_compaction:
-                    await anyio.to_thread.run_sync(store.compact, list(graph.tasks.values()))
+                    await run_blocking(store.compact, list(graph.tasks.values()))
             except BaseException as error:
                 failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
                 for pending, _ in waiting:

@@ -10,7 +10,8 @@ emptied; a crash between the two leaves batches the new snapshot already holds,
 which the ``seq`` skips. A torn last journal line (a crash mid-write) is cut off on
 load and reported; anything else unreadable stops the load with the files untouched.
 
-All methods block: the supervisor actor calls them through ``anyio.to_thread``.
+All methods block: the supervisor actor calls them in a worker thread (``anyio.to_thread``,
+or ``_threads.run_blocking`` for the commit).
 """
 
 from __future__ import annotations

@@ -135,3 +135,32 @@ def test_an_asyncio_worker_reports_the_error_and_stays_usable(monkeypatch: pytes
     _threads._submit(again)
     assert again.future.result(timeout=10) != threading.get_ident()
     assert _threads._idle == [worker]  # the same worker took it and went back to idle
+
+
+def test_a_bare_asyncio_task_cancel_still_waits_for_the_call() -> None:
+    """The asyncio fast path's own branch: a ``task.cancel()`` from outside anyio (no
+    cancel scope to defer it) is raised once ``fn`` has returned, never before."""
+    import asyncio  # this branch exists on asyncio only
+
+    started = threading.Event()
+    release = threading.Event()
+    finished: list[str] = []
+
+    def slow_write() -> None:
+        started.set()
+        assert release.wait(10)
+        finished.append("written")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(run_blocking(slow_write))
+        await anyio.to_thread.run_sync(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done()  # still waiting for the thread
+        task.cancel()  # a second cancel changes nothing
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished == ["written"]
+
+    asyncio.run(main())

@@ -12,9 +12,10 @@ anyio's own ``Event`` is used.
 
 The contract of what ``primitives()`` returns is the same on every backend and the
 whole test suite runs against both: ``event()`` makes an object with ``set()``,
-``is_set()`` and ``await wait()``, waited on by **at most one task**; ``clock()`` is
-``anyio.current_time()``. Cancellation is unchanged: anyio cancels an asyncio task by
-cancelling the future it is awaiting, which ``wait`` lets propagate.
+``is_set()`` and ``await wait()``, waited on by **at most one task** (the one that calls
+``wait()``, awaiting it at once); ``clock()`` is ``anyio.current_time()``. Cancellation
+is unchanged: anyio cancels an asyncio task by cancelling the future it is awaiting,
+which ``wait`` lets propagate.
 """
 
 from __future__ import annotations
@@ -77,15 +78,16 @@ class _TrioOneShot:
         self._task = None  # cancelled while waiting: a later set() wakes nobody
         return self.lowlevel.Abort.SUCCEEDED
 
-    async def wait(self) -> None:
+    def wait(self) -> Any:
+        """trio's own awaitable, returned: no coroutine frame of ours per wait. The
+        waiter is the task that calls ``wait()``, so await it at once (the kernel does)."""
         lowlevel = self.lowlevel
         if self._flag:
-            await lowlevel.checkpoint()
-            return
+            return lowlevel.checkpoint()
         if self._task is not None:
             raise RuntimeError("a kernel event is waited on by one task at most")
         self._task = lowlevel.current_task()
-        await lowlevel.wait_task_rescheduled(self._abort)
+        return lowlevel.wait_task_rescheduled(self._abort)
 
 
 def primitives() -> tuple[Callable[[], Any], Callable[[], float]]:

@@ -421,3 +421,65 @@ async def test_context_exposes_parent_children_and_system() -> None:
         assert await child.ask("?") is parent
         await parent.stop()
         assert not child.is_alive
+
+
+class Waiter(Actor):
+    """Waits inside ``receive`` until ``on_stop_requested`` cancels the wait."""
+
+    def __init__(self, log: list[Any], busy: anyio.Event | None = None, fail_hook: bool = False) -> None:
+        self.log = log
+        self.busy = busy
+        self.fail_hook = fail_hook
+        self.scope: anyio.CancelScope | None = None
+
+    def on_stop_requested(self) -> None:
+        self.log.append("stop requested")
+        if self.fail_hook:
+            raise RuntimeError("hook broke")
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def receive(self, message: Any) -> Any:
+        with anyio.CancelScope() as self.scope:
+            if self.busy is not None:
+                self.busy.set()
+            await anyio.sleep_forever()
+        self.log.append(f"{message} ended")
+
+
+async def test_on_stop_requested_lets_a_busy_receive_end_its_wait() -> None:
+    log: list[Any] = []
+    async with ActorSystem() as system:
+        busy = anyio.Event()
+        ref = await system.spawn(lambda: Waiter(log, busy))
+        ref.tell("wait")
+        await busy.wait()
+        with anyio.fail_after(10):  # a hang guard: without the hook the stop never returns
+            await ref.stop()
+        await ref.stop()  # a second request does not call the hook again
+    assert log == ["stop requested", "wait ended"]
+
+
+async def test_on_stop_requested_is_called_on_system_shutdown() -> None:
+    log: list[Any] = []
+    busy = anyio.Event()
+    async with ActorSystem() as system:
+        ref = await system.spawn(lambda: Waiter(log, busy), name="by-shutdown")
+        ref.tell("wait")
+        await busy.wait()
+    assert log == ["stop requested", "wait ended"]
+
+
+async def test_a_failing_on_stop_requested_is_logged_and_the_stop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    log: list[Any] = []
+    with caplog.at_level(logging.ERROR, logger="greenroom.actors"):
+        async with ActorSystem() as system:
+            ref = await system.spawn(lambda: Waiter(log, fail_hook=True), name="broken-hook")
+            await ref.stop()  # idle: nothing to cut short, and the hook's error does not escape
+            assert not ref.is_alive
+    assert log == ["stop requested"]
+    assert any("'broken-hook': on_stop_requested failed" in r.getMessage() for r in caplog.records)

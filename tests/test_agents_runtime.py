@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 from _support import open_node, wait_for_status
 
+from greenroom import ActorRef
 from greenroom.agents import AgentActor, AgentRuntime, BaseAgent, TaskFailed
 from greenroom.log import PolicyError, read_events
 from greenroom.messages import (
@@ -17,6 +19,7 @@ from greenroom.messages import (
     AgentResult,
     AgentTask,
     GetTask,
+    Stats,
     StopGranting,
     Submit,
     TaskStatus,
@@ -248,3 +251,95 @@ async def test_agent_actor_refuses_a_non_agent(tmp_path: Path) -> None:
             AgentActor("summarize", runtime)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="AgentActor retry_delay must be a positive number of seconds"):
             AgentActor(Summarizer(), runtime, retry_delay=0)
+
+
+class ObservedRuntime(AgentRuntime):
+    """Sets ``claiming`` when a waiting claim is sent; ``after_grant`` runs once a claim
+    returns a task (inside the claim, as a stop arriving at that instant would)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.claiming = anyio.Event()
+        self.after_grant: Callable[[], Awaitable[None]] | None = None
+
+    async def claim_task(self, *, wait: bool = False) -> AgentTask | None:
+        self.claiming.set()
+        task = await super().claim_task(wait=wait)
+        if task is not None and self.after_grant is not None:
+            await self.after_grant()
+        return task
+
+
+class Gated(BaseAgent):
+    agent_type = "gated"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        self.started.set()
+        await self.release.wait()
+        return AgentResult(task_id=task.id, outcome="done")
+
+
+async def test_stopping_an_agent_actor_ends_its_parked_claim(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        runtime = ObservedRuntime("g1", "gated", supervisor=node.supervisor, log=node.log)
+        ref = await node.system.spawn(lambda: AgentActor(Gated(), runtime))
+        await runtime.claiming.wait()
+        await node.supervisor.ask(Stats())
+        # the Stats ask was queued behind the claim: the claim is parked now
+        with anyio.fail_after(10):  # a hang guard: a parked claim used to hold the stop forever
+            await ref.stop()
+        assert not ref.is_alive
+        await node.supervisor.ask(Submit([AgentTask(id="later", type="gated")]))
+        later = await node.supervisor.ask(GetTask("later"))
+        assert later.status == TaskStatus.PENDING and later.attempt == 0  # the dropped claim took nothing
+
+
+async def test_stopping_an_agent_actor_lets_its_running_task_finish(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node:
+        await node.supervisor.ask(
+            Submit([AgentTask(id="first", type="gated"), AgentTask(id="second", type="gated")])
+        )
+        runtime = AgentRuntime("g1", "gated", supervisor=node.supervisor, log=node.log)
+        agent = Gated()
+        ref = await node.system.spawn(lambda: AgentActor(agent, runtime))
+        await agent.started.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ref.stop)
+            for _ in range(10):
+                await anyio.sleep(0.005)
+            assert ref.is_alive  # the stop waits for the running task
+            agent.release.set()
+        assert not ref.is_alive
+        first = await node.supervisor.ask(GetTask("first"))
+        second = await node.supervisor.ask(GetTask("second"))
+    assert first.status == TaskStatus.COMPLETED and first.attempt == 1
+    assert second.status == TaskStatus.PENDING and second.attempt == 0  # no claim after the stop
+
+
+async def test_a_task_granted_as_the_agent_actor_stops_is_handed_back(tmp_path: Path) -> None:
+    async with open_node(tmp_path) as node, anyio.create_task_group() as tg:
+        await node.supervisor.ask(Submit([AgentTask(id="t", type="gated")]))
+        runtime = ObservedRuntime("g1", "gated", supervisor=node.supervisor, log=node.log)
+        agent = Gated()
+        refs: list[ActorRef] = []
+        granted = anyio.Event()
+
+        async def stop_now() -> None:  # the stop lands between the grant and the task's start
+            granted.set()
+            tg.start_soon(refs[0].stop)
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.01)
+
+        runtime.after_grant = stop_now
+        refs.append(await node.system.spawn(lambda: AgentActor(agent, runtime)))
+        await granted.wait()
+        with anyio.fail_after(10):
+            await refs[0].stop()
+        task = await node.supervisor.ask(GetTask("t"))
+    assert not agent.started.is_set()
+    assert task.status == TaskStatus.PENDING and task.attempt == 0 and task.owner is None

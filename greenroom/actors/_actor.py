@@ -26,7 +26,9 @@ class Actor:
     Lifecycle: ``on_start`` runs before the first message (``spawn`` waits for it and
     re-raises its error); ``on_stop`` runs once the actor stops, after its children
     have stopped. On restart the failed instance gets ``on_stop``, the new one
-    ``on_start``. ``self.context`` is available from ``on_start`` on, not in ``__init__``.
+    ``on_start``. ``on_stop_requested`` is told, synchronously, when a stop is first
+    requested, even mid-``receive``. ``self.context`` is available from ``on_start`` on,
+    not in ``__init__``.
 
     Set ``supervisor_strategy`` on a parent class to decide for its children.
     """
@@ -40,6 +42,18 @@ class Actor:
 
     async def on_stop(self) -> None:
         """Called once when this instance is done (stop, failure, restart, shutdown)."""
+
+    def on_stop_requested(self) -> None:
+        """Called once, synchronously, in the stopper's task, when this actor is first
+        asked to stop (``ref.stop()``, ``context.stop()``, its parent or the system
+        stopping; not when a failure stops it) — possibly while ``receive`` is busy.
+        Default: nothing.
+
+        Override it to cut short a wait inside ``receive`` that would hold the stop up
+        (cancel a ``CancelScope`` the wait runs in). It must not block or await; an
+        exception is logged and ignored. The stop itself goes on as requested: what a
+        draining stop accepted is still handled, new messages are refused.
+        """
 
     async def receive(self, message: Any) -> Any:
         """Handle one message; the return value answers an ``ask``."""

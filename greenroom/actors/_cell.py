@@ -310,6 +310,12 @@ class ActorCell:
             if drain:
                 self.enqueue_control(STOP)
             self._release_senders()
+            actor = self.actor
+            if actor is not None:
+                try:
+                    actor.on_stop_requested()
+                except Exception:
+                    logger.exception("actor %r: on_stop_requested failed (ignored)", self.name)
         if self.backoff_wakeup is not None:
             self.backoff_wakeup.set()
 

@@ -98,3 +98,65 @@ async def test_reply_later_outside_receive_is_refused() -> None:
         assert actor is not None
         with pytest.raises(RuntimeError, match="only valid inside"):
             actor.context.reply_later()
+
+
+class Holder(Actor):
+    """Keeps every asked reply in ``held`` (filled by the test, from its own task)."""
+
+    def __init__(self) -> None:
+        self.held: list[PendingReply] = []
+
+    async def receive(self, message: Any) -> Any:
+        pending = self.context.reply_later()
+        assert pending is not None
+        self.held.append(pending)
+        return None
+
+
+async def test_if_lost_reports_a_value_the_cancelled_asker_never_took() -> None:
+    lost: list[str] = []
+    holders: list[Holder] = []
+
+    def make() -> Holder:
+        holders.append(Holder())
+        return holders[-1]
+
+    async with ActorSystem() as system:
+        ref = await system.spawn(make)
+        got: list[Any] = []
+
+        async def asker(scope: anyio.CancelScope) -> None:
+            with scope:
+                got.append(await ref.ask("hold", timeout=None))
+
+        async def held_once() -> PendingReply:
+            while not holders[0].held:
+                await anyio.sleep(0.001)
+            return holders[0].held.pop()
+
+        # delivered: if_lost is not called
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asker, anyio.CancelScope())
+            (await held_once()).succeed("kept", if_lost=lambda: lost.append("kept"))
+        assert got == ["kept"] and lost == []
+
+        # cancelled, then filled before the asker resumed: reported lost, once
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asker, scope)
+            pending = await held_once()
+            scope.cancel()
+            assert pending.wanted  # the asker has not resumed to notice yet
+            pending.succeed("late", if_lost=lambda: lost.append("late"))
+        assert got == ["kept"] and scope.cancelled_caught
+        assert lost == ["late"]
+
+        # cancelled and noticed before the fill: the fill is dropped, nothing is lost
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asker, scope)
+            pending = await held_once()
+            scope.cancel()
+        assert not pending.wanted
+        pending.succeed("dropped", if_lost=lambda: lost.append("dropped"))
+        assert lost == ["late"]

@@ -11,8 +11,9 @@ import anyio
 import pytest
 from _support import open_node, wait_for_status
 
-from greenroom import ActorSystem
+from greenroom import ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
+from greenroom.actors import PendingReply
 from greenroom.messages import (
     AgentError,
     AgentResult,
@@ -200,6 +201,38 @@ async def test_a_grant_whose_asker_gives_up_while_it_is_written_is_handed_back(
         node.supervisor.tell(Claim("teller", "w"))  # told: a grant nobody would hear
         assert (await node.supervisor.ask(GetTask("t2"))).status is TaskStatus.PENDING
     assert "refused a told Claim: a Claim must be asked, not told (agent 'teller')" in caplog.text
+
+
+async def test_a_grant_filled_in_as_its_asker_is_cancelled_is_handed_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asker is cancelled, and its grant is filled in before the asker resumed to
+    notice: the value can never reach it. The supervisor is told (``if_lost``) and hands
+    the task back at once, instead of leaving it IN_PROGRESS under an owner who does not
+    have it until the lease runs out."""
+    scope = anyio.CancelScope()
+    real_succeed = PendingReply.succeed
+
+    def cancel_the_asker_then_succeed(self: PendingReply, value: object, **kwargs: object) -> None:
+        if isinstance(value, Granted):
+            scope.cancel()  # the asker is cancelled but has not resumed yet
+        real_succeed(self, value, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PendingReply, "succeed", cancel_the_asker_then_succeed)
+    got: list[object] = []
+
+    async def asker(sup: ActorRef) -> None:
+        with scope:
+            got.append(await sup.ask(Claim("quitter", "w", wait=True), timeout=30))
+
+    async with open_node(tmp_path, lease_seconds=300) as node:  # a lease far beyond the test
+        await node.supervisor.ask(Submit([task("t1")]))
+        await asker(node.supervisor)
+        assert got == [] and scope.cancelled_caught
+        back = await wait_for_status(node.supervisor, "t1", TaskStatus.PENDING)
+        assert (back.owner, back.attempt) == (None, 0)
+        granted = await node.supervisor.ask(Claim("keeper", "w"))
+        assert isinstance(granted, Granted) and (granted.task.id, granted.task.attempt) == ("t1", 1)
 
 
 async def test_owner_rules_and_retries(tmp_path: Path) -> None:

@@ -83,7 +83,10 @@ class ActorRef:
         ``TimeoutError``) after ``timeout`` seconds (``None``: wait as long as it
         takes), counting any wait for mailbox room; ``ActorStopped`` if the actor is
         stopping or stops before handling it. On cancellation the message stays
-        accepted: the actor still handles it and the reply is dropped. An actor asking
+        accepted: the actor still handles it and the reply is dropped (a value already
+        filled in goes to the replier's ``if_lost``, see ``PendingReply.succeed``). On
+        trio a value filled in before the cancellation is returned, and the
+        cancellation comes at the next checkpoint. An actor asking
         itself would deadlock, so that raises ``RuntimeError`` at once.
         """
         cell = self._cell
@@ -111,7 +114,10 @@ class ActorRef:
         try:
             await reply.event.wait()
         except anyio.get_cancelled_exc_class():
-            reply.abandon()
+            if not reply.done:
+                reply.abandon()
+            elif reply.error is None:
+                reply.lost()  # filled, but this task was cancelled before it could take it
             raise
         if reply.error is not None:
             raise reply.error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -15,7 +17,7 @@ class Reply:
     heap entry of its deadline as stale, so the timer service can skip it.
     """
 
-    __slots__ = ("done", "error", "event", "message", "ref", "timeout", "timers", "value")
+    __slots__ = ("done", "error", "event", "if_lost", "message", "ref", "timeout", "timers", "value")
 
     # set only when the ask has a deadline (read by ``expire``)
     ref: ActorRef
@@ -28,6 +30,17 @@ class Reply:
         self.error: BaseException | None = None
         self.done = False
         self.timers: TimerService | None = None
+        self.if_lost: Callable[[], None] | None = None
+
+    def lost(self) -> None:
+        """The value was filled in but the asker was cancelled before taking it (on
+        asyncio a cancellation can land between the two): tell the replier, if it asked."""
+        if_lost, self.if_lost = self.if_lost, None
+        if if_lost is not None:
+            try:
+                if_lost()
+            except Exception:
+                logging.getLogger("greenroom.actors").exception("a reply's if_lost callback failed (ignored)")
 
     def succeed(self, value: Any) -> None:
         self._fill(value, None)
@@ -82,8 +95,17 @@ class PendingReply:
         """``True`` until the reply is filled or the asker stopped waiting."""
         return not self._reply.done
 
-    def succeed(self, value: Any) -> None:
-        self._reply.succeed(value)
+    def succeed(self, value: Any, *, if_lost: Callable[[], None] | None = None) -> None:
+        """Answer with ``value``. ``if_lost`` is called if the value reached the asker's
+        slot but the asker was cancelled before it could take it (possible on asyncio,
+        where a cancellation can land between the two; on trio the value is taken and
+        the cancellation comes at the asker's next checkpoint). It runs synchronously in
+        the asker's task and must not block: ``tell`` your actor to undo what the value
+        handed out (the supervisor hands a lost grant back)."""
+        reply = self._reply
+        if if_lost is not None and not reply.done:
+            reply.if_lost = if_lost
+        reply.succeed(value)
 
     def fail(self, error: BaseException) -> None:
         self._reply.fail(error)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from .._checks import check_int, check_seconds
 from .._files import OwnerLock, resolve_data_dir
@@ -53,6 +54,7 @@ from ..messages import (
     Stats,
     StopGranting,
     Submit,
+    TaskStatus,
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
@@ -66,6 +68,15 @@ class _CheckLeases:
 
 
 _CHECK_LEASES = _CheckLeases()
+
+
+class _GrantLost(msgspec.Struct, frozen=True):
+    """Told to itself: this grant reached its asker's slot, but the asker was cancelled
+    before taking it (see ``PendingReply.succeed``'s ``if_lost``)."""
+
+    task_id: str
+    owner: str
+    attempt: int
 
 
 class SupervisorActor(Actor):
@@ -214,6 +225,19 @@ class SupervisorActor(Actor):
             return graph.release(message.task_id, message.agent_id, now)
         if isinstance(message, Cancel):
             return graph.cancel(message.task_id, message.reason, now)
+        if isinstance(message, _GrantLost):
+            task = graph.tasks.get(message.task_id)
+            if (
+                task is not None
+                and task.status is TaskStatus.IN_PROGRESS
+                and task.owner == message.owner
+                and task.attempt == message.attempt
+            ):
+                graph.release(task.id, message.owner, now)
+                logger.info(
+                    "supervisor: %r was granted to %r, who was cancelled; handed back", task.id, message.owner
+                )
+            return None
         if message is _CHECK_LEASES:
             expired = graph.expire_leases(now)
             for task in expired:
@@ -289,10 +313,12 @@ class SupervisorActor(Actor):
                 raise  # restart reloads the graph from disk: nothing unacknowledged survives
         abandoned: list[AgentTask] = []
         for pending, value in waiting:
-            if isinstance(value, Granted) and not pending.wanted:
-                abandoned.append(value.task)  # the asker gave up while the grant was being written
-            else:
+            if not isinstance(value, Granted):
                 pending.succeed(value)
+            elif pending.wanted:
+                pending.succeed(value, if_lost=self._hand_back_later(value.task))
+            else:
+                abandoned.append(value.task)  # the asker gave up while the grant was being written
         events = graph.take_events()
         if events and self.log is not None:
             self._tell_events(events)
@@ -305,6 +331,20 @@ class SupervisorActor(Actor):
                     "supervisor: %r was granted to %r, who stopped waiting; handed back", task.id, task.owner
                 )
             await self._commit()  # durable, and offered to any parked claim
+
+    def _hand_back_later(self, task: AgentTask) -> Callable[[], None]:
+        """``if_lost`` for a grant: tell this actor to hand the task back."""
+        ref = self.context.ref
+        assert task.owner is not None
+        lost = _GrantLost(task.id, task.owner, task.attempt)
+
+        def hand_back() -> None:
+            try:
+                ref.tell(lost)
+            except (ActorStopped, MailboxFull):  # its lease brings it back instead
+                logger.warning("supervisor: could not hand back %r (its lease will)", task.id)
+
+        return hand_back
 
     def _tell_events(self, events: list[tuple[str, AgentTask]]) -> None:
         log = self.log

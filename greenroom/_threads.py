@@ -151,7 +151,11 @@ _idle: list[_Worker] = []
 
 
 def _forget_workers() -> None:
-    _idle.clear()  # a forked child has none of its parent's threads
+    """In a forked child: none of the parent's threads exist, and the lock may have been
+    held by one of them at the fork."""
+    global _lock
+    _lock = threading.Lock()
+    _idle.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -7,8 +7,10 @@ a call cancelled while it runs is waited for before the cancellation goes throug
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from typing import Any
 
@@ -164,3 +166,20 @@ def test_a_bare_asyncio_task_cancel_still_waits_for_the_call() -> None:
         assert finished == ["written"]
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_starts_with_no_workers_and_a_free_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "_idle", [])
+    job = _threads._Job(_InlineLoop(), int, ("7",))
+    _threads._submit(job)
+    assert job.future.result(timeout=10) == 7 and len(_threads._idle) == 1
+    with _threads._lock, warnings.catch_warnings():  # held across the fork, as a worker might
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads running
+        pid = os.fork()
+        if pid == 0:  # the child: its lock is free and no worker is listed
+            ok = _threads._idle == [] and _threads._lock.acquire(timeout=5)
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(_threads._idle) == 1  # the parent's worker is still there

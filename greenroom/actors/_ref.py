@@ -83,10 +83,9 @@ class ActorRef:
         ``TimeoutError``) after ``timeout`` seconds (``None``: wait as long as it
         takes), counting any wait for mailbox room; ``ActorStopped`` if the actor is
         stopping or stops before handling it. On cancellation the message stays
-        accepted: the actor still handles it and the reply is dropped (a value already
-        filled in goes to the replier's ``if_lost``, see ``PendingReply.succeed``). On
-        trio a value filled in before the cancellation is returned, and the
-        cancellation comes at the next checkpoint. An actor asking
+        accepted: the actor still handles it and the reply is dropped (a value filled in
+        after the cancellation but before this task resumed goes to the replier's
+        ``if_lost``, see ``PendingReply.succeed``). An actor asking
         itself would deadlock, so that raises ``RuntimeError`` at once.
         """
         cell = self._cell

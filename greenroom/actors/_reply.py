@@ -33,8 +33,8 @@ class Reply:
         self.if_lost: Callable[[], None] | None = None
 
     def lost(self) -> None:
-        """The value was filled in but the asker was cancelled before taking it (on
-        asyncio a cancellation can land between the two): tell the replier, if it asked."""
+        """The asker was cancelled, and the value was filled in before it resumed to
+        notice: it can never take it. Tell the replier, if it asked to be told."""
         if_lost, self.if_lost = self.if_lost, None
         if if_lost is not None:
             try:
@@ -96,12 +96,12 @@ class PendingReply:
         return not self._reply.done
 
     def succeed(self, value: Any, *, if_lost: Callable[[], None] | None = None) -> None:
-        """Answer with ``value``. ``if_lost`` is called if the value reached the asker's
-        slot but the asker was cancelled before it could take it (possible on asyncio,
-        where a cancellation can land between the two; on trio the value is taken and
-        the cancellation comes at the asker's next checkpoint). It runs synchronously in
-        the asker's task and must not block: ``tell`` your actor to undo what the value
-        handed out (the supervisor hands a lost grant back)."""
+        """Answer with ``value``. ``if_lost`` is called if the value can never reach
+        the asker: it was cancelled, and the value was filled in before it resumed to
+        notice (an anyio cancellation that lands after the fill is delivered at the asker's
+        next checkpoint instead, and the value is returned). It runs synchronously in
+        the asker's task as it unwinds and must not block: ``tell`` your actor to undo
+        what the value handed out (the supervisor hands a lost grant back)."""
         reply = self._reply
         if if_lost is not None and not reply.done:
             reply.if_lost = if_lost

@@ -6,7 +6,7 @@ is a fixed cost every batch pays. ``anyio.to_thread.run_sync`` spends a checkpoi
 capacity-limiter token, a cancel scope and a context copy on each call; without them the
 event-log benchmark runs 7-10 % faster on trio and 4-6 % on asyncio (interleaved A/B).
 This module is the clearly marked exception to "import anyio only", like
-``actors/_backend.py``:
+``actors/_backend.py`` (whose ``fast_path()`` tells which backend runs the caller):
 
 - **trio**: ``trio.lowlevel.start_thread_soon`` (trio's thread cache), the outcome sent
   back with ``TrioToken.run_sync_soon`` to ``reschedule`` the waiting task.
@@ -43,6 +43,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from .actors._backend import fast_path
+
 T = TypeVar("T")
 
 IDLE_SECONDS = 10.0  # an asyncio worker thread idle this long exits
@@ -51,23 +53,13 @@ IDLE_SECONDS = 10.0  # an asyncio worker thread idle this long exits
 async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn(*args)`` in a worker thread and return its result (see the module
     docstring for cancellation: ``fn`` always runs to the end once started)."""
-    import asyncio  # fast path only; see the module docstring
-
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        return await _asyncio_run(loop, fn, args)  # type: ignore[no-any-return]
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            task = trio.lowlevel.current_task()
-        except RuntimeError:
-            pass
-        else:
-            return await _trio_run(trio.lowlevel, task, fn, args)  # type: ignore[no-any-return]
-    return await anyio.to_thread.run_sync(fn, *args)
+    path = fast_path()
+    if path is None:
+        return await anyio.to_thread.run_sync(fn, *args)
+    kind, handle = path
+    if kind == "asyncio":
+        return await _asyncio_run(handle, fn, args)  # type: ignore[no-any-return]
+    return await _trio_run(handle, fn, args)  # type: ignore[no-any-return]
 
 
 # --- trio ---------------------------------------------------------------------------
@@ -77,8 +69,9 @@ def _refuse_abort(_: Any) -> Any:
     return sys.modules["trio"].lowlevel.Abort.FAILED  # fn is running: wait for it
 
 
-async def _trio_run(lowlevel: Any, task: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+async def _trio_run(lowlevel: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     await lowlevel.checkpoint_if_cancelled()
+    task = lowlevel.current_task()
     token = lowlevel.current_trio_token()
     reschedule = lowlevel.reschedule
 

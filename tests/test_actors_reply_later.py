@@ -112,27 +112,25 @@ class Holder(Actor):
         self.held.append(pending)
         return None
 
+    async def next_held(self) -> PendingReply:
+        """The next reply this actor keeps, once an ask has arrived."""
+        while not self.held:
+            await anyio.sleep(0.001)
+        return self.held.pop()
+
 
 async def test_if_lost_reports_a_value_the_cancelled_asker_never_took() -> None:
     lost: list[str] = []
-    holders: list[Holder] = []
-
-    def make() -> Holder:
-        holders.append(Holder())
-        return holders[-1]
-
+    holder = Holder()
     async with ActorSystem() as system:
-        ref = await system.spawn(make)
+        ref = await system.spawn(lambda: holder)
         got: list[Any] = []
 
         async def asker(scope: anyio.CancelScope) -> None:
             with scope:
                 got.append(await ref.ask("hold", timeout=None))
 
-        async def held_once() -> PendingReply:
-            while not holders[0].held:
-                await anyio.sleep(0.001)
-            return holders[0].held.pop()
+        held_once = holder.next_held
 
         # delivered: if_lost is not called
         async with anyio.create_task_group() as tg:
@@ -160,3 +158,22 @@ async def test_if_lost_reports_a_value_the_cancelled_asker_never_took() -> None:
         assert not pending.wanted
         pending.succeed("dropped", if_lost=lambda: lost.append("dropped"))
         assert lost == ["late"]
+
+
+async def test_a_non_callable_if_lost_is_refused_and_the_reply_still_unfilled() -> None:
+    holder = Holder()
+    async with ActorSystem() as system:
+        ref = await system.spawn(lambda: holder)
+        got: list[Any] = []
+
+        async def asker() -> None:
+            got.append(await ref.ask("hold", timeout=None))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asker)
+            pending = await holder.next_held()
+            with pytest.raises(TypeError, match="if_lost must be callable or None, got 'tell the sup"):
+                pending.succeed("value", if_lost="tell the supervisor")  # type: ignore[arg-type]
+            assert pending.wanted  # nothing was filled by the refused call
+            pending.succeed("value")
+        assert got == ["value"]

@@ -90,26 +90,38 @@ class _TrioOneShot:
         return lowlevel.wait_task_rescheduled(self._abort)
 
 
-def primitives() -> tuple[Callable[[], Any], Callable[[], float]]:
-    """``(event factory, clock)`` for the backend running the current task."""
+def fast_path() -> tuple[str, Any] | None:
+    """Which backend fast path applies to the current task: ``("asyncio", loop)``,
+    ``("trio", trio.lowlevel)``, or ``None`` (another backend: use anyio's own calls).
+    Shared by :func:`primitives` and ``greenroom._threads``."""
     import asyncio  # fast path only; see the module docstring
 
     try:
-        loop = asyncio.get_running_loop()
+        return "asyncio", asyncio.get_running_loop()
     except RuntimeError:
         pass
-    else:
-        event_class = type(
-            "FutureEvent", (_FutureEvent,), {"__slots__": (), "create_future": loop.create_future}
-        )
-        return event_class, loop.time
     trio = sys.modules.get("trio")
     if trio is not None:
         try:
             trio.lowlevel.current_task()
         except RuntimeError:
             pass
-        else:  # trio fast path: a one-waiter event on trio's low-level scheduling calls
-            _TrioOneShot.lowlevel = trio.lowlevel
-            return _TrioOneShot, trio.current_time
-    return type(anyio.Event()), anyio.current_time
+        else:
+            return "trio", trio.lowlevel
+    return None
+
+
+def primitives() -> tuple[Callable[[], Any], Callable[[], float]]:
+    """``(event factory, clock)`` for the backend running the current task."""
+    path = fast_path()
+    if path is None:
+        return type(anyio.Event()), anyio.current_time
+    kind, handle = path
+    if kind == "asyncio":
+        event_class = type(
+            "FutureEvent", (_FutureEvent,), {"__slots__": (), "create_future": handle.create_future}
+        )
+        return event_class, handle.time
+    # trio fast path: a one-waiter event on trio's low-level scheduling calls
+    _TrioOneShot.lowlevel = handle
+    return _TrioOneShot, sys.modules["trio"].current_time

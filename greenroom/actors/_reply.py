@@ -103,8 +103,11 @@ class PendingReply:
         the asker's task as it unwinds and must not block: ``tell`` your actor to undo
         what the value handed out (the supervisor hands a lost grant back)."""
         reply = self._reply
-        if if_lost is not None and not reply.done:
-            reply.if_lost = if_lost
+        if if_lost is not None:
+            if not callable(if_lost):
+                raise TypeError(f"PendingReply.succeed if_lost must be callable or None, got {if_lost!r}")
+            if not reply.done:
+                reply.if_lost = if_lost
         reply.succeed(value)
 
     def fail(self, error: BaseException) -> None:

@@ -10,6 +10,8 @@ import errno
 import os
 from pathlib import Path
 
+from ._errors import DataError
+
 DATA_DIR_ENV = "STREAMING_LLM_DATA_DIR"
 
 
@@ -34,7 +36,7 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-class DataDirBusy(RuntimeError):
+class DataDirBusy(DataError):
     """Another owner (usually a running daemon) holds the lock on this file."""
 
 

@@ -6,8 +6,8 @@ Knows nothing about agents or LLMs; everything else in greenroom is built on it.
 from ._actor import Actor, ActorContext
 from ._deadletters import DeadLetters
 from ._defaults import DEFAULT_ASK_TIMEOUT, DEFAULT_MAILBOX_SIZE
-from ._exceptions import ActorError, ActorStopped, AskTimeout, ChildFailed, MailboxFull
-from ._messages import DeadLetter, Terminated
+from ._exceptions import ActorError, ActorStopped, AskTimeout, ChildFailed, Interrupted, MailboxFull
+from ._messages import DeadLetter, DeadLetterReason, Terminated
 from ._ref import ActorRef
 from ._reply import PendingReply
 from ._supervision import Backoff, Directive, SupervisorStrategy
@@ -27,8 +27,10 @@ __all__ = [
     "Backoff",
     "ChildFailed",
     "DeadLetter",
+    "DeadLetterReason",
     "DeadLetters",
     "Directive",
+    "Interrupted",
     "MailboxFull",
     "PendingReply",
     "SupervisorStrategy",

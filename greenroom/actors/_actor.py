@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._defaults import DEFAULT_MAILBOX_SIZE
+from ._exceptions import Interrupted
 from ._reply import PendingReply
 from ._supervision import SupervisorStrategy
 
@@ -31,9 +32,19 @@ class Actor:
     not in ``__init__``.
 
     Set ``supervisor_strategy`` on a parent class to decide for its children.
+
+    Set ``interruptible = True`` on a class whose ``receive`` does long, cancellable
+    work (a model call, a tool call): each message is then handled in a cancel scope
+    the kernel can cancel. ``ref.interrupt()`` cuts the current message short;
+    ``ref.stop(now=True)`` does too, then drops what is queued; an asker that gives up
+    (its ask timed out, or it was cancelled) interrupts the message it asked about, and
+    a queued ask whose asker gave up is never started. An interrupted message answers
+    its asker with what ``on_interrupted`` returns (by default it raises
+    :class:`Interrupted`); it is not a failure. Actors that do not opt in pay nothing.
     """
 
     supervisor_strategy: ClassVar[SupervisorStrategy | None] = None
+    interruptible: ClassVar[bool] = False
     _greenroom_cell: ActorCell | None = None
     _greenroom_context: ActorContext | None = None
 
@@ -54,6 +65,17 @@ class Actor:
         exception is logged and ignored. The stop itself goes on as requested: what a
         draining stop accepted is still handled, new messages are refused.
         """
+
+    def on_interrupted(self, message: Any) -> Any:
+        """Called (interruptible actors only), synchronously, once the handling of
+        ``message`` was interrupted; what it returns answers the ask, what it raises
+        fails it (nothing reaches the supervisor). Default: raise :class:`Interrupted`.
+
+        Override it to answer with what was done before the interruption (the harness
+        answers a phase cut short by an immediate stop with its ``stop_requested``
+        result). It must not await.
+        """
+        raise Interrupted(self.context.ref, message)
 
     async def receive(self, message: Any) -> Any:
         """Handle one message; the return value answers an ``ask``."""
@@ -152,13 +174,27 @@ class ActorContext:
         unless it was already queued."""
         self._cell.unwatch(ref._cell)
 
-    def stop(self) -> None:
-        """Stop after the message being handled; messages still queued become dead letters
-        and their pending asks fail with ``ActorStopped``. New messages are refused at once.
+    def stop(self, child: ActorRef | None = None, *, now: bool = False) -> None:
+        """Stop this actor, or one of its children; returns at once (watch the child, or
+        ``await child.stop()``, to wait for its end).
 
-        (``await self.context.ref.stop()`` from outside drains the mailbox first instead.)
+        This actor (no ``child``): it stops after the message being handled; messages
+        still queued become dead letters and their pending asks fail with
+        ``ActorStopped``. New messages are refused at once. (``await
+        self.context.ref.stop()`` from outside drains the mailbox first instead.)
+
+        A child: as ``child.stop()`` would (it handles what it had accepted, then
+        stops), or with ``now=True`` as ``child.stop(now=True)``: its current message
+        is interrupted (if the child is interruptible) and its queue dropped. Raises
+        ``ValueError`` if ``child`` is not a child of this actor.
         """
-        self._cell.request_stop(drain=False)
+        if child is None:
+            self._cell.request_stop(drain=False)
+            return
+        cell = child._cell
+        if cell.parent is not self._cell:
+            raise ValueError(f"actor {self._cell.name!r} can stop itself and its children, not {child.name!r}")
+        cell.stop_soon(now=now)
 
     def schedule_once(self, delay: float, message: object) -> Timer:
         """Deliver ``message`` to this actor after ``delay`` seconds, unless cancelled."""

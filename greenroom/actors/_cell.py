@@ -5,10 +5,15 @@ a worker runs a batch of them; while it is idle it costs only its own memory.
 
 Message order: one FIFO deque. ``tell``/``send``/``ask`` append ``(message, None)`` or
 ``(message, reply)``; kernel signals append ``(signal, CONTROL)``. ``ref.stop()`` is such
-a signal, so everything accepted before it is handled first. ``context.stop()`` (and a
+a signal, so everything accepted before it is handled first. ``context.stop()``, ``ref.stop(now=True)`` (and a
 failure that stops the actor) set ``stop_now`` instead: the actor stops after the
 current message and what is left in the mailbox becomes dead letters, each pending
 ask failing with ``ActorStopped``.
+
+Interruptible actors (``Actor.interruptible``): each message runs in a cancel scope of
+its own (:meth:`ActorCell.run_interruptible`), kept in ``scope`` while it runs, with
+the ask's reply in ``activation``; :meth:`ActorCell.interrupt` cancels it. Other
+actors never enter that path, so they pay one boolean test per batch.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
 from ._messages import Terminated
 from ._ref import ActorRef
-from ._reply import Reply
+from ._reply import InterruptingReply, Reply
 from ._supervision import DEFAULT_STRATEGY, Directive, SupervisorStrategy
 from ._timers import Timer
 
@@ -74,6 +79,7 @@ _async_receive_checked: set[type] = set()
 class ActorCell:
     __slots__ = (
         "accepting",
+        "activation",
         "actor",
         "backoff_wakeup",
         "children",
@@ -81,6 +87,7 @@ class ActorCell:
         "dead",
         "death_waiters",
         "factory",
+        "interruptible",
         "interrupted",
         "limit",
         "mailbox",
@@ -92,6 +99,7 @@ class ActorCell:
         "restarts",
         "runner",
         "scheduled",
+        "scope",
         "send_waiters",
         "started",
         "stop_now",
@@ -127,6 +135,9 @@ class ActorCell:
         self.current_reply: Reply | None = None
         self.stop_now = False
         self.interrupted = False
+        self.interruptible = False
+        self.scope: anyio.CancelScope | None = None
+        self.activation: Reply | None = None
         self.children: set[ActorCell] | None = None
         self.watchers: set[ActorCell] | None = None
         self.watching: set[ActorCell] | None = None
@@ -152,6 +163,7 @@ class ActorCell:
             _async_receive_checked.add(cls)
         actor._greenroom_cell = self
         self.actor = actor
+        self.interruptible = cls.interruptible is True
         return actor
 
     # -- enqueueing (refusals, kernel signals, timers, waiting for room) ----------------
@@ -296,7 +308,69 @@ class ActorCell:
             for timer in list(timers):
                 timer.cancel()
 
+    # -- interrupting (interruptible actors only) ---------------------------------------
+
+    def interrupt(self, reply: Reply | None = None) -> bool:
+        """Cancel the message being handled (only the one ``reply`` answers, if given).
+        ``True`` if one was; the cancellation lands at its next checkpoint."""
+        scope = self.scope
+        if scope is None or (reply is not None and self.activation is not reply):
+            return False
+        scope.cancel()
+        return True
+
+    async def run_interruptible(self, message: Any, reply: Reply | None) -> None:
+        """Handle one message of an interruptible actor in a cancel scope of its own.
+
+        An ask whose asker already gave up is never started (a dead letter,
+        ``"abandoned"``). An interrupted message is answered by ``on_interrupted``
+        and is not a failure; anything else is as in the dispatcher's own loop.
+        """
+        if reply is not None and reply.done and type(reply) is InterruptingReply:
+            self.system.dead_letters.record(self.ref, message, "abandoned")
+            return
+        actor = self.actor
+        assert actor is not None
+        self.current_reply = reply
+        self.activation = reply
+        scope = self.scope = anyio.CancelScope()
+        try:
+            with scope:
+                value = await actor.receive(message)
+        except Exception as error:
+            self.current_reply = None
+            if reply is not None:
+                reply.fail(error)  # no-op if a deferred reply was already filled
+            await self.handle_failure(error, message)
+            return
+        except BaseException:
+            self.current_reply = None
+            if reply is not None:
+                reply.fail(ActorStopped(self.ref, "was stopped while handling the message"))
+            raise
+        finally:
+            self.scope = None
+            self.activation = None
+        if scope.cancelled_caught:
+            self.current_reply = None
+            try:
+                value = actor.on_interrupted(message)
+            except Exception as error:
+                if reply is not None:
+                    reply.fail(error)
+                return
+        if reply is not None and (self.current_reply is reply or scope.cancelled_caught):
+            self.current_reply = None
+            reply.succeed(value)
+
     # -- stopping ---------------------------------------------------------------------
+
+    def stop_soon(self, *, now: bool) -> None:
+        """``ref.stop()`` without the wait: drain, or (``now``) interrupt the current
+        message and drop the queued ones."""
+        self.request_stop(drain=not now)
+        if now:
+            self.interrupt()
 
     def request_stop(self, *, drain: bool) -> None:
         if self.dead:
@@ -332,8 +406,9 @@ class ActorCell:
         children = self.children
         if not children:
             return
+        now = self.stop_now  # a stop that does not wait does not wait for the children either
         for child in list(children):
-            child.request_stop(drain=True)
+            child.stop_soon(now=now)
         for child in list(children):
             await child.wait_dead()
 

@@ -6,7 +6,7 @@ import logging
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
-from ._messages import DeadLetter
+from ._messages import DeadLetter, DeadLetterReason
 
 if TYPE_CHECKING:
     from ._ref import ActorRef
@@ -25,11 +25,11 @@ class DeadLetters:
     def __init__(self, keep: int = 1000) -> None:
         self.count = 0
         self.missed = 0
-        self.by_reason: Counter[str] = Counter()
+        self.by_reason: Counter[DeadLetterReason] = Counter()
         self._recent: deque[DeadLetter] = deque(maxlen=keep)
         self._subscribers: list[ActorRef] = []
 
-    def record(self, recipient: ActorRef, message: Any, reason: str) -> None:
+    def record(self, recipient: ActorRef, message: Any, reason: DeadLetterReason) -> None:
         self.count += 1
         self.by_reason[reason] += 1
         letter = DeadLetter(recipient, message, reason)

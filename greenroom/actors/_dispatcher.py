@@ -101,6 +101,7 @@ class Dispatcher:
             cell.runner = me
             mailbox = cell.mailbox
             actor = cell.actor
+            interruptible = cell.interruptible
             handled = 0
             try:
                 while True:
@@ -113,7 +114,12 @@ class Dispatcher:
                     handled += 1
                     if cell.send_waiters:
                         cell.admit_senders()
-                    if reply is None:
+                    if interruptible and reply is not CONTROL:
+                        await cell.run_interruptible(message, reply)
+                        if cell.dead:
+                            break
+                        actor = cell.actor
+                    elif reply is None:
                         try:
                             await actor.receive(message)  # type: ignore[union-attr]
                         except Exception as error:
@@ -126,6 +132,7 @@ class Dispatcher:
                         if cell.dead:
                             break
                         actor = cell.actor
+                        interruptible = cell.interruptible
                     else:
                         cell.current_reply = reply
                         try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._errors import GreenroomError
+
 if TYPE_CHECKING:
     from ._ref import ActorRef
 
 
-class ActorError(Exception):
+class ActorError(GreenroomError):
     """Base class of every error the actor kernel raises itself."""
 
 
@@ -62,3 +64,17 @@ class ChildFailed(ActorError):
         super().__init__(f"child actor {child.name!r} escalated {type(error).__name__}: {error}")
         self.child = child
         self.error = error
+
+
+class Interrupted(ActorError):
+    """The handling of this message was cut short: ``ref.interrupt()``,
+    ``ref.stop(now=True)`` or ``context.stop(child, now=True)`` cancelled it while an
+    interruptible actor was working on it. The actor itself carries on (or stops, for a
+    stop); it is not a failure and its supervisor is not involved.
+    """
+
+    def __init__(self, ref: ActorRef, message: object) -> None:
+        super().__init__(
+            f"actor {ref.name!r} was interrupted while handling a {type(message).__name__} message"
+        )
+        self.ref = ref

@@ -6,7 +6,7 @@ They live in the kernel rather than in ``greenroom.messages`` because they carry
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -25,14 +25,19 @@ class Terminated(msgspec.Struct, frozen=True):
     reason: BaseException | None = None
 
 
+DeadLetterReason = Literal["stopped", "dropped", "mailbox full", "abandoned"]
+"""Why a message was not delivered (see :class:`DeadLetter`)."""
+
+
 class DeadLetter(msgspec.Struct, frozen=True):
     """A message that could not be delivered, as recorded by ``system.dead_letters``.
 
     ``reason`` says why: ``"stopped"`` (sent after the stop), ``"dropped"`` (left in
     the mailbox when the actor stopped without draining), ``"mailbox full"`` (a timer
-    tick that found no room).
+    tick that found no room), ``"abandoned"`` (an ask to an interruptible actor whose
+    asker gave up before the actor took the message: it is never started).
     """
 
     recipient: ActorRef
     message: Any
-    reason: str
+    reason: DeadLetterReason

@@ -1,7 +1,9 @@
 """``ActorRef``: the only handle anyone holds on an actor.
 
 Messages sent before ``stop()`` are handled, in order; messages sent after it fail at
-once with ``ActorStopped`` and are counted as dead letters. A ref stays valid (and
+once with ``ActorStopped`` and are counted as dead letters. ``stop(now=True)``
+interrupts the message being handled (interruptible actors) and drops the queued ones
+as dead letters, their asks failing with ``ActorStopped``. A ref stays valid (and
 hashable) after its actor has stopped; it just refuses messages.
 """
 
@@ -14,7 +16,7 @@ import anyio
 
 from ._defaults import DEFAULT_ASK_TIMEOUT
 from ._exceptions import MailboxFull
-from ._reply import Reply
+from ._reply import InterruptingReply, Reply
 
 if TYPE_CHECKING:
     from ._cell import ActorCell
@@ -76,17 +78,26 @@ class ActorRef:
         if not cell.scheduled:
             cell.system._dispatcher.schedule(cell)
 
-    async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
+    async def ask(
+        self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT, *, interrupt: bool = True
+    ) -> Any:
         """Send ``message`` and wait for the value the actor's ``receive`` returns.
 
         Raises the exception ``receive`` raised for this message; ``AskTimeout`` (a
         ``TimeoutError``) after ``timeout`` seconds (``None``: wait as long as it
         takes), counting any wait for mailbox room; ``ActorStopped`` if the actor is
-        stopping or stops before handling it. On cancellation the message stays
-        accepted: the actor still handles it and the reply is dropped (a value filled in
-        after the cancellation but before this task resumed goes to the replier's
-        ``if_lost``, see ``PendingReply.succeed``). An actor asking
-        itself would deadlock, so that raises ``RuntimeError`` at once.
+        stopping or stops before handling it; ``Interrupted`` if its handling was
+        interrupted by someone else (``interrupt()``, ``stop(now=True)``), unless the
+        actor's ``on_interrupted`` answers instead.
+
+        Giving up — the timeout passing, or this task being cancelled — works by the
+        actor's kind. An interruptible actor (``interrupt=True``, the default) has the
+        message's handling interrupted as well, or never starts it if it is still
+        queued: no work runs on for an asker that left. Otherwise the message stays
+        accepted: the actor still handles it and the reply is dropped (a value filled
+        in after the cancellation but before this task resumed goes to the replier's
+        ``if_lost``, see ``PendingReply.succeed``). An actor asking itself would
+        deadlock, so that raises ``RuntimeError`` at once.
         """
         cell = self._cell
         if timeout is not None and not (timeout > 0):
@@ -96,7 +107,10 @@ class ActorRef:
         if cell.runner is not None:
             cell.check_not_self_ask()
         system = cell.system
-        reply = Reply(system._event_class())
+        if cell.interruptible and interrupt:
+            reply: Reply = InterruptingReply(system._event_class(), cell)
+        else:
+            reply = Reply(system._event_class())
         limit = cell.limit
         deadline = math.inf if timeout is None else system._clock() + timeout
         if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
@@ -122,17 +136,39 @@ class ActorRef:
             raise reply.error
         return reply.value
 
-    async def stop(self) -> None:
-        """Stop the actor once it has handled every message accepted before this call,
-        then its children, then ``on_stop``; return when it has stopped.
+    def interrupt(self) -> bool:
+        """Cut short the message the actor is handling now; return at once.
 
-        Idempotent. Messages sent after this call fail with ``ActorStopped``. If the
-        caller is cancelled, the stop still happens; only the wait is abandoned. Called
-        by the actor on its own ref, it returns at once (the actor stops after the
-        queued messages, once the current one is done).
+        Only for an interruptible actor (``TypeError`` otherwise). The message's handling
+        is cancelled at its next checkpoint; its asker gets what the actor's
+        ``on_interrupted`` answers (by default ``Interrupted``); the actor stays alive
+        and takes the next message. Queued messages are not touched. Returns ``True``
+        if a message was being handled, ``False`` if the actor was idle or stopped (then
+        nothing happens: an interrupt is never kept for a later message).
         """
         cell = self._cell
-        cell.request_stop(drain=True)
+        if not cell.interruptible:
+            raise TypeError(
+                f"actor {cell.name!r} is not interruptible (set interruptible = True on its class)"
+            )
+        return cell.interrupt()
+
+    async def stop(self, *, now: bool = False) -> None:
+        """Stop the actor, then its children, then ``on_stop``; return when it has stopped.
+
+        By default the actor first handles every message accepted before this call.
+        With ``now=True`` it does not: the message being handled is interrupted (if the
+        actor is interruptible; otherwise it is finished), the queued ones become dead
+        letters and their asks fail with ``ActorStopped``.
+
+        Idempotent (a later ``now=True`` still cuts a draining stop short). Messages sent
+        after this call fail with ``ActorStopped``. The stop is requested before the
+        first checkpoint: if the caller is cancelled, the stop still happens; only the
+        wait is abandoned. Called by the actor on its own ref, it returns at once (the
+        actor stops once the current message is done).
+        """
+        cell = self._cell
+        cell.stop_soon(now=now)
         if not cell.dead and not cell.is_current_task():
             await cell.wait_dead()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._cell import ActorCell
     from ._ref import ActorRef
     from ._timers import TimerService
 
@@ -72,6 +73,26 @@ class Reply:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+class InterruptingReply(Reply):
+    """The slot of an ask to an interruptible actor: when its asker gives up (the
+    deadline passes, or it is cancelled), the message is interrupted too if the actor
+    is handling it, and never started if it is still queued."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, event: Any, cell: ActorCell) -> None:
+        super().__init__(event)
+        self.cell = cell
+
+    def abandon(self) -> None:
+        super().abandon()
+        self.cell.interrupt(self)
+
+    def expire(self, now: float) -> None:
+        super().expire(now)
+        self.cell.interrupt(self)
 
 
 class PendingReply:

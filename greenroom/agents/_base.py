@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .._errors import GreenroomError
 from .._files import resolve_data_dir
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
 from ..messages import AgentError, AgentResult, AgentTask
@@ -21,7 +22,7 @@ from ._workspace import artifact_filename, check_agent_name, ensure_agent_worksp
 logger = logging.getLogger("greenroom.agents")
 
 
-class TaskFailed(Exception):
+class TaskFailed(GreenroomError):
     """Raise from ``handle_task`` to fail the attempt with this reason; ``retryable``
     sends the task back to PENDING while attempts remain."""
 

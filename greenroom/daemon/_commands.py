@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
+from .._errors import InvalidInput
 from .._files import DataDirBusy, OwnerLock, resolve_data_dir
 from ..actors import ActorSystem
 from ..agents.examples import example_graph
@@ -30,7 +31,7 @@ from ._host import AgentHost
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
 
-class CommandError(Exception):
+class CommandError(InvalidInput):
     """A failure to report as ``greenroom: error: ...`` with exit code 1."""
 
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from .._errors import InvalidInput
 from ..agents import BaseAgent
 from ..agents.examples import AGENTS
 from ..messages import RecordError, convert
@@ -41,7 +42,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidInput):
     """The config file is unreadable or invalid; the message names the file, field and value."""
 
 

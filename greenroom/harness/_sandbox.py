@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping
 
 import anyio
 
+from .._errors import GreenroomError
 from .._checks import check_int, check_seconds
 from ._tools import RiskLevel, Tool
 
 
-class ToolRefused(Exception):
+class ToolRefused(GreenroomError):
     """The sandbox refused a tool call; the harness records it as an error result."""
 
 

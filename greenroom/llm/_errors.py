@@ -6,8 +6,10 @@ headers; the provider's own exception is not chained (it carries the request).
 
 from __future__ import annotations
 
+from .._errors import GreenroomError
 
-class ModelError(Exception):
+
+class ModelError(GreenroomError):
     """A chat model call failed. ``status`` is the HTTP status when there was one."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable
 import anyio
 
 from .._checks import check_seconds
+from .._errors import GreenroomError
 from ..messages import ChatReply, ChatRequest, Usage
 from ._protocol import ClosingModel
 
 Script = Iterable[ChatReply | str] | Callable[[ChatRequest], ChatReply | str]
 
 
-class ScriptExhausted(Exception):
+class ScriptExhausted(GreenroomError):
     """A scripted model was called more times than its script has replies."""
 
 

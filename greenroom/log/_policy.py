@@ -6,6 +6,7 @@ import re
 import secrets
 from typing import Any
 
+from .._errors import InvalidInput
 from ..messages import AGENT_EVENTS, Append, Visibility
 
 _SURFACING_KEY = re.compile(
@@ -15,7 +16,7 @@ _SURFACING_KEY = re.compile(
 )
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidInput):
     """An event the visibility policy refuses; nothing was appended.
 
     ``policy_error`` says which rule: ``"user_visible_payload"`` (a payload flag tries

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import anyio
 
+from .._errors import DataError
 from ..messages import Event, RecordError, decode_json
 
 EVENTS_FILE = "events.jsonl"
 
 
-class EventLogError(RuntimeError):
+class EventLogError(DataError):
     """``events.jsonl`` has a line that is not a valid event (not a torn last line)."""
 
 

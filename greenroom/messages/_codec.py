@@ -7,15 +7,16 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from .._errors import MISSING, InvalidInput, shown
+
 T = TypeVar("T")
 
-MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z_0-9]*)|\[(\d+)\]")
 
 
-class RecordError(ValueError):
+class RecordError(InvalidInput):
     """A record from outside (a file, a message, a CLI flag) is not valid.
 
     ``field`` is the dotted path of the offending field (``""`` for the record itself)
@@ -24,15 +25,10 @@ class RecordError(ValueError):
 
     def __init__(self, what: str, field: str, value: Any, problem: str) -> None:
         self.what = what
-        self.field = field
-        self.value = value
         self.problem = problem
         where = f" field {field!r}" if field else ""
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        got = "" if value is MISSING else f" (got {shown})"
-        super().__init__(f"bad {what}:{where} {problem}{got}")
+        got = "" if value is MISSING else f" (got {shown(value)})"
+        super().__init__(f"bad {what}:{where} {problem}{got}", field=field, value=value)
 
 
 def _lookup(raw: Any, path: str) -> tuple[str, Any]:

@@ -3,15 +3,17 @@ a refused request changes nothing."""
 
 from __future__ import annotations
 
+from .._errors import DataError, InvalidInput
 
-class TaskGraphError(ValueError):
+
+class TaskGraphError(InvalidInput):
     """A request the task graph refused; nothing was changed."""
 
 
 class UnknownTask(TaskGraphError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
-        super().__init__(f"no task with id {task_id!r}")
+        super().__init__(f"no task with id {task_id!r}", field="task_id", value=task_id)
 
 
 class NotOwner(TaskGraphError):
@@ -19,14 +21,18 @@ class NotOwner(TaskGraphError):
         self.task_id = task_id
         self.agent_id = agent_id
         self.owner = owner
-        super().__init__(f"agent {agent_id!r} does not own task {task_id!r} (owner: {owner!r})")
+        super().__init__(
+            f"agent {agent_id!r} does not own task {task_id!r} (owner: {owner!r})",
+            field="agent_id",
+            value=agent_id,
+        )
 
 
 class InvalidTransition(TaskGraphError):
     def __init__(self, task_id: str, status: str, action: str) -> None:
         self.task_id = task_id
         self.status = status
-        super().__init__(f"cannot {action} task {task_id!r}: it is {status}")
+        super().__init__(f"cannot {action} task {task_id!r}: it is {status}", field="status", value=status)
 
 
 class InvalidSubmission(TaskGraphError):
@@ -34,10 +40,8 @@ class InvalidSubmission(TaskGraphError):
 
     def __init__(self, task_id: str, field: str, value: object, problem: str) -> None:
         self.task_id = task_id
-        self.field = field
-        self.value = value
-        super().__init__(f"task {task_id!r}: field {field!r} {problem} (got {value!r})")
+        super().__init__(f"task {task_id!r}: field {field!r} {problem} (got {value!r})", field=field, value=value)
 
 
-class GraphFileError(RuntimeError):
+class GraphFileError(DataError):
     """The task graph on disk cannot be loaded; the files were left exactly as found."""

@@ -11,7 +11,9 @@ from ._errors import InvalidInput
 
 def check_int(owner: str, field: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"{owner} {field} must be an int >= {minimum}, got {value!r}", field=field, value=value)
+        raise InvalidInput(
+            f"{owner} {field} must be an int >= {minimum}, got {value!r}", field=field, value=value
+        )
     return value
 
 
@@ -33,6 +35,8 @@ def check_name(owner: str, field: str, value: Any) -> str:
     """A non-empty string of at most 200 characters without surrounding whitespace."""
     if not isinstance(value, str) or not value or len(value) > 200 or value != value.strip():
         raise InvalidInput(
-            f"{owner} {field} must be a non-empty string without padding, got {value!r}", field=field, value=value
+            f"{owner} {field} must be a non-empty string without padding, got {value!r}",
+            field=field,
+            value=value,
         )
     return value

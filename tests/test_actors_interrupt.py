@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from _support import eventually
 
@@ -138,7 +139,7 @@ async def test_on_interrupted_answers_the_asker() -> None:
         async def receive(self, message: Any) -> Any:
             for _ in range(3):
                 self.done += 1
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             await anyio.sleep_forever()
 
     async with ActorSystem() as system, anyio.create_task_group() as tg:

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import Node, open_node
+from _support import Node, eventually, open_node
 
 import greenroom.agents._base
 from greenroom.agents import AgentRuntime, BaseAgent, HarnessSetup, PhaseResult, artifact_filename
@@ -432,3 +432,106 @@ def test_a_harness_setup_takes_one_kind_of_budget_and_checks_it() -> None:
     per_run = HarnessSetup(model, tokens_per_run=5)
     assert per_run.budget_for_run() is not per_run.budget_for_run()
     assert per_run.budget_for_run().limit == 5
+
+
+# -- the harness is the agent actor's child ------------------------------------------------
+
+
+class Holding(BaseAgent):
+    """One phase, then waits for ``release`` while its harness is alive."""
+
+    agent_type = "hold"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.in_run = anyio.Event()
+        self.release = anyio.Event()
+        self.harness_ref: Any = None
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        await self._run_phase(user_message="hi")
+        assert self._harness is not None
+        self.harness_ref = self._harness.ref
+        self.in_run.set()
+        await self.release.wait()
+        return AgentResult(task_id=task.id, outcome="done")
+
+
+async def test_inside_an_agent_actor_the_harness_is_its_child_and_ends_with_the_run(
+    node: Node, tmp_path: Path
+) -> None:
+    from greenroom.agents import AgentActor
+
+    agent = Holding(llm=setup("hello"), agents_folder=tmp_path)
+    await node.supervisor.ask(Submit([AgentTask(id="t1", type="hold")]))
+    runtime = AgentRuntime("h1", "hold", supervisor=node.supervisor, log=node.log)
+    ref = await node.system.spawn(lambda: AgentActor(agent, runtime), name="agent-h1")
+    with anyio.fail_after(10):
+        await agent.in_run.wait()
+    assert agent.harness_ref._cell.parent is ref._cell  # the agent actor's child, not top-level
+    agent.release.set()
+    await eventually(lambda: not agent.harness_ref.is_alive)  # stopped when the run ended
+    await ref.stop()
+
+
+async def test_a_crashing_harness_is_seen_by_the_agent_actors_strategy(node: Node, tmp_path: Path) -> None:
+    from greenroom.actors import Directive, SupervisorStrategy
+    from greenroom.agents import AgentActor
+
+    seen: list[Exception] = []
+
+    def decide(error: Exception) -> Directive:
+        seen.append(error)
+        return Directive.STOP
+
+    class Strict(AgentActor):
+        supervisor_strategy = SupervisorStrategy(decider=decide)
+
+    agent = Holding(llm=setup("hello"), agents_folder=tmp_path)
+    await node.supervisor.ask(Submit([AgentTask(id="t1", type="hold")]))
+    runtime = AgentRuntime("h1", "hold", supervisor=node.supervisor, log=node.log)
+    ref = await node.system.spawn(lambda: Strict(agent, runtime))
+    with anyio.fail_after(10):
+        await agent.in_run.wait()
+    agent.harness_ref.tell("not a harness message")  # receive raises TypeError: a crash
+    await eventually(lambda: not agent.harness_ref.is_alive)
+    assert len(seen) == 1 and isinstance(seen[0], TypeError)
+    agent.release.set()
+    await ref.stop()
+
+
+async def test_embedded_outside_an_agent_actor_the_harness_is_top_level_and_stopped_after_the_run(
+    node: Node, tmp_path: Path, harness_inits: list[HarnessActor]
+) -> None:
+    agent = Planner([{"user_message": "go"}], llm=setup("done"), agents_folder=tmp_path)
+    refs: list[Any] = []
+    original = agent._run_phase
+
+    async def spy(**phase: Any) -> PhaseResult:
+        result = await original(**phase)
+        assert agent._harness is not None
+        refs.append(agent._harness.ref)
+        return result
+
+    agent._run_phase = spy  # type: ignore[method-assign]
+    await run_tasks(node, agent)
+    (harness_ref,) = refs
+    assert harness_ref._cell.parent is None
+    assert not harness_ref.is_alive  # the run stopped it before returning
+
+
+async def test_a_cancelled_run_still_stops_its_harness(node: Node, tmp_path: Path) -> None:
+    model = ScriptedModel(["never"], latency=30)
+    agent = Planner([{"user_message": "go"}], llm=HarnessSetup(model), agents_folder=tmp_path)
+    await node.supervisor.ask(Submit([AgentTask(id="t0", type="plan")]))
+    runtime = AgentRuntime("agent-1", "plan", supervisor=node.supervisor, log=node.log)
+    task = await runtime.claim_task()
+    assert task is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(agent.run, task, runtime)
+        await eventually(lambda: agent._harness is not None and agent._harness.ref._cell.activation)
+        assert agent._harness is not None
+        harness_ref = agent._harness.ref  # its phase is running: the model call is in flight
+        tg.cancel_scope.cancel()
+    await eventually(lambda: not harness_ref.is_alive)
+    assert model.remaining == 1  # the call was cut short, not answered

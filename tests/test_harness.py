@@ -467,7 +467,8 @@ async def test_an_immediate_stop_cancels_the_tool_call_in_flight_and_discards_th
 
 async def test_an_immediate_stop_cancels_a_slow_model_call(system: ActorSystem) -> None:
     model = ScriptedModel([text("too slow")], latency=30)
-    harness = await spawn(system, model)
+    budget = TokenBudget()
+    harness = await spawn(system, model, budget=budget)
     async with anyio.create_task_group() as tg:
         results = []
 
@@ -475,7 +476,7 @@ async def test_an_immediate_stop_cancels_a_slow_model_call(system: ActorSystem) 
             results.append(await harness.run_bounded("go"))
 
         tg.start_soon(phase)
-        await eventually(lambda: harness.stop_signal is not None and len(harness.stop_signal._scopes) == 1)
+        await eventually(lambda: budget._in_flight == 1)  # admitted: the model call is in flight
         harness.request_stop(immediate=True)
     assert results[0].stop_reason == "stop_requested"
     assert model.remaining == 1 and await harness.history() == ()
@@ -545,3 +546,66 @@ def test_bad_harness_settings_are_refused() -> None:
         Tool("../x", print)
     with pytest.raises(ValueError, match="Sandbox rate_limit calls must be an int >= 1, got 0"):
         Sandbox(rate_limit=(0, 1.0))
+
+
+async def test_history_waits_for_the_running_phase_with_no_deadline(system: ActorSystem) -> None:
+    """It used to give up with ``AskTimeout`` after 5 s while a phase ran."""
+    gate = anyio.Event()
+
+    async def slow(args: Query) -> str:
+        await gate.wait()
+        return "ok"
+
+    model = ScriptedModel([calls(("slow", {"q": "1"})), text("done")])
+    harness = await Harness.spawn(system, model, tools=[Tool("slow", slow, args=Query)])
+    timers = system._timers
+    live = sum(1 for entry in timers._heap if not entry[2].done)
+    histories: list[Any] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(harness.run_bounded, "go")
+        await eventually(lambda: harness.ref._cell.activation is not None)
+
+        async def read() -> None:
+            histories.append(await harness.history())
+
+        tg.start_soon(read)
+        await eventually(lambda: len(harness.ref._cell.mailbox) == 1)  # queued behind the phase
+        assert sum(1 for entry in timers._heap if not entry[2].done) == live  # no deadline armed
+        assert histories == []
+        gate.set()
+    assert [m.role for m in histories[0]] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_an_ask_that_times_out_interrupts_its_phase(system: ActorSystem) -> None:
+    from greenroom.actors import AskTimeout
+    from greenroom.messages import RunBounded
+
+    model = ScriptedModel([text("too slow"), text("second")], latency=30)
+    harness = await spawn(system, model)
+    with pytest.raises(AskTimeout):
+        await harness.ref.ask(RunBounded(user_message="go"), timeout=0.05)
+    await eventually(lambda: harness.ref._cell.activation is None)
+    assert model.remaining == 2  # the model call was cancelled, not answered
+    assert await harness.history() == ()  # and nothing of the turn was kept
+
+
+async def test_an_immediate_stop_reaches_every_harness_sharing_the_signal(system: ActorSystem) -> None:
+    stop = StopSignal()
+    budget = TokenBudget(reserve_per_call=1)
+    models = [ScriptedModel([text("slow")], latency=30) for _ in range(3)]
+    harnesses = [await spawn(system, model, stop=stop, budget=budget) for model in models]
+    results: list[Any] = []
+    async with anyio.create_task_group() as tg:
+        for harness in harnesses:
+
+            async def phase(harness: Harness = harness) -> None:
+                results.append(await harness.run_bounded("go"))
+
+            tg.start_soon(phase)
+        await eventually(lambda: budget._in_flight == 3)
+        harnesses[0].request_stop(immediate=True)
+    assert [r.stop_reason for r in results] == ["stop_requested"] * 3
+    assert all(model.remaining == 1 for model in models)
+    for harness in harnesses:
+        await harness.aclose()
+    assert stop._harnesses == set()  # each left the signal when it stopped

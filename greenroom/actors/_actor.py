@@ -193,7 +193,9 @@ class ActorContext:
             return
         cell = child._cell
         if cell.parent is not self._cell:
-            raise ValueError(f"actor {self._cell.name!r} can stop itself and its children, not {child.name!r}")
+            raise ValueError(
+                f"actor {self._cell.name!r} can stop itself and its children, not {child.name!r}"
+            )
         cell.stop_soon(now=now)
 
     def schedule_once(self, delay: float, message: object) -> Timer:

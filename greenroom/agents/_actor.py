@@ -58,7 +58,11 @@ class AgentActor(Actor):
             self._parked.cancel()  # the parked claim ends; a running task is not touched
 
     async def on_start(self) -> None:
+        self.agent.attach(self.context)  # the agent's harnesses are this actor's children
         self.context.ref.tell(_WORK)
+
+    async def on_stop(self) -> None:
+        self.agent.attach(None)
 
     async def receive(self, message: Any) -> Any:
         if message is not _WORK:

@@ -13,6 +13,7 @@ import anyio
 
 from .._errors import GreenroomError
 from .._files import resolve_data_dir
+from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import TaskGraphError
@@ -52,9 +53,17 @@ class BaseAgent:
 
     LLM and tool work goes through :meth:`_run_phase` (spec 003, 2.4), on a harness
     actor built from ``llm`` (a :class:`HarnessSetup`): one harness per :meth:`run`,
-    created by the first phase, closed when the run ends. The budget and stop checks
-    live in the harness, not here. Files go under :meth:`_workspace_root`
-    (``<agents_folder>/<name>``; ``agents_folder`` defaults to ``<data dir>/agents``).
+    created by the first phase, stopped when the run ends (``stop(now=True)``: a phase
+    still running is interrupted, so nothing of a run outlives it). The budget and stop
+    checks live in the harness, not here.
+
+    Where the harness lives: inside an :class:`AgentActor` (the daemon's pools), it is
+    that actor's child (the actor calls :meth:`attach` with its context), so its life is
+    bounded by its parent's and a crash goes to the parent's supervisor strategy.
+    Embedded on its own (``await agent.run(task, runtime)`` in a test or an app), it is
+    a top-level actor of ``runtime.supervisor.system``, stopped the same way when the run
+    ends. Files go under :meth:`_workspace_root` (``<agents_folder>/<name>``;
+    ``agents_folder`` defaults to ``<data dir>/agents``).
     """
 
     agent_type: ClassVar[str] = ""
@@ -81,6 +90,15 @@ class BaseAgent:
         self._harness_prompt = ""
         self._stop: StopSignal | None = None
         self._current: tuple[AgentTask, AgentRuntime] | None = None
+        self._parent: ActorContext | None = None
+
+    def attach(self, context: ActorContext | None) -> None:
+        """Spawn this agent's harnesses as children of the actor ``context`` belongs
+        to (``AgentActor`` does it on start); ``None``: as top-level actors of the
+        runtime's system again."""
+        if context is not None and not isinstance(context, ActorContext):
+            raise TypeError(f"{type(self).__name__}.attach takes an ActorContext or None, got {context!r}")
+        self._parent = context
 
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         raise NotImplementedError(f"{type(self).__name__} must implement handle_task")
@@ -199,9 +217,10 @@ class BaseAgent:
     async def _close_harness(self) -> None:
         harness, self._harness = self._harness, None
         if harness is not None:
-            harness.request_stop(immediate=True)  # nothing of this run may outlive it
-            with anyio.move_on_after(10, shield=True):
-                await harness.aclose()
+            # nothing of this run may outlive it: a phase still running is interrupted.
+            # The stop is requested before the first checkpoint, so a cancelled run
+            # still stops its harness; only the wait for it is given up.
+            await harness.aclose(now=True)
 
     def request_stop(self, *, immediate: bool = False) -> None:
         """Stop the running task's phases: after the current turn, or (``immediate``)
@@ -234,13 +253,14 @@ class BaseAgent:
             raise RuntimeError(f"{type(self).__name__} has no llm (HarnessSetup): it cannot run phases")
         task, runtime = self._current
         if self._harness is None:
+            logs_dir = await anyio.to_thread.run_sync(self._logs_dir)
             self._harness = await self.llm.spawn(
-                runtime.supervisor.system,
+                self._parent if self._parent is not None else runtime.supervisor.system,
                 system_prompt=system_prompt,
                 stop=self._stop,
                 agent_id=runtime.agent_id,
                 task_id=task.id,
-                summary_path=self._logs_dir() / "run_summary.json",
+                summary_path=logs_dir / "run_summary.json",
                 log=runtime.log,
             )
             self._harness_prompt = system_prompt
@@ -275,8 +295,12 @@ class BaseAgent:
 
     def _workspace_root(self) -> Path:
         """``<agents_folder>/<name>``, with ``artifacts``, ``logs`` and ``memory`` in it;
-        created on first use (not when the agent is made)."""
-        return ensure_agent_workspace(self.name, self.agents_folder)  # a few stat calls: cheap
+        created on use (not when the agent is made; again if removed).
+
+        It touches the file system (a few blocking calls): from async code call it, or
+        the accessors below, in a worker thread (``await
+        anyio.to_thread.run_sync(self._artifacts_dir)``), as ``_run_phase`` does."""
+        return ensure_agent_workspace(self.name, self.agents_folder)
 
     def _artifacts_dir(self) -> Path:
         return self._workspace_root() / "artifacts"

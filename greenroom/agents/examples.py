@@ -99,7 +99,9 @@ class ResearchAgent(BaseAgent):
             tool_names=[],
             context_label=None,
         )
-        path = anyio.Path(self._artifacts_dir()) / self._artifact_filename(f"{task.id} outline")
+        path = anyio.Path(await anyio.to_thread.run_sync(self._artifacts_dir)) / self._artifact_filename(
+            f"{task.id} outline"
+        )
         await path.write_text(outline.final_text + "\n")
         return AgentResult(
             task_id=task.id,

@@ -5,8 +5,14 @@ time, in mailbox order. A model error (``ModelError``, or anything the model rai
 fails that ask and leaves the histories as they were before the failed turn; the actor
 keeps running. ``GetHistory(label)`` answers a copy of one context's history.
 
-Messages sent before ``stop()`` are handled in order; messages sent after are refused.
-A phase whose asker has already given up (cancelled, timed out) is skipped.
+The actor is interruptible: an immediate stop (``StopSignal.request(immediate=True)``)
+interrupts the phase it is running, which ends at once with ``stop_requested`` (the
+model call and tool call in flight cancelled, the unfinished turn discarded). An asker
+that gives up (cancelled, or its ask timed out) interrupts its phase the same way, and
+a phase still queued when its asker gave up is never started.
+
+Messages sent before ``stop()`` are handled in order; messages sent after are refused;
+``stop(now=True)`` interrupts the running phase and drops the queued ones.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import msgspec
 
 from .._checks import check_int, check_name
 from .._files import replace_durably
-from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull
 from ..llm import ChatModel
 from ..messages import (
     HARNESS_PHASE,
@@ -51,30 +57,14 @@ def _write_file(path: Path, data: bytes) -> None:
     replace_durably(path, data)
 
 
-class _PhaseControl:
-    """Shared by a harness actor and its handle: lets a cancelled caller abort the
-    phase it asked for (and only that one)."""
+class _Phase:
+    """What the running phase has done so far: what an interrupted phase answers with."""
 
-    __slots__ = ("running", "scope")
-
-    def __init__(self) -> None:
-        self.running: RunBounded | None = None
-        self.scope: anyio.CancelScope | None = None
-
-    def abort(self, message: RunBounded) -> None:
-        if self.running is message and self.scope is not None:
-            self.scope.cancel()
-
-
-class _Turn:
-    """One model call and the tool calls it asked for; committed to the history whole."""
-
-    __slots__ = ("budget_refused", "done", "text")
+    __slots__ = ("records", "text")
 
     def __init__(self) -> None:
         self.text = ""
-        self.done = False
-        self.budget_refused = False
+        self.records: list[dict[str, Any]] = []
 
 
 def _check_run_bounded(message: RunBounded) -> None:
@@ -124,7 +114,6 @@ class HarnessActor(Actor):
         summary_path: str | os.PathLike[str] | None = None,
         log: ActorRef | None = None,
         call_timeout: float | None = None,
-        control: _PhaseControl | None = None,
     ) -> None:
         if not isinstance(model, ChatModel):
             raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
@@ -154,7 +143,7 @@ class HarnessActor(Actor):
         self.summary_path = None if summary_path is None else Path(summary_path)
         self.log = log
         self.call_timeout = call_timeout
-        self.control = control if control is not None else _PhaseControl()
+        self._phase: _Phase | None = None
         self.histories: dict[str | None, list[ChatMessage]] = {}
         self.phases = 0
         self.llm_calls = 0
@@ -163,44 +152,54 @@ class HarnessActor(Actor):
         self.completion_tokens = 0
         self._specs: dict[str, ToolSpec] = {name: tool.spec() for name, tool in self.tools.items()}
 
+    interruptible = True
+
+    async def on_start(self) -> None:
+        self.stop._attach(self.context.ref)
+
+    async def on_stop(self) -> None:
+        self.stop._detach(self.context.ref)
+
+    def on_interrupted(self, message: Any) -> Any:
+        """A phase cut short by an immediate stop ends ``stop_requested`` with what it
+        did; any other interruption (an asker that left, ``ref.interrupt()``) raises
+        ``Interrupted``. Either way the unfinished turn never reached the history."""
+        phase, self._phase = self._phase, None
+        if isinstance(message, RunBounded) and self.stop.requested and phase is not None:
+            result = PhaseResult(phase.text, phase.records, "stop_requested")
+            self.phases += 1
+            self._report(message, result)
+            return result
+        return super().on_interrupted(message)
+
     async def receive(self, message: Any) -> Any:
         if isinstance(message, GetHistory):
             return tuple(self.histories.get(message.context_label, ()))
         if not isinstance(message, RunBounded):
             raise TypeError(f"HarnessActor does not handle {type(message).__name__} messages")
-        pending = self.context.reply_later()
-        if pending is not None and not pending.wanted:
-            return None  # the asker gave up before the phase started
         try:
             _check_run_bounded(message)
-            control = self.control
-            control.running = message
-            try:
-                if message.direct_tool_calls is not None:
-                    result = await self._tool_phase(message.direct_tool_calls)
-                else:
-                    result = await self._llm_phase(message)
-            finally:
-                control.running = None
+            self._phase = phase = _Phase()
+            if message.direct_tool_calls is not None:
+                result = await self._tool_phase(message.direct_tool_calls, phase)
+            else:
+                result = await self._llm_phase(message, phase)
         except Exception as error:
-            self._answer(pending, None, error)
+            # fail this ask, not the actor: a restart would lose every history
+            self._phase = None
+            pending = self.context.reply_later()
+            if pending is None:
+                logger.warning("harness: a told RunBounded failed: %s", error)
+            else:
+                pending.fail(error)
             return None
+        self._phase = None
         self.phases += 1
         self._report(message, result)
         if self.summary_path is not None:
-            await self._write_summary(result.stop_reason)
-        self._answer(pending, result, None)
-        return None
-
-    @staticmethod
-    def _answer(pending: PendingReply | None, result: PhaseResult | None, error: Exception | None) -> None:
-        if pending is None:
-            if error is not None:
-                logger.warning("harness: a told RunBounded failed: %s", error)
-        elif error is not None:
-            pending.fail(error)
-        else:
-            pending.succeed(result)
+            with anyio.CancelScope(shield=True):  # a finished phase is reported as finished
+                await self._write_summary(result.stop_reason)
+        return result
 
     # -- LLM mode -----------------------------------------------------------------------
 
@@ -212,80 +211,54 @@ class HarnessActor(Actor):
             raise ValueError(f"RunBounded tool_names names unknown tools: {unknown}")
         return self.tool_allowlist.intersection(tool_names)
 
-    async def _llm_phase(self, message: RunBounded) -> PhaseResult:
+    async def _llm_phase(self, message: RunBounded, phase: _Phase) -> PhaseResult:
         label = message.context_label
         if not message.continue_context:
             self.histories[label] = []
         history = self.histories.setdefault(label, [])
         allowed = self._allowed(message.tool_names)
         specs = tuple(self._specs[name] for name in sorted(allowed))
+        # the turn being built: it reaches the history only once it is complete
         pending: list[ChatMessage] = (
             [ChatMessage("user", message.user_message)] if message.user_message else []
         )
-        records: list[dict[str, Any]] = []
-        final_text = ""
+        records = phase.records
+        stop = self.stop
+        budget = self.budget
+        model = self.model
+        system = (ChatMessage("system", self.system_prompt),) if self.system_prompt else ()
         for _ in range(message.max_iterations):
-            if self.stop.requested:
-                return PhaseResult(final_text, records, "stop_requested")
-            turn = _Turn()
-            with anyio.CancelScope() as scope:
-                self._enter(scope)
-                try:
-                    await self._turn(turn, history, pending, specs, allowed, records)
-                finally:
-                    self._leave(scope)
-            if scope.cancelled_caught:  # an immediate stop (or the asker's cancellation)
-                return PhaseResult(final_text, records, "stop_requested")
-            if turn.budget_refused:
-                return PhaseResult(final_text, records, "budget_exhausted")
-            final_text = turn.text
+            if stop.requested:
+                return PhaseResult(phase.text, records, "stop_requested")
+            admission = await budget.admit()  # the budget check, before every model call
+            if admission is None:
+                return PhaseResult(phase.text, records, "budget_exhausted")
+            with admission:
+                request = ChatRequest((*system, *history, *pending), specs, "auto")
+                reply = await model.chat(request, timeout=self.call_timeout)
+                admission.spend(reply.usage.total_tokens)
+            self.llm_calls += 1
+            self.prompt_tokens += reply.usage.prompt_tokens
+            self.completion_tokens += reply.usage.completion_tokens
+            pending.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
+            if reply.tool_calls:
+                for call in reply.tool_calls:
+                    record = await self._run_tool(
+                        call.id, call.name, call.arguments, call.arguments_error, allowed
+                    )
+                    records.append(record)
+                    content = (
+                        _encoder.encode(record["result"]).decode()
+                        if record["ok"]
+                        else f"error: {record['error']}"
+                    )
+                    pending.append(ChatMessage("tool", content, tool_call_id=call.id))
+            phase.text = reply.text
             history.extend(pending)  # the whole turn, at once
             pending = []
-            if turn.done:
-                return PhaseResult(final_text, records, "done")
-        return PhaseResult(final_text, records, "max_iterations")
-
-    def _enter(self, scope: anyio.CancelScope) -> None:
-        self.control.scope = scope
-        self.stop._enter(scope)
-
-    def _leave(self, scope: anyio.CancelScope) -> None:
-        self.stop._leave(scope)
-        self.control.scope = None
-
-    async def _turn(
-        self,
-        turn: _Turn,
-        history: list[ChatMessage],
-        pending: list[ChatMessage],
-        specs: tuple[ToolSpec, ...],
-        allowed: frozenset[str],
-        records: list[dict[str, Any]],
-    ) -> None:
-        admission = await self.budget.admit()  # the budget check, before every model call
-        if admission is None:
-            turn.budget_refused = True
-            return
-        with admission:
-            system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
-            request = ChatRequest(tuple(system + history + pending), specs, "auto")
-            reply = await self.model.chat(request, timeout=self.call_timeout)
-            admission.spend(reply.usage.total_tokens)
-        self.llm_calls += 1
-        self.prompt_tokens += reply.usage.prompt_tokens
-        self.completion_tokens += reply.usage.completion_tokens
-        pending.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
-        turn.text = reply.text
-        if not reply.tool_calls:
-            turn.done = True
-            return
-        for call in reply.tool_calls:
-            record = await self._run_tool(call.id, call.name, call.arguments, call.arguments_error, allowed)
-            records.append(record)
-            content = (
-                _encoder.encode(record["result"]).decode() if record["ok"] else f"error: {record['error']}"
-            )
-            pending.append(ChatMessage("tool", content, tool_call_id=call.id))
+            if not reply.tool_calls:
+                return PhaseResult(reply.text, records, "done")
+        return PhaseResult(phase.text, records, "max_iterations")
 
     # -- tool calls (both modes) --------------------------------------------------------
 
@@ -337,21 +310,14 @@ class HarnessActor(Actor):
         record.update(ok=True, result=result)
         return record
 
-    async def _tool_phase(self, calls: tuple[dict[str, Any], ...]) -> PhaseResult:
+    async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:
         """Tool-only mode: no model call and no budget gate; the stop check at entry,
         then the allowlist and the sandbox for every call."""
-        records: list[dict[str, Any]] = []
+        records = phase.records
         if self.stop.requested:
             return PhaseResult("", records, "stop_requested")
-        with anyio.CancelScope() as scope:
-            self._enter(scope)
-            try:
-                for index, call in enumerate(calls):
-                    records.append(await self._direct_call(index, call))
-            finally:
-                self._leave(scope)
-        if scope.cancelled_caught:
-            return PhaseResult("", records, "stop_requested")
+        for index, call in enumerate(calls):
+            records.append(await self._direct_call(index, call))
         return PhaseResult("", records, "done")
 
     async def _direct_call(self, index: int, call: Any) -> dict[str, Any]:

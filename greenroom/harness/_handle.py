@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import anyio
-
 from .._checks import check_int
 from ..actors import ActorContext, ActorRef, ActorSystem
 from ..llm import ChatModel
 from ..messages import ChatMessage, GetHistory, RunBounded
-from ._actor import HarnessActor, _PhaseControl
+from ._actor import HarnessActor
 from ._phase import PhaseResult
 from ._stop import StopSignal
 
@@ -21,10 +19,9 @@ _RUN_ENDS = frozenset({"done", "budget_exhausted", "stop_requested"})
 class Harness:
     """A harness actor and the calls it answers. Build one with :meth:`spawn`."""
 
-    def __init__(self, ref: ActorRef, stop: StopSignal, control: _PhaseControl) -> None:
+    def __init__(self, ref: ActorRef, stop: StopSignal) -> None:
         self.ref = ref
         self.stop_signal = stop
-        self._control = control
 
     @classmethod
     async def spawn(
@@ -37,13 +34,11 @@ class Harness:
         **options: Any,
     ) -> Harness:
         """Spawn a :class:`HarnessActor` (``options`` are its keyword arguments) in a
-        system, or as a child of the actor whose ``context`` is given."""
+        system, or as a child of the actor whose ``context`` is given (its life is then
+        bounded by its parent's, and its failures go to the parent's strategy)."""
         stop = stop if stop is not None else StopSignal()
-        control = _PhaseControl()
-        ref = await spawner.spawn(
-            lambda: HarnessActor(model, stop=stop, control=control, **options), name=name
-        )
-        return cls(ref, stop, control)
+        ref = await spawner.spawn(lambda: HarnessActor(model, stop=stop, **options), name=name)
+        return cls(ref, stop)
 
     async def run_bounded(
         self,
@@ -60,11 +55,12 @@ class Harness:
 
         Waits as long as the phase takes (bound it with the model's call timeout, the
         sandbox's tool timeout, ``max_iterations`` and the budget). On cancellation the
-        phase is stopped at once: the model call and tool call in flight are
-        cancelled and the unfinished turn is discarded from the history; the harness
-        stays usable. Raises the model's ``ModelError`` (the history keeps only the
-        turns completed before it), ``ValueError`` for a bad argument, and
-        ``ActorStopped`` once the harness was closed.
+        kernel interrupts the phase: the model call and tool call in flight are
+        cancelled and the unfinished turn is discarded from the history (a phase still
+        queued never starts); the harness stays usable. Raises the model's
+        ``ModelError`` (the history keeps only the turns completed before it),
+        ``ValueError`` for a bad argument, ``Interrupted`` if someone else interrupted
+        the phase (``ref.interrupt()``), and ``ActorStopped`` once the harness was closed.
         """
         message = RunBounded(
             user_message=user_message,
@@ -74,11 +70,7 @@ class Harness:
             context_label=context_label,
             direct_tool_calls=None if direct_tool_calls is None else tuple(direct_tool_calls),
         )
-        try:
-            result: PhaseResult = await self.ref.ask(message, timeout=None)
-        except anyio.get_cancelled_exc_class():
-            self._control.abort(message)
-            raise
+        result: PhaseResult = await self.ref.ask(message, timeout=None)
         return result
 
     async def run(
@@ -103,15 +95,20 @@ class Harness:
         return result
 
     async def history(self, context_label: str | None = None) -> tuple[ChatMessage, ...]:
-        """A copy of one context's history (waits for the running phase to end)."""
-        history: tuple[ChatMessage, ...] = await self.ref.ask(GetHistory(context_label))
+        """A copy of one context's history, as it is once the phases asked for before
+        this call have ended (it waits for them, as long as they take; cancelling the
+        wait is safe). Raises ``ActorStopped`` once the harness was closed."""
+        history: tuple[ChatMessage, ...] = await self.ref.ask(GetHistory(context_label), timeout=None)
         return history
 
     def request_stop(self, *, immediate: bool = False) -> None:
-        """Signal a stop (see :class:`StopSignal`); returns at once."""
+        """Signal a stop (see :class:`StopSignal`: every harness sharing it stops);
+        returns at once."""
         self.stop_signal.request(immediate=immediate)
 
-    async def aclose(self) -> None:
-        """Stop the actor after the phases already asked for. Pending phases still run:
-        call ``request_stop(immediate=True)`` first to end them quickly."""
-        await self.ref.stop()
+    async def aclose(self, *, now: bool = False) -> None:
+        """Stop the actor; return once it has stopped. By default the phases already
+        asked for run first; ``now=True`` interrupts the running phase (its asker gets
+        ``Interrupted``) and drops the queued ones (``ActorStopped``). If the caller is
+        cancelled the stop still happens; only the wait is abandoned."""
+        await self.ref.stop(now=now)

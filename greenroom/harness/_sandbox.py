@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 
 import anyio
 
-from .._errors import GreenroomError
 from .._checks import check_int, check_seconds
+from .._errors import GreenroomError
 from ._tools import RiskLevel, Tool
 
 

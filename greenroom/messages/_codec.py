@@ -7,7 +7,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .._errors import MISSING, InvalidInput, shown
+from .._errors import MISSING as MISSING
+from .._errors import InvalidInput, shown
 
 T = TypeVar("T")
 

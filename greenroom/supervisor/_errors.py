@@ -40,7 +40,9 @@ class InvalidSubmission(TaskGraphError):
 
     def __init__(self, task_id: str, field: str, value: object, problem: str) -> None:
         self.task_id = task_id
-        super().__init__(f"task {task_id!r}: field {field!r} {problem} (got {value!r})", field=field, value=value)
+        super().__init__(
+            f"task {task_id!r}: field {field!r} {problem} (got {value!r})", field=field, value=value
+        )
 
 
 class GraphFileError(DataError):

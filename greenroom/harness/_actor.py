@@ -85,6 +85,12 @@ def _check_run_bounded(message: RunBounded) -> None:
         )
 
 
+def _failed(record: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
+    record["ok"] = False
+    record["error"] = text
+    return record, f"error: {text}"
+
+
 class HarnessActor(Actor):
     """Drives a model and tools in bounded phases (spec 003, 2.2).
 
@@ -227,36 +233,39 @@ class HarnessActor(Actor):
         budget = self.budget
         model = self.model
         system = (ChatMessage("system", self.system_prompt),) if self.system_prompt else ()
+        call_timeout = self.call_timeout
         for _ in range(message.max_iterations):
             if stop.requested:
                 return PhaseResult(phase.text, records, "stop_requested")
-            admission = await budget.admit()  # the budget check, before every model call
+            # the budget check, before every model call (no await when it admits at once)
+            admission = budget.try_admit()
+            if admission is False:
+                admission = await budget.admit()
             if admission is None:
                 return PhaseResult(phase.text, records, "budget_exhausted")
-            with admission:
-                request = ChatRequest((*system, *history, *pending), specs, "auto")
-                reply = await model.chat(request, timeout=self.call_timeout)
-                admission.spend(reply.usage.total_tokens)
+            assert admission is not True
+            try:
+                reply = await model.chat(ChatRequest((*system, *history, *pending), specs), timeout=call_timeout)
+            except BaseException:
+                admission.release()
+                raise
+            usage = reply.usage
+            admission.spend(usage.prompt_tokens + usage.completion_tokens)
             self.llm_calls += 1
-            self.prompt_tokens += reply.usage.prompt_tokens
-            self.completion_tokens += reply.usage.completion_tokens
-            pending.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
-            if reply.tool_calls:
-                for call in reply.tool_calls:
-                    record = await self._run_tool(
-                        call.id, call.name, call.arguments, call.arguments_error, allowed
-                    )
-                    records.append(record)
-                    content = (
-                        _encoder.encode(record["result"]).decode()
-                        if record["ok"]
-                        else f"error: {record['error']}"
-                    )
-                    pending.append(ChatMessage("tool", content, tool_call_id=call.id))
+            self.prompt_tokens += usage.prompt_tokens
+            self.completion_tokens += usage.completion_tokens
+            tool_calls = reply.tool_calls
+            pending.append(ChatMessage("assistant", reply.text or None, tool_calls))
+            for call in tool_calls:
+                record, content = await self._run_tool(
+                    call.id, call.name, call.arguments, call.arguments_error, allowed
+                )
+                records.append(record)
+                pending.append(ChatMessage("tool", content, tool_call_id=call.id))
             phase.text = reply.text
             history.extend(pending)  # the whole turn, at once
             pending = []
-            if not reply.tool_calls:
+            if not tool_calls:
                 return PhaseResult(reply.text, records, "done")
         return PhaseResult(phase.text, records, "max_iterations")
 
@@ -269,46 +278,46 @@ class HarnessActor(Actor):
         arguments: dict[str, Any],
         arguments_error: str | None,
         allowed: frozenset[str],
-    ) -> dict[str, Any]:
-        """Run one call through every check; a refusal or failure is an error record."""
+    ) -> tuple[dict[str, Any], str]:
+        """Run one call through every check: its record and the text the model is shown.
+        A refusal or failure is an error record (``error: ...`` to the model)."""
         self.tool_call_count += 1
         record: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
-
-        def error(text: str) -> dict[str, Any]:
-            record.update(ok=False, error=text)
-            return record
-
         tool = self.tools.get(name)
         if tool is None:
-            return error(f"unknown tool {name!r}")
+            return _failed(record, f"unknown tool {name!r}")
         if name not in allowed:
-            return error(f"tool {name!r} is not allowed in this phase")
+            return _failed(record, f"tool {name!r} is not allowed in this phase")
         if arguments_error is not None:
-            return error(arguments_error)
+            return _failed(record, arguments_error)
         try:
             validated = tool.validate(arguments)
         except RecordError as bad:
-            return error(str(bad))
+            return _failed(record, str(bad))
+        sandbox = self.sandbox
         try:
-            self.sandbox.check(tool)
+            sandbox.check(tool)
         except ToolRefused as refused:
-            return error(str(refused))
+            return _failed(record, str(refused))
         try:
-            if tool.is_async and self.sandbox.tool_timeout is not None:
-                with self.sandbox.timeout_scope() as deadline:
+            if not tool.is_async:  # a plain function runs inline and cannot be interrupted
+                result = tool.fn(**validated) if tool.args is None else tool.fn(validated)
+            elif sandbox.tool_timeout is not None:
+                with sandbox.timeout_scope() as deadline:
                     result = await tool.call(validated)
                 if deadline.cancelled_caught:
-                    return error(f"tool {name!r} timed out after {self.sandbox.tool_timeout:g}s")
-            else:  # a plain function cannot be interrupted: no deadline scope to pay for
+                    return _failed(record, f"tool {name!r} timed out after {sandbox.tool_timeout:g}s")
+            else:
                 result = await tool.call(validated)
         except Exception as failed:  # cancellation is a BaseException: it propagates
-            return error(f"{type(failed).__name__}: {failed}")
+            return _failed(record, f"{type(failed).__name__}: {failed}")
         try:
-            _encoder.encode(result)
+            content = _encoder.encode(result)
         except (TypeError, msgspec.EncodeError) as bad:
-            return error(f"tool {name!r} returned a value that is not JSON: {bad}")
-        record.update(ok=True, result=result)
-        return record
+            return _failed(record, f"tool {name!r} returned a value that is not JSON: {bad}")
+        record["ok"] = True
+        record["result"] = result
+        return record, content.decode()
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:
         """Tool-only mode: no model call and no budget gate; the stop check at entry,
@@ -338,7 +347,8 @@ class HarnessActor(Actor):
             self.tool_call_count += 1
             return {"id": call_id, "name": name, "arguments": arguments, "ok": False, "error": problem}
         assert isinstance(name, str)
-        return await self._run_tool(str(call_id), name, arguments, None, self.tool_allowlist)
+        record, _ = await self._run_tool(str(call_id), name, arguments, None, self.tool_allowlist)
+        return record
 
     # -- reporting ----------------------------------------------------------------------
 

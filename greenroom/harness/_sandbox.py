@@ -70,6 +70,8 @@ class Sandbox:
                 f"tool {tool.name!r} has risk level {tool.risk.name}, "
                 f"above the sandbox's {self.max_risk.name}"
             )
+        if self.rate_limit is None and not self.tool_rate_limits:
+            return  # nothing to count
         now = self._clock()
         windows: list[tuple[deque[float], tuple[int, float], str]] = []
         if self.rate_limit is not None:

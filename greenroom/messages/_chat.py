@@ -15,7 +15,7 @@ import msgspec
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """One call a model asked for. ``arguments_error`` is set (and ``arguments`` empty)
     when the model's arguments were not a JSON object."""
 
@@ -25,7 +25,7 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arguments_error: str | None = None
 
 
-class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """One message of a conversation. ``tool_calls`` only on ``assistant`` messages;
     ``tool_call_id`` only on ``tool`` messages (the answer to that call)."""
 
@@ -35,7 +35,7 @@ class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     tool_call_id: str | None = None
 
 
-class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A tool as offered to a model: ``parameters`` is a JSON Schema object."""
 
     name: str
@@ -43,7 +43,7 @@ class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """Tokens one model call used."""
 
     prompt_tokens: int = 0
@@ -54,7 +54,7 @@ class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.prompt_tokens + self.completion_tokens
 
 
-class ChatRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ChatRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """One model call: the whole conversation so far, the tools on offer, and
     ``tool_choice`` (``"auto"``, ``"none"`` or ``"required"``; ignored without tools)."""
 
@@ -63,7 +63,7 @@ class ChatRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tool_choice: Literal["auto", "none", "required"] = "auto"
 
 
-class ChatReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ChatReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """What a model answered: text, tool calls (either may be empty) and usage."""
 
     text: str = ""

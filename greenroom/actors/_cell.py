@@ -10,10 +10,10 @@ failure that stops the actor) set ``stop_now`` instead: the actor stops after th
 current message and what is left in the mailbox becomes dead letters, each pending
 ask failing with ``ActorStopped``.
 
-Interruptible actors (``Actor.interruptible``): each message runs in a cancel scope of
-its own (:meth:`ActorCell.run_interruptible`), kept in ``scope`` while it runs, with
-the ask's reply in ``activation``; :meth:`ActorCell.interrupt` cancels it. Other
-actors never enter that path, so they pay one boolean test per batch.
+Interruptible actors (``Actor.interruptible``): the cell holds an :class:`_Interruption`
+(``None`` for other actors: one slot, and one test per batch, is all they pay). Each
+message runs in a cancel scope of its own (:meth:`ActorCell.run_interruptible`), kept
+there while it runs with the ask's reply; :meth:`ActorCell.interrupt` cancels it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,16 @@ class _ChildFailedSignal:
         self.error = error
 
 
+class _Interruption:
+    """The message an interruptible actor is handling: its cancel scope and its reply."""
+
+    __slots__ = ("reply", "scope")
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+        self.reply: Reply | None = None
+
+
 class _SendWaiter:
     __slots__ = ("admitted", "event")
 
@@ -79,7 +89,6 @@ _async_receive_checked: set[type] = set()
 class ActorCell:
     __slots__ = (
         "accepting",
-        "activation",
         "actor",
         "backoff_wakeup",
         "children",
@@ -88,7 +97,7 @@ class ActorCell:
         "death_waiters",
         "factory",
         "interrupted",
-        "interruptible",
+        "interruption",
         "limit",
         "mailbox",
         "name",
@@ -99,7 +108,6 @@ class ActorCell:
         "restarts",
         "runner",
         "scheduled",
-        "scope",
         "send_waiters",
         "started",
         "stop_now",
@@ -135,9 +143,7 @@ class ActorCell:
         self.current_reply: Reply | None = None
         self.stop_now = False
         self.interrupted = False
-        self.interruptible = False
-        self.scope: anyio.CancelScope | None = None
-        self.activation: Reply | None = None
+        self.interruption: _Interruption | None = None
         self.children: set[ActorCell] | None = None
         self.watchers: set[ActorCell] | None = None
         self.watching: set[ActorCell] | None = None
@@ -163,7 +169,11 @@ class ActorCell:
             _async_receive_checked.add(cls)
         actor._greenroom_cell = self
         self.actor = actor
-        self.interruptible = cls.interruptible is True
+        if cls.interruptible is True:
+            if self.interruption is None:
+                self.interruption = _Interruption()
+        else:
+            self.interruption = None
         return actor
 
     # -- enqueueing (refusals, kernel signals, timers, waiting for room) ----------------
@@ -310,11 +320,21 @@ class ActorCell:
 
     # -- interrupting (interruptible actors only) ---------------------------------------
 
+    @property
+    def activation(self) -> Reply | None:
+        """The reply of the ask an interruptible actor is handling now (``None`` if idle,
+        told, or not interruptible)."""
+        interruption = self.interruption
+        return interruption.reply if interruption is not None else None
+
     def interrupt(self, reply: Reply | None = None) -> bool:
         """Cancel the message being handled (only the one ``reply`` answers, if given).
         ``True`` if one was; the cancellation lands at its next checkpoint."""
-        scope = self.scope
-        if scope is None or (reply is not None and self.activation is not reply):
+        interruption = self.interruption
+        if interruption is None:
+            return False
+        scope = interruption.scope
+        if scope is None or (reply is not None and interruption.reply is not reply):
             return False
         scope.cancel()
         return True
@@ -330,10 +350,11 @@ class ActorCell:
             self.system.dead_letters.record(self.ref, message, "abandoned")
             return
         actor = self.actor
-        assert actor is not None
+        interruption = self.interruption
+        assert actor is not None and interruption is not None
         self.current_reply = reply
-        self.activation = reply
-        scope = self.scope = anyio.CancelScope()
+        interruption.reply = reply
+        scope = interruption.scope = anyio.CancelScope()
         try:
             with scope:
                 value = await actor.receive(message)
@@ -349,8 +370,8 @@ class ActorCell:
                 reply.fail(ActorStopped(self.ref, "was stopped while handling the message"))
             raise
         finally:
-            self.scope = None
-            self.activation = None
+            interruption.scope = None
+            interruption.reply = None
         if scope.cancelled_caught:
             self.current_reply = None
             try:

@@ -101,7 +101,7 @@ class Dispatcher:
             cell.runner = me
             mailbox = cell.mailbox
             actor = cell.actor
-            interruptible = cell.interruptible
+            interruptible = cell.interruption is not None
             handled = 0
             try:
                 while True:
@@ -132,7 +132,7 @@ class Dispatcher:
                         if cell.dead:
                             break
                         actor = cell.actor
-                        interruptible = cell.interruptible
+                        interruptible = cell.interruption is not None
                     else:
                         cell.current_reply = reply
                         try:

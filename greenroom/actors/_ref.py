@@ -107,7 +107,7 @@ class ActorRef:
         if cell.runner is not None:
             cell.check_not_self_ask()
         system = cell.system
-        if cell.interruptible and interrupt:
+        if interrupt and cell.interruption is not None:
             reply: Reply = InterruptingReply(system._event_class(), cell)
         else:
             reply = Reply(system._event_class())
@@ -147,7 +147,7 @@ class ActorRef:
         nothing happens: an interrupt is never kept for a later message).
         """
         cell = self._cell
-        if not cell.interruptible:
+        if cell.interruption is None:
             raise TypeError(
                 f"actor {cell.name!r} is not interruptible (set interruptible = True on its class)"
             )

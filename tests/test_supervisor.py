@@ -6,6 +6,7 @@ import gc
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -179,11 +180,11 @@ async def test_a_grant_whose_asker_gives_up_while_it_is_written_is_handed_back(
     writing, release = threading.Event(), threading.Event()
     real_append = GraphStore.append
 
-    def append_held_while_granting(store: GraphStore, changed: list[AgentTask]) -> None:
+    def append_held_while_granting(store: GraphStore, changed: list[AgentTask], events: Any = None) -> int:
         if not release.is_set() and any(t.status is TaskStatus.IN_PROGRESS for t in changed):
             writing.set()
             release.wait(10)
-        real_append(store, changed)
+        return real_append(store, changed, events)
 
     monkeypatch.setattr(GraphStore, "append", append_held_while_granting)
     async with open_node(tmp_path) as node:

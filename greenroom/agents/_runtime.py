@@ -127,16 +127,19 @@ class AgentRuntime:
             return True
         return (self.clock() if now is None else now) - last_ts >= self.heartbeat_interval
 
-    def _result_event(self, task_id: str, payload: dict[str, Any]) -> Append:
-        append = Append(type=AGENT_RESULT, payload=payload, task_id=task_id, agent_id=self.agent_id)
-        apply_policy(append, None)  # refuse before anything changes, not after the task is marked
-        return append
+    @staticmethod
+    def _check_result(task_id: str, payload: dict[str, Any]) -> None:
+        """Refuse a result that tries to reach the user before anything changes (the
+        supervisor writes the ``AGENT_RESULT``; the log would refuse it too late)."""
+        apply_policy(Append(type=AGENT_RESULT, payload=payload, task_id=task_id), None)
 
     async def complete_task(self, task_id: str, result: AgentResult) -> AgentTask:
-        """Mark the task COMPLETED, then append its ``AGENT_RESULT`` event; returns the
-        persisted task. A result that tries to reach the user is refused first
-        (``PolicyError``) and the task is left as it was."""
-        append = self._result_event(
+        """Mark the task COMPLETED; returns the persisted task. The completion and its
+        ``AGENT_RESULT`` event are one durable fact: the supervisor writes both in one
+        journal batch and the event log follows it (after a crash too). A result that
+        tries to reach the user is refused first (``PolicyError``) and the task is
+        left as it was."""
+        self._check_result(
             task_id,
             {
                 "outcome": result.outcome,
@@ -148,19 +151,18 @@ class AgentRuntime:
         task: AgentTask = await self.supervisor.ask(
             Complete(task_id, self.agent_id, result), timeout=self.request_timeout
         )
-        await self.log.ask(append, timeout=self.request_timeout)
         return task
 
     async def fail_task(self, task_id: str, error: AgentError) -> AgentTask:
-        """Report a failed attempt (an ``AGENT_RESULT`` with ``outcome="failed"``): the
-        task goes back to PENDING if ``error.retryable`` and attempts remain, else FAILED."""
-        append = self._result_event(
+        """Report a failed attempt (with an ``AGENT_RESULT`` whose ``outcome`` is
+        ``"failed"``, written as for :meth:`complete_task`): the task goes back to
+        PENDING if ``error.retryable`` and attempts remain, else FAILED."""
+        self._check_result(
             task_id, {"outcome": "failed", "reason": error.reason, "retryable": error.retryable}
         )
         task: AgentTask = await self.supervisor.ask(
             Fail(task_id, self.agent_id, error), timeout=self.request_timeout
         )
-        await self.log.ask(append, timeout=self.request_timeout)
         return task
 
     async def get_task(self, task_id: str) -> AgentTask:

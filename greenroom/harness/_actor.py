@@ -245,7 +245,9 @@ class HarnessActor(Actor):
                 return PhaseResult(phase.text, records, "budget_exhausted")
             assert admission is not True
             try:
-                reply = await model.chat(ChatRequest((*system, *history, *pending), specs), timeout=call_timeout)
+                reply = await model.chat(
+                    ChatRequest((*system, *history, *pending), specs), timeout=call_timeout
+                )
             except BaseException:
                 admission.release()
                 raise

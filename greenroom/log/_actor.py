@@ -1,10 +1,13 @@
 """``LogActor``: the only appender of ``<data dir>/events.jsonl``.
 
 Ask it ``Append(...)``; the reply is the stored ``Event`` (with its ``seq``), sent once
-the event is durable. Appends are group-committed: the batch waiting in the mailbox
-is written with one write and one fsync, then answered, so ``seq`` order is file
-order is mailbox order. An event the visibility policy refuses raises
-:class:`PolicyError` (a ``ValueError`` with ``policy_error``) in the asker and
+the event is durable. Appends are group-committed (``greenroom._commit.GroupCommit``):
+the batch waiting in the mailbox is written with one write and one fsync, then
+answered, so ``seq`` order is file order is mailbox order. ``AppendBatch`` carries the
+task graph's outbox (the events of one journal batch, each stored with its
+``origin``); ``OutboxPosition`` answers the origin of the last one held durably, so
+the supervisor can send what a crash kept from the log, and nothing twice. An event
+the visibility policy refuses raises :class:`PolicyError` (a ``ValueError`` with ``policy_error``) in the asker and
 nothing is appended. ``Subscribe(ref)`` tells ``ref`` each event after it is durable.
 
 Messages sent before ``stop()`` are written and answered; messages sent after are
@@ -26,10 +29,21 @@ import anyio
 import msgspec
 
 from .._checks import check_int
+from .._commit import GroupCommit
 from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
-from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
-from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, decode_json
+from ..messages import (
+    Append,
+    AppendBatch,
+    Event,
+    OutboxDelivered,
+    OutboxLost,
+    OutboxPosition,
+    RecordError,
+    Subscribe,
+    Unsubscribe,
+    decode_json,
+)
 from ._policy import NarratorCapability, PolicyError, apply_policy
 from ._reader import EVENTS_FILE
 
@@ -74,6 +88,30 @@ def recover_tail(path: Path) -> tuple[int, int]:
     if cut:
         truncate_durably(path, good_end)
     return last_seq, cut
+
+
+def last_origin(path: Path) -> tuple[int, int] | None:
+    """The ``origin`` of the last outbox event in the file (``None``: there is none),
+    reading back from the end. Blocking; run after :func:`recover_tail`."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    marker = b'"origin":['
+    with path.open("rb") as file:
+        end = size
+        carry = b""
+        while end > 0:
+            start = max(0, end - _TAIL_READ)
+            file.seek(start)
+            chunk = file.read(end - start) + carry
+            lines = chunk.split(b"\n")
+            carry = lines[0] if start > 0 else b""  # maybe the tail of a line that starts earlier
+            for line in reversed(lines if start == 0 else lines[1:]):
+                if marker in line:
+                    return decode_json(line, Event, "event").origin
+            end = start
+    return None
 
 
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
@@ -123,8 +161,12 @@ class LogActor(Actor):
         self._fd: int | None = None
         self._lock: OwnerLock | None = None
         self._buffer: list[bytes] = []
-        self._waiting: list[tuple[PendingReply | None, Event]] = []
+        self._commits: GroupCommit[Event] = GroupCommit(self.max_batch)
+        self._acks: list[tuple[ActorRef, tuple[int, int]]] = []
         self._subscribers: list[ActorRef] = []
+        self.outbox_position: tuple[int, int] | None = None
+        """The origin of the last outbox event durable in the file."""
+        self._pending_position: tuple[int, int] | None = None
 
     async def on_start(self) -> None:
         data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
@@ -140,6 +182,7 @@ class LogActor(Actor):
                     self.path,
                     self.torn_bytes,
                 )
+            self.outbox_position = await anyio.to_thread.run_sync(last_origin, self.path)
             self._fd = await anyio.to_thread.run_sync(open_for_append, self.path)
         except BaseException:
             lock.release()
@@ -147,7 +190,7 @@ class LogActor(Actor):
             raise
 
     async def on_stop(self) -> None:
-        if self._waiting:
+        if self._commits:
             try:
                 await self._flush()
             except Exception:
@@ -165,62 +208,133 @@ class LogActor(Actor):
             pending = context.reply_later()
             try:
                 _check_append(message)
-                event = Event(
-                    seq=self.seq + 1,
-                    ts=self.clock(),
-                    type=message.type,
-                    visibility=apply_policy(message, self._narrator),
-                    task_id=message.task_id,
-                    agent_id=message.agent_id,
-                    payload=message.payload,
-                )
-                line = _encoder.encode(event) + b"\n"
-            except PolicyError as error:
-                self._refuse(pending, message, error)
-            except RecordError as error:
-                self._refuse(pending, message, error)
-            except (TypeError, msgspec.EncodeError) as error:
-                self._refuse(pending, message, ValueError(f"event payload cannot be stored as JSON: {error}"))
+                visibility = apply_policy(message, self._narrator)
+            except (PolicyError, RecordError) as error:
+                self._refuse(pending, message.type, error)
             else:
-                self.seq += 1
-                self._buffer.append(line)
-                self._waiting.append((pending, event))
+                self._add(
+                    pending, message.type, visibility, message.task_id, message.agent_id, message.payload
+                )
+        elif isinstance(message, AppendBatch):
+            self._add_batch(message)
+        elif isinstance(message, OutboxPosition):
+            if self._commits:
+                await self._flush()
+            return self.outbox_position
         elif isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
         elif isinstance(message, Unsubscribe):
             self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
         else:
             raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
-        if self._waiting and (context.queued == 0 or len(self._waiting) >= self.max_batch):
+        if (context.queued == 0 or len(self._commits) >= self.max_batch) and (
+            self._commits or self._acks or self._pending_position is not None
+        ):
             await self._flush()
+        return None
+
+    def _add(
+        self,
+        pending: PendingReply | None,
+        kind: str,
+        visibility: Any,
+        task_id: str | None,
+        agent_id: str | None,
+        payload: dict[str, Any],
+        origin: tuple[int, int] | None = None,
+    ) -> bool:
+        event = Event(
+            seq=self.seq + 1,
+            ts=self.clock(),
+            type=kind,
+            visibility=visibility,
+            task_id=task_id,
+            agent_id=agent_id,
+            payload=payload,
+            origin=origin,
+        )
+        try:
+            line = _encoder.encode(event) + b"\n"
+        except (TypeError, msgspec.EncodeError) as error:
+            self._refuse(pending, kind, ValueError(f"event payload cannot be stored as JSON: {error}"))
+            return False
+        self.seq += 1
+        self._buffer.append(line)
+        self._commits.add(pending, event)
+        return True
+
+    def _add_batch(self, batch: AppendBatch) -> None:
+        """The outbox of one journal batch: each event stored once, with its origin.
+
+        It must follow what this log has (``batch.after``); a gap means a batch before
+        it was lost (a failed write): it is dropped and the sender told where to resume.
+        """
+        known = self._pending_position or self.outbox_position
+        if batch.after is not None and (known is None or batch.after > known):
+            if batch.ack is not None:
+                try:
+                    batch.ack.tell(OutboxLost(known))
+                except (ActorStopped, MailboxFull):
+                    logger.error("log: could not ask %r to resend the events after %s", batch.ack.name, known)
+            return
+        for index, outboxed in enumerate(batch.events, batch.first_index):
+            origin = (batch.seq, index)
+            if known is not None and origin <= known:
+                continue  # already here (sent again after a crash): stored once
+            append = Append(outboxed.type, outboxed.payload, outboxed.task_id, outboxed.agent_id)
+            try:
+                _check_append(append)
+                visibility = apply_policy(append, None)
+            except (PolicyError, RecordError) as error:
+                logger.warning(
+                    "log: refused outbox event %s of batch %d: %s", outboxed.type, batch.seq, error
+                )
+                continue
+            self._add(None, append.type, visibility, append.task_id, append.agent_id, append.payload, origin)
+        if batch.events:
+            last = (batch.seq, batch.first_index + len(batch.events) - 1)
+            if known is None or last > known:
+                self._pending_position = last
+            if batch.ack is not None:
+                self._acks.append((batch.ack, last))
 
     @staticmethod
-    def _refuse(pending: PendingReply | None, message: Append, error: ValueError) -> None:
+    def _refuse(pending: PendingReply | None, kind: str, error: ValueError) -> None:
         if pending is None:
-            logger.warning("log: refused a told %s event: %s", message.type, error)
+            logger.warning("log: refused a told %s event: %s", kind, error)
         else:
             pending.fail(error)
 
     async def _flush(self) -> None:
         data = b"".join(self._buffer)
-        waiting = self._waiting
-        self._buffer, self._waiting = [], []
+        self._buffer = []
+        acks, self._acks = self._acks, []
+        position, self._pending_position = self._pending_position, None
         fd = self._fd
         assert fd is not None
         try:
-            await run_blocking(append_durably, fd, data)
-        except BaseException as error:
-            failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
-            for pending, _ in waiting:
-                if pending is not None:
-                    pending.fail(failure)
-            raise  # a restart re-reads the tail (cutting any partial line) before appending again
-        for pending, event in waiting:
-            if pending is not None:
-                pending.succeed(event)
+            batch = await self._commits.commit(
+                (lambda: append_durably(fd, data)) if data else None,
+                stopped=lambda: ActorStopped(self.context.ref, "stopped"),
+            )
+        except BaseException:
+            for ref in {ref for ref, _ in acks}:  # the senders keep the events: they resend
+                try:
+                    ref.tell(OutboxLost(self.outbox_position))
+                except (ActorStopped, MailboxFull):
+                    logger.error("log: could not tell %r that outbox events were lost", ref.name)
+            raise
+        # a restart (after a failed write) re-reads the tail, cutting any partial line
+        if position is not None and (self.outbox_position is None or position > self.outbox_position):
+            self.outbox_position = position
+        for ref, origin in acks:
+            try:
+                ref.tell(OutboxDelivered(origin))
+            except (ActorStopped, MailboxFull):
+                pass  # the next acknowledgement covers this one
         if self._subscribers:
             for ref in list(self._subscribers):
-                for _, event in waiting:
+                for _, event in batch:
                     try:
                         ref.tell(event)
                     except ActorStopped:

@@ -25,12 +25,28 @@ AGENT_EVENTS = frozenset({AGENT_UPDATE, AGENT_RESULT})
 
 
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One appended event. ``seq`` starts at 1 and has no gaps; ``ts`` is wall-clock."""
+    """One appended event. ``seq`` starts at 1 and has no gaps; ``ts`` is wall-clock.
+
+    ``origin`` is set on the events a task-graph transition caused: ``(journal batch
+    seq, position in the batch)``. The graph's journal is their source of truth (an
+    outbox); the origin lets the event log be completed after a crash, idempotently.
+    """
 
     seq: int
     ts: float
     type: str
     visibility: Visibility = "internal"
+    task_id: str | None = None
+    agent_id: str | None = None
+    payload: dict[str, Any] = {}
+    origin: tuple[int, int] | None = None
+
+
+class OutboxEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An event a journal batch carries: written with the transition that caused it,
+    appended to the event log once the batch is durable (the outbox)."""
+
+    type: str
     task_id: str | None = None
     agent_id: str | None = None
     payload: dict[str, Any] = {}

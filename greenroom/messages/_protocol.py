@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ._events import Visibility
+from ._events import OutboxEvent, Visibility
 from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
 
 # -- to the supervisor ----------------------------------------------------------------
@@ -133,3 +133,39 @@ class Subscribe(msgspec.Struct, frozen=True):
 
 class Unsubscribe(msgspec.Struct, frozen=True):
     ref: Any
+
+
+class AppendBatch(msgspec.Struct, frozen=True):
+    """Append the events of journal batch ``seq`` (the outbox), in order, each with
+    ``origin=(seq, first_index + i)``. Sent, not asked. ``after`` is the origin of the
+    event sent just before (``None``: the first): the log appends the batch only if it
+    has everything up to ``after``, skips events it already has, and otherwise tells
+    ``ack`` ``OutboxLost`` with its position. Once the events are durable it tells ``ack``
+    ``OutboxDelivered`` with the last one's origin. An event the visibility policy
+    refuses is skipped and logged (the journal keeps it)."""
+
+    seq: int
+    events: tuple[OutboxEvent, ...]
+    first_index: int = 0
+    ack: Any = None
+    after: tuple[int, int] | None = None
+
+
+class OutboxDelivered(msgspec.Struct, frozen=True):
+    """From the log to the supervisor: every outbox event up to ``origin`` (journal
+    batch seq, position) is durable in the event log."""
+
+    origin: tuple[int, int]
+
+
+class OutboxLost(msgspec.Struct, frozen=True):
+    """From the log to the supervisor: an outbox batch did not follow what the log has
+    (one before it was lost in a failed write). The log has every event up to
+    ``position`` (``None``: none): send what follows it again."""
+
+    position: tuple[int, int] | None
+
+
+class OutboxPosition(msgspec.Struct, frozen=True):
+    """Ask the log: the ``origin`` of the last outbox event it holds durably (``None``:
+    none). Whatever it had accepted before is written first."""

@@ -5,15 +5,22 @@ Messages (``greenroom.messages``): ``Submit``, ``Claim``, ``Heartbeat``, ``Compl
 ``StopGranting``. Ask them; a refused request raises a :class:`TaskGraphError` in the
 asker and changes nothing.
 
-Group commit: the actor applies each message to the graph in memory and keeps the
-reply; when its mailbox is empty (or ``max_batch`` replies wait), it writes every
-change of the batch as one journal line with one fsync, and only then answers the
-batch. A reply means durable. Messages that arrive during the write form the next
-batch. A ``Claim`` must be asked; a grant whose asker stopped waiting (timed out or
-cancelled) before the grant was durable is handed back at once (PENDING, attempt
-refunded) rather than left to its lease. If the write fails, the batch's askers get
-the error and the actor fails, so its supervisor restarts it and the graph is
-reloaded from what is on disk.
+Group commit (``greenroom._commit.GroupCommit``): the actor applies each message to the
+graph in memory and keeps the reply; when its mailbox is empty (or ``max_batch``
+replies wait), it writes every change of the batch as one journal line with one
+fsync, and only then answers the batch. A reply means durable. Messages that arrive
+during the write form the next batch. A ``Claim`` must be asked; a grant whose asker
+stopped waiting (timed out or cancelled) before the grant was durable is handed back
+at once (PENDING, attempt refunded) rather than left to its lease. If the write fails,
+the batch's askers get the error and the actor fails, so its supervisor restarts it
+and the graph is reloaded from what is on disk.
+
+The outbox: the events a batch's transitions cause (``TASK_*``, and the ``AGENT_RESULT``
+of a ``Complete`` or ``Fail``) are written in the same journal line, then sent to the
+log actor (``AppendBatch``, waiting for mailbox room, never dropped), each tagged with
+its origin. The journal is the source of truth: on start the actor asks the log how far
+it got and sends what it lacks, so after any crash every committed transition has
+exactly one event. The journal is compacted only once the log has every event in it.
 
 Messages sent before ``stop()`` are answered (the last batch is committed first);
 claims parked waiting for work get ``ActorStopped``; messages sent after are refused
@@ -34,12 +41,14 @@ import anyio
 import msgspec
 
 from .._checks import check_int, check_seconds
+from .._commit import GroupCommit
 from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
+    AGENT_RESULT,
     AgentTask,
-    Append,
+    AppendBatch,
     Cancel,
     Claim,
     Complete,
@@ -50,6 +59,10 @@ from ..messages import (
     Heartbeat,
     ListTasks,
     NoWork,
+    OutboxDelivered,
+    OutboxEvent,
+    OutboxLost,
+    OutboxPosition,
     Release,
     Stats,
     StopGranting,
@@ -58,6 +71,7 @@ from ..messages import (
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
+from ._outbox import Outbox
 from ._store import GraphStore
 
 logger = logging.getLogger("greenroom.supervisor")
@@ -83,8 +97,9 @@ class SupervisorActor(Actor):
     """The only writer of ``<data dir>/tasks.graph.json`` (and its journal).
 
     ``data_dir``: default ``$STREAMING_LLM_DATA_DIR`` or ``~/.local/share/greenroom``.
-    ``lease_seconds``: how long a claim lasts without a heartbeat. ``log``: a log actor
-    to tell the task lifecycle events to (after they are durable). ``recover_orphans``:
+    ``lease_seconds``: how long a claim lasts without a heartbeat. ``log``: the log
+    actor the outbox's events go to (the lifecycle events and agents' results, after
+    they are durable in the journal); it must be running before this actor starts. ``recover_orphans``:
     on start, end every attempt left IN_PROGRESS (agents talk to the supervisor in its
     own process, and the lock proves the previous one is gone), instead of waiting
     for their leases to run out. ``clock``: the wall clock leases are stamped with.
@@ -116,7 +131,12 @@ class SupervisorActor(Actor):
         self.recover_orphans = recover_orphans
         self.clock = clock
         self.closing = False
-        self._waiting: list[tuple[PendingReply, Any]] = []
+        self._commits: GroupCommit[Any] = GroupCommit(self.max_batch)
+        self._outbox: list[OutboxEvent] = []
+        """The events of the batch being built (written with it)."""
+        self._sending: Outbox | None = None
+        """The committed events on their way to the log (with a log only)."""
+        self._resend: list[AppendBatch] = []
         self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
         self._lock: OwnerLock | None = None
         self._broken = False
@@ -131,10 +151,14 @@ class SupervisorActor(Actor):
         lock = OwnerLock(data_dir / "tasks.graph.lock", "the task graph")
         await anyio.to_thread.run_sync(lock.acquire)
         self._lock = lock
+        store = GraphStore(data_dir, compact_min_bytes=self.compact_min_bytes)
         try:
-            store = GraphStore(data_dir, compact_min_bytes=self.compact_min_bytes)
             tasks, _ = await anyio.to_thread.run_sync(store.load)
+            self._store = store
             self.graph = graph = TaskGraph(tasks, now=self.clock(), lease=self.lease_seconds)
+            if self.log is not None:
+                self._sending = Outbox(self.context.ref)
+                await self._redeliver(store)
             if self.recover_orphans:
                 orphans = graph.expire_leases(self.clock(), orphaned=True)
                 if orphans:
@@ -143,21 +167,42 @@ class SupervisorActor(Actor):
                         "their attempts are over and they are queued again",
                         len(orphans),
                     )
-                    await anyio.to_thread.run_sync(store.append, graph.take_changes())
-                    graph.take_events()
+                    self._take_events(None)
+                    await self._write_and_deliver(graph.take_changes())
         except BaseException:
+            self._store = None
+            store.close()
             lock.release()
             self._lock = None
             raise
-        self._store = store
         self.context.schedule_repeatedly(self.lease_check_interval, _CHECK_LEASES)
+
+    async def _redeliver(self, store: GraphStore) -> None:
+        """Send the log the committed events it lacks (a crash came between a commit and
+        the log's write): it says how far it got, so nothing is sent twice."""
+        assert self.log is not None and self._sending is not None
+        try:
+            position = await self.log.ask(OutboxPosition(), timeout=None)
+        except ActorStopped:
+            logger.warning("supervisor: the log actor is stopped; the events wait in the journal")
+            position = None
+            sends = []
+        else:
+            sends = self._sending.restore(position, store.outbox)
+        if sends:
+            logger.warning(
+                "supervisor: the event log lacks %d committed event(s); appending them",
+                sum(len(message.events) for message in sends),
+            )
+        for message in sends:
+            await self._send_to_log(message)
 
     async def on_stop(self) -> None:
         if self._broken:  # a write failed: memory is ahead of disk, keep only what is on disk
             if self._store is not None:
                 self._store.close()
                 self._store = None
-        elif self._waiting and self._store is not None:
+        elif self._store is not None:
             try:
                 await self._commit()  # answer what was handled; normally empty by now
             except Exception:
@@ -167,12 +212,16 @@ class SupervisorActor(Actor):
             for pending, _ in parked:
                 pending.fail(stopped)
         self._parked.clear()
+        self._commits.fail_all(ActorStopped(self.context.ref, "stopped"))
         store = self._store
         if store is not None:
             self._store = None
             try:
                 if store.journal_bytes:
-                    await anyio.to_thread.run_sync(store.compact, list(self.graph.tasks.values()))
+                    await self._wait_for_log()
+                    await anyio.to_thread.run_sync(
+                        store.compact, list(self.graph.tasks.values()), self._unconfirmed()
+                    )
             except OSError:
                 logger.exception("supervisor: folding the journal into %s failed", store.graph_path)
             finally:
@@ -180,6 +229,24 @@ class SupervisorActor(Actor):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+    def _unconfirmed(self) -> list[Any]:
+        return self._sending.unconfirmed() if self._sending is not None else []
+
+    async def _wait_for_log(self) -> None:
+        """Before folding the journal at a stop: let the log confirm what it was sent
+        (what it has not is kept in the snapshot's outbox, so this is only tidiness)."""
+        if self.log is None or self._sending is None or not len(self._sending):
+            return
+        try:
+            with anyio.move_on_after(5):
+                position = await self.log.ask(OutboxPosition(), timeout=None)
+                if position is not None:
+                    self._sending.confirmed(position)
+        except ActorStopped:
+            pass
+
+    # -- messages ---------------------------------------------------------------------
 
     # -- messages ---------------------------------------------------------------------
 
@@ -195,9 +262,45 @@ class SupervisorActor(Actor):
                 pending.fail(error)
         else:
             if pending is not None and value is not _PARKED:
-                self._waiting.append((pending, value))
-        if context.queued == 0 or len(self._waiting) >= self.max_batch:
+                self._commits.add(pending, value)
+            self._take_events(message)
+        if context.queued == 0 or len(self._commits) >= self.max_batch:
             await self._commit()
+
+    def _take_events(self, message: Any) -> None:
+        """Move the events of what was just applied into the batch's outbox, in order:
+        the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
+        outbox = self._outbox
+        for kind, task in self.graph.take_events():
+            payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
+            if task.error is not None and task.status.value != "COMPLETED":
+                payload["reason"] = task.error.reason
+            outbox.append(OutboxEvent(kind, task.id, task.owner, payload))
+        if isinstance(message, Complete):
+            result = message.result
+            outbox.append(
+                OutboxEvent(
+                    AGENT_RESULT,
+                    message.task_id,
+                    message.agent_id,
+                    {
+                        "outcome": result.outcome,
+                        "artifacts": result.artifacts,
+                        "notes": result.notes,
+                        "next_actions": result.next_actions,
+                    },
+                )
+            )
+        elif isinstance(message, Fail):
+            error = message.error
+            outbox.append(
+                OutboxEvent(
+                    AGENT_RESULT,
+                    message.task_id,
+                    message.agent_id,
+                    {"outcome": "failed", "reason": error.reason, "retryable": error.retryable},
+                )
+            )
 
     def _handle(self, message: Any, pending: PendingReply | None) -> Any:
         graph = self.graph
@@ -238,6 +341,21 @@ class SupervisorActor(Actor):
                     "supervisor: %r was granted to %r, who was cancelled; handed back", task.id, message.owner
                 )
             return None
+        if isinstance(message, OutboxDelivered):
+            if self._sending is not None:
+                self._sending.confirmed(message.origin)
+            return None
+        if isinstance(message, OutboxLost):
+            if self._sending is not None:
+                resend = self._sending.lost(message.position)
+                if resend:
+                    logger.warning(
+                        "supervisor: the event log lost %d batch(es) of events in a failed write; sending "
+                        "them again",
+                        len(resend),
+                    )
+                self._resend.extend(resend)
+            return None
         if message is _CHECK_LEASES:
             expired = graph.expire_leases(now)
             for task in expired:
@@ -251,7 +369,7 @@ class SupervisorActor(Actor):
             self.closing = True
             for parked in self._parked.values():
                 for waiting, _ in parked:
-                    self._waiting.append((waiting, NoWork(closing=True)))
+                    self._commits.add(waiting, NoWork(closing=True))
             self._parked.clear()
             return None
         raise TaskGraphError(f"the supervisor does not handle {type(message).__name__} messages")
@@ -287,41 +405,51 @@ class SupervisorActor(Actor):
                         continue
                     task = graph.claim(claim.agent_id, agent_type, now, self.lease_seconds)
                     assert task is not None  # has_runnable said so
-                    self._waiting.append((pending, Granted(task)))
+                    self._commits.add(pending, Granted(task))
                 if parked is not None and not parked:
                     del self._parked[agent_type]
         types.clear()
 
     async def _commit(self) -> None:
-        """Make the batch's changes durable (one write, one fsync), then answer it."""
+        """Make the batch's changes and events durable (one write, one fsync), answer
+        it, then hand its events to the log."""
         self._grant_parked()
+        self._take_events(None)
         graph = self.graph
         store = self._store
         assert store is not None
         changed = graph.take_changes()
-        waiting, self._waiting = self._waiting, []
-        if changed:
-            try:
-                await run_blocking(store.append, changed)
-                if store.wants_compaction:
-                    await run_blocking(store.compact, list(graph.tasks.values()))
-            except BaseException as error:
-                failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
-                for pending, _ in waiting:
-                    pending.fail(failure)
-                self._broken = True
-                raise  # restart reloads the graph from disk: nothing unacknowledged survives
+        events, self._outbox = self._outbox, []
         abandoned: list[AgentTask] = []
-        for pending, value in waiting:
+
+        def answer(pending: PendingReply, value: Any) -> None:
             if not isinstance(value, Granted):
                 pending.succeed(value)
             elif pending.wanted:
                 pending.succeed(value, if_lost=self._hand_back_later(value.task))
             else:
                 abandoned.append(value.task)  # the asker gave up while the grant was being written
-        events = graph.take_events()
-        if events and self.log is not None:
-            self._tell_events(events)
+
+        written: list[int] = []
+
+        def write() -> None:
+            written.append(store.append(changed, events))
+
+        try:
+            await self._commits.commit(
+                write if changed or events else None,
+                stopped=lambda: ActorStopped(self.context.ref, "stopped"),
+                answer=answer,
+            )
+        except BaseException:
+            self._broken = True
+            raise  # restart reloads the graph from disk: nothing unacknowledged survives
+        if events and written:
+            await self._deliver(written[0], events)
+        if self._resend:
+            resend, self._resend = self._resend, []
+            for message in resend:
+                await self._send_to_log(message)
         if abandoned:
             now = self.clock()
             for task in abandoned:
@@ -331,6 +459,39 @@ class SupervisorActor(Actor):
                     "supervisor: %r was granted to %r, who stopped waiting; handed back", task.id, task.owner
                 )
             await self._commit()  # durable, and offered to any parked claim
+        elif store.wants_compaction:
+            try:
+                await run_blocking(store.compact, list(graph.tasks.values()), self._unconfirmed())
+            except BaseException:
+                self._broken = True
+                raise
+
+    async def _write_and_deliver(self, changed: list[AgentTask]) -> None:
+        """A commit with no replies (start-up recovery): write, then deliver."""
+        store = self._store
+        assert store is not None
+        events, self._outbox = self._outbox, []
+        seq = await anyio.to_thread.run_sync(store.append, changed, events)
+        if events:
+            await self._deliver(seq, events)
+
+    async def _deliver(self, seq: int, events: list[OutboxEvent]) -> None:
+        """Send a durable batch's events to the log (kept until it confirms them)."""
+        if self._sending is not None:
+            await self._send_to_log(self._sending.send(seq, events))
+
+    async def _send_to_log(self, message: AppendBatch) -> None:
+        """Wait for room in the log's mailbox: an event is never dropped. A stopped log
+        leaves the events in the journal (or the snapshot) for the next start."""
+        assert self.log is not None
+        try:
+            await self.log.send(message)
+        except ActorStopped:
+            logger.warning(
+                "supervisor: the log actor is stopped; %d event(s) of batch %d wait in the journal",
+                len(message.events),
+                message.seq,
+            )
 
     def _hand_back_later(self, task: AgentTask) -> Callable[[], None]:
         """``if_lost`` for a grant: tell this actor to hand the task back."""
@@ -345,18 +506,6 @@ class SupervisorActor(Actor):
                 logger.warning("supervisor: could not hand back %r (its lease will)", task.id)
 
         return hand_back
-
-    def _tell_events(self, events: list[tuple[str, AgentTask]]) -> None:
-        log = self.log
-        assert log is not None
-        for kind, task in events:
-            payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
-            if task.error is not None and task.status.value != "COMPLETED":
-                payload["reason"] = task.error.reason
-            try:
-                log.tell(Append(type=kind, task_id=task.id, agent_id=task.owner, payload=payload))
-            except (MailboxFull, ActorStopped):
-                logger.warning("supervisor: the log actor refused a %s event for %r", kind, task.id)
 
 
 _PARKED: Any = object()

@@ -29,8 +29,9 @@ from .._files import (
     replace_durably,
     truncate_durably,
 )
-from ..messages import AgentTask, RecordError, decode_json
+from ..messages import AgentTask, OutboxEvent, RecordError, decode_json
 from ._errors import GraphFileError
+from ._outbox import OutboxBatch
 
 logger = logging.getLogger("greenroom.supervisor")
 
@@ -39,15 +40,28 @@ GRAPH_FILE = "tasks.graph.json"
 JOURNAL_FILE = "tasks.graph.journal"
 
 
+class PendingEvents(msgspec.Struct, forbid_unknown_fields=True):
+    """Outbox events of batch ``seq`` (from position ``first``) the event log had not
+    confirmed when the journal holding them was folded into the snapshot."""
+
+    seq: int
+    first: int
+    events: list[OutboxEvent]
+
+
 class GraphFile(msgspec.Struct, forbid_unknown_fields=True):
     format: str
     seq: int
     tasks: list[AgentTask]
+    outbox: list[PendingEvents] = []
 
 
 class JournalBatch(msgspec.Struct, forbid_unknown_fields=True):
     seq: int
     tasks: list[AgentTask]
+    events: list[OutboxEvent] = []
+    """The events these transitions caused (the outbox): the event log follows the
+    journal, so a transition and its events are one durable fact."""
 
 
 class LoadReport(msgspec.Struct):
@@ -68,6 +82,9 @@ class GraphStore:
         self.seq = 0
         self.snapshot_bytes = 0
         self.journal_bytes = 0
+        self.outbox: list[OutboxBatch] = []
+        """The outbox as loaded: the snapshot's unconfirmed events, then the events of
+        every journal batch (the supervisor sends the log what it lacks)."""
         self._fd: int | None = None
 
     # -- loading ----------------------------------------------------------------------
@@ -94,6 +111,7 @@ class GraphStore:
                     f"{self.graph_path}: unsupported format {snapshot.format!r} (expected {FORMAT!r})"
                 )
             seq = snapshot.seq
+            self.outbox = [OutboxBatch(p.seq, p.first, p.events) for p in snapshot.outbox if p.events]
             for task in snapshot.tasks:
                 if task.id in tasks:
                     raise GraphFileError(f"{self.graph_path}: task id {task.id!r} appears twice")
@@ -124,6 +142,8 @@ class GraphStore:
             report.journal_batches += 1
             for task in batch.tasks:
                 tasks[task.id] = task
+            if batch.events:
+                self.outbox.append(OutboxBatch(batch.seq, 0, batch.events))
         if torn:
             logger.warning(
                 "%s: cut %d bytes of a torn last batch (a write interrupted by a crash; it was never "
@@ -142,30 +162,35 @@ class GraphStore:
 
     # -- writing ----------------------------------------------------------------------
 
-    def append(self, changed: list[AgentTask]) -> None:
-        """Write one batch of changed tasks durably (one fsync)."""
+    def append(self, changed: list[AgentTask], events: list[OutboxEvent] | None = None) -> int:
+        """Write one batch of changed tasks, and the events they caused, durably (one
+        fsync). Returns the batch's ``seq``."""
         if self._fd is None:
             self._fd = open_for_append(self.journal_path)
-        line = _encoder.encode(JournalBatch(self.seq + 1, changed)) + b"\n"
+        line = _encoder.encode(JournalBatch(self.seq + 1, changed, events or [])) + b"\n"
         append_durably(self._fd, line)
         self.seq += 1
         self.journal_bytes += len(line)
+        return self.seq
 
     @property
     def wants_compaction(self) -> bool:
         return self.journal_bytes > max(self.compact_min_bytes, self.snapshot_bytes)
 
-    def compact(self, tasks: list[AgentTask]) -> None:
-        """Replace the snapshot with ``tasks`` (the whole graph as of ``seq``) and empty
-        the journal. Costs O(graph) but runs once per journal the size of the snapshot,
-        so O(1) per change on average."""
-        data = _encoder.encode(GraphFile(FORMAT, self.seq, tasks))
+    def compact(self, tasks: list[AgentTask], outbox: list[OutboxBatch] | None = None) -> None:
+        """Replace the snapshot with ``tasks`` (the whole graph as of ``seq``) and the
+        outbox events the log has not confirmed, and empty the journal. Costs O(graph)
+        but runs once per journal the size of the snapshot, so O(1) per change on
+        average."""
+        pending = [PendingEvents(b.seq, b.first, b.events) for b in outbox or ()]
+        data = _encoder.encode(GraphFile(FORMAT, self.seq, tasks, pending))
         replace_durably(self.graph_path, data)
         self.snapshot_bytes = len(data)
         self.close()
         if self.journal_path.exists():
             truncate_durably(self.journal_path, 0)
         self.journal_bytes = 0
+        self.outbox = []
 
     def close(self) -> None:
         fd, self._fd = self._fd, None

@@ -7,8 +7,9 @@ answered, so ``seq`` order is file order is mailbox order. ``AppendBatch`` carri
 task graph's outbox (the events of one journal batch, each stored with its
 ``origin``); ``OutboxPosition`` answers the origin of the last one held durably, so
 the supervisor can send what a crash kept from the log, and nothing twice. An event
-the visibility policy refuses raises :class:`PolicyError` (a ``ValueError`` with ``policy_error``) in the asker and
-nothing is appended. ``Subscribe(ref)`` tells ``ref`` each event after it is durable.
+the visibility policy refuses raises :class:`PolicyError` (a ``ValueError`` with
+``policy_error``) in the asker and nothing is appended. ``Subscribe(ref)`` tells
+``ref`` each event after it is durable.
 
 Messages sent before ``stop()`` are written and answered; messages sent after are
 refused by the kernel. On start a torn last line (a crash mid-append) is cut off and

@@ -155,8 +155,9 @@ def format_table(figures: dict[str, Any]) -> str:
             f"  physical limit (those batches, one thread): {figures['limit']:>10.0f} events/s",
             f"  open-append-fsync-close per event:         {figures['naive']:>10.0f} events/s",
             f"  greenroom log actor (group commit):        {figures['greenroom']:>10.0f} events/s",
-            f"    = {figures['limit_share']:.2f}x the physical limit (rounds {figures['limit_share_min']:.2f}-"
-            f"{figures['limit_share_max']:.2f}x; target >= {TARGET_LIMIT_SHARE:.1f}x)",
+            f"    = {figures['limit_share']:.2f}x the physical limit "
+            f"(rounds {figures['limit_share_min']:.2f}-{figures['limit_share_max']:.2f}x; "
+            f"target >= {TARGET_LIMIT_SHARE:.1f}x)",
             f"    = {figures['ratio']:.1f}x open-append-fsync-close (rounds {figures['ratio_min']:.1f}-"
             f"{figures['ratio_max']:.1f}x)",
         ]

@@ -10,7 +10,7 @@ import errno
 import os
 from pathlib import Path
 
-from ._errors import DataError
+from ._errors import DataError, InvalidInput
 
 DATA_DIR_ENV = "STREAMING_LLM_DATA_DIR"
 
@@ -21,14 +21,23 @@ def default_data_dir() -> Path:
     value = os.environ.get(DATA_DIR_ENV)
     if value is not None:
         if not value.strip():
-            raise ValueError(f"{DATA_DIR_ENV} is set but empty; unset it or give a directory")
+            raise InvalidInput(
+                f"{DATA_DIR_ENV} is set but empty; unset it or give a directory",
+                field=DATA_DIR_ENV,
+                value=value,
+            )
         return Path(value).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "greenroom"
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
-    """Make sure the data dir exists and is a directory; return it as an absolute path."""
+    """Make sure the data dir exists and is a directory; return it as an absolute path.
+    Blocking (it may create it): from async code, call it in a worker thread."""
+    if data_dir is not None and not str(data_dir).strip():
+        raise InvalidInput(
+            f"the data dir must name a directory, got {str(data_dir)!r}", field="data_dir", value=data_dir
+        )
     path = (Path(data_dir).expanduser() if data_dir is not None else default_data_dir()).absolute()
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"data dir {str(path)!r} exists and is not a directory")

@@ -1,6 +1,6 @@
 """The ``greenroom`` command.
 
-greenroom --version
+greenroom --version                       greenroom --debug COMMAND ...   (tracebacks of bugs)
 greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [--backend B]
 greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
@@ -8,19 +8,26 @@ greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
 greenroom bench actors|graph|log|harness ...
 
 The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
+
+Exit codes: 0 done; 1 an error the user can act on (bad input, a busy or damaged data
+dir, an OS error such as a read-only or full disk), said in one line; 2 a bad flag;
+70 a bug in greenroom (one line; the traceback with --debug); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
 from . import __version__
+from ._errors import GreenroomError, InternalError
 
 
 def _int_at_least(minimum: int) -> Any:
@@ -57,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="greenroom", description=__doc__.split("\n")[0] if __doc__ else None
     )
     parser.add_argument("--version", action="version", version=f"greenroom {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback when greenroom fails with a bug"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def data_dir(sub: argparse.ArgumentParser) -> None:
@@ -129,15 +139,54 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from .daemon._commands import CommandError
-
     try:
         return _dispatch(parser, args)
-    except CommandError as error:
-        print(f"greenroom: error: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as error:  # the one place an error becomes an exit code (nothing awaits here)
+        return report_error(error, debug=args.debug or bool(os.environ.get("GREENROOM_DEBUG")))
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and not isinstance(error, GreenroomError):
+        what = error.strerror or str(error) or type(error).__name__
+        where = error.filename if error.filename is not None else None
+        return f"{where}: {what}" if where is not None else what
+    return str(error) or type(error).__name__
+
+
+def report_error(error: BaseException, *, debug: bool = False, err: TextIO | None = None) -> int:
+    """One line for an error a user can act on (exit 1); for anything else, one line
+    saying it is a bug, and the traceback only with ``debug`` (exit 70)."""
+    out = err if err is not None else sys.stderr
+    leaves = _leaves(error)
+    if all(isinstance(e, (GreenroomError, OSError)) and not isinstance(e, InternalError) for e in leaves):
+        seen: set[str] = set()
+        for leaf in leaves:
+            line = _describe(leaf)
+            if line not in seen:
+                seen.add(line)
+                print(f"greenroom: error: {line}", file=out)
+        return 1
+    bug = next(
+        e for e in leaves if not isinstance(e, (GreenroomError, OSError)) or isinstance(e, InternalError)
+    )
+    print(
+        f"greenroom: internal error ({type(bug).__name__}: {_describe(bug)[:200]}): this is a bug in "
+        "greenroom; nothing you typed caused it. Please report it.",
+        file=out,
+    )
+    if debug:
+        traceback.print_exception(error, file=out)
+    else:
+        print("greenroom: run it again with --debug (or GREENROOM_DEBUG=1) to see the traceback", file=out)
+    return 70
 
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,91 @@ def test_bench_log_json_reports_the_median_of_its_rounds(
     assert (row["backend"], row["agents"], row["rounds"]) == (backend, 3, 3)
     assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
     assert row["naive"] > 0 and row["greenroom"] > 0
+
+
+# -- errors: one line for the user's, a bug line (traceback behind --debug) for ours --------
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_an_os_error_is_one_line_naming_the_path(tmp_path: Path) -> None:
+    done = run_cli("tasks", "list", "--data-dir", "/sys/greenroom-cannot-be-here")
+    assert done.returncode == 1
+    assert done.stderr.startswith("greenroom: error: /sys/greenroom-cannot-be-here")
+    assert "Operation not permitted" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_a_data_dir_that_is_a_file_or_empty_is_one_line(tmp_path: Path) -> None:
+    a_file = tmp_path / "plain"
+    a_file.write_text("x")
+    done = run_cli("tasks", "list", "--data-dir", str(a_file))
+    assert done.returncode == 1 and "exists and is not a directory" in done.stderr
+    assert "Traceback" not in done.stderr
+    empty = run_cli("tasks", "list", "--data-dir", "")
+    assert empty.returncode == 1
+    assert "the data dir must name a directory, got ''" in empty.stderr
+
+
+def test_a_deeply_nested_input_is_refused_in_one_line(tmp_path: Path) -> None:
+    nested = "[" * 20_000 + "]" * 20_000
+    done = run_cli("tasks", "add", "--type", "w", "--input", nested, "--data-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert "--input is nested too deeply" in done.stderr and "Traceback" not in done.stderr
+    deep_file = tmp_path / "deep.json"
+    deep_file.write_text('[{"id": "a", "type": "w", "input": ' + "[" * 20_000 + "]" * 20_000 + "}]")
+    done = run_cli("tasks", "add", "--file", str(deep_file), "--data-dir", str(tmp_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert (
+        not (tmp_path / "tasks.graph.journal").exists()
+        or "a" not in (tmp_path / "tasks.graph.journal").read_text()
+    )
+
+
+def test_a_graph_naming_a_missing_dependency_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "tasks.graph.json").write_text(
+        '{"format": "greenroom.tasks/1", "seq": 0, "tasks": [{"id": "b", "type": "w", "depends_on": ["ghost"]}]}'
+    )
+    before = (tmp_path / "tasks.graph.json").read_bytes()
+    done = run_cli("tasks", "list", "--data-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert "task 'b' depends on 'ghost', which is not in the graph" in done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr
+    assert (tmp_path / "tasks.graph.json").read_bytes() == before
+
+
+def test_a_bug_is_one_line_and_the_traceback_only_with_debug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import greenroom.daemon._commands as commands
+
+    def broken(data_dir: str | None) -> list[object]:
+        raise KeyError("internal-state")
+
+    monkeypatch.setattr(commands, "read_tasks", broken)
+    assert main(["tasks", "list", "--data-dir", str(tmp_path)]) == 70
+    err = capsys.readouterr().err
+    assert "internal error (KeyError" in err and "this is a bug in greenroom" in err
+    assert "Traceback" not in err and "--debug" in err
+    assert main(["--debug", "tasks", "list", "--data-dir", str(tmp_path)]) == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "internal-state" in err
+
+
+def test_user_errors_inside_an_exception_group_are_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from greenroom.cli import report_error
+    from greenroom.supervisor import UnknownTask
+
+    group = BaseExceptionGroup("tasks", [UnknownTask("x"), UnknownTask("x")])
+    assert report_error(group) == 1
+    assert capsys.readouterr().err == "greenroom: error: no task with id 'x'\n"

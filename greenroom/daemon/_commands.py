@@ -19,13 +19,13 @@ import anyio
 import msgspec
 
 from .._errors import InvalidInput
-from .._files import DataDirBusy, OwnerLock, resolve_data_dir
+from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorSystem
 from ..agents.examples import example_graph
-from ..log import EVENTS_FILE, EventLogError, LogActor, read_events, tail_events
-from ..messages import AgentTask, Event, GraphStats, RecordError, Submit, TaskStatus, convert
-from ..supervisor import GraphFileError, GraphStore, SupervisorActor, TaskGraphError
-from ._config import ConfigError, DaemonConfig, default_config, load_config
+from ..log import EVENTS_FILE, LogActor, read_events, tail_events
+from ..messages import AgentTask, Event, GraphStats, Submit, TaskStatus, convert
+from ..supervisor import GraphStore, SupervisorActor
+from ._config import DaemonConfig, default_config, load_config
 from ._host import AgentHost
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
@@ -33,10 +33,6 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
 class CommandError(InvalidInput):
     """A failure to report as ``greenroom: error: ...`` with exit code 1."""
-
-
-def _fail(error: BaseException) -> CommandError:
-    return CommandError(str(error))
 
 
 # -- greenroom run ------------------------------------------------------------------------
@@ -81,38 +77,32 @@ async def run_daemon(
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
-    try:
-        config: DaemonConfig = load_config(config_path) if config_path else default_config()
-    except ConfigError as error:
-        raise _fail(error) from None
+    config: DaemonConfig = load_config(config_path) if config_path else default_config()
     started = time.monotonic()
     received: list[str] = []
-    try:
-        async with AgentHost(config, data_dir) as host:
-            before = await host.stats()
-            print(
-                f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
-                + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
-                file=err,
-                flush=True,
-            )
-            if seed_example:
-                prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-                seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
-                print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_signals, tg.cancel_scope, err, received)
-                if progress_interval:
-                    tg.start_soon(_progress, host, started, err, progress_interval)
-                if until_idle:
-                    await host.wait_idle()
-                    tg.cancel_scope.cancel()
-                else:
-                    await anyio.sleep_forever()
-            await host.shutdown()
-            after = host.final_stats or before
-    except (DataDirBusy, GraphFileError, NotADirectoryError, ValueError) as error:
-        raise _fail(error) from None
+    async with AgentHost(config, data_dir) as host:
+        before = await host.stats()
+        print(
+            f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
+            + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
+            file=err,
+            flush=True,
+        )
+        if seed_example:
+            prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+            seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
+            print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_signals, tg.cancel_scope, err, received)
+            if progress_interval:
+                tg.start_soon(_progress, host, started, err, progress_interval)
+            if until_idle:
+                await host.wait_idle()
+                tg.cancel_scope.cancel()
+            else:
+                await anyio.sleep_forever()
+        await host.shutdown()
+        after = host.final_stats or before
     elapsed = time.monotonic() - started
     completed = after.by_status.get("COMPLETED", 0) - before.by_status.get("COMPLETED", 0)
     print(_line(after, elapsed), file=err, flush=True)
@@ -141,10 +131,7 @@ def _load_locked(data_dir: str | None) -> list[AgentTask]:
 
 
 def read_tasks(data_dir: str | None) -> list[AgentTask]:
-    try:
-        return _load_locked(data_dir)
-    except (DataDirBusy, GraphFileError, NotADirectoryError, ValueError) as error:
-        raise _fail(error) from None
+    return _load_locked(data_dir)
 
 
 def parse_task_flags(
@@ -167,11 +154,13 @@ def parse_task_flags(
         try:
             raw["input"] = json.loads(input_json)
         except json.JSONDecodeError as error:
-            raise CommandError(f"--input is not valid JSON ({error.msg}) (got {input_json!r})") from None
+            raise CommandError(f"--input is not valid JSON ({error.msg}) (got {input_json!r:.80})") from None
+        except RecursionError:
+            raise CommandError(f"--input is nested too deeply (got {input_json!r:.80})") from None
     try:
         return convert(raw, AgentTask, "task")
-    except RecordError as error:
-        raise _fail(error) from None
+    except RecursionError:
+        raise CommandError("--input is nested too deeply") from None
 
 
 def parse_task_file(path: str) -> list[AgentTask]:
@@ -183,28 +172,27 @@ def parse_task_file(path: str) -> list[AgentTask]:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as error:
         raise CommandError(f"{path!r} is not valid JSON: {error}") from None
+    except RecursionError:
+        raise CommandError(f"{path!r} is nested too deeply") from None
     if isinstance(raw, dict):
         raw = raw.get("tasks", raw)
     if not isinstance(raw, list):
         raise CommandError(f'{path!r}: expected a JSON list of tasks (or {{"tasks": [...]}})')
     try:
         return convert(raw, list[AgentTask], f"task file {path!r}")
-    except RecordError as error:
-        raise _fail(error) from None
+    except RecursionError:
+        raise CommandError(f"{path!r} is nested too deeply") from None
 
 
 async def add_tasks(data_dir: str | None, tasks: list[AgentTask]) -> list[AgentTask]:
     """Submit through a short-lived supervisor (all or none), with the events logged."""
-    try:
-        async with ActorSystem() as system:
-            log = await system.spawn(lambda: LogActor(data_dir), name="log")
-            supervisor = await system.spawn(lambda: SupervisorActor(data_dir, log=log), name="supervisor")
-            stored: list[AgentTask] = await supervisor.ask(Submit(tasks), timeout=None)
-            await supervisor.stop()  # its lifecycle events reach the log before the log stops
-            await log.stop()
-            return stored
-    except (DataDirBusy, GraphFileError, TaskGraphError, NotADirectoryError, ValueError) as error:
-        raise _fail(error) from None
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(data_dir), name="log")
+        supervisor = await system.spawn(lambda: SupervisorActor(data_dir, log=log), name="supervisor")
+        stored: list[AgentTask] = await supervisor.ask(Submit(tasks), timeout=None)
+        await supervisor.stop()  # its lifecycle events reach the log before the log stops
+        await log.stop()
+        return stored
 
 
 def task_table(tasks: list[AgentTask]) -> str:
@@ -249,15 +237,9 @@ async def tail(
     """Print events (``--last N`` only the newest N); ``--follow`` keeps printing until
     interrupted (Ctrl-C ends it; the CLI exits 130). Works while a daemon writes: the
     log is append-only, so no lock is needed."""
-    try:
-        path = resolve_data_dir(data_dir) / EVENTS_FILE
-    except (NotADirectoryError, ValueError) as error:
-        raise _fail(error) from None
+    path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir) / EVENTS_FILE
     if last is not None:
-        try:
-            existing = await anyio.to_thread.run_sync(read_events, path)
-        except (EventLogError, OSError) as error:
-            raise _fail(error) from None
+        existing = await anyio.to_thread.run_sync(read_events, path)
         shown = [event for event in existing if event.seq > after][-last:] if last else []
         for event in shown:
             print(
@@ -266,16 +248,11 @@ async def tail(
         if not follow:
             return 0
         after = max([after, *(event.seq for event in existing[-1:])])
-    try:
-        async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
-            async for event in events:
-                print(
-                    msgspec.json.encode(event).decode() if as_json else format_event(event),
-                    file=out,
-                    flush=True,
-                )
-    except (EventLogError, OSError) as error:
-        raise _fail(error) from None
+    async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
+        async for event in events:
+            print(
+                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
+            )
     return 0
 
 

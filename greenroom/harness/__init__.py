@@ -10,7 +10,7 @@ a :class:`PhaseResult`.
 from ._actor import HarnessActor
 from ._budget import Admission, TokenBudget
 from ._handle import Harness
-from ._phase import STOP_REASONS, PhaseResult
+from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused
 from ._setup import HarnessSetup
 from ._stop import StopSignal
@@ -25,6 +25,7 @@ __all__ = [
     "PhaseResult",
     "RiskLevel",
     "Sandbox",
+    "StopReason",
     "StopSignal",
     "TokenBudget",
     "Tool",

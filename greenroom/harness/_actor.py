@@ -42,7 +42,7 @@ from ..messages import (
     ToolSpec,
 )
 from ._budget import TokenBudget
-from ._phase import PhaseResult
+from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused
 from ._stop import StopSignal
 from ._tools import Tool
@@ -354,7 +354,7 @@ class HarnessActor(Actor):
 
     # -- reporting ----------------------------------------------------------------------
 
-    def summary(self, last_stop_reason: str | None = None) -> dict[str, Any]:
+    def summary(self, last_stop_reason: StopReason | None = None) -> dict[str, Any]:
         return {
             "agent_id": self.agent_id,
             "task_id": self.task_id,
@@ -369,7 +369,7 @@ class HarnessActor(Actor):
             "updated_at": time.time(),
         }
 
-    async def _write_summary(self, stop_reason: str) -> None:
+    async def _write_summary(self, stop_reason: StopReason) -> None:
         path = self.summary_path
         assert path is not None
         data = _encoder.encode(self.summary(stop_reason)) + b"\n"

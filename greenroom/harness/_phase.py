@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
-STOP_REASONS: Final = frozenset({"done", "max_iterations", "budget_exhausted", "stop_requested"})
+StopReason = Literal["done", "max_iterations", "budget_exhausted", "stop_requested"]
+"""Why a phase ended (a closed set: mypy checks every comparison against it)."""
+
+STOP_REASONS: Final[frozenset[StopReason]] = frozenset(get_args(StopReason))
 """``done``: the model answered without asking for tools (or tool-only mode ran its
 calls). ``max_iterations``: the phase used its iterations. ``budget_exhausted``: the
 token budget refused the next model call. ``stop_requested``: a stop signal ended it."""
@@ -24,7 +27,7 @@ class PhaseResult:
 
     final_text: str
     tool_calls: list[dict[str, Any]]
-    stop_reason: str
+    stop_reason: StopReason
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:

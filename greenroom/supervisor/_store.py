@@ -144,6 +144,13 @@ class GraphStore:
                 tasks[task.id] = task
             if batch.events:
                 self.outbox.append(OutboxBatch(batch.seq, 0, batch.events))
+        for task in tasks.values():
+            for dep in task.depends_on:
+                if dep not in tasks:
+                    raise GraphFileError(
+                        f"{self.graph_path}: task {task.id!r} depends on {dep!r}, which is not in the graph "
+                        "(was the file edited by hand?)"
+                    )
         if torn:
             logger.warning(
                 "%s: cut %d bytes of a torn last batch (a write interrupted by a crash; it was never "

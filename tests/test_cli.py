@@ -124,7 +124,8 @@ def test_a_deeply_nested_input_is_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_a_graph_naming_a_missing_dependency_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tasks.graph.json").write_text(
-        '{"format": "greenroom.tasks/1", "seq": 0, "tasks": [{"id": "b", "type": "w", "depends_on": ["ghost"]}]}'
+        '{"format": "greenroom.tasks/1", "seq": 0, '
+        '"tasks": [{"id": "b", "type": "w", "depends_on": ["ghost"]}]}'
     )
     before = (tmp_path / "tasks.graph.json").read_bytes()
     done = run_cli("tasks", "list", "--data-dir", str(tmp_path))

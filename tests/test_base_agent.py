@@ -535,3 +535,30 @@ async def test_a_cancelled_run_still_stops_its_harness(node: Node, tmp_path: Pat
         tg.cancel_scope.cancel()
     await eventually(lambda: not harness_ref.is_alive)
     assert model.remaining == 1  # the call was cut short, not answered
+
+
+async def test_the_host_and_the_phases_touch_the_file_system_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from greenroom.daemon import AgentHost, DaemonConfig
+
+    data_dir = tmp_path / "new-data-dir"
+    host = AgentHost(DaemonConfig(agents={}), data_dir)
+    assert not data_dir.exists()  # the constructor made nothing (no blocking call there)
+    async with host:
+        assert host.data_dir == data_dir and data_dir.is_dir()
+        on_loop: list[bool] = []
+        real = greenroom.agents._base.ensure_agent_workspace
+
+        def spy(name: str, folder: Path) -> Path:
+            on_loop.append(threading.current_thread() is threading.main_thread())
+            return real(name, folder)
+
+        monkeypatch.setattr(greenroom.agents._base, "ensure_agent_workspace", spy)
+        agent = Planner([{"user_message": "go"}], llm=setup("done"), agents_folder=tmp_path / "agents")
+        await host.supervisor.ask(Submit([AgentTask(id="t1", type="plan")]))
+        runtime = AgentRuntime("p1", "plan", supervisor=host.supervisor, log=host.log)
+        await agent.execute_once(runtime)
+        assert on_loop == [False]  # the workspace was made in a worker thread

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import re
+from pathlib import Path
 from types import TracebackType
 
 import anyio
@@ -36,7 +37,10 @@ class AgentHost:
         instance: str | None = None,
     ) -> None:
         self.config = config
-        self.data_dir = resolve_data_dir(data_dir)
+        self._data_dir_arg = data_dir
+        self.data_dir: Path
+        """The data dir, absolute and created: set on entering (resolving it touches the
+        file system, so it happens in a worker thread, not in the constructor)."""
         self.narrator = narrator
         self.instance = instance or f"{os.getpid()}"
         self.system = ActorSystem(shutdown_timeout=max(config.shutdown_grace, 1.0))
@@ -48,6 +52,7 @@ class AgentHost:
         """The graph's counts at shutdown, after running tasks finished or were handed back."""
 
     async def __aenter__(self) -> AgentHost:
+        self.data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
         await self.system.__aenter__()
         try:
             await self._start()

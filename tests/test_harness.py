@@ -609,3 +609,32 @@ async def test_an_immediate_stop_reaches_every_harness_sharing_the_signal(system
     for harness in harnesses:
         await harness.aclose()
     assert stop._harnesses == set()  # each left the signal when it stopped
+
+
+async def test_phase_events_wait_for_room_in_a_full_log_and_are_never_dropped(system: ActorSystem) -> None:
+    from greenroom import Actor
+    from greenroom.messages import HARNESS_PHASE, Append
+
+    gate = anyio.Event()
+    seen: list[Any] = []
+
+    class SlowLog(Actor):
+        async def receive(self, message: Any) -> None:
+            await gate.wait()
+            seen.append(message)
+
+    log = await system.spawn(SlowLog, mailbox_size=1)
+    harness = await spawn(system, ScriptedModel([text(f"r{i}") for i in range(5)]), log=log)
+
+    async def phases() -> None:
+        for i in range(5):
+            await harness.run_bounded(f"phase {i}", context_label=f"c{i}")
+        await harness.aclose()  # on_stop sends what is left, waiting for room
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(phases)
+        # the log holds one event and takes none: the harness waits for room (backpressure)
+        await eventually(lambda: bool(log._cell.send_waiters))
+        gate.set()
+    events = [m for m in seen if isinstance(m, Append) and m.type == HARNESS_PHASE]
+    assert [e.payload["context_label"] for e in events] == [f"c{i}" for i in range(5)]

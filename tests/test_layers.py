@@ -77,5 +77,6 @@ def test_each_module_imports_only_its_layer_and_the_ones_above() -> None:
 def test_the_architecture_doc_lists_the_layers_in_this_order() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("```", 2)[1]
-    listed = [m.group(1).removesuffix(".py").removesuffix("/") for m in re.finditer(r"greenroom/(\S+)", block)]
+    found = re.finditer(r"greenroom/(\S+)", block)
+    listed = [m.group(1).removesuffix(".py").removesuffix("/") for m in found]
     assert [name for name in listed if name in LAYERS] == LAYERS

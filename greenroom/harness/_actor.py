@@ -150,6 +150,7 @@ class HarnessActor(Actor):
         self.log = log
         self.call_timeout = call_timeout
         self._phase: _Phase | None = None
+        self._unsent: list[Append] = []
         self.histories: dict[str | None, list[ChatMessage]] = {}
         self.phases = 0
         self.llm_calls = 0
@@ -165,6 +166,8 @@ class HarnessActor(Actor):
 
     async def on_stop(self) -> None:
         self.stop._detach(self.context.ref)
+        if self._unsent:
+            await self._send_unsent()
 
     def on_interrupted(self, message: Any) -> Any:
         """A phase cut short by an immediate stop ends ``stop_requested`` with what it
@@ -179,6 +182,8 @@ class HarnessActor(Actor):
         return super().on_interrupted(message)
 
     async def receive(self, message: Any) -> Any:
+        if self._unsent:
+            await self._send_unsent()
         if isinstance(message, GetHistory):
             return tuple(self.histories.get(message.context_label, ()))
         if not isinstance(message, RunBounded):
@@ -385,9 +390,29 @@ class HarnessActor(Actor):
             "tool_calls": len(result.tool_calls),
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
+        append = Append(type=HARNESS_PHASE, payload=payload, task_id=self.task_id, agent_id=self.agent_id)
+        if self._unsent:  # keep their order
+            self._unsent.append(append)
+            return
         try:
-            self.log.tell(
-                Append(type=HARNESS_PHASE, payload=payload, task_id=self.task_id, agent_id=self.agent_id)
-            )
-        except (ActorStopped, MailboxFull) as error:
+            self.log.tell(append)  # the common case: room, no wait
+        except MailboxFull:
+            self._unsent.append(append)  # never dropped: sent, waiting for room, before the next message
+        except ActorStopped as error:
             logger.warning("harness %r: phase event not logged: %s", self.agent_id, error)
+
+    async def _send_unsent(self) -> None:
+        """Send the phase events a full log mailbox refused, waiting for room. A
+        cancelled send is withdrawn, so an event leaves this list only once accepted."""
+        log = self.log
+        assert log is not None
+        while self._unsent:
+            try:
+                await log.send(self._unsent[0])
+            except ActorStopped as error:
+                logger.warning(
+                    "harness %r: %d phase event(s) not logged: %s", self.agent_id, len(self._unsent), error
+                )
+                self._unsent.clear()
+                return
+            del self._unsent[0]

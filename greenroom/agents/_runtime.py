@@ -26,6 +26,7 @@ from ..messages import (
     NoWork,
     Release,
 )
+from ..supervisor import result_payload
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
@@ -139,15 +140,7 @@ class AgentRuntime:
         journal batch and the event log follows it (after a crash too). A result that
         tries to reach the user is refused first (``PolicyError``) and the task is
         left as it was."""
-        self._check_result(
-            task_id,
-            {
-                "outcome": result.outcome,
-                "artifacts": result.artifacts,
-                "notes": result.notes,
-                "next_actions": result.next_actions,
-            },
-        )
+        self._check_result(task_id, result_payload(result))
         task: AgentTask = await self.supervisor.ask(
             Complete(task_id, self.agent_id, result), timeout=self.request_timeout
         )

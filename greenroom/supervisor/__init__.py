@@ -11,6 +11,7 @@ from ._errors import (
     UnknownTask,
 )
 from ._graph import TaskGraph
+from ._outbox import result_payload
 from ._store import GRAPH_FILE, JOURNAL_FILE, GraphStore, LoadReport
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "TaskGraph",
     "TaskGraphError",
     "UnknownTask",
+    "result_payload",
 ]

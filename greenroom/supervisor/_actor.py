@@ -46,7 +46,6 @@ from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
-    AGENT_RESULT,
     AgentTask,
     AppendBatch,
     Cancel,
@@ -71,7 +70,7 @@ from ..messages import (
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
-from ._outbox import Outbox
+from ._outbox import Outbox, result_event
 from ._store import GraphStore
 
 logger = logging.getLogger("greenroom.supervisor")
@@ -277,30 +276,9 @@ class SupervisorActor(Actor):
                 payload["reason"] = task.error.reason
             outbox.append(OutboxEvent(kind, task.id, task.owner, payload))
         if isinstance(message, Complete):
-            result = message.result
-            outbox.append(
-                OutboxEvent(
-                    AGENT_RESULT,
-                    message.task_id,
-                    message.agent_id,
-                    {
-                        "outcome": result.outcome,
-                        "artifacts": result.artifacts,
-                        "notes": result.notes,
-                        "next_actions": result.next_actions,
-                    },
-                )
-            )
+            outbox.append(result_event(message.task_id, message.agent_id, message.result))
         elif isinstance(message, Fail):
-            error = message.error
-            outbox.append(
-                OutboxEvent(
-                    AGENT_RESULT,
-                    message.task_id,
-                    message.agent_id,
-                    {"outcome": "failed", "reason": error.reason, "retryable": error.retryable},
-                )
-            )
+            outbox.append(result_event(message.task_id, message.agent_id, message.error))
 
     def _handle(self, message: Any, pending: PendingReply | None) -> Any:
         graph = self.graph

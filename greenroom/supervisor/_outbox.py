@@ -18,10 +18,27 @@ exactly one event.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
-from ..messages import AppendBatch, OutboxEvent
+from ..messages import AGENT_RESULT, AgentError, AgentResult, AppendBatch, OutboxEvent
 
 Origin = tuple[int, int]
+
+
+def result_payload(result: AgentResult | AgentError) -> dict[str, Any]:
+    """The payload of the ``AGENT_RESULT`` event of a completion or a failed attempt."""
+    if isinstance(result, AgentError):
+        return {"outcome": "failed", "reason": result.reason, "retryable": result.retryable}
+    return {
+        "outcome": result.outcome,
+        "artifacts": result.artifacts,
+        "notes": result.notes,
+        "next_actions": result.next_actions,
+    }
+
+
+def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:
+    return OutboxEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))
 
 
 class OutboxBatch:

@@ -114,7 +114,7 @@ def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_pa
 def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     config = write_config(tmp_path / "greenroom.toml", concurrency=4, lease=30.0)
-    seed_chains(data_dir, tmp_path, chains=40, steps=5)
+    seed_chains(data_dir, tmp_path, chains=150, steps=5)  # ~10 s of work: the checks below take seconds
     process = subprocess.Popen(
         [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config)],
         env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -23,6 +23,7 @@ LAYERS = [
     "llm",
     "harness",
     "agents",
+    "chat",
     "daemon",
     "bench",
     "cli",

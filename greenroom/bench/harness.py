@@ -29,8 +29,7 @@ import anyio
 
 from ..actors import ActorSystem
 from ..harness import Harness, PhaseResult, Tool
-from ..llm import ScriptedModel
-from ..llm._protocol import ClosingModel
+from ..llm import ClosingModel, ScriptedModel
 from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
 from . import report_per_backend
 

@@ -1,13 +1,15 @@
 """Chat model adapters behind one interface, :class:`ChatModel`.
 
 :class:`OpenAIChatModel` talks to any OpenAI-compatible server through the ``openai``
-SDK; :class:`ScriptedModel` answers from a script, for offline runs and tests. Both
-raise only the errors in this package for provider trouble.
+SDK; :class:`ScriptedModel` answers from a script, for offline runs and tests;
+:class:`RuleBasedModel` drives the task assistant offline with tool calls, the way an LLM
+does. They raise only the errors in this package for provider trouble.
 """
 
 from ._errors import BadRequest, ModelError, RateLimited, TimedOut, Unavailable
 from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel, retry_after_seconds
-from ._protocol import ChatModel
+from ._protocol import ChatModel, ClosingModel
+from ._rules import RuleBasedModel
 from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
 
 __all__ = [
@@ -16,9 +18,11 @@ __all__ = [
     "MODEL_ENV",
     "BadRequest",
     "ChatModel",
+    "ClosingModel",
     "ModelError",
     "OpenAIChatModel",
     "RateLimited",
+    "RuleBasedModel",
     "ScriptExhausted",
     "ScriptedModel",
     "TimedOut",

@@ -1,0 +1,58 @@
+"""The chat runner (specs 001 and 002): a task-management assistant, end to end.
+
+:class:`AgentRunner` runs each request in its own short-lived, interruptible actor (a
+child of a long-lived runner actor) under a deadline; :class:`LLMAgentEngine` decides with
+any ``ChatModel`` and calls the task tools through a :class:`ToolExecutor` — an MCP client
+(:class:`MCPToolExecutor`) on the MCP server :func:`task_server` serves, in-process by
+default, or any MCP server by URL or command. The user's tasks and conversations live in a
+:class:`ChatStore` (:class:`SQLiteChatStore` under the data dir by default).
+"""
+
+from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
+from ._runner import AgentRunner, ChatRequestActor, ChatRunnerActor
+from ._store import CHAT_DB, ChatStore, ConversationNotFound, SQLiteChatStore, TaskRow
+from ._tools import TASK_TOOLS, USER_META, MCPToolExecutor, ToolExecutor, ToolResult, task_server
+from ._types import (
+    CONSTITUTION,
+    AgentContext,
+    AgentDecision,
+    AgentEngineConfig,
+    AgentResult,
+    DecisionContext,
+    DecisionType,
+    MessageHistory,
+    PendingAction,
+    ToolCall,
+    ToolCallRecord,
+)
+
+__all__ = [
+    "CHAT_DB",
+    "CHAT_DECISION",
+    "CHAT_TOOL",
+    "CONSTITUTION",
+    "TASK_TOOLS",
+    "USER_META",
+    "AgentContext",
+    "AgentDecision",
+    "AgentEngineConfig",
+    "AgentResult",
+    "AgentRunner",
+    "ChatRequestActor",
+    "ChatRunnerActor",
+    "ChatStore",
+    "ConversationNotFound",
+    "DecisionContext",
+    "DecisionType",
+    "LLMAgentEngine",
+    "MCPToolExecutor",
+    "MessageHistory",
+    "PendingAction",
+    "SQLiteChatStore",
+    "TaskRow",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolExecutor",
+    "ToolResult",
+    "task_server",
+]

@@ -1,0 +1,299 @@
+"""``LLMAgentEngine`` (spec 002): a chat model with tools decides; ``DecisionContext`` in,
+``AgentDecision`` out.
+
+One decision: a PENDING decision-log event, then up to ``max_iterations`` model calls;
+each tool call the model asks for runs through the ``ToolExecutor`` (and a
+tool-invocation event), except ``delete_task``, which becomes a :class:`PendingAction`
+the user must confirm (``yes delete``). At most ``max_tool_calls`` calls run in one
+decision; the next is refused and the model gets one tool-free turn to answer (what was
+done is kept). The reply about tool results is made from the results
+(``_replies``), never from the model's text. Model failures end in the spec's friendly
+texts, with ``error`` set. The decision-log event is completed at the end.
+
+Cancellation (the runner's deadline interrupts its actor) propagates at once: the model
+call and the tool call in flight are cancelled; nothing here is persisted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..actors import ActorRef, ActorStopped
+from ..llm import ChatModel, ModelError, RateLimited
+from ..messages import Append, ChatMessage, ChatRequest, ToolSpec
+from . import _replies as replies
+from ._tools import ToolExecutor, ToolResult, match_task
+from ._types import (
+    CONSTITUTION,
+    AgentDecision,
+    AgentEngineConfig,
+    DecisionContext,
+    DecisionType,
+    PendingAction,
+    ToolCall,
+    ToolCallRecord,
+)
+
+logger = logging.getLogger("greenroom.chat")
+
+CHAT_DECISION = "CHAT_DECISION"
+CHAT_TOOL = "CHAT_TOOL"
+CONFIRMATION = "yes delete"
+CONFIRMED_TOOLS = frozenset({"delete_task"})
+"""Tools that never run without the user's confirmation."""
+
+_encoder = msgspec.json.Encoder()
+
+
+def is_confirmation(message: str) -> bool:
+    return " ".join(message.lower().split()).strip(" .!") == CONFIRMATION
+
+
+class LLMAgentEngine:
+    """``llm_adapter``: any ``ChatModel``; ``tool_executor``: a ``ToolExecutor`` (its
+    ``tool_specs()`` when it has one: the schemas offered to the model); ``constitution``:
+    the system prompt (spec 002's template by default). ``log``: the log actor the
+    decision and tool-invocation events go to (internal; no user id, no secrets).
+    """
+
+    def __init__(
+        self,
+        llm_adapter: ChatModel,
+        tool_executor: ToolExecutor,
+        constitution: str = CONSTITUTION,
+        max_iterations: int = 5,
+        *,
+        config: AgentEngineConfig | None = None,
+        log: ActorRef | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        if not isinstance(llm_adapter, ChatModel):
+            raise TypeError(f"LLMAgentEngine llm_adapter must be a ChatModel, got {llm_adapter!r}")
+        if not isinstance(tool_executor, ToolExecutor):
+            raise TypeError(f"LLMAgentEngine tool_executor must be a ToolExecutor, got {tool_executor!r}")
+        if not isinstance(constitution, str) or not constitution.strip():
+            raise ValueError(f"LLMAgentEngine constitution must be non-empty text, got {constitution!r:.80}")
+        self.config = config if config is not None else AgentEngineConfig(max_iterations=max_iterations)
+        self.llm = llm_adapter
+        self.tools = tool_executor
+        self.constitution = constitution
+        self.log = log
+        self.clock = clock
+
+    def _specs(self) -> tuple[ToolSpec, ...]:
+        specs = getattr(self.tools, "tool_specs", None)
+        if callable(specs):
+            return tuple(specs())
+        return tuple(ToolSpec(name) for name in self.tools.get_available_tools())
+
+    async def process_message(self, context: DecisionContext) -> AgentDecision:
+        """Decide what to do about ``context.message`` (see the module docstring)."""
+        decision_id = uuid.uuid4().hex
+        started = time.monotonic()
+        await self._event(
+            CHAT_DECISION,
+            {
+                "decision_id": decision_id,
+                "conversation_id": context.conversation_id,
+                "message": context.message[:500],
+                "intent_type": "LLM_PROCESSING",
+                "decision_type": "PENDING",
+                "outcome_category": "PENDING",
+                "duration_ms": 0,
+            },
+        )
+        records: list[ToolCallRecord] = []
+        try:
+            decision = await self._decide(context, decision_id, records)
+        except RateLimited:
+            decision = _failed(replies.RATE_LIMITED, records)
+        except ModelError:
+            decision = _failed(replies.LLM_FAILED, records)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception:  # a model or tool adapter bug: a friendly text, the details in the log
+            logger.exception("chat: decision %s failed", decision_id)
+            decision = _failed(replies.LLM_FAILED, records)
+        await self._event(
+            CHAT_DECISION,
+            {
+                "decision_id": decision_id,
+                "conversation_id": context.conversation_id,
+                "intent_type": "LLM",
+                "decision_type": decision.decision_type.value,
+                "outcome_category": "ERROR" if decision.error else "SUCCESS",
+                "tool_calls": len(decision.records),
+                "duration_ms": int((time.monotonic() - started) * 1000),
+            },
+        )
+        return decision
+
+    async def _decide(
+        self, context: DecisionContext, decision_id: str, records: list[ToolCallRecord]
+    ) -> AgentDecision:
+        pending = context.pending_confirmation
+        if pending is not None and is_confirmation(context.message):
+            if pending.expires_at < self.clock():
+                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.NOTHING_PENDING)
+            result = await self._run_tool(
+                decision_id, pending.tool_name, pending.parameters, context.user_id, records
+            )
+            return AgentDecision(
+                DecisionType.INVOKE_TOOL,
+                tool_calls=[ToolCall(pending.tool_name, pending.parameters)],
+                response_text=replies.for_result(pending.tool_name, result),
+                records=records,
+            )
+        config = self.config
+        history = (
+            context.message_history[-config.include_history_messages :]
+            if config.include_history_messages
+            else ()
+        )
+        messages: list[ChatMessage] = [ChatMessage("system", self.constitution)]
+        messages += [ChatMessage(past.role, past.content) for past in history]
+        messages.append(ChatMessage("user", context.message))
+        specs = self._specs()
+        said: list[str] = []  # the replies about what was done, in order
+        calls: list[ToolCall] = []
+        tools_allowed = True
+        limit_hit = False
+        for _ in range(config.max_iterations):
+            request = ChatRequest(
+                tuple(messages), specs if tools_allowed else (), "auto" if tools_allowed else "none"
+            )
+            reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
+            if not reply.tool_calls or not tools_allowed:
+                if records or limit_hit:
+                    text = replies.combine([*said, *([replies.TOO_MANY_CALLS] if limit_hit else [])])
+                    return AgentDecision(
+                        DecisionType.INVOKE_TOOL, tool_calls=calls, response_text=text, records=records
+                    )
+                text = replies.clean_text(reply.text)
+                if text.rstrip().endswith("?"):
+                    return AgentDecision(
+                        DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
+                    )
+                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+            messages.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
+            for call in reply.tool_calls:
+                if call.arguments_error is not None:  # malformed arguments: ask, do not guess
+                    result = ToolResult(
+                        success=False, error="arguments were not an object", error_code="INVALID_INPUT"
+                    )
+                    said.append(replies.for_result(call.name, result))
+                elif call.name in CONFIRMED_TOOLS:
+                    ask = await self._confirmation(call.name, call.arguments, context.user_id)
+                    if isinstance(ask, PendingAction):
+                        text = replies.combine(
+                            [*said, replies.CONFIRM_DELETE.format(title=replies.quote(ask.title))]
+                        )
+                        return AgentDecision(
+                            DecisionType.REQUEST_CONFIRMATION,
+                            tool_calls=calls or None,
+                            response_text=text,
+                            pending_action=ask,
+                            records=records,
+                        )
+                    result = ask  # not found, ambiguous: said as such
+                    said.append(replies.for_result(call.name, result))
+                elif len(records) >= config.max_tool_calls:  # the 11th: refused; one tool-free turn
+                    limit_hit = True
+                    tools_allowed = False
+                    result = ToolResult(
+                        success=False, error="tool call limit reached", error_code="INVALID_INPUT"
+                    )
+                else:
+                    result = await self._run_tool(
+                        decision_id, call.name, call.arguments, context.user_id, records
+                    )
+                    calls.append(ToolCall(call.name, _visible(call.arguments)))
+                    said.append(replies.for_result(call.name, result))
+                content = _encoder.encode(msgspec.structs.asdict(result)).decode()
+                messages.append(ChatMessage("tool", content, tool_call_id=call.id))
+            if said and not records and not limit_hit:
+                # nothing ran (not found, ambiguous, bad arguments): say so now, not guess on
+                text = replies.combine(said)
+                if text.endswith("?"):
+                    return AgentDecision(
+                        DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
+                    )
+                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+        return AgentDecision(
+            DecisionType.RESPOND_ONLY,
+            tool_calls=calls or None,
+            response_text=replies.combine([*said, replies.TOO_COMPLEX]) if said else replies.TOO_COMPLEX,
+            records=records,
+        )
+
+    async def _confirmation(
+        self, tool_name: str, arguments: dict[str, Any], user_id: str
+    ) -> PendingAction | ToolResult:
+        """Resolve the task a destructive call means, so the confirmation names it and
+        is bound to exactly that task."""
+        listing = await self.tools.execute("list_tasks", {"status": "all"}, user_id)
+        if not listing.success or not isinstance(listing.data, list):
+            return ToolResult(success=False, error="listing failed", error_code="SYSTEM_ERROR")
+        task_id = arguments.get("task_id")
+        found = match_task(
+            listing.data, task_id if isinstance(task_id, int) else None, arguments.get("title")
+        )
+        if isinstance(found, dict) and "success" in found:
+            return msgspec.convert(found, ToolResult)
+        return PendingAction(
+            tool_name,
+            {"task_id": found["id"]},
+            str(found.get("title", "")),
+            self.clock() + self.config.confirmation_seconds,
+        )
+
+    async def _run_tool(
+        self,
+        decision_id: str,
+        tool_name: str,
+        parameters: dict[str, Any],
+        user_id: str,
+        records: list[ToolCallRecord],
+    ) -> ToolResult:
+        visible = _visible(parameters)
+        started = time.perf_counter()
+        result = await self.tools.execute(tool_name, visible, user_id)
+        duration = int((time.perf_counter() - started) * 1000)
+        records.append(ToolCallRecord(tool_name, visible, msgspec.structs.asdict(result), duration))
+        await self._event(
+            CHAT_TOOL,
+            {
+                "decision_id": decision_id,
+                "tool_name": tool_name,
+                "parameters": visible,
+                "success": result.success,
+                "error_code": result.error_code,
+                "error_message": result.error,
+                "duration_ms": duration,
+            },
+        )
+        return result
+
+    async def _event(self, kind: str, payload: dict[str, Any]) -> None:
+        """An internal event through the log actor, waiting for room (never dropped)."""
+        if self.log is None:
+            return
+        try:
+            await self.log.send(Append(type=kind, payload=payload))
+        except ActorStopped:
+            logger.warning("chat: the log actor is stopped; a %s event was not logged", kind)
+
+
+def _visible(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as recorded and logged: never a user id."""
+    return {k: v for k, v in parameters.items() if k != "user_id"}
+
+
+def _failed(text: str, records: list[ToolCallRecord]) -> AgentDecision:
+    return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text, records=records, error=text)

@@ -1,0 +1,278 @@
+"""``AgentRunner`` (spec 001): a short-lived actor per request, interrupted on its deadline.
+
+A long-lived :class:`ChatRunnerActor` owns the requests. ``AgentRunner.run`` asks it for
+a turn on the conversation (``Admit``): one request per conversation at a time, in
+arrival order; different conversations run in parallel. The runner actor then spawns a
+:class:`ChatRequestActor` as its child — interruptible, so the request's deadline (30 s by
+default) interrupts it: the model call and the tool call in flight are cancelled, the
+actor is stopped, and ``run`` raises ``TimeoutError``. A request actor that crashes is
+stopped by the runner's strategy and counted (``ChatRunnerActor.crashes``); its caller
+gets the system-error reply, never the exception.
+
+A request: load the conversation's pending confirmation and history from the store
+(stateless between requests), take the confirmation atomically if the message is
+"yes delete" (so it runs exactly once), let the engine decide, then store the user's
+message, the reply (with its tool calls) and any new pending confirmation in one
+transaction. An interrupted request stores nothing of the conversation (a tool call it
+already made is the one thing that happened).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import anyio
+
+from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
+from . import _replies as replies
+from ._engine import LLMAgentEngine, is_confirmation
+from ._store import ChatStore, StoredMessage, StoredPending
+from ._types import (
+    AgentContext,
+    AgentResult,
+    DecisionContext,
+    MessageHistory,
+    PendingAction,
+    check_id,
+    check_message,
+)
+
+logger = logging.getLogger("greenroom.chat")
+
+
+class _Admit:
+    __slots__ = ("conversation_id",)
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+
+
+class _Release:
+    __slots__ = ("child", "conversation_id")
+
+    def __init__(self, conversation_id: str, child: ActorRef | None) -> None:
+        self.conversation_id = conversation_id
+        self.child = child
+
+
+class _Run:
+    __slots__ = ("context", "message")
+
+    def __init__(self, context: AgentContext, message: str) -> None:
+        self.context = context
+        self.message = message
+
+
+class ChatRequestActor(Actor):
+    """One request, then it is stopped. Interruptible: its deadline cuts it short."""
+
+    interruptible = True
+
+    def __init__(self, engine: LLMAgentEngine, store: ChatStore, clock: Any = time.time) -> None:
+        self.engine = engine
+        self.store = store
+        self.clock = clock
+
+    async def receive(self, message: Any) -> Any:
+        if not isinstance(message, _Run):
+            raise TypeError(f"ChatRequestActor does not handle {type(message).__name__} messages")
+        context, text = message.context, message.message
+        user, conversation = context.user_id, context.conversation_id
+        store = self.store
+        await store.open_conversation(user, conversation, create=False)
+        stored_pending = await store.load_pending(user, conversation)
+        pending: PendingAction | None = None
+        if (
+            stored_pending is not None
+            and is_confirmation(text)
+            and stored_pending.expires_at >= self.clock()
+            and await store.take_pending(user, conversation, stored_pending)  # exactly one taker
+        ):
+            pending = PendingAction(
+                stored_pending.tool_name,
+                stored_pending.parameters,
+                stored_pending.title,
+                stored_pending.expires_at,
+            )
+        stored = await store.load_history(
+            user, conversation, max(self.engine.config.include_history_messages, 1)
+        )
+        history = (
+            tuple(MessageHistory(m.role, m.content, _stamp(m.created_at), m.tool_calls) for m in stored)
+            if stored
+            else context.message_history
+        )
+        decision = await self.engine.process_message(
+            DecisionContext(user, text, conversation, history, pending)
+        )
+        response = decision.response_text or decision.clarification_question or replies.SYSTEM_ERROR
+        if pending is None and is_confirmation(text) and not decision.records:
+            response = replies.NOTHING_PENDING
+        now = self.clock()
+        records = [
+            {
+                "tool_name": r.tool_name,
+                "parameters": r.parameters,
+                "result": r.result,
+                "duration_ms": r.duration_ms,
+            }
+            for r in decision.records
+        ]
+        new_pending = decision.pending_action
+        await store.save_turn(
+            user,
+            conversation,
+            [
+                StoredMessage(role="user", content=text, created_at=now),
+                StoredMessage(role="assistant", content=response, created_at=now, tool_calls=records or None),
+            ],
+            None
+            if new_pending is None
+            else StoredPending(
+                tool_name=new_pending.tool_name,
+                parameters=new_pending.parameters,
+                title=new_pending.title,
+                expires_at=new_pending.expires_at,
+            ),
+        )
+        return AgentResult(decision.error is None, response, list(decision.records), decision.error)
+
+
+def _stamp(seconds: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class ChatRunnerActor(Actor):
+    """Admits one request per conversation at a time and owns the request actors."""
+
+    def __init__(self, engine: LLMAgentEngine, store: ChatStore) -> None:
+        self.engine = engine
+        self.store = store
+        self.crashes = 0
+        self._busy: set[str] = set()
+        self._waiting: dict[str, deque[PendingReply]] = {}
+        self.supervisor_strategy = SupervisorStrategy(decider=self._request_failed)  # type: ignore[misc]
+
+    def _request_failed(self, error: Exception) -> Directive:
+        self.crashes += 1
+        logger.error("chat: a request actor failed (%s); it is stopped", type(error).__name__, exc_info=error)
+        return Directive.STOP
+
+    async def receive(self, message: Any) -> Any:
+        if isinstance(message, _Admit):
+            pending = self.context.reply_later()
+            assert pending is not None, "Admit must be asked"
+            conversation = message.conversation_id
+            if conversation in self._busy:
+                self._waiting.setdefault(conversation, deque()).append(pending)
+                return None
+            self._busy.add(conversation)
+            await self._start(conversation, pending)
+            return None
+        if isinstance(message, _Release):
+            if message.child is not None and message.child.is_alive:
+                self.context.stop(message.child, now=True)
+            await self._next(message.conversation_id)
+            return None
+        raise TypeError(f"ChatRunnerActor does not handle {type(message).__name__} messages")
+
+    async def _start(self, conversation: str, pending: PendingReply) -> None:
+        child = await self.context.spawn(lambda: ChatRequestActor(self.engine, self.store), mailbox_size=4)
+        pending.succeed(child, if_lost=lambda: self.context.ref.tell(_Release(conversation, child)))
+
+    async def _next(self, conversation: str) -> None:
+        queue = self._waiting.get(conversation)
+        while queue:
+            pending = queue.popleft()
+            if pending.wanted:  # its caller may have given up while it waited
+                if not queue:
+                    del self._waiting[conversation]
+                await self._start(conversation, pending)
+                return
+        self._waiting.pop(conversation, None)
+        self._busy.discard(conversation)
+
+
+class AgentRunner:
+    """Spec 001's runner: ``await runner.run(context, message) -> AgentResult``.
+
+    Build it with :meth:`spawn` (a long-lived runner actor in ``system``). ``timeout``:
+    the request deadline in seconds (the engine config's ``timeout_seconds`` by default,
+    30): waiting for the conversation's turn counts.
+    """
+
+    def __init__(self, ref: ActorRef, engine: LLMAgentEngine, store: ChatStore, timeout: float) -> None:
+        self.ref = ref
+        self.engine = engine
+        self.store = store
+        self.timeout = timeout
+
+    @classmethod
+    async def spawn(
+        cls,
+        system: ActorSystem,
+        engine: LLMAgentEngine,
+        store: ChatStore,
+        *,
+        name: str | None = "chat-runner",
+        timeout: float | None = None,
+    ) -> AgentRunner:
+        ref = await system.spawn(lambda: ChatRunnerActor(engine, store), name=name)
+        deadline = float(engine.config.timeout_seconds) if timeout is None else timeout
+        return cls(ref, engine, store, deadline)
+
+    async def new_conversation(self, user_id: str) -> str:
+        """Start a conversation for ``user_id``; returns its id."""
+        check_id("user_id", user_id)
+        conversation = uuid.uuid4().hex
+        await self.store.open_conversation(user_id, conversation, create=True)
+        return conversation
+
+    async def run(self, context: AgentContext, message: str) -> AgentResult:
+        """Run one request: at most ``timeout`` seconds, then ``TimeoutError`` (the
+        request actor is interrupted: the model and tool calls in flight are cancelled).
+
+        Raises ``InvalidInput`` for a bad message or an unknown conversation (nothing
+        stored changes). Every other failure is an ``AgentResult(success=False)`` with
+        the spec's friendly text. Cancelling the caller interrupts the request the same
+        way.
+        """
+        if not isinstance(context, AgentContext):
+            raise TypeError(f"AgentRunner.run takes an AgentContext, got {type(context).__name__}")
+        check_message(message)
+        conversation = context.conversation_id
+        child: ActorRef | None = None
+        try:
+            with anyio.fail_after(self.timeout):
+                child = await self.ref.ask(_Admit(conversation), timeout=None)
+                assert child is not None
+                result: AgentResult = await child.ask(_Run(context, message), timeout=None)
+                return result
+        except TimeoutError:
+            raise TimeoutError(
+                f"the chat request took longer than {self.timeout:g}s and was stopped"
+            ) from None
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:
+            from .._errors import InvalidInput
+
+            if isinstance(error, InvalidInput):
+                raise
+            logger.error("chat: a request failed: %s", type(error).__name__, exc_info=error)
+            return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
+        finally:
+            if child is not None:
+                try:
+                    self.ref.tell(_Release(conversation, child))
+                except Exception:  # the runner is stopping: its children stop with it
+                    logger.debug("chat: the runner is gone; %r stops with it", child.name)
+
+    async def aclose(self) -> None:
+        await self.ref.stop()

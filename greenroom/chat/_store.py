@@ -1,0 +1,393 @@
+"""The chat runner's data: users' tasks, conversations and pending confirmations.
+
+``ChatStore`` is the interface the chat layer owns; ``SQLiteChatStore`` is the embedded
+implementation (stdlib ``sqlite3`` in WAL mode, one file under the data dir). A shared
+database can stand beside it behind the same interface. Every call runs off the event
+loop (in a worker thread), each as one transaction: a call either happens whole or not
+at all. Cancelling a caller never leaves a half-written row; the call it started
+finishes in its thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+import anyio
+import msgspec
+
+from .._errors import InvalidInput
+
+T = TypeVar("T")
+
+CHAT_DB = "chat.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    user_id TEXT NOT NULL,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    completed INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_user ON tasks (user_id, id);
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    conversation_id TEXT NOT NULL REFERENCES conversations (id),
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tool_calls TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+);
+CREATE TABLE IF NOT EXISTS pending_actions (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations (id),
+    tool_name TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    title TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+
+
+class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One of a user's tasks. ``number`` is its position in the user's list (1-based),
+    what a person sees; ``id`` is the store's key and is never shown."""
+
+    id: int
+    title: str
+    description: str = ""
+    completed: bool = False
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: float
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class StoredPending(msgspec.Struct, frozen=True, kw_only=True):
+    """A confirmation the user was asked for: exactly this call, once, before it expires."""
+
+    tool_name: str
+    parameters: dict[str, Any]
+    title: str
+    expires_at: float
+
+
+class ConversationNotFound(InvalidInput):
+    """No conversation with that id belongs to this user (nothing was changed)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(
+            f"no conversation {conversation_id!r} for this user",
+            field="conversation_id",
+            value=conversation_id,
+        )
+
+
+@runtime_checkable
+class ChatStore(Protocol):
+    """What the chat layer needs from a database. Every call is one transaction."""
+
+    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow: ...
+
+    async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]: ...
+
+    async def update_task(
+        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+    ) -> TaskRow | None: ...
+
+    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None: ...
+
+    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None: ...
+
+    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None: ...
+
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]: ...
+
+    async def save_turn(
+        self,
+        user_id: str,
+        conversation_id: str,
+        messages: list[StoredMessage],
+        pending: StoredPending | None,
+    ) -> None: ...
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None: ...
+
+    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+_encoder = msgspec.json.Encoder()
+
+
+class SQLiteChatStore:
+    """``ChatStore`` on one SQLite file (WAL), used from worker threads one call at a time.
+
+    ``path``: the database file (``<data dir>/chat.sqlite3`` in the daemon). ``clock``:
+    the wall clock rows are stamped with. Close it with :meth:`aclose`.
+    """
+
+    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            with self._lock:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    value = fn(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return value
+
+        return await anyio.to_thread.run_sync(call)
+
+    # -- tasks ------------------------------------------------------------------------
+
+    @staticmethod
+    def _row(row: tuple[Any, ...]) -> TaskRow:
+        return TaskRow(
+            id=row[0],
+            title=row[1],
+            description=row[2],
+            completed=bool(row[3]),
+            created_at=row[4],
+            updated_at=row[5],
+        )
+
+    _COLUMNS = "id, title, description, completed, created_at, updated_at"
+
+    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
+        now = self.clock()
+
+        def add(db: sqlite3.Connection) -> TaskRow:
+            cursor = db.execute(
+                "INSERT INTO tasks (user_id, title, description, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (user_id, title, description, now, now),
+            )
+            assert cursor.lastrowid is not None
+            return TaskRow(
+                id=cursor.lastrowid, title=title, description=description, created_at=now, updated_at=now
+            )
+
+        return await self._run(add)
+
+    async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]:
+        where = {"all": "", "pending": " AND completed = 0", "completed": " AND completed = 1"}[status]
+
+        def fetch(db: sqlite3.Connection) -> list[TaskRow]:
+            rows = db.execute(
+                f"SELECT {self._COLUMNS} FROM tasks WHERE user_id = ?{where} ORDER BY id", (user_id,)
+            ).fetchall()
+            return [self._row(row) for row in rows]
+
+        return await self._run(fetch)
+
+    def _one(self, db: sqlite3.Connection, user_id: str, task_id: int) -> TaskRow | None:
+        row = db.execute(
+            f"SELECT {self._COLUMNS} FROM tasks WHERE user_id = ? AND id = ?", (user_id, task_id)
+        ).fetchone()
+        return None if row is None else self._row(row)
+
+    async def update_task(
+        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+    ) -> TaskRow | None:
+        now = self.clock()
+
+        def update(db: sqlite3.Connection) -> TaskRow | None:
+            task = self._one(db, user_id, task_id)
+            if task is None:
+                return None
+            new_title = task.title if title is None else title
+            new_description = task.description if description is None else description
+            db.execute(
+                "UPDATE tasks SET title = ?, description = ?, updated_at = ? WHERE user_id = ? AND id = ?",
+                (new_title, new_description, now, user_id, task_id),
+            )
+            return self._one(db, user_id, task_id)
+
+        return await self._run(update)
+
+    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        now = self.clock()
+
+        def complete(db: sqlite3.Connection) -> TaskRow | None:
+            db.execute(
+                "UPDATE tasks SET completed = 1, updated_at = ? WHERE user_id = ? AND id = ?",
+                (now, user_id, task_id),
+            )
+            return self._one(db, user_id, task_id)
+
+        return await self._run(complete)
+
+    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        def delete(db: sqlite3.Connection) -> TaskRow | None:
+            task = self._one(db, user_id, task_id)
+            if task is not None:
+                db.execute("DELETE FROM tasks WHERE user_id = ? AND id = ?", (user_id, task_id))
+            return task
+
+        return await self._run(delete)
+
+    # -- conversations ----------------------------------------------------------------
+
+    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
+        """Make sure ``conversation_id`` is this user's: create it (``create``) or raise
+        :class:`ConversationNotFound` (also for another user's conversation)."""
+        now = self.clock()
+
+        def open_(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None and create:
+                db.execute(
+                    "INSERT INTO conversations (id, user_id, created_at) VALUES (?, ?, ?)",
+                    (conversation_id, user_id, now),
+                )
+            elif row is None or row[0] != user_id:
+                raise ConversationNotFound(conversation_id)
+
+        await self._run(open_)
+
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        def load(db: sqlite3.Connection) -> list[StoredMessage]:
+            rows = db.execute(
+                "SELECT m.role, m.content, m.tool_calls, m.created_at FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id "
+                "WHERE m.conversation_id = ? AND c.user_id = ? ORDER BY m.seq DESC LIMIT ?",
+                (conversation_id, user_id, limit),
+            ).fetchall()
+            return [
+                StoredMessage(
+                    role="user" if role == "user" else "assistant",
+                    content=content,
+                    created_at=created_at,
+                    tool_calls=None if calls is None else msgspec.json.decode(calls),
+                )
+                for role, content, calls, created_at in reversed(rows)
+            ]
+
+        return await self._run(load)
+
+    async def save_turn(
+        self,
+        user_id: str,
+        conversation_id: str,
+        messages: list[StoredMessage],
+        pending: StoredPending | None,
+    ) -> None:
+        """Append a request's messages and set (or clear) its pending confirmation, in one
+        transaction: a turn is stored whole or not at all."""
+
+        def save(db: sqlite3.Connection) -> None:
+            owner = db.execute(
+                "SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if owner is None or owner[0] != user_id:
+                raise ConversationNotFound(conversation_id)
+            (last,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()
+            for offset, message in enumerate(messages, 1):
+                db.execute(
+                    "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        conversation_id,
+                        last + offset,
+                        message.role,
+                        message.content,
+                        None if message.tool_calls is None else _encoder.encode(message.tool_calls).decode(),
+                        message.created_at,
+                    ),
+                )
+            db.execute("DELETE FROM pending_actions WHERE conversation_id = ?", (conversation_id,))
+            if pending is not None:
+                db.execute(
+                    "INSERT INTO pending_actions (conversation_id, tool_name, parameters, title, expires_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        conversation_id,
+                        pending.tool_name,
+                        _encoder.encode(pending.parameters).decode(),
+                        pending.title,
+                        pending.expires_at,
+                    ),
+                )
+
+        await self._run(save)
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
+        def load(db: sqlite3.Connection) -> StoredPending | None:
+            row = db.execute(
+                "SELECT p.tool_name, p.parameters, p.title, p.expires_at FROM pending_actions p "
+                "JOIN conversations c ON c.id = p.conversation_id "
+                "WHERE p.conversation_id = ? AND c.user_id = ?",
+                (conversation_id, user_id),
+            ).fetchone()
+            if row is None:
+                return None
+            return StoredPending(
+                tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
+            )
+
+        return await self._run(load)
+
+    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
+        """Remove the pending confirmation if it is still exactly ``expected``: ``True``
+        for the one caller that took it (a second "yes delete" finds nothing)."""
+
+        def take(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "DELETE FROM pending_actions WHERE conversation_id = ? AND tool_name = ? AND parameters = ? "
+                "AND conversation_id IN (SELECT id FROM conversations WHERE user_id = ?)",
+                (conversation_id, expected.tool_name, _encoder.encode(expected.parameters).decode(), user_id),
+            )
+            return cursor.rowcount == 1
+
+        return await self._run(take)
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            with self._lock:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await anyio.to_thread.run_sync(close)

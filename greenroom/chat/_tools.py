@@ -1,0 +1,318 @@
+"""The task tools over MCP: the server that serves them, and the executor that calls them.
+
+``task_server(store)`` is an MCP server (the official SDK's ``MCPServer``) with five
+tools: ``add_task``, ``list_tasks``, ``update_task``, ``complete_task``, ``delete_task``.
+None of them takes a ``user_id`` argument: the caller's user id travels in the MCP
+request's metadata (``_meta["dev.greenroom/user_id"]``), set by the executor from the
+authenticated request, never by the model. A model that writes ``user_id`` into its
+arguments changes nothing (unknown arguments are dropped before the call).
+
+``MCPToolExecutor`` is the spec's ``ToolExecutor`` on an MCP client: in-process (the
+SDK's in-memory transport) for an ``MCPServer``, streamable HTTP for a URL, or stdio for
+a command. Each call returns a :class:`ToolResult`; a tool that raises, or answers
+something that is not a tool result, is a ``SYSTEM_ERROR`` result, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import anyio
+import msgspec
+from mcp.server.mcpserver import Context, MCPServer
+
+from ..messages import ToolSpec
+from ._store import ChatStore, TaskRow
+
+USER_META = "dev.greenroom/user_id"
+"""The ``_meta`` key that carries the authenticated user id to the tool server."""
+
+TASK_TOOLS = ("add_task", "list_tasks", "update_task", "complete_task", "delete_task")
+
+ErrorCode = Literal["NOT_FOUND", "AMBIGUOUS", "INVALID_INPUT", "UNAUTHORIZED", "SYSTEM_ERROR"]
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one tool call returned: ``data`` on success, else ``error`` and ``error_code``."""
+
+    success: bool
+    data: Any = None
+    error: str | None = None
+    error_code: ErrorCode | None = None
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """Spec 002's tool executor: runs a tool for a user; ``parameters`` never hold the user."""
+
+    async def execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult: ...
+
+    def get_available_tools(self) -> list[str]: ...
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+def _task_view(task: TaskRow) -> dict[str, Any]:
+    return {"id": task.id, "title": task.title, "description": task.description, "completed": task.completed}
+
+
+def _fail(code: ErrorCode, error: str, **data: Any) -> dict[str, Any]:
+    return {"success": False, "error": error, "error_code": code, "data": data or None}
+
+
+def _ok(data: Any) -> dict[str, Any]:
+    return {"success": True, "data": data, "error": None, "error_code": None}
+
+
+def _text(field: str, value: Any, limit: int, *, required: bool) -> str | dict[str, Any]:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()) or len(value) > limit:
+        return _fail("INVALID_INPUT", f"{field} must be text of 1-{limit} characters", field=field)
+    return value.strip()
+
+
+def match_task(tasks: Sequence[Any], task_id: int | None, title: str | None) -> Any:
+    r"""The one task meant, among ``tasks`` (``TaskRow``\ s or their dict views): by id,
+    or by title (exact, else a unique part of one). Returns the task, or a failed tool
+    response (``NOT_FOUND``, ``AMBIGUOUS``, ``INVALID_INPUT``) as a dict."""
+
+    def field(task: Any, name: str) -> Any:
+        return task.get(name) if isinstance(task, dict) else getattr(task, name)
+
+    if task_id is not None:
+        for task in tasks:
+            if field(task, "id") == task_id:
+                return task
+        return _fail("NOT_FOUND", "no such task", query="that task")
+    if not isinstance(title, str) or not title.strip():
+        return _fail("INVALID_INPUT", "give the task's title", field="title")
+    query = title.strip().lower()
+    exact = [t for t in tasks if str(field(t, "title")).lower() == query]
+    found = exact or [t for t in tasks if query in str(field(t, "title")).lower()]
+    if not found:
+        return _fail("NOT_FOUND", "no such task", query=title.strip())
+    if len(found) > 1:
+        options = [field(t, "title") for t in found[:5]]
+        return _fail("AMBIGUOUS", "several tasks match", query=title.strip(), options=options)
+    return found[0]
+
+
+async def _find(
+    store: ChatStore, user: str, task_id: int | None, title: str | None
+) -> TaskRow | dict[str, Any]:
+    found: TaskRow | dict[str, Any] = match_task(await store.list_tasks(user), task_id, title)
+    return found
+
+
+def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer:
+    """An MCP server (``mcp.server.mcpserver.MCPServer``) with the five task tools on ``store``."""
+    server = MCPServer(name)
+
+    def user_of(ctx: Context) -> str | None:
+        meta = ctx.request_context.meta
+        user = meta.get(USER_META) if meta else None
+        return user if isinstance(user, str) and user else None
+
+    @server.tool()
+    async def add_task(title: str, ctx: Context, description: str = "") -> dict[str, Any]:
+        """Create a new task for the user."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        clean = _text("title", title, 200, required=True)
+        detail = _text("description", description, 2000, required=False)
+        if isinstance(clean, dict):
+            return clean
+        if isinstance(detail, dict):
+            return detail
+        return _ok(_task_view(await store.add_task(user, clean, detail)))
+
+    @server.tool()
+    async def list_tasks(ctx: Context, status: str = "all") -> dict[str, Any]:
+        """List the user's tasks: status is all, pending or completed."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        if status not in ("all", "pending", "completed"):
+            return _fail("INVALID_INPUT", "status must be all, pending or completed", field="status")
+        return _ok([_task_view(t) for t in await store.list_tasks(user, status)])
+
+    @server.tool()
+    async def update_task(
+        ctx: Context,
+        task_id: int | None = None,
+        title: str | None = None,
+        new_title: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a task's title or description; name the task by id or by its title."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        found = await _find(store, user, task_id, title)
+        if isinstance(found, dict):
+            return found
+        changes: dict[str, str] = {}
+        if new_title is not None:
+            clean = _text("new_title", new_title, 200, required=True)
+            if isinstance(clean, dict):
+                return clean
+            changes["title"] = clean
+        if description is not None:
+            detail = _text("description", description, 2000, required=False)
+            if isinstance(detail, dict):
+                return detail
+            changes["description"] = detail
+        if not changes:
+            return _fail("INVALID_INPUT", "nothing to change", field="new_title")
+        updated = await store.update_task(user, found.id, **changes)
+        if updated is None:
+            return _fail("NOT_FOUND", "no such task", query=found.title)
+        return _ok({**_task_view(updated), "changed": sorted(changes), "old_title": found.title})
+
+    @server.tool()
+    async def complete_task(
+        ctx: Context, task_id: int | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        """Mark a task as done; name it by id or by its title."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        found = await _find(store, user, task_id, title)
+        if isinstance(found, dict):
+            return found
+        done = await store.complete_task(user, found.id)
+        return (
+            _ok(_task_view(done))
+            if done is not None
+            else _fail("NOT_FOUND", "no such task", query=found.title)
+        )
+
+    @server.tool()
+    async def delete_task(
+        ctx: Context, task_id: int | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        """Remove a task (the assistant asks the user to confirm first); by id or title."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        found = await _find(store, user, task_id, title)
+        if isinstance(found, dict):
+            return found
+        gone = await store.delete_task(user, found.id)
+        return (
+            _ok(_task_view(gone))
+            if gone is not None
+            else _fail("NOT_FOUND", "no such task", query=found.title)
+        )
+
+    return server
+
+
+# -- the executor ----------------------------------------------------------------------------
+
+
+class MCPToolExecutor:
+    """A ``ToolExecutor`` on one MCP client connection, held open while in use.
+
+    ``server``: an ``MCPServer`` (in-process, the default: ``task_server(store)``), a URL
+    (streamable HTTP) or ``mcp.StdioServerParameters`` (a command). ``call_timeout``:
+    seconds per call. Use it as ``async with MCPToolExecutor(...) as tools:``; leaving
+    the block closes the connection. Cancelling a call abandons it (the in-process
+    server cancels its handler).
+    """
+
+    def __init__(self, server: Any, *, call_timeout: float = 10.0) -> None:
+        self.server = server
+        self.call_timeout = call_timeout
+        self._client: Any = None
+        self._stack: AsyncExitStack | None = None
+        self._specs: dict[str, ToolSpec] = {}
+        self._accepted: dict[str, frozenset[str]] = {}
+
+    async def __aenter__(self) -> MCPToolExecutor:
+        from mcp.client.client import Client
+
+        stack = AsyncExitStack()
+        try:
+            self._client = await stack.enter_async_context(Client(self.server, cache=None))
+            listing = await self._client.list_tools()
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        for tool in listing.tools:
+            schema = dict(tool.input_schema or {"type": "object", "properties": {}})
+            properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != "user_id"}
+            schema["properties"] = properties
+            if "required" in schema:
+                schema["required"] = [r for r in schema["required"] if r != "user_id"]
+            schema.pop("title", None)
+            self._specs[tool.name] = ToolSpec(tool.name, tool.description or "", schema)
+            self._accepted[tool.name] = frozenset(properties)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._stack = self._stack, None
+        self._client = None
+        if stack is not None:
+            await stack.aclose()  # in the task that opened it: the client's task group lives there
+
+    def get_available_tools(self) -> list[str]:
+        return sorted(self._specs)
+
+    def tool_specs(self, names: Sequence[str] | None = None) -> tuple[ToolSpec, ...]:
+        """The tools as offered to a model: their JSON Schemas, with no ``user_id``."""
+        wanted = self.get_available_tools() if names is None else [n for n in names if n in self._specs]
+        return tuple(self._specs[name] for name in wanted)
+
+    async def execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult:
+        client = self._client
+        if client is None:
+            raise RuntimeError("MCPToolExecutor is not open: use 'async with MCPToolExecutor(...)'")
+        accepted = self._accepted.get(tool_name)
+        if accepted is None:
+            return ToolResult(success=False, error=f"unknown tool {tool_name!r}", error_code="INVALID_INPUT")
+        arguments = {k: v for k, v in parameters.items() if k in accepted}  # user_id never passes
+        try:
+            result = await client.call_tool(
+                tool_name, arguments, read_timeout_seconds=self.call_timeout, meta={USER_META: user_id}
+            )
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:  # the server, the transport or the SDK failed: a result, not a crash
+            return ToolResult(success=False, error=f"{type(error).__name__}", error_code="SYSTEM_ERROR")
+        return _decode_result(result)
+
+
+def _decode_result(result: Any) -> ToolResult:
+    if getattr(result, "is_error", False):
+        return ToolResult(success=False, error="the tool failed", error_code="SYSTEM_ERROR")
+    payload = getattr(result, "structured_content", None)
+    if payload is None:
+        texts = [c.text for c in getattr(result, "content", ()) if getattr(c, "type", "") == "text"]
+        if len(texts) != 1:
+            return ToolResult(
+                success=False, error="the tool answered nothing usable", error_code="SYSTEM_ERROR"
+            )
+        try:
+            payload = msgspec.json.decode(texts[0])
+        except msgspec.DecodeError:
+            return ToolResult(
+                success=False, error="the tool answered nothing usable", error_code="SYSTEM_ERROR"
+            )
+    if isinstance(payload, dict) and "result" in payload and "success" not in payload:
+        payload = payload["result"]
+    try:
+        return msgspec.convert(payload, ToolResult)
+    except msgspec.ValidationError:
+        return ToolResult(success=False, error="the tool answered nothing usable", error_code="SYSTEM_ERROR")
+
+
+def now_ms() -> float:
+    return time.perf_counter() * 1000

@@ -171,7 +171,7 @@ class LLMAgentEngine:
             reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
             if not reply.tool_calls or not tools_allowed:
                 if records or limit_hit:
-                    text = replies.combine([*said, *([replies.TOO_MANY_CALLS] if limit_hit else [])])
+                    text = replies.combine(said, replies.TOO_MANY_CALLS if limit_hit else None)
                     return AgentDecision(
                         DecisionType.INVOKE_TOOL, tool_calls=calls, response_text=text, records=records
                     )
@@ -228,8 +228,9 @@ class LLMAgentEngine:
         return AgentDecision(
             DecisionType.RESPOND_ONLY,
             tool_calls=calls or None,
-            response_text=replies.combine([*said, replies.TOO_COMPLEX]) if said else replies.TOO_COMPLEX,
+            response_text=replies.combine(said, replies.TOO_COMPLEX),
             records=records,
+            error=replies.TOO_COMPLEX,
         )
 
     async def _confirmation(

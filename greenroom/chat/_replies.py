@@ -118,10 +118,22 @@ def clean_text(text: str) -> str:
     return short(cleaned)
 
 
-def combine(parts: list[str]) -> str:
-    """Several replies in one message, within the length limit."""
+def combine(parts: list[str], tail: str | None = None) -> str:
+    """Several replies in one message, within the length limit: as many as fit, then a
+    count of the rest; ``tail`` (a closing remark) always stays."""
     unique: list[str] = []
     for part in parts:
         if part not in unique:
             unique.append(part)
-    return short("\n".join(unique))
+    room = MAX_REPLY - (len(tail) + 1 if tail else 0)
+    kept: list[str] = []
+    for index, part in enumerate(unique):
+        rest = len(unique) - index - 1
+        note = f"…and {rest} more done." if rest else ""
+        if sum(len(k) + 1 for k in kept) + len(part) + (len(note) + 1 if note else 0) > room:
+            kept.append(f"…and {len(unique) - index} more done.")
+            break
+        kept.append(part)
+    if tail:
+        kept.append(tail)
+    return short("\n".join(kept))

@@ -151,9 +151,10 @@ def _stamp(seconds: float) -> Any:
 class ChatRunnerActor(Actor):
     """Admits one request per conversation at a time and owns the request actors."""
 
-    def __init__(self, engine: LLMAgentEngine, store: ChatStore) -> None:
+    def __init__(self, engine: LLMAgentEngine, store: ChatStore, clock: Any = time.time) -> None:
         self.engine = engine
         self.store = store
+        self.clock = clock
         self.crashes = 0
         self._busy: set[str] = set()
         self._waiting: dict[str, deque[PendingReply]] = {}
@@ -183,7 +184,9 @@ class ChatRunnerActor(Actor):
         raise TypeError(f"ChatRunnerActor does not handle {type(message).__name__} messages")
 
     async def _start(self, conversation: str, pending: PendingReply) -> None:
-        child = await self.context.spawn(lambda: ChatRequestActor(self.engine, self.store), mailbox_size=4)
+        child = await self.context.spawn(
+            lambda: ChatRequestActor(self.engine, self.store, self.clock), mailbox_size=4
+        )
         pending.succeed(child, if_lost=lambda: self.context.ref.tell(_Release(conversation, child)))
 
     async def _next(self, conversation: str) -> None:
@@ -222,8 +225,10 @@ class AgentRunner:
         *,
         name: str | None = "chat-runner",
         timeout: float | None = None,
+        clock: Any = time.time,
     ) -> AgentRunner:
-        ref = await system.spawn(lambda: ChatRunnerActor(engine, store), name=name)
+        """``clock``: the wall clock confirmations expire by (the engine's should match)."""
+        ref = await system.spawn(lambda: ChatRunnerActor(engine, store, clock), name=name)
         deadline = float(engine.config.timeout_seconds) if timeout is None else timeout
         return cls(ref, engine, store, deadline)
 

@@ -1,0 +1,546 @@
+"""The chat runner (specs 001 and 002) end to end: runner actor, request actors, the
+engine, the MCP task tools, the SQLite store and the logs — on asyncio and trio."""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _support import eventually
+
+from greenroom import ActorRef, ActorSystem
+from greenroom._errors import InvalidInput
+from greenroom.chat import (
+    CHAT_DECISION,
+    CHAT_TOOL,
+    CONSTITUTION,
+    AgentContext,
+    AgentEngineConfig,
+    AgentRunner,
+    LLMAgentEngine,
+    MCPToolExecutor,
+    SQLiteChatStore,
+    ToolResult,
+    task_server,
+)
+from greenroom.chat import _replies as replies
+from greenroom.llm import ChatModel, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
+from greenroom.log import LogActor, read_events
+from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Chat:
+    runner: AgentRunner
+    store: SQLiteChatStore
+    tools: MCPToolExecutor
+    system: ActorSystem
+    log: ActorRef
+    data_dir: Path
+    clock: list[float]
+
+    async def say(self, user: str, conversation: str, message: str) -> Any:
+        return await self.runner.run(AgentContext.from_request(user, conversation, []), message)
+
+
+def open_chat(
+    tmp_path: Path,
+    model: ChatModel | None = None,
+    *,
+    config: AgentEngineConfig | None = None,
+    timeout: float | None = None,
+) -> Any:
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def opened() -> AsyncIterator[Chat]:
+        now = [1_000_000.0]
+        store = SQLiteChatStore(tmp_path / "chat.sqlite3", clock=lambda: now[0])
+        try:
+            async with MCPToolExecutor(task_server(store)) as tools, ActorSystem() as system:
+                log = await system.spawn(lambda: LogActor(tmp_path), name="log")
+                engine = LLMAgentEngine(
+                    model or RuleBasedModel(), tools, config=config, log=log, clock=lambda: now[0]
+                )
+                runner = await AgentRunner.spawn(system, engine, store, timeout=timeout, clock=lambda: now[0])
+                yield Chat(runner, store, tools, system, log, tmp_path, now)
+                await runner.aclose()
+                await log.stop()
+        finally:
+            await store.aclose()
+
+    return opened()
+
+
+async def test_a_conversation_end_to_end_in_the_specs_words(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        said = [
+            (await chat.say("alice", c, message)).response
+            for message in (
+                "add buy milk",
+                "add call mom",
+                "show my tasks",
+                "done buy milk",
+                "show my tasks",
+                "rename buy milk to buy oat milk",
+            )
+        ]
+    assert said == [
+        "Got it! Added 'buy milk' to your list. Anything else?",
+        "Got it! Added 'call mom' to your list. Anything else?",
+        "Here are your tasks:\n1. ☐ buy milk\n2. ☐ call mom",
+        "Great! I've marked 'buy milk' as complete.",
+        "Here are your tasks:\n1. ✓ buy milk\n2. ☐ call mom",
+        "Updated! 'buy oat milk' now has a new title.",
+    ]
+
+
+async def test_greetings_questions_and_off_topic_use_no_tools(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        hello = await chat.say("alice", c, "hello")
+        weather = await chat.say("alice", c, "what's the weather like?")
+        bare = await chat.say("alice", c, "add")
+    assert hello.success and not hello.has_tool_calls and hello.response.startswith("Hi!")
+    assert not weather.has_tool_calls and "only help with your tasks" in weather.response
+    assert not bare.has_tool_calls and bare.response.endswith("?")
+
+
+async def test_delete_asks_first_and_yes_delete_runs_exactly_once(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add call mom")
+        await chat.say("alice", c, "add call dad")
+        asked = await chat.say("alice", c, "delete call mom")
+        assert asked.response == "Do you really want to delete 'call mom'? Reply 'yes delete' to confirm."
+        assert not asked.has_tool_calls and len(await chat.store.list_tasks("alice")) == 2
+        done = await chat.say("alice", c, "yes delete")
+        again = await chat.say("alice", c, "yes delete")
+        left = [t.title for t in await chat.store.list_tasks("alice")]
+    assert done.response == "I've removed 'call mom' from your tasks."
+    assert [r.tool_name for r in done.tool_calls] == ["delete_task"]
+    assert again.response == replies.NOTHING_PENDING and not again.has_tool_calls
+    assert left == ["call dad"]
+
+
+async def test_two_concurrent_yes_delete_delete_once(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        for title in ("one", "two", "three"):
+            await chat.say("alice", c, f"add {title}")
+        await chat.say("alice", c, "delete two")
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+
+                async def confirm() -> None:
+                    results.append(await chat.say("alice", c, "yes delete"))
+
+                tg.start_soon(confirm)
+        titles = sorted(t.title for t in await chat.store.list_tasks("alice"))
+    assert titles == ["one", "three"]
+    assert sum(r.has_tool_calls for r in results) == 1
+
+
+async def test_any_other_reply_cancels_and_a_confirmation_expires(tmp_path: Path) -> None:
+    async with open_chat(tmp_path, config=AgentEngineConfig(confirmation_seconds=60)) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add keep me")
+        await chat.say("alice", c, "delete keep me")
+        await chat.say("alice", c, "show my tasks")  # anything else cancels the pending delete
+        cancelled = await chat.say("alice", c, "yes delete")
+        await chat.say("alice", c, "delete keep me")
+        chat.clock[0] += 61  # past the confirmation's expiry
+        expired = await chat.say("alice", c, "yes delete")
+        titles = [t.title for t in await chat.store.list_tasks("alice")]
+    assert cancelled.response == replies.NOTHING_PENDING
+    assert expired.response == replies.NOTHING_PENDING
+    assert titles == ["keep me"]
+
+
+class Intruder:
+    """A model that tries to reach another user's tasks by naming them in its arguments."""
+
+    def __init__(self, victim: str) -> None:
+        self.victim = victim
+        self.seen: list[ChatRequest] = []
+
+    async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+        self.seen.append(request)
+        if request.messages[-1].role == "tool":
+            return ChatReply(text="done")
+        return ChatReply(
+            tool_calls=(
+                ToolCall("a", "list_tasks", {"status": "all", "user_id": self.victim}),
+                ToolCall("b", "complete_task", {"title": "secret plan", "user_id": self.victim}),
+            )
+        )
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_model_cannot_reach_another_users_tasks(tmp_path: Path) -> None:
+    intruder = Intruder("alice")
+    async with open_chat(tmp_path, intruder) as chat:
+        await chat.store.add_task("alice", "secret plan")
+        c = await chat.runner.new_conversation("mallory")
+        result = await chat.say("mallory", c, "show everything")
+        alice = await chat.store.list_tasks("alice")
+        events = read_events(tmp_path / "events.jsonl")
+    specs = intruder.seen[0].tools
+    assert specs and all("user_id" not in str(spec.parameters) for spec in specs)  # never offered
+    assert [r.tool_name for r in result.tool_calls] == ["list_tasks", "complete_task"]
+    assert result.tool_calls[0].result["data"] == []  # mallory's own (empty) list
+    assert result.tool_calls[1].result["error_code"] == "NOT_FOUND"
+    assert all("user_id" not in r.parameters for r in result.tool_calls)
+    assert not alice[0].completed
+    assert not any("alice" in str(e.payload) or "mallory" in str(e.payload) for e in events)
+
+
+async def test_a_hundred_concurrent_users_never_mix(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        conversations = {f"user{i}": await chat.runner.new_conversation(f"user{i}") for i in range(100)}
+
+        async def user(name: str) -> None:
+            for n in range(3):
+                await chat.say(name, conversations[name], f"add {name} errand {n}")
+
+        async with anyio.create_task_group() as tg:
+            for name in conversations:
+                tg.start_soon(user, name)
+        for name in conversations:
+            titles = sorted(t.title for t in await chat.store.list_tasks(name))
+            assert titles == [f"{name} errand {n}" for n in range(3)]
+        listed = await chat.say("user7", conversations["user7"], "show my tasks")
+    assert listed.response.count("user7 errand") == 3 and "user8" not in listed.response
+
+
+class CallsForever:
+    """A model that asks for ``per_turn`` add_task calls every turn, until refused tools."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self.tool_free_turns = 0
+        self.n = 0
+
+    async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+        if not request.tools:
+            self.tool_free_turns += 1
+            return ChatReply(text="I did a lot.")
+        calls = []
+        for _ in range(self.per_turn):
+            self.n += 1
+            calls.append(ToolCall(f"c{self.n}", "add_task", {"title": f"item {self.n}"}))
+        return ChatReply(tool_calls=tuple(calls))
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_the_eleventh_tool_call_is_refused_and_the_model_answers_without_tools(tmp_path: Path) -> None:
+    model = CallsForever(per_turn=4)
+    async with open_chat(tmp_path, model, config=AgentEngineConfig(max_iterations=10)) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add a dozen things")
+        kept = await chat.store.list_tasks("alice")
+    assert len(result.tool_calls) == 10 and len(kept) == 10  # what was done is kept
+    assert model.tool_free_turns == 1
+    assert replies.TOO_MANY_CALLS in result.response and len(result.response) <= replies.MAX_REPLY
+
+
+async def test_max_iterations_ends_with_the_specs_message(tmp_path: Path) -> None:
+    model = ScriptedModel(lambda request: ChatReply(tool_calls=(ToolCall("x", "list_tasks", {}),)))
+    async with open_chat(tmp_path, model, config=AgentEngineConfig(max_iterations=3)) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "keep going")
+    assert len(model.requests) == 3
+    assert result.response.endswith(replies.TOO_COMPLEX) and not result.success
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [(RateLimited("429 from the provider"), replies.RATE_LIMITED), (Unavailable("503"), replies.LLM_FAILED)],
+)
+async def test_model_failures_end_in_the_specs_texts(tmp_path: Path, error: Exception, text: str) -> None:
+    def fail(request: ChatRequest) -> ChatReply:
+        raise error
+
+    async with open_chat(tmp_path, ScriptedModel(fail)) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add milk")
+        history = await chat.store.load_history("alice", c, 10)
+    assert (result.success, result.response, result.error) == (False, text, text)
+    assert [m.role for m in history] == ["user", "assistant"]  # the conversation stays consistent
+    assert "429" not in result.response and "503" not in result.response
+
+
+async def test_malformed_tool_arguments_get_a_question_not_a_crash(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [ChatReply(tool_calls=(ToolCall("x", "add_task", {}, arguments_error="not JSON: {title"),)), "ok"]
+    )
+    async with open_chat(tmp_path, model) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add something")
+    assert result.response.startswith("Could you provide more details about")
+    assert "JSON" not in result.response and not result.has_tool_calls
+
+
+class BrokenTools:
+    """A tool executor whose tools raise or answer garbage (through the real engine)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    async def execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult:
+        if self.mode == "raise":
+            raise RuntimeError("database is on fire at /srv/db line 42")
+        return ToolResult(success=True, data="\x00garbage")
+
+    def get_available_tools(self) -> list[str]:
+        return ["add_task"]
+
+
+@pytest.mark.parametrize("mode", ["raise", "garbage"])
+async def test_a_tool_that_raises_or_returns_garbage_is_a_friendly_reply(tmp_path: Path, mode: str) -> None:
+    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    async with ActorSystem() as system:
+        engine = LLMAgentEngine(RuleBasedModel(), BrokenTools(mode))
+        runner = await AgentRunner.spawn(system, engine, store)
+        c = await runner.new_conversation("alice")
+        result = await runner.run(AgentContext.from_request("alice", c, []), "add milk")
+    await store.aclose()
+    assert result.response in (replies.SYSTEM_ERROR, replies.LLM_FAILED)
+    assert "fire" not in result.response and "RuntimeError" not in result.response
+    assert "garbage" not in result.response
+
+
+async def test_a_mcp_tool_that_raises_is_a_system_error_result(tmp_path: Path) -> None:
+    class FailingStore(SQLiteChatStore):
+        async def add_task(self, user_id: str, title: str, description: str = "") -> Any:
+            raise RuntimeError("disk I/O error in the tool")
+
+    store = FailingStore(tmp_path / "chat.sqlite3")
+    async with MCPToolExecutor(task_server(store)) as tools:
+        result = await tools.execute("add_task", {"title": "x"}, "alice")
+    await store.aclose()
+    assert (result.success, result.error_code) == (False, "SYSTEM_ERROR")
+    assert "disk" not in (result.error or "")
+
+
+async def test_replies_never_show_ids_tool_names_or_traces(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    async with open_chat(tmp_path) as chat:
+        for i in range(300):  # another user's rows: this user's ids are all >= 301
+            await chat.store.add_task("filler", f"filler {i}")
+        c = await chat.runner.new_conversation("alice")
+        shown: list[str] = []
+        titles: list[str] = []
+        for _ in range(12):
+            title = " ".join(
+                "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 12))) for _ in range(2)
+            )
+            titles.append(title)
+            shown.append((await chat.say("alice", c, f"add {title}")).response)
+        shown.append((await chat.say("alice", c, "show my tasks")).response)
+        shown.append((await chat.say("alice", c, f"done {titles[0]}")).response)
+        shown.append((await chat.say("alice", c, f"rename {titles[1]} to {titles[1]} again")).response)
+        shown.append((await chat.say("alice", c, f"delete {titles[2]}")).response)
+        shown.append((await chat.say("alice", c, "yes delete")).response)
+        shown.append((await chat.say("alice", c, "done zzzz nothing")).response)
+        await chat.say("alice", c, f"add {titles[3]} copy")
+        shown.append((await chat.say("alice", c, f"done {titles[3].split()[0]}")).response)  # ambiguous
+        ids = {t.id for t in await chat.store.list_tasks("alice")}
+    assert "Which one:" in shown[-1] and "couldn't find" in shown[-2]
+    for text in shown:
+        assert len(text) <= replies.MAX_REPLY
+        assert not any(
+            name in text for name in ("add_task", "list_tasks", "complete_task", "delete_task", "update_task")
+        )
+        assert "Traceback" not in text and "Error" not in text
+        numbers = {int(token) for token in text.replace(".", " ").split() if token.isdigit()}
+        assert not numbers & ids
+
+
+async def test_one_conversation_runs_one_request_at_a_time(tmp_path: Path) -> None:
+    seen_histories: list[list[str]] = []
+    in_flight = [0, 0]  # now, most at once
+
+    async def slow(request: ChatRequest) -> ChatReply:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        seen_histories.append([m.content or "" for m in request.messages if m.role == "user"])
+        await anyio.sleep(0.05)
+        in_flight[0] -= 1
+        return ChatReply(text="noted")
+
+    class Slow:
+        async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+            return await slow(request)
+
+        async def aclose(self) -> None:
+            pass
+
+    async with open_chat(tmp_path, Slow()) as chat:
+        c = await chat.runner.new_conversation("alice")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chat.say, "alice", c, "first")
+            await eventually(lambda: in_flight[0] == 1)
+            tg.start_soon(chat.say, "alice", c, "second")
+    assert in_flight[1] == 1
+    assert seen_histories == [["first"], ["first", "second"]]  # the second saw the whole first turn
+
+
+async def test_different_conversations_run_in_parallel(tmp_path: Path) -> None:
+    both = anyio.Event()
+    waiting = [0]
+
+    class Meets:
+        async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+            waiting[0] += 1
+            if waiting[0] == 2:
+                both.set()
+            await both.wait()  # only returns once the other conversation is in flight too
+            return ChatReply(text="hi")
+
+        async def aclose(self) -> None:
+            pass
+
+    async with open_chat(tmp_path, Meets()) as chat:
+        first = await chat.runner.new_conversation("alice")
+        second = await chat.runner.new_conversation("bob")
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(chat.say, "alice", first, "hello")
+                tg.start_soon(chat.say, "bob", second, "hello")
+
+
+async def test_the_deadline_interrupts_the_request_and_stores_nothing(tmp_path: Path) -> None:
+    model = RuleBasedModel(latency=30)
+    async with open_chat(tmp_path, model, timeout=0.2) as chat:
+        c = await chat.runner.new_conversation("alice")
+        with pytest.raises(TimeoutError, match="longer than 0.2s"):
+            await chat.say("alice", c, "add never")
+        runner_cell = chat.runner.ref._cell
+        await eventually(lambda: not runner_cell.children)  # the request actor is gone
+        history = await chat.store.load_history("alice", c, 10)
+        tasks = await chat.store.list_tasks("alice")
+    assert model.calls == 0  # the model call was cancelled, never answered
+    assert history == [] and tasks == []
+
+
+async def test_a_crashing_request_actor_is_counted_and_the_caller_gets_a_friendly_reply(
+    tmp_path: Path,
+) -> None:
+    class BrokenHistory(SQLiteChatStore):
+        async def load_history(self, user_id: str, conversation_id: str, limit: int) -> Any:
+            raise RuntimeError("corrupt row")
+
+    store = BrokenHistory(tmp_path / "chat.sqlite3")
+    async with ActorSystem() as system:
+        engine = LLMAgentEngine(RuleBasedModel(), BrokenTools("garbage"))
+        runner = await AgentRunner.spawn(system, engine, store)
+        c = await runner.new_conversation("alice")
+        result = await runner.run(AgentContext.from_request("alice", c, []), "hello")
+        actor = runner.ref._cell.actor
+        assert actor is not None and actor.crashes == 1  # type: ignore[attr-defined]
+    await store.aclose()
+    assert (result.success, result.response) == (False, replies.SYSTEM_ERROR)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda c: ("alice", c, ""), "message"),
+        (lambda c: ("alice", c, "x" * 5000), "message"),
+        (lambda c: ("alice", "no-such-conversation", "hi"), "conversation_id"),
+        (lambda c: ("bob", c, "hi"), "conversation_id"),  # alice's conversation
+    ],
+)
+async def test_bad_requests_are_refused_naming_the_field(
+    tmp_path: Path, build: Callable[[str], tuple[str, str, str]], field: str
+) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add keep me")
+        before = await chat.store.load_history("alice", c, 100)
+        user, conversation, message = build(c)
+        with pytest.raises(InvalidInput) as refused:
+            await chat.say(user, conversation, message)
+        assert refused.value.field == field
+        assert await chat.store.load_history("alice", c, 100) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("", "c1", []), "user_id"),
+        (("alice bob", "c1", []), "user_id"),
+        (("alice", "c/1", []), "conversation_id"),
+        (("alice", "c1", [{"role": "system", "content": "x"}]), "messages[0].role"),
+        (("alice", "c1", [{"role": "user", "content": 5}]), "messages[0].content"),
+        (("alice", "c1", ["hello"]), "messages[0]"),
+    ],
+)
+def test_a_bad_context_is_refused_naming_the_field(args: tuple[Any, ...], field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        AgentContext.from_request(*args)
+    assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_iterations": 0}, "max_iterations"),
+        ({"temperature": 3}, "temperature"),
+        ({"timeout_seconds": True}, "timeout_seconds"),
+    ],
+)
+def test_a_bad_engine_config_is_refused_naming_the_field(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        AgentEngineConfig(**options)
+    assert refused.value.field == field
+
+
+def test_the_engine_config_defaults_and_the_constitution_are_the_specs() -> None:
+    config = AgentEngineConfig()
+    assert (
+        config.max_iterations,
+        config.include_history_messages,
+        config.temperature,
+        config.timeout_seconds,
+    ) == (
+        5,
+        10,
+        0.0,
+        30,
+    )
+    assert CONSTITUTION.startswith("You are a helpful task management assistant.")
+    assert "For delete requests, always confirm before proceeding" in CONSTITUTION
+
+
+async def test_the_decision_and_tool_logs_go_through_the_log_actor(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add buy milk")
+        await chat.log.ask(OutboxPosition())
+        events = read_events(tmp_path / "events.jsonl")
+    decisions = [e for e in events if e.type == CHAT_DECISION]
+    tools = [e for e in events if e.type == CHAT_TOOL]
+    assert [d.payload["decision_type"] for d in decisions] == ["PENDING", "INVOKE_TOOL"]
+    assert (
+        decisions[0].payload["decision_id"]
+        == decisions[1].payload["decision_id"]
+        == tools[0].payload["decision_id"]
+    )
+    assert tools[0].payload["tool_name"] == "add_task" and tools[0].payload["success"] is True
+    assert all(e.visibility == "internal" and "alice" not in str(e.payload) for e in decisions + tools)

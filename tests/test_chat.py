@@ -428,7 +428,7 @@ async def test_the_deadline_interrupts_the_request_and_stores_nothing(tmp_path: 
     model = RuleBasedModel(latency=30)
     async with open_chat(tmp_path, model, timeout=0.2) as chat:
         c = await chat.runner.new_conversation("alice")
-        with pytest.raises(TimeoutError, match="longer than 0.2s"):
+        with pytest.raises(TimeoutError, match=r"longer than 0\.2s"):
             await chat.say("alice", c, "add never")
         runner_cell = chat.runner.ref._cell
         await eventually(lambda: not runner_cell.children)  # the request actor is gone

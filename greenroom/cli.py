@@ -5,6 +5,8 @@ greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [-
 greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
+greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M]
+greenroom mcp serve                                         (the task tools, MCP over stdio)
 greenroom bench actors|graph|log|harness ...
 
 The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
@@ -118,6 +120,27 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--after", type=_int_at_least(0), default=0, metavar="SEQ")
     tail.add_argument("--last", "-n", type=_int_at_least(0), metavar="N")
     tail.add_argument("--json", action="store_true")
+
+    chat = commands.add_parser("chat", help="talk to the task assistant (offline by default)")
+    data_dir(chat)
+    chat.add_argument("--user", default="me", help="whose tasks and conversations (default: me)")
+    chat.add_argument("--conversation", help="resume this conversation (its id is printed when it starts)")
+    chat.add_argument(
+        "--message", "-m", action="append", dest="messages", metavar="TEXT",
+        help="say this instead of reading standard input (repeatable)",
+    )  # fmt: skip
+    chat.add_argument(
+        "--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else offline)"
+    )
+    chat.add_argument("--model", dest="model_name", help="the model name there (default: $OPENAI_MODEL)")
+    chat.add_argument("--mcp-url", help="take the tools from this MCP server (streamable HTTP)")
+    chat.add_argument("--mcp-command", help="take the tools from this MCP server command (stdio)")
+    chat.add_argument("--timeout", type=_seconds, help="seconds per request (default 30)")
+
+    mcp = commands.add_parser("mcp", help="serve the task tools to MCP clients")
+    mcp_commands = mcp.add_subparsers(dest="action", metavar="ACTION")
+    serve = mcp_commands.add_parser("serve", help="MCP over stdio; the user id comes in each request's _meta")
+    data_dir(serve)
 
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
@@ -249,6 +272,26 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 args.data_dir, after=args.after, last=args.last, follow=args.follow, as_json=args.json
             )
         )
+    if args.command == "chat":
+        from .daemon import _chat
+
+        return anyio.run(
+            lambda: _chat.run_chat(
+                data_dir=args.data_dir,
+                user=args.user,
+                conversation=args.conversation,
+                messages=args.messages,
+                base_url=args.base_url,
+                model_name=args.model_name,
+                mcp_url=args.mcp_url,
+                mcp_command=args.mcp_command,
+                timeout=args.timeout,
+            )
+        )
+    if args.command == "mcp" and args.action == "serve":
+        from .daemon import _chat
+
+        return anyio.run(_chat.serve_mcp, args.data_dir)
     if args.command == "bench" and args.suite == "actors":
         from .bench import actors
 

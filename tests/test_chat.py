@@ -544,3 +544,114 @@ async def test_the_decision_and_tool_logs_go_through_the_log_actor(tmp_path: Pat
     )
     assert tools[0].payload["tool_name"] == "add_task" and tools[0].payload["success"] is True
     assert all(e.visibility == "internal" and "alice" not in str(e.payload) for e in decisions + tools)
+
+
+async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: Path) -> None:
+    import json
+
+    from _chat_server import ChatServer, Respond, completion
+
+    from greenroom.llm import OpenAIChatModel
+
+    server = ChatServer()
+    server.add(
+        Respond(
+            body=completion(
+                tool_calls=[("call_1", "add_task", json.dumps({"title": "buy milk", "user_id": "eve"}))]
+            )
+        ),
+        Respond(body=completion(text="All set!")),
+    )
+    with server.running() as running:
+        model = OpenAIChatModel("test-model", base_url=running.url, api_key="sk-test-secret")
+        try:
+            async with open_chat(tmp_path, model) as chat:
+                c = await chat.runner.new_conversation("alice")
+                result = await chat.say("alice", c, "please add buy milk")
+                tasks = await chat.store.list_tasks("alice")
+                eve = await chat.store.list_tasks("eve")
+        finally:
+            await model.aclose()
+    assert result.response == "Got it! Added 'buy milk' to your list. Anything else?"
+    assert [t.title for t in tasks] == ["buy milk"] and eve == []
+    first = server.seen[0].body
+    assert first["messages"][0] == {"role": "system", "content": CONSTITUTION}
+    assert {tool["function"]["name"] for tool in first["tools"]} == {
+        "add_task",
+        "list_tasks",
+        "update_task",
+        "complete_task",
+        "delete_task",
+    }
+    assert "user_id" not in json.dumps(first["tools"])
+    second = server.seen[1].body
+    assert second["messages"][-1]["role"] == "tool" and "buy milk" in second["messages"][-1]["content"]
+
+
+# -- the command, and tools from another process --------------------------------------------
+
+
+def run_greenroom(*args: str, stdin: str = "") -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_greenroom_chat_works_offline_and_resumes_a_conversation(tmp_path: Path) -> None:
+    first = run_greenroom(
+        "chat",
+        "--data-dir",
+        str(tmp_path),
+        "--user",
+        "alice",
+        stdin="add buy milk\nadd call mom\ndelete call mom\n",
+    )
+    assert first.returncode == 0, first.stderr
+    assert "Got it! Added 'buy milk' to your list." in first.stdout
+    assert "Do you really want to delete 'call mom'? Reply 'yes delete' to confirm." in first.stdout
+    conversation = first.stderr.split("new conversation ")[1].split()[0]
+    second = run_greenroom(
+        "chat", "--data-dir", str(tmp_path), "--user", "alice", "--conversation", conversation,
+        "-m", "yes delete", "-m", "show my tasks",
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert "I've removed 'call mom' from your tasks." in second.stdout  # the pending delete was stored
+    assert second.stdout.endswith("assistant> Here are your tasks:\n1. ☐ buy milk\n")
+    events = read_events(tmp_path / "events.jsonl")
+    assert any(e.type == CHAT_TOOL for e in events)  # greenroom events tail shows them
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--user", "a b"], "--user must be 1-128 letters"),
+        (["--conversation", "nope"], "--conversation 'nope' is not a conversation of user 'me'"),
+        (["--mcp-url", "ftp://x"], "--mcp-url must be an http(s) URL"),
+        (["--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),
+    ],
+)
+def test_greenroom_chat_refuses_bad_flags_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    done = run_greenroom("chat", "--data-dir", str(tmp_path), *args, "-m", "hello")
+    assert done.returncode in (1, 2)
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_tools_from_an_mcp_server_in_another_process_keep_users_apart(tmp_path: Path) -> None:
+    import sys
+
+    from mcp.client.stdio import StdioServerParameters
+
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "greenroom", "mcp", "serve", "--data-dir", str(tmp_path)]
+    )
+    async with MCPToolExecutor(server) as tools:
+        assert tools.get_available_tools() == sorted(
+            ["add_task", "list_tasks", "update_task", "complete_task", "delete_task"]
+        )
+        added = await tools.execute("add_task", {"title": "alice's", "user_id": "bob"}, "alice")
+        bobs = await tools.execute("list_tasks", {}, "bob")
+        alices = await tools.execute("list_tasks", {}, "alice")
+    assert added.success and bobs.data == [] and [t["title"] for t in alices.data] == ["alice's"]

@@ -1,0 +1,133 @@
+"""``greenroom chat`` (an interactive session with the task assistant) and ``greenroom mcp
+serve`` (the task tools as an MCP server on stdio, for any MCP client)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any, TextIO
+
+import anyio
+
+from .._errors import InvalidInput
+from ..chat import CHAT_DB, ConversationNotFound, SQLiteChatStore, task_server
+from ..chat._app import open_assistant
+from ..chat._types import check_id
+
+PROMPT = "you> "
+
+
+def _model(base_url: str | None, model: str | None) -> Any:
+    """The offline rule-based model, or an OpenAI-compatible server when one is named
+    (``--base-url`` / ``--model``, or ``OPENAI_BASE_URL`` / ``OPENAI_MODEL``)."""
+    import os
+
+    from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
+
+    if (
+        base_url is None
+        and model is None
+        and not os.environ.get(BASE_URL_ENV)
+        and not os.environ.get(MODEL_ENV)
+    ):
+        return None
+    return OpenAIChatModel(model, base_url=base_url)
+
+
+def _mcp(url: str | None, command: str | None) -> Any:
+    if url is not None and command is not None:
+        raise InvalidInput("give --mcp-url or --mcp-command, not both", field="--mcp-url", value=url)
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(
+                f"--mcp-url must be an http(s) URL (got {url!r})", field="--mcp-url", value=url
+            )
+        return url
+    if command is not None:
+        from mcp.client.stdio import StdioServerParameters
+
+        words = shlex.split(command)
+        if not words:
+            raise InvalidInput("--mcp-command is empty", field="--mcp-command", value=command)
+        return StdioServerParameters(command=words[0], args=words[1:])
+    return None
+
+
+async def run_chat(
+    *,
+    data_dir: str | None,
+    user: str,
+    conversation: str | None,
+    messages: list[str] | None,
+    base_url: str | None,
+    model_name: str | None,
+    mcp_url: str | None,
+    mcp_command: str | None,
+    timeout: float | None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    interactive: bool | None = None,
+) -> int:
+    """Talk to the assistant: each ``--message`` in turn, or lines from standard input
+    until end of input (or ``/quit``). Prints the conversation id first (resume it with
+    ``--conversation``)."""
+    check_id("--user", user)
+    if conversation is not None:
+        check_id("--conversation", conversation)
+    model = _model(base_url, model_name)
+    mcp = _mcp(mcp_url, mcp_command)
+    try:
+        async with open_assistant(data_dir, model=model, mcp=mcp, timeout=timeout) as assistant:
+            if conversation is None:
+                conversation = await assistant.runner.new_conversation(user)
+                print(f"greenroom: new conversation {conversation} (resume it with --conversation)", file=err)
+            else:
+                try:
+                    await assistant.store.open_conversation(user, conversation, create=False)
+                except ConversationNotFound:
+                    raise InvalidInput(
+                        f"--conversation {conversation!r} is not a conversation of user {user!r}",
+                        field="--conversation",
+                        value=conversation,
+                    ) from None
+                print(f"greenroom: resuming conversation {conversation}", file=err)
+            tty = sys.stdin.isatty() if interactive is None else interactive
+            source = iter(messages) if messages is not None else None
+            while True:
+                if source is not None:
+                    line = next(source, None)
+                else:
+                    if tty:
+                        print(PROMPT, end="", file=out, flush=True)
+                    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+                    line = line if line else None
+                if line is None or line.strip() in ("/quit", "/exit"):
+                    return 0
+                if not line.strip():
+                    continue
+                try:
+                    result = await assistant.say(user, conversation, line.strip())
+                except TimeoutError as error:
+                    print(f"assistant> Sorry, that took too long ({error}).", file=out, flush=True)
+                    continue
+                except InvalidInput as error:
+                    print(f"greenroom: {error}", file=err, flush=True)
+                    continue
+                print(f"assistant> {result.response}", file=out, flush=True)
+    finally:
+        if model is not None:
+            await model.aclose()
+
+
+async def serve_mcp(data_dir: str | None) -> int:
+    """Serve the task tools over stdio until the client closes it. The user id comes in
+    each request's ``_meta``; calls without one are refused."""
+    from .._files import resolve_data_dir
+
+    path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
+    store = SQLiteChatStore(path / CHAT_DB)
+    try:
+        await task_server(store).run_stdio_async()
+    finally:
+        await store.aclose()
+    return 0

@@ -8,6 +8,7 @@ default, or any MCP server by URL or command. The user's tasks and conversations
 :class:`ChatStore` (:class:`SQLiteChatStore` under the data dir by default).
 """
 
+from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
 from ._runner import AgentRunner, ChatRequestActor, ChatRunnerActor
 from ._store import CHAT_DB, ChatStore, ConversationNotFound, SQLiteChatStore, TaskRow
@@ -38,6 +39,7 @@ __all__ = [
     "AgentEngineConfig",
     "AgentResult",
     "AgentRunner",
+    "Assistant",
     "ChatRequestActor",
     "ChatRunnerActor",
     "ChatStore",
@@ -54,5 +56,6 @@ __all__ = [
     "ToolCallRecord",
     "ToolExecutor",
     "ToolResult",
+    "open_assistant",
     "task_server",
 ]

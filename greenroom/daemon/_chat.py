@@ -10,8 +10,7 @@ from typing import Any, TextIO
 import anyio
 
 from .._errors import InvalidInput
-from ..chat import CHAT_DB, ConversationNotFound, SQLiteChatStore, task_server
-from ..chat._app import open_assistant
+from ..chat import CHAT_DB, ConversationNotFound, SQLiteChatStore, open_assistant, task_server
 from ..chat._types import check_id
 
 PROMPT = "you> "

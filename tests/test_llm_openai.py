@@ -276,3 +276,36 @@ def test_retry_after_accepts_seconds_milliseconds_and_http_dates() -> None:
     assert retry_after_seconds({"retry-after": "soon"}) is None
     assert retry_after_seconds({}) is None
     assert retry_after_seconds({"retry-after": "-5"}) == 0.0
+
+
+async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(server: ChatServer) -> None:
+    server.add(*(Respond(body=completion(text=f"r{i}"), hold=True) for i in range(5)))
+    model = make_model(server, max_in_flight=2)
+    answers: list[str] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+
+                async def call(i: int = i) -> None:
+                    answers.append((await model.chat(ask(f"q{i}"))).text)
+
+                tg.start_soon(call)
+                await eventually(
+                    lambda i=i: (
+                        model._admission is not None
+                        and model._admission.statistics().tasks_waiting + model._admission.borrowed_tokens
+                        == i + 1
+                    )
+                )  # type: ignore[misc]
+            await eventually(lambda: len(server.seen) == 2)
+            assert model._admission is not None and model._admission.statistics().tasks_waiting == 3
+            server.release()
+    finally:
+        await model.aclose()
+    assert [s.body["messages"][-1]["content"] for s in server.seen] == [f"q{i}" for i in range(5)]  # FIFO
+    assert len(answers) == 5
+
+
+def test_max_in_flight_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_in_flight must be an int >= 1, got 0"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=0)

@@ -97,9 +97,15 @@ class OpenAIChatModel(ClosingModel):
     :class:`RateLimited`, :class:`TimedOut`, :class:`Unavailable` and
     :class:`BadRequest`.
 
-    Cancellation stops the call in flight (and any retry wait) at once. Close it with
-    ``aclose()`` or ``async with``: an unclosed client leaks its connections (and
-    warns under trio).
+    ``max_in_flight``: admission control. At most that many calls are in flight at once
+    to this endpoint; the others wait in FIFO order (a cancelled waiter leaves the line),
+    and the connection pool is sized to match. ``None``: no bound (the SDK's pool of up
+    to 1,000 connections). Under many concurrent conversations a bound keeps the HTTP
+    client's per-request work from growing with the number of requests waiting.
+
+    Cancellation stops the call in flight (and any retry wait, or a wait for admission)
+    at once. Close it with ``aclose()`` or ``async with``: an unclosed client leaks its
+    connections (and warns under trio).
     """
 
     def __init__(
@@ -113,6 +119,7 @@ class OpenAIChatModel(ClosingModel):
         max_retry_wait: float = 60.0,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -142,9 +149,21 @@ class OpenAIChatModel(ClosingModel):
             None if max_tokens is None else check_int("OpenAIChatModel", "max_tokens", max_tokens)
         )
         self._key = api_key or os.environ.get(API_KEY_ENV) or NO_KEY
+        self.max_in_flight = (
+            None if max_in_flight is None else check_int("OpenAIChatModel", "max_in_flight", max_in_flight)
+        )
+        self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
+        http_client = None
+        if self.max_in_flight is not None:
+            import httpx2
+
+            limits = httpx2.Limits(
+                max_connections=self.max_in_flight, max_keepalive_connections=self.max_in_flight
+            )
+            http_client = openai.DefaultAsyncHttpxClient(limits=limits)
         # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
         self._client = openai.AsyncOpenAI(
-            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.timeout
+            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.timeout, http_client=http_client
         )
         self.closed = False
 
@@ -181,6 +200,15 @@ class OpenAIChatModel(ClosingModel):
             params["temperature"] = self.temperature
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
+        if self.max_in_flight is not None:
+            admission = self._admission
+            if admission is None:
+                admission = self._admission = anyio.CapacityLimiter(self.max_in_flight)
+            async with admission:  # FIFO: the longest-waiting call goes first
+                return await self._attempts(request, params, per_call)
+        return await self._attempts(request, params, per_call)
+
+    async def _attempts(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> ChatReply:
         attempt = 0
         while True:
             try:

@@ -655,3 +655,18 @@ async def test_tools_from_an_mcp_server_in_another_process_keep_users_apart(tmp_
         bobs = await tools.execute("list_tasks", {}, "bob")
         alices = await tools.execute("list_tasks", {}, "alice")
     assert added.success and bobs.data == [] and [t["title"] for t in alices.data] == ["alice's"]
+
+
+def test_making_the_task_server_leaves_the_root_logger_alone(tmp_path: Path) -> None:
+    import logging
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    root.handlers[:] = []  # as in an app that configured nothing: basicConfig would act
+    root.setLevel(logging.WARNING)
+    try:
+        task_server(SQLiteChatStore(tmp_path / "chat.sqlite3"))
+        assert (root.handlers, root.level) == ([], logging.WARNING)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

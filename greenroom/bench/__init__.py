@@ -51,6 +51,6 @@ def report_per_backend(
     return 0
 
 
-from . import graph, harness, log  # noqa: E402 -- they import the helpers above
+from . import chat, graph, harness, log  # noqa: E402 -- they import the helpers above
 
-SUITES: dict[str, ModuleType] = {"graph": graph, "log": log, "harness": harness}
+SUITES: dict[str, ModuleType] = {"graph": graph, "log": log, "harness": harness, "chat": chat}

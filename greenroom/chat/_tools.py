@@ -15,6 +15,7 @@ something that is not a tool result, is a ``SYSTEM_ERROR`` result, never an exce
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -110,8 +111,17 @@ async def _find(
 
 
 def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer:
-    """An MCP server (``mcp.server.mcpserver.MCPServer``) with the five task tools on ``store``."""
-    server = MCPServer(name)
+    """An MCP server (``mcp.server.mcpserver.MCPServer``) with the five task tools on ``store``.
+
+    The SDK's server calls ``logging.basicConfig`` when it is made; greenroom is embedded
+    in other people's apps, so the root logger is left exactly as it was."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        server = MCPServer(name, log_level="WARNING")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
     def user_of(ctx: Context) -> str | None:
         meta = ctx.request_context.meta

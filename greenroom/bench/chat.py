@@ -1,0 +1,235 @@
+"""Chat benchmark: C concurrent conversations against an OpenAI-compatible server.
+
+Each conversation is one user message → one ``add_task`` tool call → a final text, two
+model calls in all, against a chat-completions server on 127.0.0.1 in a separate process
+(``_chat_server``) answering after ``latency`` ms. Two clients in this process, measured
+in the same run, alternating:
+
+- **plain**: the same conversation as a plain ``openai.AsyncOpenAI`` loop with an
+  in-memory tool (one shared client: no actors, no MCP, no store, no logs);
+- **greenroom**: ``AgentRunner.run`` — a request actor per conversation, the engine, the
+  tool over MCP, the conversation and the task in SQLite (fsynced), the decision and tool
+  logs through the log actor — through ``OpenAIChatModel(max_in_flight=...)``.
+
+Figures per client, concurrency and latency: conversations/s, p50 and p99 latency of a
+conversation, and this process's CPU time per conversation (``time.process_time``: the
+server's CPU is not in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+
+HELP = "chat runner: conversations/s, latency and CPU per conversation vs a plain openai loop"
+
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add_task",
+            "description": "Create a new task for the user.",
+            "parameters": {
+                "type": "object",
+                "properties": {"title": {"type": "string"}},
+                "required": ["title"],
+            },
+        },
+    }
+]
+
+
+@contextmanager
+def model_server(latency_ms: float) -> Iterator[str]:
+    """The chat-completions server in its own process; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom.bench._chat_server", str(latency_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.kill()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+async def _timed(
+    conversations: int, one: Callable[[int], Awaitable[None]], sequential: bool
+) -> dict[str, Any]:
+    latencies: list[float] = []
+
+    async def run(index: int) -> None:
+        started = time.perf_counter()
+        await one(index)
+        latencies.append(time.perf_counter() - started)
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    if sequential:
+        for index in range(conversations):
+            await run(index)
+    else:
+        async with anyio.create_task_group() as tg:
+            for index in range(conversations):
+                tg.start_soon(run, index)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    latencies.sort()
+    return {
+        "per_second": conversations / wall,
+        "p50": latencies[len(latencies) // 2],
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "cpu_per_conversation": cpu / conversations,
+    }
+
+
+async def _plain(base_url: str, conversations: int, sequential: bool) -> dict[str, Any]:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    tasks: dict[int, list[str]] = {}
+
+    async def one(index: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"add errand {index}"}]
+        first = await client.chat.completions.create(model="bench", messages=messages, tools=_TOOLS)  # type: ignore[arg-type]
+        message = first.choices[0].message
+        calls = message.tool_calls or []
+        messages.append({"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]})
+        for call in calls:
+            arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+            tasks.setdefault(index, []).append(arguments["title"])
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"ok": True})})
+        await client.chat.completions.create(model="bench", messages=messages, tools=_TOOLS)  # type: ignore[arg-type]
+
+    try:
+        figures = await _timed(conversations, one, sequential)
+    finally:
+        await client.close()
+    assert len(tasks) == conversations
+    return figures
+
+
+async def _greenroom(
+    base_url: str, conversations: int, sequential: bool, max_in_flight: int
+) -> dict[str, Any]:
+    from ..chat import AgentContext, open_assistant
+    from ..llm import OpenAIChatModel
+
+    model = OpenAIChatModel(
+        "bench", base_url=base_url, api_key="bench", max_retries=0, max_in_flight=max_in_flight
+    )
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-chat-") as tmp:
+        try:
+            async with open_assistant(tmp, model=model, timeout=600) as assistant:
+                contexts = []
+                for index in range(conversations):
+                    user = f"user{index}"
+                    conversation = await assistant.runner.new_conversation(user)
+                    contexts.append(AgentContext.from_request(user, conversation, []))
+
+                async def one(index: int) -> None:
+                    result = await assistant.runner.run(contexts[index], f"add errand {index}")
+                    assert result.success and len(result.tool_calls) == 1, result
+
+                figures = await _timed(conversations, one, sequential)
+                stored = await assistant.store.list_tasks("user0")
+                assert [t.title for t in stored] == ["errand 0"]
+        finally:
+            await model.aclose()
+    return figures
+
+
+def measure(
+    backend: str, concurrency: list[int], latencies: list[int], sequential_count: int, max_in_flight: int
+) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for latency in latencies:
+        with model_server(latency) as url:
+            for count in concurrency:
+                sequential = count == 1
+                n = sequential_count if sequential else count
+                plain = anyio.run(_plain, url, n, sequential, backend=backend)
+                mine = anyio.run(_greenroom, url, n, sequential, max_in_flight, backend=backend)
+                rows.append({"latency_ms": latency, "concurrency": count, "plain": plain, "greenroom": mine})
+    by_key = {(r["latency_ms"], r["concurrency"]): r for r in rows}
+    checks = []
+    for latency in latencies:
+        one = by_key.get((latency, 1))
+        big = by_key.get((latency, max(concurrency)))
+        if one and big and big is not one:
+            checks.append(
+                {
+                    "latency_ms": latency,
+                    "cpu_vs_plain_at_1": one["greenroom"]["cpu_per_conversation"]
+                    / one["plain"]["cpu_per_conversation"],
+                    "cpu_at_max_vs_own_at_1": big["greenroom"]["cpu_per_conversation"]
+                    / one["greenroom"]["cpu_per_conversation"],
+                    "throughput_vs_plain_at_max": big["greenroom"]["per_second"] / big["plain"]["per_second"],
+                    "p99_over_p50_at_max": big["greenroom"]["p99"] / big["greenroom"]["p50"],
+                }
+            )
+    return {"backend": backend, "max_in_flight": max_in_flight, "rows": rows, "checks": checks}
+
+
+def format_table(figures: dict[str, Any]) -> str:
+    lines = [
+        f"chat runner on {figures['backend']} (OpenAIChatModel max_in_flight={figures['max_in_flight']}; "
+        "one message -> one tool call -> a text, per conversation)",
+        "  latency  C      client      conv/s    p50 ms    p99 ms   CPU ms/conv",
+    ]
+    for row in figures["rows"]:
+        for name in ("plain", "greenroom"):
+            f = row[name]
+            lines.append(
+                f"  {row['latency_ms']:>4} ms {row['concurrency']:>5}  {name:<10} {f['per_second']:>8.1f} "
+                f"{f['p50'] * 1000:>9.1f} {f['p99'] * 1000:>9.1f} {f['cpu_per_conversation'] * 1000:>12.2f}"
+            )
+    for check in figures["checks"]:
+        lines.append(
+            f"  at {check['latency_ms']} ms: CPU/conv vs plain at C=1 {check['cpu_vs_plain_at_1']:.2f}x "
+            "(target <= 2.0); "
+            f"CPU at max C vs own at 1 {check['cpu_at_max_vs_own_at_1']:.2f}x (<= 1.3); "
+            f"conv/s vs plain at max C {check['throughput_vs_plain_at_max']:.2f}x (>= 1.5); "
+            f"p99/p50 {check['p99_over_p50_at_max']:.2f} (<= 1.5 at 50 ms)"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
+    """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        action="append",
+        help="concurrent conversations (default 1, 100, 1000)",
+    )
+    parser.add_argument("--latency-ms", type=int, action="append", dest="latencies", help="default 0 and 50")
+    parser.add_argument("--sequential", type=positive_int, default=50, help="conversations measured at C=1")
+    parser.add_argument(
+        "--max-in-flight", type=positive_int, default=64, help="model calls in flight at once"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import report_per_backend
+
+    concurrency = args.concurrency or [1, 100, 1000]
+    latencies = args.latencies or [0, 50]
+    return report_per_backend(
+        args.backend,
+        args.json,
+        lambda b: measure(b, concurrency, latencies, args.sequential, args.max_in_flight),
+        format_table,
+    )

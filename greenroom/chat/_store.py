@@ -149,6 +149,7 @@ class SQLiteChatStore:
         self.path = Path(path)
         self.clock = clock
         self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
         self._db: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -176,7 +177,10 @@ class SQLiteChatStore:
                 db.execute("COMMIT")
                 return value
 
-        return await anyio.to_thread.run_sync(call)
+        limiter = self._limiter
+        if limiter is None:  # one call at a time: waiters queue in the event loop, not on the lock
+            limiter = self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
 
     # -- tasks ------------------------------------------------------------------------
 

@@ -670,3 +670,30 @@ def test_making_the_task_server_leaves_the_root_logger_alone(tmp_path: Path) -> 
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+async def test_the_deadline_cancels_a_tool_call_in_flight(tmp_path: Path) -> None:
+    started = anyio.Event()
+    cancelled: list[bool] = []
+
+    class SlowStore(SQLiteChatStore):
+        async def add_task(self, user_id: str, title: str, description: str = "") -> Any:
+            started.set()
+            try:
+                await anyio.sleep(30)
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(True)
+                raise
+            return await super().add_task(user_id, title, description)
+
+    store = SlowStore(tmp_path / "chat.sqlite3")
+    async with MCPToolExecutor(task_server(store)) as tools, ActorSystem() as system:
+        engine = LLMAgentEngine(RuleBasedModel(), tools)
+        runner = await AgentRunner.spawn(system, engine, store, timeout=1.0)
+        c = await runner.new_conversation("alice")
+        with pytest.raises(TimeoutError):
+            await runner.run(AgentContext.from_request("alice", c, []), "add slow thing")
+        assert started.is_set()
+        await eventually(lambda: cancelled == [True])  # the tool's handler was cancelled too
+        assert await store.load_history("alice", c, 10) == [] and await store.list_tasks("alice") == []
+    await store.aclose()

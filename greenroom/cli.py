@@ -141,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     mcp_commands = mcp.add_subparsers(dest="action", metavar="ACTION")
     serve = mcp_commands.add_parser("serve", help="MCP over stdio; the user id comes in each request's _meta")
     data_dir(serve)
+    serve.add_argument("--http", metavar="HOST:PORT", help="serve over streamable HTTP at /mcp instead")
+    serve.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
 
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
@@ -291,7 +293,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "mcp" and args.action == "serve":
         from .daemon import _chat
 
-        return anyio.run(_chat.serve_mcp, args.data_dir)
+        return anyio.run(_chat.serve_mcp, args.data_dir, args.http, backend=args.backend)
     if args.command == "bench" and args.suite == "actors":
         from .bench import actors
 

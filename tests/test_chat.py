@@ -697,3 +697,40 @@ async def test_the_deadline_cancels_a_tool_call_in_flight(tmp_path: Path) -> Non
         await eventually(lambda: cancelled == [True])  # the tool's handler was cancelled too
         assert await store.load_history("alice", c, 10) == [] and await store.list_tasks("alice") == []
     await store.aclose()
+
+
+@pytest.mark.parametrize("server_backend", ["asyncio", "trio"])
+async def test_tools_from_an_mcp_server_over_streamable_http(tmp_path: Path, server_backend: str) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await anyio.open_process(
+        [sys.executable, "-m", "greenroom", "mcp", "serve", "--data-dir", str(tmp_path),
+         "--http", f"127.0.0.1:{port}", "--backend", server_backend],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+
+        async def listening() -> bool:
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                return False
+            await stream.aclose()
+            return True
+
+        await eventually(listening, timeout=30)
+        async with MCPToolExecutor(f"http://127.0.0.1:{port}/mcp") as tools:
+            added = await tools.execute("add_task", {"title": "over http", "user_id": "dave"}, "carol")
+            daves = await tools.execute("list_tasks", {}, "dave")
+            carols = await tools.execute("list_tasks", {}, "carol")
+    finally:
+        process.terminate()
+        with anyio.fail_after(30):
+            await process.wait()
+        await process.aclose()
+    assert added.success and daves.data == [] and [t["title"] for t in carols.data] == ["over http"]

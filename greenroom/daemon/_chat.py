@@ -118,15 +118,49 @@ async def run_chat(
             await model.aclose()
 
 
-async def serve_mcp(data_dir: str | None) -> int:
-    """Serve the task tools over stdio until the client closes it. The user id comes in
-    each request's ``_meta``; calls without one are refused."""
+async def serve_mcp(data_dir: str | None, http: str | None = None, *, err: TextIO = sys.stderr) -> int:
+    """Serve the task tools until the client closes stdio (or, with ``http``
+    ``HOST:PORT``, over streamable HTTP at ``/mcp`` until interrupted). The user id comes
+    in each request's ``_meta``; calls without one are refused."""
     from .._files import resolve_data_dir
 
+    address = None if http is None else _address(http)
     path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
     store = SQLiteChatStore(path / CHAT_DB)
     try:
-        await task_server(store).run_stdio_async()
+        server = task_server(store)
+        if address is None:
+            await server.run_stdio_async()
+        else:
+            host, port = address
+            print(f"greenroom: serving the task tools on http://{host}:{port}/mcp", file=err, flush=True)
+            await _serve_http(server.streamable_http_app(host=host), host, port)
     finally:
         await store.aclose()
     return 0
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(f"--http must be HOST:PORT (got {text!r})", field="--http", value=text)
+    return host, int(port)
+
+
+async def _serve_http(app: Any, host: str, port: int) -> None:
+    """Hypercorn on the running backend (its asyncio and trio servers are two modules:
+    the one backend-specific choice here)."""
+    import sniffio
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve as serve_trio
+
+        await serve_trio(app, config)
+    else:
+        from hypercorn.asyncio import serve as serve_asyncio
+
+        await serve_asyncio(app, config)

@@ -309,3 +309,29 @@ async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(
 def test_max_in_flight_is_checked() -> None:
     with pytest.raises(ValueError, match="max_in_flight must be an int >= 1, got 0"):
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=0)
+
+
+async def test_calls_take_the_pools_in_turn(server: ChatServer) -> None:
+    server.add(*(Respond(body=completion(text=f"r{i}")) for i in range(4)))
+    model = make_model(server, max_in_flight=4, pools=2)
+    used: list[int] = []
+    originals = [client.post for client in model._clients]
+    for index, client in enumerate(model._clients):
+
+        async def post(*args: object, _index: int = index, **kwargs: object) -> object:
+            used.append(_index)
+            return await originals[_index](*args, **kwargs)  # type: ignore[arg-type]
+
+        client.post = post  # type: ignore[method-assign]
+    try:
+        texts = [(await model.chat(ask(f"q{i}"))).text for i in range(4)]
+    finally:
+        await model.aclose()
+    assert texts == ["r0", "r1", "r2", "r3"] and used == [0, 1, 0, 1]
+
+
+def test_pools_need_a_bound_at_least_as_large() -> None:
+    with pytest.raises(ValueError, match="pools=4 needs max_in_flight >= pools, got 2"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=2, pools=4)
+    with pytest.raises(ValueError, match="pools must be an int >= 1, got 0"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", pools=0)

@@ -122,13 +122,13 @@ async def _plain(base_url: str, conversations: int, sequential: bool) -> dict[st
 
 
 async def _greenroom(
-    base_url: str, conversations: int, sequential: bool, max_in_flight: int
+    base_url: str, conversations: int, sequential: bool, max_in_flight: int, pools: int = 1
 ) -> dict[str, Any]:
     from ..chat import AgentContext, open_assistant
     from ..llm import OpenAIChatModel
 
     model = OpenAIChatModel(
-        "bench", base_url=base_url, api_key="bench", max_retries=0, max_in_flight=max_in_flight
+        "bench", base_url=base_url, api_key="bench", max_retries=0, max_in_flight=max_in_flight, pools=pools
     )
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-chat-") as tmp:
         try:
@@ -152,7 +152,12 @@ async def _greenroom(
 
 
 def measure(
-    backend: str, concurrency: list[int], latencies: list[int], sequential_count: int, max_in_flight: int
+    backend: str,
+    concurrency: list[int],
+    latencies: list[int],
+    sequential_count: int,
+    max_in_flight: int,
+    pools: int = 1,
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for latency in latencies:
@@ -161,7 +166,7 @@ def measure(
                 sequential = count == 1
                 n = sequential_count if sequential else count
                 plain = anyio.run(_plain, url, n, sequential, backend=backend)
-                mine = anyio.run(_greenroom, url, n, sequential, max_in_flight, backend=backend)
+                mine = anyio.run(_greenroom, url, n, sequential, max_in_flight, pools, backend=backend)
                 rows.append({"latency_ms": latency, "concurrency": count, "plain": plain, "greenroom": mine})
     by_key = {(r["latency_ms"], r["concurrency"]): r for r in rows}
     checks = []
@@ -180,12 +185,19 @@ def measure(
                     "p99_over_p50_at_max": big["greenroom"]["p99"] / big["greenroom"]["p50"],
                 }
             )
-    return {"backend": backend, "max_in_flight": max_in_flight, "rows": rows, "checks": checks}
+    return {
+        "backend": backend,
+        "max_in_flight": max_in_flight,
+        "pools": pools,
+        "rows": rows,
+        "checks": checks,
+    }
 
 
 def format_table(figures: dict[str, Any]) -> str:
     lines = [
-        f"chat runner on {figures['backend']} (OpenAIChatModel max_in_flight={figures['max_in_flight']}; "
+        f"chat runner on {figures['backend']} (OpenAIChatModel max_in_flight={figures['max_in_flight']}, "
+        f"pools={figures['pools']}; "
         "one message -> one tool call -> a text, per conversation)",
         "  latency  C      client      conv/s    p50 ms    p99 ms   CPU ms/conv",
     ]
@@ -230,6 +242,6 @@ def main(args: argparse.Namespace) -> int:
     return report_per_backend(
         args.backend,
         args.json,
-        lambda b: measure(b, concurrency, latencies, args.sequential, args.max_in_flight),
+        lambda b: measure(b, concurrency, latencies, args.sequential, args.max_in_flight, args.pools),
         format_table,
     )

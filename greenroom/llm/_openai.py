@@ -140,6 +140,9 @@ class OpenAIChatModel(ClosingModel):
     and the connection pool is sized to match. ``None``: no bound (the SDK's pool of up
     to 1,000 connections). Under many concurrent conversations a bound keeps the HTTP
     client's per-request work from growing with the number of requests waiting.
+    ``pools``: split those connections over this many HTTP clients, used in turn (a
+    pool's bookkeeping per request grows with its size; 8 pools of 8 cost less than one
+    of 64 — measured on trio in ``greenroom bench chat``).
 
     Cancellation stops the call in flight (and any retry wait, or a wait for admission)
     at once. Close it with ``aclose()`` or ``async with``: an unclosed client leaks its
@@ -158,6 +161,7 @@ class OpenAIChatModel(ClosingModel):
         temperature: float | None = None,
         max_tokens: int | None = None,
         max_in_flight: int | None = None,
+        pools: int = 1,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -190,18 +194,27 @@ class OpenAIChatModel(ClosingModel):
         self.max_in_flight = (
             None if max_in_flight is None else check_int("OpenAIChatModel", "max_in_flight", max_in_flight)
         )
+        self.pools = check_int("OpenAIChatModel", "pools", pools)
+        if self.pools > 1 and (self.max_in_flight is None or self.max_in_flight < self.pools):
+            raise ValueError(
+                f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}"
+            )
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
+        self._clients = [self._make_client(base_url) for _ in range(self.pools)]
+        self._client = self._clients[0]
+        self._next = 0
+        self.closed = False
+
+    def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI:
         http_client = None
         if self.max_in_flight is not None:
-            limits = httpx2.Limits(
-                max_connections=self.max_in_flight, max_keepalive_connections=self.max_in_flight
-            )
+            size = -(-self.max_in_flight // self.pools)
+            limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
             http_client = openai.DefaultAsyncHttpxClient(limits=limits)
         # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
-        self._client = openai.AsyncOpenAI(
+        return openai.AsyncOpenAI(
             api_key=self._key, base_url=base_url, max_retries=0, timeout=self.timeout, http_client=http_client
         )
-        self.closed = False
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -251,7 +264,9 @@ class OpenAIChatModel(ClosingModel):
                 # by msgspec (the SDK's per-call transform and pydantic parsing cost ~5 ms
                 # of CPU per call with five tool schemas); status codes, timeouts, auth and
                 # connection errors are still the SDK's (its exceptions, mapped below)
-                response = await self._client.post(
+                client = self._clients[self._next]
+                self._next = (self._next + 1) % self.pools
+                response = await client.post(
                     "/chat/completions", cast_to=httpx2.Response, body=params, options={"timeout": per_call}
                 )
             except openai.APITimeoutError:
@@ -328,4 +343,5 @@ class OpenAIChatModel(ClosingModel):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
-            await self._client.close()
+            for client in self._clients:
+                await client.close()

@@ -53,7 +53,7 @@ def test_bench_actors_json_reports_ratio_to_the_backends_baseline(
     assert (
         main(["bench", "actors", "--backend", backend, "--runs", "1", "--workload", "spawn", "--json"]) == 0
     )
-    figures = json.loads(capsys.readouterr().out)
+    figures = json.loads(capsys.readouterr().out)["trio"]
     row = figures["spawn"]
     baseline = "asyncio-queue" if backend == "asyncio" else "trio-channel"
     assert set(row) == {"greenroom", baseline, "anyio-stream", "ratio", "bytes_per_idle_actor"}
@@ -160,3 +160,21 @@ def test_user_errors_inside_an_exception_group_are_still_one_line(capsys: pytest
     group = BaseExceptionGroup("tasks", [UnknownTask("x"), UnknownTask("x")])
     assert report_error(group) == 1
     assert capsys.readouterr().err == "greenroom: error: no task with id 'x'\n"
+
+
+def test_bench_chat_runs_small_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "chat", "--backend", "trio", "--concurrency", "1", "--concurrency", "3",
+            "--latency-ms", "0", "--sequential", "2", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)["trio"]
+    assert [(r["concurrency"], r["latency_ms"]) for r in figures["rows"]] == [(1, 0), (3, 0)]
+    for row in figures["rows"]:
+        for client in ("plain", "greenroom"):
+            assert row[client]["per_second"] > 0 and row[client]["p99"] >= row[client]["p50"] > 0
+    assert figures["pools"] == 8 and len(figures["checks"]) == 1
+
+
+def test_bench_chat_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "chat", "--pools", "0"])
+    assert "argument --pools: must be a whole number >= 1, got '0'" in capsys.readouterr().err

@@ -232,6 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument(
         "--max-in-flight", type=positive_int, default=64, help="model calls in flight at once"
     )
+    parser.add_argument("--pools", type=positive_int, default=8, help="HTTP connection pools they share")
 
 
 def main(args: argparse.Namespace) -> int:

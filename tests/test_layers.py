@@ -24,6 +24,7 @@ LAYERS = [
     "harness",
     "agents",
     "chat",
+    "pipeline",
     "daemon",
     "bench",
     "cli",

@@ -244,10 +244,12 @@ class OpenAIChatModel(ClosingModel):
                 for t in request.tools
             ]
             params["tool_choice"] = request.tool_choice
-        if self.temperature is not None:
-            params["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            params["max_tokens"] = self.max_tokens
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        if temperature is not None:
+            params["temperature"] = temperature
+        max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
         if self.max_in_flight is not None:
             admission = self._admission
             if admission is None:

@@ -61,6 +61,9 @@ class ChatRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fa
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: Literal["auto", "none", "required"] = "auto"
+    temperature: float | None = None
+    """For this call (``None``: the model's own setting)."""
+    max_tokens: int | None = None
 
 
 class ChatReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):

@@ -1,0 +1,124 @@
+"""``AgentConfig`` (spec 004): one stage of a pipeline, declared, validated, loadable from TOML.
+
+A stage is named, ordered (``stage_order``), and says what it does: an LLM call
+(``has_llm``: ``model_role``, ``prompt_key``, ``temperature``, ``max_tokens``), tool calls
+(``has_tools``: the ``plan`` found in the envelope, restricted to ``allowed_tools``), or
+neither (a service stage: hooks only). Its output lands in ``outputs[output_key]`` and
+must hold ``required_output_fields``. Routing: the first ``RoutingRule`` whose
+``condition`` (an output field) equals its ``value`` names the next stage (``target``),
+else ``default_next`` (``None``: the pipeline ends there).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from .._errors import InvalidInput
+from ..messages import RecordError, convert
+
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
+"""A stage, field or tool name: lowercase letters, digits, '_' or '-', 1-64 characters."""
+
+
+class RoutingRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    condition: Name
+    value: Any
+    target: Name
+
+
+class AgentConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    name: Name
+    stage_order: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    has_llm: bool = False
+    has_tools: bool = False
+    has_policies: bool = False
+    model_role: str | None = None
+    prompt_key: str | None = None
+    output_key: Name | None = None
+    required_output_fields: tuple[Name, ...] = ()
+    default_next: Name | None = None
+    routing_rules: tuple[RoutingRule, ...] = ()
+    allowed_tools: tuple[Name, ...] = ()
+    non_idempotent_tools: tuple[Name, ...] = ()
+    """Tools that run at most once per envelope (never again after a pause and resume)."""
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.has_llm and self.has_tools:
+            raise InvalidInput(
+                f"stage {self.name!r}: has_llm and has_tools are exclusive (one processing mode per stage)",
+                field="has_tools",
+                value=True,
+            )
+        if self.has_tools and not self.allowed_tools:
+            raise InvalidInput(
+                f"stage {self.name!r}: has_tools needs allowed_tools", field="allowed_tools", value=[]
+            )
+        stray = sorted(set(self.non_idempotent_tools) - set(self.allowed_tools))
+        if stray:
+            raise InvalidInput(
+                f"stage {self.name!r}: non_idempotent_tools names tools it may not use: {stray}",
+                field="non_idempotent_tools",
+                value=stray,
+            )
+
+    @property
+    def key(self) -> str:
+        """Where the output goes in the envelope (``output_key``, else the stage name)."""
+        return self.output_key or self.name
+
+
+class PipelineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A pipeline: its stages (run from the lowest ``stage_order``) and its hop limit."""
+
+    name: Name = "pipeline"
+    max_hops: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    stages: tuple[AgentConfig, ...]
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise InvalidInput("a pipeline needs at least one stage", field="stages", value=[])
+        names = [stage.name for stage in self.stages]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InvalidInput(f"stage names must be unique; repeated: {dupes}", field="stages", value=dupes)
+        known = set(names)
+        for index, stage in enumerate(self.stages):
+            targets = [("default_next", stage.default_next)] + [
+                (f"routing_rules[{i}].target", rule.target) for i, rule in enumerate(stage.routing_rules)
+            ]
+            for field, target in targets:
+                if target is not None and target not in known:
+                    raise InvalidInput(
+                        f"stages[{index}] ({stage.name}): {field} names no stage: {target!r}",
+                        field=f"stages[{index}].{field}",
+                        value=target,
+                    )
+
+    @property
+    def first(self) -> AgentConfig:
+        return min(self.stages, key=lambda stage: stage.stage_order)
+
+
+def load_pipeline(path: str | Path) -> PipelineConfig:
+    """Read a pipeline from TOML; ``InvalidInput`` names the file, the field and the value."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InvalidInput(
+            f"cannot read {path}: {error.strerror or error}", field="path", value=str(path)
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InvalidInput(f"{path} is not valid TOML: {error}", field="path", value=str(path)) from None
+    try:
+        return convert(raw, PipelineConfig, f"pipeline {path.name}")
+    except RecordError:
+        raise
+    except InvalidInput as error:
+        raise InvalidInput(f"{path}: {error}", field=error.field, value=error.value) from None

@@ -2,8 +2,8 @@
 
 :class:`Agent` runs one :class:`AgentConfig` stage on an :class:`Envelope`, through the
 spec's lifecycle and processing modes; the contracts (:class:`AgentOutcome`,
-:class:`StandardToolResult`, ...) are the spec's. Stage actors and the pipeline runner
-come next.
+:class:`StandardToolResult`, ...) are the spec's. A :class:`Pipeline` runs each stage
+in a :class:`StageActor`; envelopes travel between them as messages.
 """
 
 from ._agent import AGENT_COMPLETED, AGENT_STARTED, Agent, PromptRegistry, StageFailed, StageToolExecutor
@@ -19,6 +19,7 @@ from ._contracts import (
     normalize_tool_result,
 )
 from ._envelope import Envelope, StageRecord
+from ._pipeline import Pipeline, PipelineError, PipelineResult, StageActor
 
 __all__ = [
     "AGENT_COMPLETED",
@@ -28,9 +29,13 @@ __all__ = [
     "AgentOutcome",
     "Envelope",
     "IdempotencyClass",
+    "Pipeline",
     "PipelineConfig",
+    "PipelineError",
+    "PipelineResult",
     "PromptRegistry",
     "RoutingRule",
+    "StageActor",
     "StageFailed",
     "StageRecord",
     "StageToolExecutor",

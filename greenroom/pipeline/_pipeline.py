@@ -1,0 +1,204 @@
+"""``Pipeline``: stage actors passing envelopes, like a production line.
+
+Each stage of a :class:`PipelineConfig` is a :class:`StageActor` holding its
+:class:`Agent`. ``await pipeline.run(raw_input)`` hands a new envelope to the first
+stage; each stage processes one envelope at a time and passes it on as a message (to
+the stage routing names, waiting for room: backpressure), so many envelopes are in
+flight at once and the stages overlap. The envelope comes back to the caller when a
+stage's route ends (no next stage), when a stage fails (``ERROR``, with the reason),
+when a stage asks to ``clarify`` or ``confirm`` (paused: the caller gets the question
+and resumes with :meth:`Pipeline.resume`), or when it would exceed ``max_hops``
+(``TERMINATE``, so ``loop_back`` and ``replan`` never loop forever). A resumed envelope
+continues at the stage that paused it; a non-idempotent tool step that already ran is
+never run again.
+
+A stage actor that crashes fails the envelope it held with a clear error (never lost)
+and is restarted by its supervisor. Messages sent to a stopped pipeline fail with
+``ActorStopped``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import GreenroomError, InvalidInput
+from ..actors import Actor, ActorRef, ActorStopped, ActorSystem, PendingReply
+from ._agent import Agent, StageFailed
+from ._config import PipelineConfig
+from ._contracts import AgentOutcome
+from ._envelope import Envelope
+
+
+class PipelineError(GreenroomError):
+    """A stage actor crashed while it held the envelope (a bug in a hook or a stage)."""
+
+
+@dataclass
+class PipelineResult:
+    """How an envelope left the pipeline: ``outcome`` (``SUCCESS`` at the end of its route,
+    ``ERROR``, ``TERMINATE`` past the hop limit, ``CLARIFY`` / ``CONFIRM`` when paused),
+    the ``stage`` it left from, and the ``question`` or ``error`` if any."""
+
+    envelope: Envelope
+    outcome: AgentOutcome
+    stage: str
+    question: str | None = None
+    error: str | None = None
+    trail: list[str] = field(default_factory=list)
+
+    @property
+    def paused(self) -> bool:
+        return self.outcome.pauses()
+
+
+class _Hop:
+    __slots__ = ("envelope", "reply")
+
+    def __init__(self, envelope: Envelope, reply: PendingReply) -> None:
+        self.envelope = envelope
+        self.reply = reply
+
+
+class StageActor(Actor):
+    """One stage: processes an envelope, then passes it on or returns it."""
+
+    interruptible = True
+
+    def __init__(self, agent: Agent, pipeline: Pipeline) -> None:
+        self.agent = agent
+        self.pipeline = pipeline
+
+    async def receive(self, message: Any) -> Any:
+        if isinstance(message, Envelope):  # asked: the start of an envelope's journey
+            reply = self.context.reply_later()
+            if reply is None:
+                raise InvalidInput(
+                    "an envelope must be asked (its result has to reach someone)", field="message"
+                )
+            hop = _Hop(message, reply)
+        elif isinstance(message, _Hop):
+            hop = message
+        else:
+            raise TypeError(f"StageActor does not handle {type(message).__name__} messages")
+        try:
+            await self._step(hop)
+        except BaseException as error:
+            if isinstance(error, Exception):
+                hop.reply.fail(
+                    PipelineError(f"stage {self.agent.name!r} crashed: {type(error).__name__}: {error}")
+                )
+            else:
+                hop.reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
+            raise
+        return None
+
+    async def _step(self, hop: _Hop) -> None:
+        env = hop.envelope
+        pipeline = self.pipeline
+        name = self.agent.name
+        env.metadata["paused_at"] = None
+        try:
+            env = await self.agent.process(env)
+        except StageFailed as failed:
+            hop.reply.succeed(
+                PipelineResult(env, AgentOutcome.ERROR, name, error=str(failed), trail=_trail(env))
+            )
+            return
+        outcome = env.outcome or AgentOutcome.SUCCESS
+        if outcome.pauses():
+            env.metadata["paused_at"] = name
+            hop.reply.succeed(PipelineResult(env, outcome, name, question=env.question, trail=_trail(env)))
+            return
+        if outcome.is_terminal() or env.next_stage is None:
+            final = outcome if outcome.is_terminal() else AgentOutcome.SUCCESS
+            hop.reply.succeed(PipelineResult(env, final, name, trail=_trail(env)))
+            return
+        if env.hop_count >= pipeline.config.max_hops:
+            hop.reply.succeed(
+                PipelineResult(
+                    env,
+                    AgentOutcome.TERMINATE,
+                    name,
+                    error=f"stopped after {env.hop_count} hops (max_hops {pipeline.config.max_hops})",
+                    trail=_trail(env),
+                )
+            )
+            return
+        await pipeline.stages[env.next_stage].send(_Hop(env, hop.reply))
+
+
+def _trail(env: Envelope) -> list[str]:
+    return [record.stage for record in env.history]
+
+
+class Pipeline:
+    """The stage actors of one :class:`PipelineConfig`, built with :meth:`spawn`."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.stages: dict[str, ActorRef] = {}
+
+    @classmethod
+    async def spawn(
+        cls,
+        system: ActorSystem,
+        config: PipelineConfig,
+        agents: dict[str, Agent],
+        *,
+        mailbox_size: int = 1000,
+    ) -> Pipeline:
+        """One stage actor per stage of ``config``; ``agents`` gives each stage's
+        :class:`Agent` by name (every stage needs one, and no other)."""
+        names = [stage.name for stage in config.stages]
+        missing = sorted(set(names) - agents.keys())
+        extra = sorted(agents.keys() - set(names))
+        if missing or extra:
+            raise InvalidInput(
+                f"pipeline {config.name!r}: agents must match its stages "
+                f"(missing {missing}, unknown {extra})",
+                field="agents",
+                value=sorted(agents),
+            )
+        pipeline = cls(config)
+        for stage in config.stages:
+            agent = agents[stage.name]
+            if agent.config != stage:
+                raise InvalidInput(
+                    f"pipeline {config.name!r}: the agent for {stage.name!r} has another config",
+                    field=f"agents.{stage.name}",
+                    value=agent.config,
+                )
+            pipeline.stages[stage.name] = await system.spawn(
+                lambda agent=agent: StageActor(agent, pipeline),  # type: ignore[misc]
+                name=f"{config.name}:{stage.name}",
+                mailbox_size=mailbox_size,
+            )
+        return pipeline
+
+    async def run(self, raw_input: str, *, metadata: dict[str, Any] | None = None) -> PipelineResult:
+        """Send a new envelope through, from the first stage; return how it left.
+
+        Waits as long as the route takes (bound each stage with its model's and tools'
+        timeouts; ``max_hops`` bounds the route). Cancelling the wait interrupts the
+        first stage if it is still working on this envelope; a later stage finishes it.
+        """
+        if not isinstance(raw_input, str):
+            raise InvalidInput(f"raw_input must be text (got {type(raw_input).__name__})", field="raw_input")
+        env = Envelope(raw_input=raw_input, metadata=dict(metadata or {}))
+        result: PipelineResult = await self.stages[self.config.first.name].ask(env, timeout=None)
+        return result
+
+    async def resume(self, envelope: Envelope, answer: str) -> PipelineResult:
+        """Continue a paused envelope at the stage that paused it, with ``answer`` in
+        ``metadata["answer"]``. ``InvalidInput`` if it is not paused."""
+        stage = envelope.metadata.get("paused_at")
+        if not isinstance(stage, str) or stage not in self.stages:
+            raise InvalidInput("this envelope is not paused at a stage of this pipeline", field="envelope")
+        envelope.metadata["answer"] = answer
+        result: PipelineResult = await self.stages[stage].ask(envelope, timeout=None)
+        return result
+
+    async def aclose(self) -> None:
+        for ref in self.stages.values():
+            await ref.stop()

@@ -1,0 +1,193 @@
+"""Stage actors passing envelopes (spec 004): routing, loops bounded by hops, pauses that
+resume without re-running effects, crashes that fail the envelope, many in flight."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from greenroom import ActorSystem
+from greenroom._errors import InvalidInput
+from greenroom.pipeline import (
+    Agent,
+    AgentConfig,
+    AgentOutcome,
+    Envelope,
+    Pipeline,
+    PipelineConfig,
+    PipelineError,
+    RoutingRule,
+)
+
+pytestmark = pytest.mark.anyio
+
+PLANNER = AgentConfig(name="planner", stage_order=1, output_key="plan", default_next="executor")
+EXECUTOR = AgentConfig(
+    name="executor", stage_order=2, has_tools=True, allowed_tools=("send",), non_idempotent_tools=("send",),
+    default_next="critic",
+)  # fmt: skip
+CRITIC = AgentConfig(name="critic", stage_order=3, routing_rules=(RoutingRule("verdict", "redo", "planner"),))
+CONFIG = PipelineConfig(name="demo", max_hops=9, stages=(PLANNER, EXECUTOR, CRITIC))
+
+
+class Tools:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def execute(self, tool_name: str, params: dict[str, Any]) -> Any:
+        self.sent.append(params)
+        return {"sent": params}
+
+
+def mocked(config: AgentConfig, handler: Any, tools: Any = None) -> Agent:
+    agent = Agent(config, tools=tools)
+    agent.use_mock = True
+    agent.mock_handler = handler
+    return agent
+
+
+def agents(critic: Any, tools: Tools | None = None, planner: Any = None) -> dict[str, Agent]:
+    tools = tools or Tools()
+    executor = Agent(EXECUTOR, tools=tools)
+    return {
+        "planner": mocked(
+            PLANNER, planner or (lambda env: {"steps": [{"tool": "send", "parameters": {"n": 1}}]})
+        ),
+        "executor": executor,
+        "critic": mocked(CRITIC, critic),
+    }
+
+
+async def test_an_envelope_loops_back_once_then_finishes() -> None:
+    verdicts = iter(["redo", "ok"])
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": next(verdicts)}))
+        result = await pipeline.run("write a haiku")
+    assert result.outcome is AgentOutcome.SUCCESS and result.stage == "critic"
+    assert result.trail == ["planner", "executor", "critic", "planner", "executor", "critic"]
+    assert result.envelope.hop_count == 6 and result.envelope.get_output("critic") == {"verdict": "ok"}
+
+
+async def test_a_loop_that_never_ends_is_terminated_at_the_hop_limit() -> None:
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "redo"}))
+        with anyio.fail_after(10):
+            result = await pipeline.run("never good enough")
+    assert result.outcome is AgentOutcome.TERMINATE
+    assert result.envelope.hop_count == CONFIG.max_hops and "max_hops 9" in (result.error or "")
+
+
+async def test_a_pause_returns_the_question_and_resume_never_reruns_effects() -> None:
+    tools = Tools()
+    asked = {"n": 0}
+
+    def critic(env: Envelope) -> dict[str, Any]:
+        if env.metadata.get("answer") is None:
+            asked["n"] += 1
+            return {"outcome": "confirm", "question": "Send it?"}
+        return {"verdict": "ok"}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(critic, tools))
+        paused = await pipeline.run("notify the team")
+        assert paused.paused and paused.outcome is AgentOutcome.CONFIRM and paused.question == "Send it?"
+        result = await pipeline.resume(paused.envelope, "yes")
+        with pytest.raises(InvalidInput, match="not paused"):
+            await pipeline.resume(result.envelope, "again")
+    assert result.outcome is AgentOutcome.SUCCESS and result.trail[-1] == "critic"
+    assert tools.sent == [{"n": 1}]  # the send ran once, before the pause, never again
+    assert asked["n"] == 1
+
+
+async def test_a_stage_error_ends_the_envelope_with_the_reason() -> None:
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"outcome": "maybe"}))
+        result = await pipeline.run("x")
+    assert result.outcome is AgentOutcome.ERROR and result.stage == "critic"
+    assert "unknown outcome 'maybe'" in (result.error or "")
+
+
+async def test_a_crashing_stage_fails_its_envelope_and_is_restarted() -> None:
+    crashes = {"n": 0}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
+        original = pipeline.stages["executor"]._cell.actor
+        assert original is not None
+
+        def explode(env: Envelope) -> Envelope:
+            crashes["n"] += 1
+            if crashes["n"] == 1:
+                raise RuntimeError("a bug in a hook")
+            return env
+
+        # a hook that raises inside the stage actor but outside the agent's own handling
+        real_step = type(original)._step
+
+        async def step(self: Any, hop: Any) -> None:
+            explode(hop.envelope)
+            await real_step(self, hop)
+
+        type(original)._step = step  # type: ignore[method-assign]
+        try:
+            with pytest.raises(PipelineError, match="stage 'planner' crashed: RuntimeError: a bug in a hook"):
+                await pipeline.run("first")
+            result = await pipeline.run("second")  # the restarted stage takes the next envelope
+        finally:
+            type(original)._step = real_step  # type: ignore[method-assign]
+    assert result.outcome is AgentOutcome.SUCCESS
+
+
+async def test_many_envelopes_are_in_flight_and_the_stages_overlap() -> None:
+    gate = anyio.Event()
+    busy: set[str] = set()
+    overlap = anyio.Event()
+
+    def watched(name: str, output: dict[str, Any]) -> Any:
+        async def handler(env: Envelope) -> dict[str, Any]:
+            busy.add(name)
+            if len(busy) >= 2:
+                overlap.set()
+            if name == "critic":
+                await gate.wait()
+            await anyio.lowlevel.checkpoint()
+            busy.discard(name)
+            return output
+
+        return handler
+
+    plan = {"steps": []}
+    stages = {
+        "planner": mocked(PLANNER, watched("planner", plan)),
+        "executor": Agent(EXECUTOR, tools=Tools()),
+        "critic": mocked(CRITIC, watched("critic", {"verdict": "ok"})),
+    }
+    results: list[Any] = []
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, stages)
+        async with anyio.create_task_group() as tg:
+            for i in range(100):
+
+                async def one(i: int = i) -> None:
+                    results.append(await pipeline.run(f"job {i}"))
+
+                tg.start_soon(one)
+            with anyio.fail_after(10):
+                await overlap.wait()  # the critic holds one envelope while the planner works on another
+            gate.set()
+    assert len(results) == 100 and all(r.outcome is AgentOutcome.SUCCESS for r in results)
+    assert sorted(r.envelope.raw_input for r in results) == sorted(f"job {i}" for i in range(100))
+
+
+async def test_the_agents_must_match_the_stages() -> None:
+    async with ActorSystem() as system:
+        with pytest.raises(InvalidInput, match="missing \\['critic'\\]"):
+            await Pipeline.spawn(
+                system, CONFIG, {k: v for k, v in agents(lambda env: {}).items() if k != "critic"}
+            )
+        wrong = agents(lambda env: {})
+        wrong["critic"] = Agent(AgentConfig(name="critic"))
+        with pytest.raises(InvalidInput, match="has another config"):
+            await Pipeline.spawn(system, CONFIG, wrong)

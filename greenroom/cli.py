@@ -7,6 +7,7 @@ greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show 
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
 greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M]
 greenroom mcp serve                                         (the task tools, MCP over stdio)
+greenroom pipeline run (PIPELINE.toml | --example) (--input TEXT ... | --inputs FILE) [--json]
 greenroom bench actors|graph|log|harness ...
 
 The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
@@ -143,6 +144,18 @@ def _parser() -> argparse.ArgumentParser:
     data_dir(serve)
     serve.add_argument("--http", metavar="HOST:PORT", help="serve over streamable HTTP at /mcp instead")
     serve.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+
+    pipeline = commands.add_parser("pipeline", help="run inputs through a configured pipeline of stages")
+    pipeline_commands = pipeline.add_subparsers(dest="action", metavar="ACTION")
+    prun = pipeline_commands.add_parser("run", help="each input is an envelope; each stage is shown")
+    data_dir(prun)
+    prun.add_argument("path", nargs="?", metavar="PIPELINE.toml")
+    prun.add_argument(
+        "--example", action="store_true", help="the shipped planner -> executor -> critic example"
+    )
+    prun.add_argument("--input", action="append", dest="inputs", metavar="TEXT", help="repeatable")
+    prun.add_argument("--inputs", dest="inputs_file", metavar="FILE", help="one input per line")
+    prun.add_argument("--json", action="store_true", help="one JSON object per envelope")
 
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
@@ -294,6 +307,19 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from .daemon import _chat
 
         return anyio.run(_chat.serve_mcp, args.data_dir, args.http, backend=args.backend)
+    if args.command == "pipeline" and args.action == "run":
+        from .daemon import _pipeline
+
+        return anyio.run(
+            lambda: _pipeline.run_pipeline(
+                path=args.path,
+                example=args.example,
+                inputs=args.inputs,
+                inputs_file=args.inputs_file,
+                data_dir=args.data_dir,
+                as_json=args.json,
+            )
+        )
     if args.command == "bench" and args.suite == "actors":
         from .bench import actors
 

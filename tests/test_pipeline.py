@@ -191,3 +191,53 @@ async def test_the_agents_must_match_the_stages() -> None:
         wrong["critic"] = Agent(AgentConfig(name="critic"))
         with pytest.raises(InvalidInput, match="has another config"):
             await Pipeline.spawn(system, CONFIG, wrong)
+
+
+# -- the command and the example --------------------------------------------------------------
+
+
+def run_greenroom(*args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_example_pipeline_runs_offline_and_shows_each_stage(tmp_path: Any) -> None:
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("Plan the offsite\n\nShip 0.2\n")
+    done = run_greenroom(
+        "pipeline", "run", "--example", "--input", "Write release notes", "--inputs", str(inputs),
+        "--data-dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for index, text in enumerate(["Write release notes", "Plan the offsite", "Ship 0.2"], 1):
+        assert f"[{index}] {text!r} -> success at critic after 6 hop(s)" in done.stdout
+    assert done.stdout.count('{"verdict":"redo"') == 3 and done.stdout.count('{"verdict":"ok"') == 3
+    as_json = run_greenroom(
+        "pipeline", "run", "--example", "--input", "x", "--json", "--data-dir", str(tmp_path)
+    )
+    import json
+
+    record = json.loads(as_json.stdout)
+    assert record["trail"] == ["planner", "executor", "critic"] * 2 and record["outcome"] == "success"
+
+
+def test_a_bad_pipeline_file_or_no_input_is_one_line(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[stages]]\nname = "a"\ndefault_next = "ghost"\n')
+    done = run_greenroom("pipeline", "run", str(bad), "--input", "x", "--data-dir", str(tmp_path))
+    assert done.returncode == 1 and "default_next names no stage: 'ghost'" in done.stderr
+    assert "Traceback" not in done.stderr
+    empty = run_greenroom("pipeline", "run", "--example", "--data-dir", str(tmp_path))
+    assert empty.returncode == 1 and "give --input TEXT" in empty.stderr
+
+
+async def test_an_llm_stage_without_a_model_or_mock_is_refused(tmp_path: Any) -> None:
+    from greenroom.pipeline._build import build_agents
+
+    config = PipelineConfig(stages=(AgentConfig(name="thinker", has_llm=True),))
+    with pytest.raises(InvalidInput, match="give the pipeline a \\[model\\] or a mock handler"):
+        build_agents(config)

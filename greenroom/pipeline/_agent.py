@@ -151,7 +151,9 @@ class Agent:
             await self._completed(env, "error", duration, str(failure)[:500])
             raise failure from (None if failure is error else error)
         duration = int((time.perf_counter() - started) * 1000)
-        env.history.append(StageRecord(self.name, env.outcome.value, duration))
+        shown = msgspec.json.encode(env.outputs.get(config.key, {})).decode()
+        summary = shown if len(shown) <= 120 else shown[:119] + "…"
+        env.history.append(StageRecord(self.name, env.outcome.value, duration, None, summary))
         await self._completed(env, env.outcome.value, duration, None)
         return env
 

@@ -73,12 +73,33 @@ class AgentConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return self.output_key or self.name
 
 
+ImportPath = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+"""``module:attribute``, the way a config names Python code."""
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The model the LLM stages use: an OpenAI-compatible server (the key comes from
+    ``OPENAI_API_KEY``, never from the file). Without it, LLM stages need a mock."""
+
+    base_url: str | None = None
+    model: str
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+
+
 class PipelineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """A pipeline: its stages (run from the lowest ``stage_order``) and its hop limit."""
+    """A pipeline: its stages (run from the lowest ``stage_order``), its hop limit, and
+    where its code is: ``mock_handlers`` (stage → ``module:function``, used instead of
+    the stage's processing), ``hooks`` (stage → ``module:function`` post-process hooks),
+    ``tools`` (``module:attribute``, a tool executor or a zero-argument factory of one)
+    and ``model``."""
 
     name: Name = "pipeline"
     max_hops: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
     stages: tuple[AgentConfig, ...]
+    mock_handlers: dict[Name, ImportPath] = {}
+    post_hooks: dict[Name, ImportPath] = {}
+    tools: ImportPath | None = None
+    model: ModelConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -99,6 +120,11 @@ class PipelineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
                         field=f"stages[{index}].{field}",
                         value=target,
                     )
+
+        for table in ("mock_handlers", "post_hooks"):
+            stray = sorted(set(getattr(self, table)) - known)
+            if stray:
+                raise InvalidInput(f"{table} names no stage: {stray}", field=table, value=stray)
 
     @property
     def first(self) -> AgentConfig:

@@ -22,6 +22,8 @@ class StageRecord:
     outcome: str
     duration_ms: int
     error: str | None = None
+    summary: str = ""
+    """The start of the stage's output as JSON (what it did, at a glance)."""
 
 
 @dataclass(slots=True)

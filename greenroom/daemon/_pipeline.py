@@ -1,0 +1,110 @@
+"""``greenroom pipeline run``: envelopes through a configured pipeline, each stage shown."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import msgspec
+
+from .._errors import InvalidInput
+from .._files import resolve_data_dir
+from ..actors import ActorSystem
+from ..log import LogActor
+from ..pipeline import PipelineResult, load_pipeline
+from ..pipeline._build import open_pipeline
+from ..pipeline.examples import EXAMPLE
+
+
+def _inputs(inputs: list[str] | None, inputs_file: str | None) -> list[str]:
+    texts = list(inputs or [])
+    if inputs_file is not None:
+        try:
+            lines = Path(inputs_file).read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise InvalidInput(
+                f"cannot read --inputs {inputs_file!r}: {error.strerror or error}",
+                field="--inputs",
+                value=inputs_file,
+            ) from None
+        texts += [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise InvalidInput("give --input TEXT (repeatable) or --inputs FILE", field="--input", value=None)
+    return texts
+
+
+def describe(index: int, result: PipelineResult) -> str:
+    env = result.envelope
+    head = f"[{index}] {env.raw_input!r} -> {result.outcome.value} at {result.stage}"
+    lines = [f"{head} after {env.hop_count} hop(s)"]
+    for record in env.history:
+        note = record.error or record.summary
+        lines.append(f"    {record.stage:<12} {record.outcome:<10} {record.duration_ms:>5} ms  {note}")
+    if result.question:
+        lines.append(f"    asks: {result.question}")
+    if result.error and result.outcome.value == "terminate":
+        lines.append(f"    {result.error}")
+    return "\n".join(lines)
+
+
+async def run_pipeline(
+    *,
+    path: str | None,
+    example: bool,
+    inputs: list[str] | None,
+    inputs_file: str | None,
+    data_dir: str | None,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+) -> int:
+    if (path is None) == (not example):
+        raise InvalidInput("give a pipeline file or --example (one of them)", field="PIPELINE", value=path)
+    config = load_pipeline(EXAMPLE if example else Path(path or ""))
+    texts = _inputs(inputs, inputs_file)
+    model: Any = None
+    if config.model is not None:
+        from ..llm import OpenAIChatModel
+
+        model = OpenAIChatModel(
+            config.model.model, base_url=config.model.base_url, timeout=config.model.timeout
+        )
+    folder = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
+    results: list[tuple[int, PipelineResult]] = []
+    try:
+        async with ActorSystem() as system:
+            log = await system.spawn(lambda: LogActor(folder), name="log")
+            async with (
+                open_pipeline(system, config, model=model, events=log) as pipeline,
+                anyio.create_task_group() as tg,
+            ):
+                for index, text in enumerate(texts, 1):
+
+                    async def one(index: int = index, text: str = text) -> None:
+                        results.append((index, await pipeline.run(text)))
+
+                    tg.start_soon(one)
+            await log.stop()
+    finally:
+        if model is not None:
+            await model.aclose()
+    failed = 0
+    for index, result in sorted(results, key=lambda pair: pair[0]):
+        failed += result.outcome.value in ("error", "terminate")
+        if as_json:
+            env = result.envelope
+            record = {
+                "input": env.raw_input,
+                "outcome": result.outcome.value,
+                "stage": result.stage,
+                "hops": env.hop_count,
+                "trail": result.trail,
+                "question": result.question,
+                "error": result.error,
+                "outputs": env.outputs,
+            }
+            print(msgspec.json.encode(record).decode(), file=out)
+        else:
+            print(describe(index, result), file=out)
+    return 1 if failed else 0

@@ -5,7 +5,7 @@
                            on a freshly seeded example graph, until it is done
     python3 dev.py test    create .venv, install greenroom[dev], run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
-    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat)
+    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat, pipeline)
 
 Extra arguments after the command go to the tool (for example
 ``python3 dev.py test -k mailbox``).
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
             or run("-m", "ruff", "format", "--check", *paths)
             or run("-m", "mypy", *rest)
         )
-    for suite in ("actors", "graph", "log", "harness", "chat"):
+    for suite in ("actors", "graph", "log", "harness", "chat", "pipeline"):
         code = run("-m", "greenroom", "bench", suite, "--backend", "both", *rest)
         if code:
             return code

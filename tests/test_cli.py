@@ -178,3 +178,12 @@ def test_bench_chat_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         main(["bench", "chat", "--pools", "0"])
     assert "argument --pools: must be a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_bench_pipeline_runs_small_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "pipeline", "--backend", "asyncio", "--envelopes", "20", "--latency-envelopes", "5",
+            "--latency-ms", "5", "--in-flight", "5", "--rounds", "1", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)["asyncio"]
+    assert figures["plain_per_second"] > 0 and figures["actors_per_second"] > 0
+    assert figures["ideal"] == pytest.approx((5 + 2) * 0.005) and figures["wall"] >= figures["ideal"]

@@ -51,6 +51,12 @@ def report_per_backend(
     return 0
 
 
-from . import chat, graph, harness, log  # noqa: E402 -- they import the helpers above
+from . import chat, graph, harness, log, pipeline  # noqa: E402 -- they import the helpers above
 
-SUITES: dict[str, ModuleType] = {"graph": graph, "log": log, "harness": harness, "chat": chat}
+SUITES: dict[str, ModuleType] = {
+    "graph": graph,
+    "log": log,
+    "harness": harness,
+    "chat": chat,
+    "pipeline": pipeline,
+}

@@ -132,7 +132,9 @@ async def test_a_crashing_stage_fails_its_envelope_and_is_restarted() -> None:
 
         type(original)._step = step  # type: ignore[method-assign]
         try:
-            with pytest.raises(PipelineError, match="stage 'planner' crashed: RuntimeError: a bug in a hook"):
+            with pytest.raises(
+                PipelineError, match="stage 'executor' crashed: RuntimeError: a bug in a hook"
+            ):
                 await pipeline.run("first")
             result = await pipeline.run("second")  # the restarted stage takes the next envelope
         finally:

@@ -121,9 +121,10 @@ class Agent:
         config = self.config
         env.hop_count += 1
         started = time.perf_counter()
-        await self._emit(
-            AGENT_STARTED, {"stage": self.name, "envelope_id": env.envelope_id, "hop": env.hop_count}
-        )
+        if self.events is not None:
+            await self._emit(
+                AGENT_STARTED, {"stage": self.name, "envelope_id": env.envelope_id, "hop": env.hop_count}
+            )
         try:
             if self.pre_process is not None:
                 env = await _maybe_await(self.pre_process(env))
@@ -266,6 +267,8 @@ class Agent:
         return outcome, self.config.default_next, question
 
     async def _completed(self, env: Envelope, status: str, duration: int, error: str | None) -> None:
+        if self.events is None:
+            return
         payload = {
             "stage": self.name,
             "envelope_id": env.envelope_id,

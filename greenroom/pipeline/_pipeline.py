@@ -61,24 +61,24 @@ class _Hop:
 
 
 class StageActor(Actor):
-    """One stage: processes an envelope, then passes it on or returns it."""
-
-    interruptible = True
+    """One stage: processes an envelope, then passes it on or returns it. A stage that
+    awaits a model or tools is an :class:`InterruptibleStageActor`; a mock or service stage
+    is not (a cancel scope per envelope would be its largest cost)."""
 
     def __init__(self, agent: Agent, pipeline: Pipeline) -> None:
         self.agent = agent
         self.pipeline = pipeline
 
     async def receive(self, message: Any) -> Any:
-        if isinstance(message, Envelope):  # asked: the start of an envelope's journey
+        if type(message) is _Hop:  # passed on by the stage before
+            hop = message
+        elif isinstance(message, Envelope):  # asked: the start of an envelope's journey
             reply = self.context.reply_later()
             if reply is None:
                 raise InvalidInput(
                     "an envelope must be asked (its result has to reach someone)", field="message"
                 )
             hop = _Hop(message, reply)
-        elif isinstance(message, _Hop):
-            hop = message
         else:
             raise TypeError(f"StageActor does not handle {type(message).__name__} messages")
         try:
@@ -97,7 +97,6 @@ class StageActor(Actor):
         env = hop.envelope
         pipeline = self.pipeline
         name = self.agent.name
-        env.metadata["paused_at"] = None
         try:
             env = await self.agent.process(env)
         except StageFailed as failed:
@@ -125,7 +124,15 @@ class StageActor(Actor):
                 )
             )
             return
-        await pipeline.stages[env.next_stage].send(_Hop(env, hop.reply))
+        hop.envelope = env
+        await pipeline.stages[env.next_stage].send(hop)  # the same hop: no allocation per stage
+
+
+class InterruptibleStageActor(StageActor):
+    """A stage that waits on a model or tools: its asker giving up (or ``interrupt()``)
+    cancels the call in flight."""
+
+    interruptible = True
 
 
 def _trail(env: Envelope) -> list[str]:
@@ -169,8 +176,10 @@ class Pipeline:
                     field=f"agents.{stage.name}",
                     value=agent.config,
                 )
+            waits = (stage.has_llm or stage.has_tools) and not agent.use_mock
+            kind = InterruptibleStageActor if waits else StageActor
             pipeline.stages[stage.name] = await system.spawn(
-                lambda agent=agent: StageActor(agent, pipeline),  # type: ignore[misc]
+                lambda agent=agent, kind=kind: kind(agent, pipeline),  # type: ignore[misc]
                 name=f"{config.name}:{stage.name}",
                 mailbox_size=mailbox_size,
             )
@@ -195,6 +204,7 @@ class Pipeline:
         stage = envelope.metadata.get("paused_at")
         if not isinstance(stage, str) or stage not in self.stages:
             raise InvalidInput("this envelope is not paused at a stage of this pipeline", field="envelope")
+        envelope.metadata["paused_at"] = None
         envelope.metadata["answer"] = answer
         result: PipelineResult = await self.stages[stage].ask(envelope, timeout=None)
         return result

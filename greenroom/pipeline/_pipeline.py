@@ -34,7 +34,7 @@ class PipelineError(GreenroomError):
     """A stage actor crashed while it held the envelope (a bug in a hook or a stage)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class PipelineResult:
     """How an envelope left the pipeline: ``outcome`` (``SUCCESS`` at the end of its route,
     ``ERROR``, ``TERMINATE`` past the hop limit, ``CLARIFY`` / ``CONFIRM`` when paused),

@@ -277,3 +277,85 @@ def test_pipeline_config_has_a_first_stage() -> None:
         stages=(AgentConfig(name="b", stage_order=2), AgentConfig(name="a", stage_order=1))
     )
     assert pipeline.first.name == "a"
+
+
+# -- the harness's tools, and a real model --------------------------------------------------------
+
+
+async def test_stage_tools_are_the_harness_tools_through_its_sandbox() -> None:
+    import msgspec
+
+    from greenroom.harness import Sandbox, Tool
+    from greenroom.pipeline import HarnessToolExecutor
+
+    class Path_(msgspec.Struct):
+        path: str
+
+    sent: list[str] = []
+
+    async def send(args: Path_) -> dict[str, Any]:
+        sent.append(args.path)
+        return {"sent": args.path}
+
+    def read(args: Path_) -> str:
+        return f"contents of {args.path}"
+
+    tools = HarnessToolExecutor(
+        [
+            Tool("read", read, args=Path_),
+            Tool("send", send, args=Path_, risk=RiskLevel.NETWORK),
+            Tool("wipe", read, args=Path_, risk=RiskLevel.EXECUTES),
+        ],
+        Sandbox(max_risk=RiskLevel.NETWORK),
+    )
+    config = AgentConfig(name="executor", has_tools=True, allowed_tools=("read", "send", "wipe"))
+    agent = Agent(config, tools=tools)
+    env = Envelope(
+        outputs={"plan": {"steps": [
+            {"tool": "read", "parameters": {"path": "a"}},
+            {"tool": "read", "parameters": {"file": "a"}},
+            {"tool": "send", "parameters": {"path": "b"}},
+            {"tool": "wipe", "parameters": {"path": "/"}},
+        ]}}
+    )  # fmt: skip
+    env = await agent.process(env)
+    first = env.get_output("executor")
+    assert first is not None
+    assert first["results"][3]["error"]["error_type"] == "refused"  # above the sandbox's risk level
+    env = await agent.process(env)  # again: the network tool (non-idempotent by its risk) is not
+    output = env.get_output("executor")
+    assert output is not None
+    results = output["results"]
+    assert results[0] == {**results[0], "status": "success", "data": {"result": "contents of a"}}
+    assert results[1]["error"]["error_type"] == "invalid_arguments" and results[1]["error"]["details"] == {
+        "field": "path"
+    }
+    assert results[2]["status"] == "skipped"  # it ran in the first pass
+    assert results[3]["status"] == "skipped"  # an executing tool is also at most once (even refused)
+    assert sent == ["b"]
+
+
+async def test_an_llm_stage_through_a_real_chat_completions_server() -> None:
+    from _chat_server import ChatServer, Respond, completion
+
+    from greenroom.llm import OpenAIChatModel
+
+    server = ChatServer()
+    server.add(Respond(body=completion(text='{"steps": ["a", "b"], "reasoning": "because"}')))
+    with server.running() as running:
+        model = OpenAIChatModel("stage-model", base_url=running.url, api_key="sk-test")
+        try:
+            config = AgentConfig(
+                name="planner",
+                has_llm=True,
+                required_output_fields=("steps",),
+                temperature=0.3,
+                max_tokens=200,
+            )
+            env = await Agent(config, llm=model).process(Envelope(raw_input="plan a trip"))
+        finally:
+            await model.aclose()
+    assert env.get_output("planner") == {"steps": ["a", "b"], "reasoning": "because"}
+    body = server.seen[0].body
+    assert body["temperature"] == 0.3 and body["max_tokens"] == 200
+    assert "plan a trip" in body["messages"][0]["content"]

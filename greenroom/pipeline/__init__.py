@@ -20,6 +20,7 @@ from ._contracts import (
 )
 from ._envelope import Envelope, StageRecord
 from ._pipeline import Pipeline, PipelineError, PipelineResult, StageActor
+from ._tools import HarnessToolExecutor
 
 __all__ = [
     "AGENT_COMPLETED",
@@ -28,6 +29,7 @@ __all__ = [
     "AgentConfig",
     "AgentOutcome",
     "Envelope",
+    "HarnessToolExecutor",
     "IdempotencyClass",
     "Pipeline",
     "PipelineConfig",

@@ -29,7 +29,14 @@ from ..actors import ActorRef, ActorStopped
 from ..llm import ChatModel
 from ..messages import Append, ChatMessage, ChatRequest
 from ._config import AgentConfig
-from ._contracts import AgentOutcome, StandardToolResult, ToolErrorDetails, ToolStatus, normalize_tool_result
+from ._contracts import (
+    AgentOutcome,
+    IdempotencyClass,
+    StandardToolResult,
+    ToolErrorDetails,
+    ToolStatus,
+    normalize_tool_result,
+)
 from ._envelope import Envelope, StageRecord
 
 AGENT_STARTED = "AGENT_STARTED"
@@ -228,12 +235,13 @@ class Agent:
                 )
             else:
                 effect = f"{self.name}:{index}:{name}"
-                if name in config.non_idempotent_tools and effect in env.done_effects:
+                once = name in config.non_idempotent_tools or self._non_idempotent(name)
+                if once and effect in env.done_effects:
                     results.append(
                         {"tool": name, "status": "skipped", "reason": "already ran for this envelope"}
                     )
                     continue
-                if name in config.non_idempotent_tools:
+                if once:
                     env.done_effects.add(effect)  # at most once, even if it fails half-way
                 try:
                     result = normalize_tool_result(await self.tools.execute(name, dict(params)))
@@ -251,6 +259,11 @@ class Agent:
             results.append(entry)
         failed = sum(1 for r in results if r.get("status") == ToolStatus.ERROR.value)
         return {"results": results, "succeeded": len(results) - failed, "failed": failed}
+
+    def _non_idempotent(self, name: str) -> bool:
+        """What the tool layer says of a tool (a harness tool's risk level), if it says."""
+        judge = getattr(self.tools, "idempotency", None)
+        return callable(judge) and judge(name) is IdempotencyClass.NON_IDEMPOTENT
 
     # -- routing and events -----------------------------------------------------------------
 

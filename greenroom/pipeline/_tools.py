@@ -1,0 +1,74 @@
+"""``HarnessToolExecutor``: a stage's tools are the harness's ``Tool`` objects, run
+through the harness's ``Sandbox`` — one tool layer for the whole runtime.
+
+Each call passes the same checks a harness phase makes: the tool is known, its
+arguments convert to its ``args`` Struct (an error names the field), the sandbox admits
+it (risk level, rate limits), and an async tool runs under the sandbox's
+``tool_timeout``. The answer is a :class:`StandardToolResult`: a refusal or a failure is
+an error result with its type (``not_found``, ``invalid_arguments``, ``refused``,
+``timeout``, or the exception's name), never an exception. A tool's
+:class:`IdempotencyClass` comes from its risk level; the stage runs a non-idempotent one
+at most once per envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import anyio
+
+from ..harness import Sandbox, Tool, ToolRefused
+from ..messages import RecordError
+from ._contracts import IdempotencyClass, StandardToolResult, ToolErrorDetails
+
+
+class HarnessToolExecutor:
+    def __init__(self, tools: Iterable[Tool], sandbox: Sandbox | None = None) -> None:
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                raise TypeError(f"HarnessToolExecutor tools must be Tool objects, got {tool!r}")
+            if tool.name in self.tools:
+                raise ValueError(f"HarnessToolExecutor: two tools are named {tool.name!r}")
+            self.tools[tool.name] = tool
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
+
+    def idempotency(self, tool_name: str) -> IdempotencyClass:
+        tool = self.tools.get(tool_name)
+        return (
+            IdempotencyClass.NON_IDEMPOTENT if tool is None else IdempotencyClass.from_risk_level(tool.risk)
+        )
+
+    async def execute(self, tool_name: str, params: dict[str, Any]) -> StandardToolResult:
+        tool = self.tools.get(tool_name)
+        if tool is None:
+            return StandardToolResult.failure(ToolErrorDetails.not_found("tool", tool_name))
+        try:
+            validated = tool.validate(params)
+        except RecordError as bad:
+            return StandardToolResult.failure(
+                ToolErrorDetails("invalid_arguments", str(bad), {"field": bad.field}, recoverable=True)
+            )
+        try:
+            self.sandbox.check(tool)
+        except ToolRefused as refused:
+            return StandardToolResult.failure(ToolErrorDetails("refused", str(refused)))
+        try:
+            if tool.is_async and self.sandbox.tool_timeout is not None:
+                with self.sandbox.timeout_scope() as deadline:
+                    result = await tool.call(validated)
+                if deadline.cancelled_caught:
+                    timeout = self.sandbox.tool_timeout
+                    return StandardToolResult.failure(
+                        ToolErrorDetails(
+                            "timeout", f"tool {tool_name!r} took longer than {timeout:g}s", recoverable=True
+                        )
+                    )
+            else:
+                result = await tool.call(validated)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:
+            return StandardToolResult.failure(ToolErrorDetails.from_exception(error, recoverable=True))
+        return StandardToolResult.success(result if isinstance(result, dict) else {"result": result})

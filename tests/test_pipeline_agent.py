@@ -359,3 +359,16 @@ async def test_an_llm_stage_through_a_real_chat_completions_server() -> None:
     body = server.seen[0].body
     assert body["temperature"] == 0.3 and body["max_tokens"] == 200
     assert "plan a trip" in body["messages"][0]["content"]
+
+
+async def test_a_stage_with_policies_refuses_output_that_tries_to_reach_the_user() -> None:
+    agent = Agent(AgentConfig(name="writer", has_policies=True))
+    agent.use_mock = True
+    agent.mock_handler = lambda env: {"text": "hi", "meta": {"show_to_user": True}}
+    with pytest.raises(StageFailed, match="tries to reach the user") as refused:
+        await agent.process(Envelope())
+    assert refused.value.field == "output.meta.show_to_user"
+    plain = Agent(AgentConfig(name="writer2"))
+    plain.use_mock = True
+    plain.mock_handler = lambda env: {"meta": {"show_to_user": True}}
+    assert (await plain.process(Envelope())).outcome is AgentOutcome.SUCCESS  # no policies: not checked

@@ -4,7 +4,9 @@
 start (``hop_count`` + 1, an ``AGENT_STARTED`` event), the pre-process hook, the main
 processing, the required-output check, the output set in the envelope, the
 post-process hook, routing, and the completion record (an ``AGENT_COMPLETED`` event with
-status, duration and error). Processing modes, in the spec's priority: the mock handler
+status, duration and error). A stage with ``has_policies`` also holds its output to the
+visibility policy: an output that tries to surface text to the user (only the narrator
+may) fails the stage. Processing modes, in the spec's priority: the mock handler
 (``use_mock``), then the LLM (``has_llm``), then tools (``has_tools``), then the service
 default (no output; hooks only).
 
@@ -27,6 +29,7 @@ import msgspec
 from .._errors import GreenroomError, InvalidInput
 from ..actors import ActorRef, ActorStopped
 from ..llm import ChatModel
+from ..log import surfacing_flag
 from ..messages import Append, ChatMessage, ChatRequest
 from ._config import AgentConfig
 from ._contracts import (
@@ -141,6 +144,10 @@ class Agent:
             missing = [name for name in config.required_output_fields if name not in output]
             if missing:
                 raise StageFailed(self.name, f"output lacks required field {missing[0]!r}", field=missing[0])
+            if config.has_policies:
+                flag = surfacing_flag(output, "output")
+                if flag is not None:  # only the narrator may show text to users
+                    raise StageFailed(self.name, f"output tries to reach the user ({flag})", field=flag)
             env.set_output(config.key, output)
             if self.post_process is not None:
                 env = await _maybe_await(self.post_process(env, output))

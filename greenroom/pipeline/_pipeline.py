@@ -105,12 +105,12 @@ class StageActor(Actor):
             )
             return
         outcome = env.outcome or AgentOutcome.SUCCESS
-        if outcome.pauses():
+        if outcome in _PAUSES:
             env.metadata["paused_at"] = name
             hop.reply.succeed(PipelineResult(env, outcome, name, question=env.question, trail=_trail(env)))
             return
-        if outcome.is_terminal() or env.next_stage is None:
-            final = outcome if outcome.is_terminal() else AgentOutcome.SUCCESS
+        if outcome in _TERMINAL or env.next_stage is None:
+            final = outcome if outcome in _TERMINAL else AgentOutcome.SUCCESS
             hop.reply.succeed(PipelineResult(env, final, name, trail=_trail(env)))
             return
         if env.hop_count >= pipeline.config.max_hops:
@@ -135,6 +135,10 @@ class InterruptibleStageActor(StageActor):
     interruptible = True
 
 
+_PAUSES = frozenset(o for o in AgentOutcome if o.pauses())
+_TERMINAL = frozenset(o for o in AgentOutcome if o.is_terminal())
+
+
 def _trail(env: Envelope) -> list[str]:
     return [record.stage for record in env.history]
 
@@ -145,6 +149,7 @@ class Pipeline:
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
         self.stages: dict[str, ActorRef] = {}
+        self._first = config.first.name
 
     @classmethod
     async def spawn(
@@ -195,7 +200,7 @@ class Pipeline:
         if not isinstance(raw_input, str):
             raise InvalidInput(f"raw_input must be text (got {type(raw_input).__name__})", field="raw_input")
         env = Envelope(raw_input=raw_input, metadata=dict(metadata or {}))
-        result: PipelineResult = await self.stages[self.config.first.name].ask(env, timeout=None)
+        result: PipelineResult = await self.stages[self._first].ask(env, timeout=None)
         return result
 
     async def resume(self, envelope: Envelope, answer: str) -> PipelineResult:

@@ -372,3 +372,25 @@ async def test_a_stage_with_policies_refuses_output_that_tries_to_reach_the_user
     plain.use_mock = True
     plain.mock_handler = lambda env: {"meta": {"show_to_user": True}}
     assert (await plain.process(Envelope())).outcome is AgentOutcome.SUCCESS  # no policies: not checked
+
+
+async def test_a_harness_tool_past_the_sandbox_timeout_is_a_timeout_result() -> None:
+    import msgspec
+
+    from greenroom.harness import Sandbox, Tool
+    from greenroom.pipeline import HarnessToolExecutor
+
+    class Nothing(msgspec.Struct):
+        pass
+
+    async def slow(args: Nothing) -> str:
+        await anyio.sleep(30)
+        return "late"
+
+    tools = HarnessToolExecutor([Tool("slow", slow, args=Nothing)], Sandbox(tool_timeout=0.05))
+    result = await tools.execute("slow", {})
+    assert result.status is ToolStatus.ERROR and result.error is not None
+    assert (result.error.error_type, result.error.recoverable) == ("timeout", True)
+    assert "timed out after 0.05s" in result.error.message
+    missing = await tools.execute("ghost", {})
+    assert missing.error == ToolErrorDetails.not_found("tool", "ghost")

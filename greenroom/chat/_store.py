@@ -164,11 +164,15 @@ class SQLiteChatStore:
             self._db = db
         return db
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """``fn`` in one transaction in a worker thread: a writer takes the write lock at
+        once (``BEGIN IMMEDIATE``: another process's writer waits, never a deadlock
+        half-way); a reader only reads its snapshot."""
+
         def call() -> T:
             with self._lock:
                 db = self._connect()
-                db.execute("BEGIN IMMEDIATE")
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     value = fn(db)
                 except BaseException:
@@ -222,7 +226,7 @@ class SQLiteChatStore:
             ).fetchall()
             return [self._row(row) for row in rows]
 
-        return await self._run(fetch)
+        return await self._run(fetch, write=False)
 
     def _one(self, db: sqlite3.Connection, user_id: str, task_id: int) -> TaskRow | None:
         row = db.execute(
@@ -287,7 +291,7 @@ class SQLiteChatStore:
             elif row is None or row[0] != user_id:
                 raise ConversationNotFound(conversation_id)
 
-        await self._run(open_)
+        await self._run(open_, write=create)
 
     async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
         def load(db: sqlite3.Connection) -> list[StoredMessage]:
@@ -307,7 +311,7 @@ class SQLiteChatStore:
                 for role, content, calls, created_at in reversed(rows)
             ]
 
-        return await self._run(load)
+        return await self._run(load, write=False)
 
     async def save_turn(
         self,
@@ -371,7 +375,7 @@ class SQLiteChatStore:
                 tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
             )
 
-        return await self._run(load)
+        return await self._run(load, write=False)
 
     async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
         """Remove the pending confirmation if it is still exactly ``expected``: ``True``

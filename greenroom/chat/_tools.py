@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -185,41 +185,37 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
             return _fail("NOT_FOUND", "no such task", query=found.title)
         return _ok({**_task_view(updated), "changed": sorted(changes), "old_title": found.title})
 
-    @server.tool()
-    async def complete_task(
-        ctx: Context, task_id: int | None = None, title: str | None = None
+    async def on_found(
+        ctx: Context,
+        task_id: int | None,
+        title: str | None,
+        act: Callable[[str, int], Awaitable[TaskRow | None]],
     ) -> dict[str, Any]:
-        """Mark a task as done; name it by id or by its title."""
+        """Find the task meant for this request's user, then ``act`` on it by id."""
         user = user_of(ctx)
         if user is None:
             return _fail("UNAUTHORIZED", "no user")
         found = await _find(store, user, task_id, title)
         if isinstance(found, dict):
             return found
-        done = await store.complete_task(user, found.id)
-        return (
-            _ok(_task_view(done))
-            if done is not None
-            else _fail("NOT_FOUND", "no such task", query=found.title)
-        )
+        changed = await act(user, found.id)
+        if changed is None:  # gone between the lookup and the change
+            return _fail("NOT_FOUND", "no such task", query=found.title)
+        return _ok(_task_view(changed))
+
+    @server.tool()
+    async def complete_task(
+        ctx: Context, task_id: int | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        """Mark a task as done; name it by id or by its title."""
+        return await on_found(ctx, task_id, title, store.complete_task)
 
     @server.tool()
     async def delete_task(
         ctx: Context, task_id: int | None = None, title: str | None = None
     ) -> dict[str, Any]:
         """Remove a task (the assistant asks the user to confirm first); by id or title."""
-        user = user_of(ctx)
-        if user is None:
-            return _fail("UNAUTHORIZED", "no user")
-        found = await _find(store, user, task_id, title)
-        if isinstance(found, dict):
-            return found
-        gone = await store.delete_task(user, found.id)
-        return (
-            _ok(_task_view(gone))
-            if gone is not None
-            else _fail("NOT_FOUND", "no such task", query=found.title)
-        )
+        return await on_found(ctx, task_id, title, store.delete_task)
 
     return server
 

@@ -11,7 +11,7 @@ from ._actor import HarnessActor
 from ._budget import Admission, TokenBudget
 from ._handle import Harness
 from ._phase import STOP_REASONS, PhaseResult, StopReason
-from ._sandbox import Sandbox, ToolRefused
+from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
 from ._stop import StopSignal
 from ._tools import RiskLevel, Tool
@@ -30,4 +30,5 @@ __all__ = [
     "TokenBudget",
     "Tool",
     "ToolRefused",
+    "ToolTimedOut",
 ]

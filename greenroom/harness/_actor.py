@@ -43,7 +43,7 @@ from ..messages import (
 )
 from ._budget import TokenBudget
 from ._phase import PhaseResult, StopReason
-from ._sandbox import Sandbox, ToolRefused
+from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._stop import StopSignal
 from ._tools import Tool
 
@@ -298,24 +298,9 @@ class HarnessActor(Actor):
         if arguments_error is not None:
             return _failed(record, arguments_error)
         try:
-            validated = tool.validate(arguments)
-        except RecordError as bad:
-            return _failed(record, str(bad))
-        sandbox = self.sandbox
-        try:
-            sandbox.check(tool)
-        except ToolRefused as refused:
+            result = await self.sandbox.run(tool, arguments)
+        except (RecordError, ToolRefused, ToolTimedOut) as refused:
             return _failed(record, str(refused))
-        try:
-            if not tool.is_async:  # a plain function runs inline and cannot be interrupted
-                result = tool.fn(**validated) if tool.args is None else tool.fn(validated)
-            elif sandbox.tool_timeout is not None:
-                with sandbox.timeout_scope() as deadline:
-                    result = await tool.call(validated)
-                if deadline.cancelled_caught:
-                    return _failed(record, f"tool {name!r} timed out after {sandbox.tool_timeout:g}s")
-            else:
-                result = await tool.call(validated)
         except Exception as failed:  # cancellation is a BaseException: it propagates
             return _failed(record, f"{type(failed).__name__}: {failed}")
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 
@@ -15,6 +16,10 @@ from ._tools import RiskLevel, Tool
 
 class ToolRefused(GreenroomError):
     """The sandbox refused a tool call; the harness records it as an error result."""
+
+
+class ToolTimedOut(GreenroomError):
+    """An async tool call ran past the sandbox's ``tool_timeout`` and was cancelled."""
 
 
 class Sandbox:
@@ -86,6 +91,26 @@ class Sandbox:
                 raise ToolRefused(f"rate limit: {who} allows {calls} calls per {per:g}s")
         for recent, _, _ in windows:
             recent.append(now)
+
+    async def run(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+        """One tool call through every check, then the call itself — the one path the
+        harness and the pipeline's tool stages share.
+
+        Raises ``RecordError`` (arguments that do not convert; it names the field),
+        :class:`ToolRefused` (risk level, rate limit), :class:`ToolTimedOut` (an async tool
+        past ``tool_timeout``), or whatever the tool raised. A plain function runs inline
+        and cannot be interrupted. Cancellation propagates."""
+        validated = tool.validate(arguments)
+        self.check(tool)
+        if not tool.is_async:
+            return tool.fn(**validated) if tool.args is None else tool.fn(validated)
+        if self.tool_timeout is None:
+            return await tool.call(validated)
+        with self.timeout_scope() as deadline:
+            result = await tool.call(validated)
+        if deadline.cancelled_caught:
+            raise ToolTimedOut(f"tool {tool.name!r} timed out after {self.tool_timeout:g}s")
+        return result
 
     def timeout_scope(self) -> anyio.CancelScope:
         """The scope one tool call runs in (its deadline is ``tool_timeout``)."""

@@ -1,7 +1,7 @@
 """``HarnessToolExecutor``: a stage's tools are the harness's ``Tool`` objects, run
 through the harness's ``Sandbox`` — one tool layer for the whole runtime.
 
-Each call passes the same checks a harness phase makes: the tool is known, its
+Each call goes through ``Sandbox.run``, the path a harness phase uses too: its
 arguments convert to its ``args`` Struct (an error names the field), the sandbox admits
 it (risk level, rate limits), and an async tool runs under the sandbox's
 ``tool_timeout``. The answer is a :class:`StandardToolResult`: a refusal or a failure is
@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ..harness import Sandbox, Tool, ToolRefused
+from ..harness import Sandbox, Tool, ToolRefused, ToolTimedOut
 from ..messages import RecordError
 from ._contracts import IdempotencyClass, StandardToolResult, ToolErrorDetails
 
@@ -45,28 +45,15 @@ class HarnessToolExecutor:
         if tool is None:
             return StandardToolResult.failure(ToolErrorDetails.not_found("tool", tool_name))
         try:
-            validated = tool.validate(params)
+            result = await self.sandbox.run(tool, params)
         except RecordError as bad:
             return StandardToolResult.failure(
                 ToolErrorDetails("invalid_arguments", str(bad), {"field": bad.field}, recoverable=True)
             )
-        try:
-            self.sandbox.check(tool)
         except ToolRefused as refused:
             return StandardToolResult.failure(ToolErrorDetails("refused", str(refused)))
-        try:
-            if tool.is_async and self.sandbox.tool_timeout is not None:
-                with self.sandbox.timeout_scope() as deadline:
-                    result = await tool.call(validated)
-                if deadline.cancelled_caught:
-                    timeout = self.sandbox.tool_timeout
-                    return StandardToolResult.failure(
-                        ToolErrorDetails(
-                            "timeout", f"tool {tool_name!r} took longer than {timeout:g}s", recoverable=True
-                        )
-                    )
-            else:
-                result = await tool.call(validated)
+        except ToolTimedOut as late:
+            return StandardToolResult.failure(ToolErrorDetails("timeout", str(late), recoverable=True))
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:

@@ -97,7 +97,10 @@ class TaskGraph:
         return changes
 
     def take_events(self) -> list[tuple[str, AgentTask]]:
-        events, self._events = self._events, []
+        events = self._events
+        if not events:  # most messages (reads, heartbeats) make none: no new list for them
+            return events
+        self._events = []
         return events
 
     # -- transitions ------------------------------------------------------------------

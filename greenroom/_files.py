@@ -31,9 +31,10 @@ def default_data_dir() -> Path:
     return Path(base) / "greenroom"
 
 
-def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None, *, create: bool = True) -> Path:
     """Make sure the data dir exists and is a directory; return it as an absolute path.
-    Blocking (it may create it): from async code, call it in a worker thread."""
+    ``create=False`` (read-only commands) never creates it: a missing one is an
+    :class:`InvalidInput` naming it. Blocking: from async code, call it in a worker thread."""
     if data_dir is not None and not str(data_dir).strip():
         raise InvalidInput(
             f"the data dir must name a directory, got {str(data_dir)!r}", field="data_dir", value=data_dir
@@ -41,6 +42,14 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
     path = (Path(data_dir).expanduser() if data_dir is not None else default_data_dir()).absolute()
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"data dir {str(path)!r} exists and is not a directory")
+    if not create:
+        if not path.exists():
+            raise InvalidInput(
+                f"data dir {str(path)!r} does not exist (nothing has run there yet; check --data-dir)",
+                field="data_dir",
+                value=str(path),
+            )
+        return path
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -67,18 +76,37 @@ class OwnerLock:
         try:
             _lock(fd)
         except OSError:
-            try:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            finally:
-                os.close(fd)
-            raise DataDirBusy(
-                f"{self.what} in {str(self.path.parent)!r} is in use by another process "
-                f"(pid {holder}, lock file {self.path.name}); is a greenroom daemon running "
-                "on this data dir? Stop it or use another --data-dir."
-            ) from None
+            raise self._busy(fd) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def acquire_shared(self) -> bool:
+        """For a reader that must not write: a shared lock through a read-only descriptor,
+        so no owner changes the files while they are read. Creates nothing: without a
+        lock file (no owner ever ran) there is nothing to exclude, and it returns
+        ``False``. Raises :class:`DataDirBusy` while an owner holds the lock."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            _lock(fd, shared=True)
+        except OSError:
+            raise self._busy(fd) from None
+        self._fd = fd
+        return True
+
+    def _busy(self, fd: int) -> DataDirBusy:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        finally:
+            os.close(fd)
+        return DataDirBusy(
+            f"{self.what} in {str(self.path.parent)!r} is in use by another process "
+            f"(pid {holder}, lock file {self.path.name}); is a greenroom daemon running "
+            "on this data dir? Stop it or use another --data-dir."
+        )
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -89,14 +117,14 @@ class OwnerLock:
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
-    def _lock(fd: int) -> None:
+    def _lock(fd: int, shared: bool = False) -> None:
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined,unused-ignore]
 
 else:
     import fcntl
 
-    def _lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    def _lock(fd: int, shared: bool = False) -> None:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
 
 
 _sync_data = getattr(os, "fdatasync", os.fsync)

@@ -88,8 +88,20 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+def test_a_read_command_never_creates_the_data_dir(tmp_path: Path) -> None:
+    missing = tmp_path / "not-yet"
+    for command in (("tasks", "list"), ("tasks", "show", "x"), ("events", "tail")):
+        done = run_cli(*command, "--data-dir", str(missing))
+        assert done.returncode == 1, command
+        assert (
+            done.stderr == f"greenroom: error: data dir {str(missing)!r} does not exist "
+            "(nothing has run there yet; check --data-dir)\n"
+        )
+        assert not missing.exists()
+
+
 def test_an_os_error_is_one_line_naming_the_path(tmp_path: Path) -> None:
-    done = run_cli("tasks", "list", "--data-dir", "/sys/greenroom-cannot-be-here")
+    done = run_cli("tasks", "add", "--type", "x", "--data-dir", "/sys/greenroom-cannot-be-here")
     assert done.returncode == 1
     assert done.stderr.startswith("greenroom: error: /sys/greenroom-cannot-be-here")
     assert "Operation not permitted" in done.stderr
@@ -122,17 +134,61 @@ def test_a_deeply_nested_input_is_refused_in_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_a_graph_naming_a_missing_dependency_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "tasks.graph.json").write_text(
-        '{"format": "greenroom.tasks/1", "seq": 0, '
-        '"tasks": [{"id": "b", "type": "w", "depends_on": ["ghost"]}]}'
-    )
-    before = (tmp_path / "tasks.graph.json").read_bytes()
-    done = run_cli("tasks", "list", "--data-dir", str(tmp_path))
+@pytest.mark.parametrize(
+    ("tasks", "expected"),
+    [
+        ('[{"id": "b", "type": "w", "depends_on": ["ghost"]}]',
+         "task 'b' field 'depends_on' names 'ghost', which is not in the graph"),
+        ('[{"id": "b", "type": "w", "depends_on": ["b"]}]',
+         "task 'b' field 'depends_on' names the task itself"),
+        ('[{"id": "a", "type": "w", "depends_on": ["b"]}, {"id": "b", "type": "w", "depends_on": ["a"]}]',
+         "which closes a dependency cycle"),
+        ('[{"id": "a", "type": "w", "attempt": 7, "max_attempts": 3}]',
+         "task 'a' field 'attempt' is 7, above its max_attempts (3)"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [("tasks", "list"), ("run", "--until-idle", "--quiet")])
+def test_a_graph_no_submission_could_make_is_a_clear_error(
+    tmp_path: Path, tasks: str, expected: str, command: tuple[str, ...]
+) -> None:
+    graph = tmp_path / "tasks.graph.json"
+    graph.write_text(f'{{"format": "greenroom.tasks/1", "seq": 0, "tasks": {tasks}}}')
+    before = graph.read_bytes()
+    done = run_cli(*command, "--data-dir", str(tmp_path))
     assert done.returncode == 1
-    assert "task 'b' depends on 'ghost', which is not in the graph" in done.stderr
-    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr
-    assert (tmp_path / "tasks.graph.json").read_bytes() == before
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert graph.read_bytes() == before
+
+
+def test_a_complete_garbled_journal_line_is_an_error_even_for_readers_and_nothing_is_cut(
+    tmp_path: Path,
+) -> None:
+    assert run_cli("tasks", "add", "--type", "w", "--id", "a", "--data-dir", str(tmp_path)).returncode == 0
+    journal = tmp_path / "tasks.graph.journal"
+    content = journal.read_bytes() + b'{"seq": 99, "tasks": "not a list"}\n'
+    journal.write_bytes(content)
+    for command in (("tasks", "list"), ("run", "--until-idle", "--quiet")):
+        done = run_cli(*command, "--data-dir", str(tmp_path))
+        assert done.returncode == 1, command
+        line = content.count(b"\n")
+        assert f"tasks.graph.journal, line {line}:" in done.stderr and "nothing was changed" in done.stderr
+        assert journal.read_bytes() == content
+
+
+def test_a_read_command_leaves_a_torn_journal_end_for_the_owner(tmp_path: Path) -> None:
+    assert run_cli("tasks", "add", "--type", "w", "--id", "a", "--data-dir", str(tmp_path)).returncode == 0
+    journal = tmp_path / "tasks.graph.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"seq": 2, "tas')  # a crash mid-append
+    done = run_cli("tasks", "list", "--json", "--data-dir", str(tmp_path))
+    assert done.returncode == 0 and [t["id"] for t in json.loads(done.stdout)] == ["a"]
+    assert journal.read_bytes() == whole + b'{"seq": 2, "tas'  # a reader never writes
+    config = tmp_path / "none.toml"
+    config.write_text('[agents.other]\nagent = "greenroom.agents.examples:ResearchAgent"\n')
+    done = run_cli("tasks", "add", "--type", "w", "--id", "b", "--data-dir", str(tmp_path))
+    assert done.returncode == 0
+    assert journal.read_bytes().startswith(whole) and b'"tas\n' not in journal.read_bytes()
 
 
 def test_a_bug_is_one_line_and_the_traceback_only_with_debug(

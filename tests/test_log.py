@@ -107,13 +107,14 @@ async def test_torn_last_line_is_cut_on_start_and_seq_continues(
     assert [e.seq for e in read_events(path)] == [1, 2, 3, 4]
 
 
-async def test_garbled_complete_last_line_is_cut_too(tmp_path: Path) -> None:
+async def test_garbled_complete_last_line_is_an_error_and_nothing_is_cut(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    path.write_bytes(b'{"seq":1,"ts":1.0,"type":"X"}\n\x00\x00\x00garbage\n')
+    content = b'{"seq":1,"ts":1.0,"type":"X"}\n{"seq":2,"ts":1.0,"type":"X","nonsense":\n'
+    path.write_bytes(content)
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
-        assert (await log.ask(Append(type="Y"))).seq == 2
-    assert [e.type for e in read_events(path)] == ["X", "Y"]
+        with pytest.raises(EventLogError, match=r"line 2 \(the last complete line\) is not a valid event"):
+            await system.spawn(lambda: LogActor(tmp_path))
+    assert path.read_bytes() == content  # a complete line is damage to look at, never cut
 
 
 async def test_corrupt_line_in_the_middle_is_reported_by_readers(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from contextlib import aclosing
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -120,18 +121,16 @@ async def run_daemon(
 # -- greenroom tasks ----------------------------------------------------------------------
 
 
-def _load_locked(data_dir: str | None) -> list[AgentTask]:
-    path = resolve_data_dir(data_dir)
+def read_tasks(data_dir: str | None) -> list[AgentTask]:
+    """The graph as on disk, for a read-only command: never creates, cuts or locks
+    anything for writing (a shared lock excludes an owner while it reads). Blocking."""
+    path = resolve_data_dir(data_dir, create=False)
     lock = OwnerLock(path / "tasks.graph.lock", "the task graph")
-    lock.acquire()
+    lock.acquire_shared()
     try:
-        return GraphStore(path).load()[0]
+        return GraphStore(path).load(owner=False)[0]
     finally:
         lock.release()
-
-
-def read_tasks(data_dir: str | None) -> list[AgentTask]:
-    return _load_locked(data_dir)
 
 
 def parse_task_flags(
@@ -237,7 +236,7 @@ async def tail(
     """Print events (``--last N`` only the newest N); ``--follow`` keeps printing until
     interrupted (Ctrl-C ends it; the CLI exits 130). Works while a daemon writes: the
     log is append-only, so no lock is needed."""
-    path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir) / EVENTS_FILE
+    path = await anyio.to_thread.run_sync(partial(resolve_data_dir, data_dir, create=False)) / EVENTS_FILE
     if last is not None:
         existing = await anyio.to_thread.run_sync(read_events, path)
         shown = [event for event in existing if event.seq > after][-last:] if last else []

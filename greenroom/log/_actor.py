@@ -12,8 +12,10 @@ the visibility policy refuses raises :class:`PolicyError` (a ``ValueError`` with
 ``ref`` each event after it is durable.
 
 Messages sent before ``stop()`` are written and answered; messages sent after are
-refused by the kernel. On start a torn last line (a crash mid-append) is cut off and
-reported, never parsed as data; the OS lock is held from ``on_start`` to ``on_stop``.
+refused by the kernel. On start a torn end (bytes after the last newline: an append a
+crash cut short) is cut off and reported, never parsed as data; a complete line that is
+not a valid event stops the start with an error naming it, and nothing is cut. The OS
+lock is held from ``on_start`` to ``on_stop``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ..messages import (
     decode_json,
 )
 from ._policy import NarratorCapability, PolicyError, apply_policy
-from ._reader import EVENTS_FILE
+from ._reader import EVENTS_FILE, EventLogError
 
 logger = logging.getLogger("greenroom.log")
 
@@ -55,8 +57,10 @@ _encoder = msgspec.json.Encoder()
 
 
 def recover_tail(path: Path) -> tuple[int, int]:
-    """Find the last event's ``seq``; cut a torn or garbled last line. Returns
-    ``(last_seq, bytes_cut)``. Blocking."""
+    """Find the last event's ``seq``; cut a torn end (bytes after the last newline: an
+    append a crash cut short, never acknowledged). Returns ``(last_seq, bytes_cut)``.
+    A complete last line that is not a valid event is damage, not a torn write: it
+    raises :class:`EventLogError` naming the line, and nothing is cut. Blocking."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -79,12 +83,13 @@ def recover_tail(path: Path) -> tuple[int, int]:
     if body:
         try:
             last_seq = decode_json(body[line_start:], Event, "event").seq
-        except RecordError:
-            good_end = start + line_start  # a garbled last line: cut it as well
-            previous = body[:line_start][:-1]
-            if previous:
-                prev_start = previous.rfind(b"\n") + 1
-                last_seq = decode_json(previous[prev_start:], Event, "event").seq
+        except RecordError as error:
+            with path.open("rb") as file:
+                number = file.read(start + line_start).count(b"\n") + 1
+            raise EventLogError(
+                f"{path}, line {number} (the last complete line) is not a valid event: "
+                f"{error}; nothing was changed: restore the file or remove the line by hand"
+            ) from None
     cut = size - good_end
     if cut:
         truncate_durably(path, good_end)

@@ -335,26 +335,35 @@ class TaskGraph:
 
 def _check_acyclic(batch: dict[str, AgentTask]) -> None:
     # Existing tasks cannot depend on new ones, so a cycle lies within the batch.
+    found = find_cycle(batch)
+    if found is not None:
+        raise InvalidSubmission(found[0], "depends_on", found[1], "closes a dependency cycle")
+
+
+def find_cycle(tasks: dict[str, AgentTask]) -> tuple[str, str] | None:
+    """A dependency edge ``(task, dep)`` that closes a cycle among ``tasks``, or ``None``.
+    Dependencies outside ``tasks`` are ignored. Iterative: any depth."""
     state: dict[str, int] = {}
-    for root in batch:
+    for root in tasks:
         if root in state:
             continue
-        stack = [(root, iter(batch[root].depends_on))]
+        stack = [(root, iter(tasks[root].depends_on))]
         state[root] = 1
         while stack:
             node, deps = stack[-1]
             for dep in deps:
-                if dep not in batch:
+                if dep not in tasks:
                     continue
                 if state.get(dep) == 1:
-                    raise InvalidSubmission(node, "depends_on", dep, "closes a dependency cycle")
+                    return node, dep
                 if dep not in state:
                     state[dep] = 1
-                    stack.append((dep, iter(batch[dep].depends_on)))
+                    stack.append((dep, iter(tasks[dep].depends_on)))
                     break
             else:
                 state[node] = 2
                 stack.pop()
+    return None
 
 
 def _topological(batch: dict[str, AgentTask]) -> list[AgentTask]:

@@ -7,8 +7,10 @@ by task. A batch is durable once its line is fsynced, so a reply sent after
 :meth:`append` never loses its change. When the journal outgrows the snapshot, the
 snapshot is rewritten (temp file, fsync, rename, fsync of the dir) and the journal
 emptied; a crash between the two leaves batches the new snapshot already holds,
-which the ``seq`` skips. A torn last journal line (a crash mid-write) is cut off on
-load and reported; anything else unreadable stops the load with the files untouched.
+which the ``seq`` skips. A torn end of the journal (a crash mid-write: bytes after the
+last newline) is cut off when the owner loads, and reported; a read-only load skips it and
+changes nothing. A complete line that does not validate is never cut: it stops the load,
+naming the line, with the files untouched (it is damage to look at, not a torn write).
 
 All methods block: the supervisor actor calls them in a worker thread (``anyio.to_thread``,
 or ``_threads.run_blocking`` for the commit).
@@ -31,6 +33,7 @@ from .._files import (
 )
 from ..messages import AgentTask, OutboxEvent, RecordError, decode_json
 from ._errors import GraphFileError
+from ._graph import find_cycle
 from ._outbox import OutboxBatch
 
 logger = logging.getLogger("greenroom.supervisor")
@@ -89,9 +92,11 @@ class GraphStore:
 
     # -- loading ----------------------------------------------------------------------
 
-    def load(self) -> tuple[list[AgentTask], LoadReport]:
+    def load(self, *, owner: bool = True) -> tuple[list[AgentTask], LoadReport]:
         """Read snapshot and journal. Raises :class:`GraphFileError` naming the file and
-        the problem; then nothing on disk has been changed."""
+        the problem; then nothing on disk has been changed. Only the ``owner`` (the
+        process holding the graph's lock) cuts a torn journal end and removes an
+        interrupted compaction's temp file; ``owner=False`` never writes."""
         report = LoadReport()
         tasks: dict[str, AgentTask] = {}
         seq = 0
@@ -126,11 +131,10 @@ class GraphStore:
             try:
                 batch = decode_json(line, JournalBatch, "journal batch")
             except RecordError as error:
-                if number == len(lines):  # a crash can leave a complete-looking but garbled last line
-                    torn += len(line) + 1
-                    good_end -= len(line) + 1
-                    break
-                raise GraphFileError(f"{self.journal_path}, line {number}: {error}") from None
+                raise GraphFileError(
+                    f"{self.journal_path}, line {number}: {error} (a complete line, so not a torn "
+                    "write; nothing was changed: restore the file or remove the line by hand)"
+                ) from None
             if batch.seq <= seq:
                 continue  # already in the snapshot (a crash between compaction's two steps)
             if batch.seq != seq + 1:
@@ -144,14 +148,8 @@ class GraphStore:
                 tasks[task.id] = task
             if batch.events:
                 self.outbox.append(OutboxBatch(batch.seq, 0, batch.events))
-        for task in tasks.values():
-            for dep in task.depends_on:
-                if dep not in tasks:
-                    raise GraphFileError(
-                        f"{self.graph_path}: task {task.id!r} depends on {dep!r}, which is not in the graph "
-                        "(was the file edited by hand?)"
-                    )
-        if torn:
+        check_loaded_graph(tasks, self.graph_path)
+        if torn and owner:
             logger.warning(
                 "%s: cut %d bytes of a torn last batch (a write interrupted by a crash; it was never "
                 "acknowledged)",
@@ -163,7 +161,7 @@ class GraphStore:
         self.seq = seq
         self.journal_bytes = good_end
         leftover = self.graph_path.with_name(self.graph_path.name + ".tmp")
-        if leftover.exists():
+        if owner and leftover.exists():
             leftover.unlink()  # an interrupted compaction's temp file, never renamed into place
         return list(tasks.values()), report
 
@@ -203,3 +201,30 @@ class GraphStore:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def check_loaded_graph(tasks: dict[str, AgentTask], where: Path) -> None:
+    """Refuse a graph no submission could have made (a file edited by hand, or damaged):
+    a missing or self dependency, a cycle (its tasks would stay PENDING forever), an
+    ``attempt`` above ``max_attempts``. Raises :class:`GraphFileError` naming the task,
+    the field and the value."""
+    for task in tasks.values():
+        for dep in task.depends_on:
+            if dep == task.id:
+                raise GraphFileError(f"{where}: task {task.id!r} field 'depends_on' names the task itself")
+            if dep not in tasks:
+                raise GraphFileError(
+                    f"{where}: task {task.id!r} field 'depends_on' names {dep!r}, which is not in the "
+                    "graph (was the file edited by hand?)"
+                )
+        if task.attempt > task.max_attempts:
+            raise GraphFileError(
+                f"{where}: task {task.id!r} field 'attempt' is {task.attempt}, above its max_attempts "
+                f"({task.max_attempts})"
+            )
+    cycle = find_cycle(tasks)
+    if cycle is not None:
+        raise GraphFileError(
+            f"{where}: task {cycle[0]!r} field 'depends_on' names {cycle[1]!r}, which closes a dependency "
+            "cycle (its tasks could never run)"
+        )

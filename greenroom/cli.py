@@ -33,20 +33,21 @@ from . import __version__
 from ._errors import GreenroomError, InternalError
 
 
-def _int_at_least(minimum: int) -> Any:
+def _int_between(minimum: int, maximum: int) -> Any:
     def parse(text: str) -> int:
+        wanted = f"must be a whole number from {minimum} to {maximum}, got {text!r:.40}"
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+            raise argparse.ArgumentTypeError(wanted) from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(wanted)
         return value
 
     return parse
 
 
-_positive_int = _int_at_least(1)
+_positive_int = _int_between(1, 1_000_000)
 
 
 def _seconds(text: str) -> float:
@@ -80,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="TOML file naming the agent pools (default: the example agents)")
     run.add_argument("--until-idle", action="store_true", help="exit once no runnable task is left")
     run.add_argument(
-        "--seed-example", nargs="?", type=_positive_int, const=40, metavar="TOPICS",
+        "--seed-example", nargs="?", type=_int_between(1, 10_000), const=40, metavar="TOPICS",
         help="first submit the example graph (TOPICS chains, default 40)",
     )  # fmt: skip
     run.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
@@ -96,10 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--file", help="a JSON list of tasks")
     add.add_argument("--type", dest="task_type", help="agent type of a single task")
     add.add_argument("--id", dest="task_id")
-    add.add_argument("--priority", type=int, default=0)
+    add.add_argument("--priority", type=_int_between(-1_000_000, 1_000_000), default=0)
     add.add_argument("--input", dest="input_json", metavar="JSON")
     add.add_argument("--depends-on", action="append", default=[], metavar="ID")
-    add.add_argument("--max-attempts", type=_positive_int, default=3)
+    add.add_argument("--max-attempts", type=_int_between(1, 1000), default=3)
     add.add_argument("--json", action="store_true")
     listing = task_commands.add_parser("list", help="tasks in submission order")
     data_dir(listing)
@@ -118,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     data_dir(tail)
     tail.add_argument("--follow", "-f", action="store_true")
-    tail.add_argument("--after", type=_int_at_least(0), default=0, metavar="SEQ")
-    tail.add_argument("--last", "-n", type=_int_at_least(0), metavar="N")
+    tail.add_argument("--after", type=_int_between(0, 2**62), default=0, metavar="SEQ")
+    tail.add_argument("--last", "-n", type=_int_between(0, 10_000_000), metavar="N")
     tail.add_argument("--json", action="store_true")
 
     chat = commands.add_parser("chat", help="talk to the task assistant (offline by default)")

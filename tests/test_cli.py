@@ -20,18 +20,27 @@ def test_version() -> None:
     assert done.stdout.strip() == f"greenroom {__version__}"
 
 
+WHOLE = "must be a whole number from 1 to 1000000,"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "actors", "--runs", "0"], "argument --runs: must be a whole number >= 1, got '0'"),
-        (["bench", "actors", "--runs", "many"], "argument --runs: must be a whole number >= 1, got 'many'"),
+        (["bench", "actors", "--runs", "0"], f"argument --runs: {WHOLE} got '0'"),
+        (["bench", "actors", "--runs", "many"], f"argument --runs: {WHOLE} got 'many'"),
         (["bench", "actors", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
         (["bench", "actors", "--workload", "chess"], "argument --workload: invalid choice: 'chess'"),
         (["bench", "log", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
-        (["bench", "log", "--repeat", "0"], "argument --repeat: must be a whole number >= 1, got '0'"),
-        (["bench", "graph", "--agents", "-3"], "argument --agents: must be a whole number >= 1, got '-3'"),
+        (["bench", "log", "--repeat", "0"], f"argument --repeat: {WHOLE} got '0'"),
+        (["bench", "graph", "--agents", "-3"], f"argument --agents: {WHOLE} got '-3'"),
+        (["tasks", "add", "--type", "w", "--priority", str(10**26)],
+         "argument --priority: must be a whole number from -1000000 to 1000000, got '1000000000000000000"),
+        (["run", "--seed-example", "1000000000"],
+         "argument --seed-example: must be a whole number from 1 to 10000, got '1000000000'"),
+        (["tasks", "add", "--type", "w", "--max-attempts", "5000"],
+         "argument --max-attempts: must be a whole number from 1 to 1000, got '5000'"),
     ],
-)
+)  # fmt: skip
 def test_bad_flags_are_named_with_their_value(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -233,7 +242,7 @@ def test_bench_chat_runs_small_and_reports_json(capsys: pytest.CaptureFixture[st
 def test_bench_chat_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "chat", "--pools", "0"])
-    assert "argument --pools: must be a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert "argument --pools: must be a whole number from 1 to 1000000, got '0'" in capsys.readouterr().err
 
 
 def test_bench_pipeline_runs_small_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -255,7 +256,7 @@ def test_bad_run_flags(tmp_path: Path) -> None:
     done = greenroom("run", "--seed-example", "0", data_dir=tmp_path)
     assert (
         done.returncode == 2
-        and "argument --seed-example: must be a whole number >= 1, got '0'" in done.stderr
+        and "argument --seed-example: must be a whole number from 1 to 10000, got '0'" in done.stderr
     )
     done = greenroom("run", "--progress", "-1", data_dir=tmp_path)
     assert (
@@ -265,3 +266,63 @@ def test_bad_run_flags(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     done = greenroom("tasks", "list", data_dir=tmp_path / "file")
     assert done.returncode == 1 and "exists and is not a directory" in done.stderr
+
+
+def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> None:
+    """``[llm]`` + a pool's ``model``: the example research agent's phases go to an
+    OpenAI-compatible server on 127.0.0.1 (with the key from the environment), and the
+    task completes with what the server said."""
+    from _chat_server import ChatServer, Respond, completion
+
+    data_dir = tmp_path / "data"
+    config = tmp_path / "llm.toml"
+    server = ChatServer()
+    config.write_text(
+        f'[llm]\nbase_url = "{server.url}"\nmodel = "default-model"\napi_key_env = "GREENROOM_TEST_KEY"\n'
+        "timeout = 10\n\n"
+        '[agents.research]\nagent = "greenroom.agents.examples:ResearchAgent"\nmodel = "big-model"\n'
+    )
+    server.add(
+        Respond(body=completion(tool_calls=[("c1", "query_knowledge_base", '{"query": "a"}')])),
+        Respond(body=completion("fact one")),
+        Respond(body=completion(tool_calls=[("c2", "query_knowledge_base", '{"query": "b"}')])),
+        Respond(body=completion("fact two")),
+        Respond(body=completion("Outline: fact one, fact two")),
+    )
+    added = greenroom(
+        "tasks", "add", "--type", "research", "--id", "r1", "--input", '{"topic": "x"}', data_dir=data_dir
+    )
+    assert added.returncode == 0, added.stderr
+    with server.running():
+        done = subprocess.run(
+            [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--until-idle", "--quiet",
+             "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=120,
+            env={**_env(data_dir), "GREENROOM_TEST_KEY": "sk-test-secret"},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [seen.body["model"] for seen in server.seen] == ["big-model"] * 5
+    assert {seen.headers["authorization"] for seen in server.seen} == {"Bearer sk-test-secret"}
+    assert "sk-test-secret" not in done.stdout + done.stderr
+    task = GraphStore(data_dir).load(owner=False)[0][0]
+    assert task.status is TaskStatus.COMPLETED and task.result is not None
+    assert task.result.artifacts["facts"] == ["fact one", "fact two"]
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[llm]\nbase_url = "ftp://x"\nmodel = "m"\n', "llm.base_url"),
+        ('[llm]\nbase_url = "http://x"\nmodel = "m"\napi_key = "sk-in-the-file"\n', "api_key"),
+        ('[agents.research]\nagent = "greenroom.agents.examples:ResearchAgent"\nmodel = "m"\n',
+         "field 'agents.research.model' names 'm', but there is no [llm] section"),
+        ('[limits]\nmax_error_chars = 5\n', "limits.max_error_chars"),
+    ],
+)  # fmt: skip
+def test_bad_llm_and_limits_sections_are_named(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    if "[agents." not in toml:
+        toml += '\n[agents.research]\nagent = "greenroom.agents.examples:ResearchAgent"\n'
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)

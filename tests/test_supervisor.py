@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from _support import open_node, wait_for_status
 
@@ -31,6 +32,7 @@ from greenroom.messages import (
     Stats,
     StopGranting,
     Submit,
+    TaskLimits,
     TaskStatus,
 )
 from greenroom.supervisor import (
@@ -439,3 +441,35 @@ async def test_tasks_are_not_walked_by_the_cycle_collector(tmp_path: Path) -> No
         stored = await node.supervisor.ask(GetTask("a"))
     assert not gc.is_tracked(stored)
     assert not gc.is_tracked(task("b"))
+
+
+async def test_sizes_are_bounded_by_the_limits(tmp_path: Path) -> None:
+    """A task input above max_task_bytes is refused (the batch with it); a long failure
+    reason is cut before it is stored or logged, in every event; an oversized result
+    fails the attempt, saying why."""
+    limits = TaskLimits(max_task_bytes=2048, max_result_bytes=2048, max_error_chars=200)
+    async with open_node(tmp_path, limits=limits) as node:
+        sup = node.supervisor
+        with pytest.raises(InvalidSubmission, match=r"task 'big'.*field 'input'.*larger than max_task_bytes"):
+            await sup.ask(Submit([task("ok"), task("big", input={"text": "x" * 5000})]))
+        assert await sup.ask(ListTasks()) == []  # all or none
+        await sup.ask(Submit([task("r", max_attempts=2), task("huge")]))
+        statuses = []
+        for _ in range(2):
+            assert isinstance(await sup.ask(Claim("a", "w")), Granted)
+            failed = await sup.ask(Fail("r", "a", AgentError(reason="y" * 100_000, retryable=True)))
+            assert failed.error is not None and len(failed.error.reason) <= 200
+            assert failed.error.reason.endswith("more characters cut: max_error_chars]")
+            statuses.append(failed.status)
+        assert statuses == [TaskStatus.PENDING, TaskStatus.FAILED]
+        await sup.ask(Claim("b", "w"))
+        done = await sup.ask(Complete("huge", "b", AgentResult(task_id="huge", notes="z" * 5000)))
+        assert done.status is TaskStatus.FAILED and done.result is None
+        assert done.error is not None and "larger than max_result_bytes (2048)" in done.error.reason
+    events = (tmp_path / "events.jsonl").read_bytes().splitlines()
+    assert events and max(len(line) for line in events) < 1000  # no event holds the long texts
+
+
+async def test_bad_limits_are_named() -> None:
+    with pytest.raises(msgspec.ValidationError, match="max_error_chars"):
+        msgspec.convert({"max_error_chars": 3}, TaskLimits)

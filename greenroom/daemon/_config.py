@@ -7,8 +7,20 @@
     [agents.research]           # the key is the agent type
     agent = "greenroom.agents.examples:ResearchAgent"
     concurrency = 4             # agent actors of this type
+    model = "gpt-4o"            # optional: this type's LLM phases on this [llm] model
 
-Without a file, the built-in example agents run (``greenroom.agents.examples``).
+    [llm]                       # optional: an OpenAI-compatible server for LLM phases
+    base_url = "http://127.0.0.1:8000/v1"
+    model = "gpt-4o-mini"       # for every agent with LLM phases, unless its pool names one
+    api_key_env = "OPENAI_API_KEY"   # the key is read from this variable, never from the file
+    timeout = 60
+
+    [limits]                    # sizes the task graph accepts (greenroom.messages.TaskLimits)
+    max_task_bytes = 1048576
+
+Without a file, the built-in example agents run (``greenroom.agents.examples``) on the
+offline scripted model. Without ``[llm]``, every agent keeps its own (scripted) model;
+with it, agents with LLM phases call the server, except pools with ``model = "scripted"``.
 """
 
 from __future__ import annotations
@@ -23,15 +35,37 @@ import msgspec
 from .._errors import InvalidInput
 from ..agents import BaseAgent
 from ..agents.examples import AGENTS
-from ..messages import RecordError, convert
+from ..messages import RecordError, TaskLimits, convert
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
+
+
+ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
+SCRIPTED = "scripted"
+"""A pool's ``model`` value that keeps the agent's own (offline, scripted) model."""
 
 
 class AgentPoolConfig(msgspec.Struct, forbid_unknown_fields=True):
     agent: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
     """``"package.module:ClassName"``, a :class:`BaseAgent` subclass."""
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
+    model: ModelName | None = None
+    """The model of this type's LLM phases on the ``[llm]`` server (default: ``llm.model``);
+    ``"scripted"`` keeps the agent's own model."""
+
+
+class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """An OpenAI-compatible server for the agents' LLM phases."""
+
+    base_url: Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$", max_length=2000)]
+    model: ModelName
+    api_key_env: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = "OPENAI_API_KEY"
+    """The environment variable holding the key (``None``: send none). Never the key itself."""
+    timeout: Seconds = 60.0
+    """Seconds per HTTP request."""
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    """Requests in flight to the server at once, across all agents (default: unbounded)."""
 
 
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -40,6 +74,8 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     heartbeat_interval: Seconds | None = None
     """Default: a third of ``lease_seconds``."""
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
+    llm: LLMConfig | None = None
+    limits: TaskLimits = TaskLimits()
 
 
 class ConfigError(InvalidInput):
@@ -86,6 +122,19 @@ def check_config(config: DaemonConfig, where: str) -> None:
         )
     for agent_type, pool in config.agents.items():
         agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, where)
+        if pool.model is not None and pool.model != SCRIPTED and config.llm is None:
+            raise ConfigError(
+                f"config {where!r}: field 'agents.{agent_type}.model' names {pool.model!r}, but there is "
+                "no [llm] section saying which server serves it"
+            )
+
+
+def model_for(config: DaemonConfig, agent_type: str) -> str | None:
+    """The ``[llm]`` model an agent type's LLM phases use, or ``None`` (its own model)."""
+    pool = config.agents[agent_type]
+    if pool.model == SCRIPTED or config.llm is None:
+        return None
+    return pool.model or config.llm.model
 
 
 def agent_class(spec: str, field: str, agent_type: str, where: str) -> type[BaseAgent]:

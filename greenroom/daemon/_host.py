@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import anyio
 
@@ -22,7 +23,7 @@ from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..log import LogActor, NarratorCapability
 from ..messages import GraphStats, Stats, StopGranting
 from ..supervisor import SupervisorActor
-from ._config import DaemonConfig, agent_class
+from ._config import ConfigError, DaemonConfig, agent_class, model_for
 
 logger = logging.getLogger("greenroom.daemon")
 
@@ -47,6 +48,8 @@ class AgentHost:
         self.agents: list[tuple[BaseAgent, ActorRef]] = []
         self.supervisor: ActorRef
         self.log: ActorRef
+        self.models: dict[str, Any] = {}
+        """The ``[llm]`` server's clients by model name (closed at shutdown)."""
         self._stopped = False
         self.final_stats: GraphStats | None = None
         """The graph's counts at shutdown, after running tasks finished or were handed back."""
@@ -57,6 +60,9 @@ class AgentHost:
         try:
             await self._start()
         except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                for model in self.models.values():
+                    await model.aclose()
             await self.system.__aexit__(type(error), error, error.__traceback__)
             raise
         return self
@@ -66,7 +72,9 @@ class AgentHost:
         data_dir = self.data_dir
         self.log = await self.system.spawn(lambda: LogActor(data_dir, narrator=self.narrator), name="log")
         self.supervisor = await self.system.spawn(
-            lambda: SupervisorActor(data_dir, lease_seconds=config.lease_seconds, log=self.log),
+            lambda: SupervisorActor(
+                data_dir, lease_seconds=config.lease_seconds, log=self.log, limits=config.limits
+            ),
             name="supervisor",
         )
         heartbeat = config.heartbeat_interval or config.lease_seconds / 3
@@ -74,6 +82,7 @@ class AgentHost:
             cls = agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, "config")
             for index in range(pool.concurrency):
                 agent = cls()
+                self._give_model(agent, agent_type)
                 safe_type = re.sub(r"[^\w\-]", "_", agent_type)
                 agent.place_workspace(self.data_dir / "agents", f"{safe_type}-{index + 1}")
                 runtime = AgentRuntime(
@@ -88,6 +97,36 @@ class AgentHost:
                     name=f"agent:{agent_type}-{index + 1}",
                 )
                 self.agents.append((agent, ref))
+
+    def _give_model(self, agent: BaseAgent, agent_type: str) -> None:
+        """Put the agent's LLM phases on the ``[llm]`` server's model for its type (one
+        client per model name, shared by every agent using it)."""
+        name = model_for(self.config, agent_type)
+        if name is None:
+            return
+        llm = self.config.llm
+        assert llm is not None
+        if agent.llm is None:
+            raise ConfigError(
+                f"config: agent type {agent_type!r} ({type(agent).__name__}) has no LLM phases, so "
+                f'model {name!r} would not be used; set agents.{agent_type}.model = "scripted" or '
+                "remove it"
+            )
+        model = self.models.get(name)
+        if model is None:
+            from ..llm import OpenAIChatModel
+            from ..llm._openai import NO_KEY
+
+            key = (os.environ.get(llm.api_key_env) if llm.api_key_env else None) or NO_KEY
+            model = self.models[name] = OpenAIChatModel(
+                name,
+                base_url=llm.base_url,
+                api_key=key,
+                timeout=llm.timeout,
+                max_retries=llm.max_retries,
+                max_in_flight=llm.max_in_flight,
+            )
+        agent.llm.model = model
 
     async def stats(self) -> GraphStats:
         return await self.supervisor.ask(Stats())  # type: ignore[no-any-return]
@@ -138,6 +177,8 @@ class AgentHost:
                 logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()
             await self.log.stop()
+            for model in self.models.values():
+                await model.aclose()
 
     async def __aexit__(
         self,

@@ -55,7 +55,7 @@ from ._protocol import (
     Subscribe,
     Unsubscribe,
 )
-from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
+from ._tasks import AgentError, AgentResult, AgentTask, TaskLimits, TaskStatus
 
 __all__ = [
     "AGENT_EVENTS",
@@ -102,6 +102,7 @@ __all__ = [
     "StopGranting",
     "Submit",
     "Subscribe",
+    "TaskLimits",
     "TaskStatus",
     "ToolCall",
     "ToolSpec",

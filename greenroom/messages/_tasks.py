@@ -65,7 +65,7 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     type: AgentType
     owner: str | None = None
     status: TaskStatus = TaskStatus.PENDING
-    priority: int = 0
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
     input: dict[str, Any] = {}
     context: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -80,3 +80,27 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     error: AgentError | None = None
     order: int = 0
     """Submission order, stamped by the supervisor (FIFO within a priority)."""
+
+
+class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Sizes the task graph accepts, so one oversized input cannot bloat the journal and
+    the event log (a 30 MB input quoted in every retry's error would be 30 MB per event).
+    The ``[limits]`` section of the daemon's config."""
+
+    max_task_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
+    """A submitted task's ``input``, ``context`` and ``metadata`` together, as JSON.
+    Larger: the submission is refused (all of it), naming the task and the size."""
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
+    """An agent's result, as JSON. Larger: the attempt fails (not retried), saying so."""
+    max_error_chars: Annotated[int, msgspec.Meta(ge=80, le=1 << 20)] = 2000
+    """A failure's reason is cut to this many characters (marked as cut) before it is
+    stored or logged."""
+
+    def clip(self, error: AgentError) -> AgentError:
+        reason = error.reason
+        limit = self.max_error_chars
+        if len(reason) <= limit:
+            return error
+        keep = limit - 64  # room for the note, so the whole stays within the limit
+        note = f" ... [{len(reason) - keep} more characters cut: max_error_chars]"
+        return AgentError(reason=reason[:keep] + note, retryable=error.retryable)

@@ -46,6 +46,7 @@ from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
+    AgentError,
     AgentTask,
     AppendBatch,
     Cancel,
@@ -66,12 +67,15 @@ from ..messages import (
     Stats,
     StopGranting,
     Submit,
+    TaskLimits,
     TaskStatus,
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
 from ._outbox import Outbox, result_event
 from ._store import GraphStore
+
+_encode = msgspec.json.encode
 
 logger = logging.getLogger("greenroom.supervisor")
 
@@ -115,9 +119,11 @@ class SupervisorActor(Actor):
         max_batch: int = 4096,
         compact_min_bytes: int = 1 << 20,
         recover_orphans: bool = True,
+        limits: TaskLimits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._data_dir_arg = data_dir
+        self.limits = limits or TaskLimits()
         self.lease_seconds = check_seconds("SupervisorActor", "lease_seconds", lease_seconds)
         if lease_check_interval is None:
             lease_check_interval = min(max(lease_seconds / 4, 0.01), 5.0)
@@ -140,7 +146,7 @@ class SupervisorActor(Actor):
         self._lock: OwnerLock | None = None
         self._broken = False
         self._store: GraphStore | None = None
-        self.graph = TaskGraph()
+        self.graph = TaskGraph(limits=self.limits)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -154,7 +160,9 @@ class SupervisorActor(Actor):
         try:
             tasks, _ = await anyio.to_thread.run_sync(store.load)
             self._store = store
-            self.graph = graph = TaskGraph(tasks, now=self.clock(), lease=self.lease_seconds)
+            self.graph = graph = TaskGraph(
+                tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits
+            )
             if self.log is not None:
                 self._sending = Outbox(self.context.ref)
                 await self._redeliver(store)
@@ -252,6 +260,8 @@ class SupervisorActor(Actor):
     async def receive(self, message: Any) -> Any:
         context = self.context
         pending = context.reply_later()
+        if type(message) is Fail or type(message) is Complete:
+            message = self._bounded(message)
         try:
             value = self._handle(message, pending)
         except TaskGraphError as error:
@@ -265,6 +275,20 @@ class SupervisorActor(Actor):
             self._take_events(message)
         if context.queued == 0 or len(self._commits) >= self.max_batch:
             await self._commit()
+
+    def _bounded(self, message: Fail | Complete) -> Fail | Complete:
+        """An agent's report within the limits: a long failure reason cut (as stored and
+        logged, so ``AGENT_RESULT`` holds the same text), an oversized result turned
+        into a failed attempt that says why (the task, not the daemon, pays for it)."""
+        limits = self.limits
+        if isinstance(message, Fail):
+            error = limits.clip(message.error)
+            return message if error is message.error else Fail(message.task_id, message.agent_id, error)
+        size = len(_encode(message.result))
+        if size <= limits.max_result_bytes:
+            return message
+        reason = f"the result is {size} bytes, larger than max_result_bytes ({limits.max_result_bytes})"
+        return Fail(message.task_id, message.agent_id, AgentError(reason=reason))
 
     def _take_events(self, message: Any) -> None:
         """Move the events of what was just applied into the batch's outbox, in order:

@@ -17,6 +17,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 
+import msgspec
 from msgspec.structs import replace
 
 from ..messages import (
@@ -29,6 +30,7 @@ from ..messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    TaskLimits,
     TaskStatus,
 )
 from ._errors import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
@@ -42,7 +44,15 @@ DEPENDENCY_FAILED = TaskStatus.DEPENDENCY_FAILED
 
 
 class TaskGraph:
-    def __init__(self, tasks: Iterable[AgentTask] = (), *, now: float = 0.0, lease: float = 30.0) -> None:
+    def __init__(
+        self,
+        tasks: Iterable[AgentTask] = (),
+        *,
+        now: float = 0.0,
+        lease: float = 30.0,
+        limits: TaskLimits | None = None,
+    ) -> None:
+        self.limits = limits or TaskLimits()
         self.tasks: dict[str, AgentTask] = {}
         self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         self._unmet: dict[str, int] = {}
@@ -142,7 +152,13 @@ class TaskGraph:
         tasks or at others in the same batch; duplicate ids, unknown dependencies and
         cycles are refused."""
         batch: dict[str, AgentTask] = {}
+        max_bytes = self.limits.max_task_bytes
         for task in tasks:
+            size = _payload_bytes(task)
+            if size > max_bytes:
+                raise InvalidSubmission(
+                    task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({max_bytes})"
+                )
             if task.id in self.tasks or task.id in batch:
                 raise InvalidSubmission(task.id, "id", task.id, "is already taken")
             for field, value, expected in (
@@ -240,6 +256,7 @@ class TaskGraph:
 
     def _end_attempt(self, task: AgentTask, error: AgentError, now: float) -> AgentTask:
         self._leases.pop(task.id, None)
+        error = self.limits.clip(error)
         if error.retryable and task.attempt < task.max_attempts:
             task = self._put(
                 replace(task, status=PENDING, owner=None, lease_expires_at=None, error=error, updated_at=now),
@@ -282,7 +299,7 @@ class TaskGraph:
                 task,
                 status=CANCELLED,
                 lease_expires_at=None,
-                error=AgentError(reason=reason),
+                error=self.limits.clip(AgentError(reason=reason)),
                 updated_at=now,
             ),
             TASK_CANCELLED,
@@ -331,6 +348,18 @@ class TaskGraph:
 
     def stats(self) -> dict[str, int]:
         return {status.value: count for status, count in self.counts.items()}
+
+
+def _payload_bytes(task: AgentTask) -> int:
+    """``input``, ``context`` and ``metadata`` as JSON; empty ones cost nothing to check."""
+    size = 0
+    for part in (task.input, task.context, task.metadata):
+        if part:
+            size += len(_encode(part))
+    return size
+
+
+_encode = msgspec.json.encode
 
 
 def _check_acyclic(batch: dict[str, AgentTask]) -> None:

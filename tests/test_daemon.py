@@ -326,3 +326,92 @@ def test_bad_llm_and_limits_sections_are_named(tmp_path: Path, toml: str, messag
     path.write_text(toml)
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)
+
+
+def test_sigterm_right_after_the_first_claims_is_a_graceful_stop(tmp_path: Path) -> None:
+    """The handlers are installed before any agent starts: a SIGTERM as soon as the first
+    claim is journalled (before the "serving" line) stops the daemon cleanly, exit 0,
+    with every claimed task finished or handed back."""
+    from greenroom.messages import TASK_CLAIMED
+
+    data_dir = tmp_path / "data"
+    config = write_config(tmp_path / "greenroom.toml", concurrency=50, lease=30.0)
+    seed_chains(data_dir, tmp_path, chains=100, steps=2)
+    events = data_dir / "events.jsonl"
+    start = events.stat().st_size
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config)],
+        env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while TASK_CLAIMED.encode() not in events.read_bytes()[start:]:
+            assert time.monotonic() < deadline and process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped by SIGTERM" in out
+    tasks, _ = GraphStore(data_dir).load(owner=False)
+    assert not [t for t in tasks if t.status is TaskStatus.IN_PROGRESS]
+    assert all(t.attempt <= 1 for t in tasks)
+
+
+def test_until_idle_says_which_tasks_cannot_run_and_why(tmp_path: Path) -> None:
+    tasks = [
+        {"id": "orphan", "type": "nobody"},
+        {"id": "after", "type": "step", "depends_on": ["orphan"]},
+        {"id": "fine", "type": "step"},
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    data_dir = tmp_path / "data"
+    added = greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir)
+    assert added.returncode == 0
+    config = write_config(tmp_path / "greenroom.toml", concurrency=2)
+    done = greenroom("run", "--config", str(config), "--until-idle", "--quiet", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    assert "1 task(s) completed this run" in done.stdout
+    assert "greenroom: cannot run: 1 task(s) of type 'nobody': no agent of that type runs here" in done.stderr
+    assert "greenroom: cannot run: after: wait(s) on 'orphan' (type 'nobody', not served here)" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_progress_prints_a_line_only_when_the_counts_change() -> None:
+    import io
+
+    import anyio
+
+    from greenroom.daemon._commands import _Progress
+    from greenroom.messages import GraphStats
+
+    script = [GraphStats({"PENDING": 2}, ["w"], 2)] * 5 + [GraphStats({"COMPLETED": 2}, [], 2)] * 15
+    asked = anyio.Event()
+
+    class Host:
+        calls = 0
+
+        async def stats(self) -> GraphStats:
+            Host.calls += 1
+            if Host.calls == len(script):
+                asked.set()
+            return script[min(Host.calls, len(script)) - 1]
+
+        def is_idle(self, stats: GraphStats) -> bool:
+            return not stats.runnable_types
+
+    out = io.StringIO()
+    progress = _Progress(Host(), out, 0.001)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(progress.run, 0.0)
+        with anyio.fail_after(10):
+            await asked.wait()
+        tg.cancel_scope.cancel()
+    lines = out.getvalue().splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        "0/2 final · completed 0 · running 0 · pending 2 · failed 0",
+        "2/2 final · completed 2 · running 0 · pending 0 · failed 0",
+    ]
+    assert progress.busy > 0  # the busy samples counted, the idle ones not

@@ -18,13 +18,14 @@ from typing import Any, TextIO
 
 import anyio
 import msgspec
+from anyio.abc import TaskStatus as StartStatus
 
 from .._errors import InvalidInput
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorSystem
 from ..agents.examples import example_graph
 from ..log import EVENTS_FILE, LogActor, read_events, tail_events
-from ..messages import AgentTask, Event, GraphStats, Submit, TaskStatus, convert
+from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStatus, convert
 from ..supervisor import GraphStore, SupervisorActor
 from ._config import DaemonConfig, default_config, load_config
 from ._host import AgentHost
@@ -39,33 +40,92 @@ class CommandError(InvalidInput):
 # -- greenroom run ------------------------------------------------------------------------
 
 
-def _line(stats: GraphStats, elapsed: float) -> str:
+def _line(stats: GraphStats) -> str:
     by = stats.by_status
     done = sum(by.get(status, 0) for status in FINAL)
     return (
-        f"[{elapsed:6.1f}s] {done}/{stats.total} final · completed {by.get('COMPLETED', 0)} · "
+        f"{done}/{stats.total} final · completed {by.get('COMPLETED', 0)} · "
         f"running {by.get('IN_PROGRESS', 0)} · pending {by.get('PENDING', 0)} · "
         f"failed {by.get('FAILED', 0) + by.get('DEPENDENCY_FAILED', 0)}"
     )
 
 
-async def _progress(host: AgentHost, started: float, out: TextIO, interval: float) -> None:
-    while True:
-        await anyio.sleep(interval)
-        print(_line(await host.stats(), time.monotonic() - started), file=out, flush=True)
+class _Progress:
+    """Samples the graph's counts: prints a line only when they changed, and adds up the
+    busy time (samples with a task running or ready), so the final rate leaves idle
+    time out."""
+
+    def __init__(self, host: AgentHost, out: TextIO | None, interval: float) -> None:
+        self.host = host
+        self.out = out
+        self.interval = interval
+        self.busy = 0.0
+        self._last_line = ""
+
+    async def run(self, started: float) -> None:
+        before = time.monotonic()
+        while True:
+            await anyio.sleep(self.interval)
+            stats = await self.host.stats()
+            now = time.monotonic()
+            if not self.host.is_idle(stats):
+                self.busy += now - before
+            before = now
+            line = _line(stats)
+            if self.out is not None and line != self._last_line:
+                self._last_line = line
+                print(f"[{now - started:6.1f}s] {line}", file=self.out, flush=True)
 
 
-async def _signals(scope: anyio.CancelScope, out: TextIO, received: list[str]) -> None:
+async def _watch_signals(
+    stop: anyio.Event,
+    out: TextIO,
+    received: list[str],
+    *,
+    task_status: StartStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Installed before anything else starts, so a SIGINT/SIGTERM at any instant (even
+    while the agents are being spawned) is a graceful stop, never death by the signal."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
-            received.append(signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if received:
+                print(f"greenroom: {name}: already stopping", file=out, flush=True)
+                continue
+            received.append(name)
             print(
-                f"greenroom: {received[-1]}: stopping (no new claims; running tasks may finish)",
-                file=out,
-                flush=True,
+                f"greenroom: {name}: stopping (no new claims; running tasks may finish)", file=out, flush=True
             )
-            scope.cancel()
-            return
+            stop.set()
+
+
+def explain_stuck(tasks: list[AgentTask], served: set[str]) -> list[str]:
+    """Why PENDING tasks cannot run, one line per reason (for ``--until-idle``)."""
+    by_id = {task.id: task for task in tasks}
+    unserved: dict[str, int] = {}
+    waiting: dict[str, list[str]] = {}
+    for task in tasks:
+        if task.status is not TaskStatus.PENDING:
+            continue
+        if task.type not in served:
+            unserved[task.type] = unserved.get(task.type, 0) + 1
+            continue
+        blockers = [
+            dep for dep in task.depends_on if dep in by_id and by_id[dep].status is not TaskStatus.COMPLETED
+        ]
+        if blockers:
+            waiting.setdefault(blockers[0], []).append(task.id)
+    lines = [
+        f"{count} task(s) of type {agent_type!r}: no agent of that type runs here (see the config's [agents])"
+        for agent_type, count in sorted(unserved.items())
+    ]
+    for dep, ids in sorted(waiting.items()):
+        blocker = by_id[dep]
+        why = "not served here" if blocker.type not in served else blocker.status.value
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        lines.append(f"{shown}: wait(s) on {dep!r} (type {blocker.type!r}, {why})")
+    return lines
 
 
 async def run_daemon(
@@ -81,41 +141,57 @@ async def run_daemon(
     config: DaemonConfig = load_config(config_path) if config_path else default_config()
     started = time.monotonic()
     received: list[str] = []
-    async with AgentHost(config, data_dir) as host:
-        before = await host.stats()
-        print(
-            f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
-            + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
-            file=err,
-            flush=True,
-        )
-        if seed_example:
-            prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-            seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
-            print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_signals, tg.cancel_scope, err, received)
-            if progress_interval:
-                tg.start_soon(_progress, host, started, err, progress_interval)
-            if until_idle:
-                await host.wait_idle()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as watching:
+        await watching.start(_watch_signals, stop, err, received)
+        async with AgentHost(config, data_dir) as host:
+            before = host.initial_stats
+            print(
+                f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
+                + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
+                file=err,
+                flush=True,
+            )
+            if seed_example and not stop.is_set():
+                prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+                seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
+                print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
+            progress = _Progress(host, err if progress_interval else None, progress_interval or 0.5)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(progress.run, started)
+                if until_idle:
+                    tg.start_soon(_stop_when_idle, host, stop)
+                await stop.wait()
                 tg.cancel_scope.cancel()
-            else:
-                await anyio.sleep_forever()
-        await host.shutdown()
-        after = host.final_stats or before
+            stuck: list[str] = []
+            if until_idle and not received:
+                pending = await host.supervisor.ask(ListTasks(status=TaskStatus.PENDING))
+                if pending:
+                    everything = await host.supervisor.ask(ListTasks())
+                    stuck = explain_stuck(everything, set(config.agents))
+            await host.shutdown()
+            after = host.final_stats or before
+        watching.cancel_scope.cancel()
     elapsed = time.monotonic() - started
     completed = after.by_status.get("COMPLETED", 0) - before.by_status.get("COMPLETED", 0)
-    print(_line(after, elapsed), file=err, flush=True)
+    busy = min(max(progress.busy, 1e-9), elapsed)
+    print(f"[{elapsed:6.1f}s] {_line(after)}", file=err, flush=True)
     why = f"stopped by {received[0]}" if received else ("idle" if until_idle else "stopped")
+    for line in stuck:
+        print(f"greenroom: cannot run: {line}", file=err, flush=True)
+    rate = f"{completed / busy:.0f}/s over {progress.busy:.1f}s busy" if completed else "0/s"
     print(
-        f"greenroom: {why} after {elapsed:.1f}s · {completed} task(s) completed this run "
-        f"({completed / elapsed if elapsed > 0 else 0:.0f}/s) · "
+        f"greenroom: {why} after {elapsed:.1f}s · {completed} task(s) completed this run ({rate}) · "
         + " · ".join(f"{status.lower()} {count}" for status, count in after.by_status.items() if count),
         file=out,
         flush=True,
     )
     return 0
+
+
+async def _stop_when_idle(host: AgentHost, stop: anyio.Event) -> None:
+    await host.wait_idle()
+    stop.set()
 
 
 # -- greenroom tasks ----------------------------------------------------------------------

@@ -51,6 +51,8 @@ class AgentHost:
         self.models: dict[str, Any] = {}
         """The ``[llm]`` server's clients by model name (closed at shutdown)."""
         self._stopped = False
+        self.initial_stats: GraphStats
+        """The graph's counts when the supervisor had loaded it, before any agent started."""
         self.final_stats: GraphStats | None = None
         """The graph's counts at shutdown, after running tasks finished or were handed back."""
 
@@ -77,6 +79,7 @@ class AgentHost:
             ),
             name="supervisor",
         )
+        self.initial_stats = await self.stats()
         heartbeat = config.heartbeat_interval or config.lease_seconds / 3
         for agent_type, pool in config.agents.items():
             cls = agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, "config")

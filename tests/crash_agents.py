@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 
 import anyio
 
@@ -37,3 +38,16 @@ class StepAgent(BaseAgent):
     async def on_complete(self, task: AgentTask, result: AgentResult, runtime: AgentRuntime) -> None:
         stored = await runtime.complete_task(task.id, result)
         _record(f"completed {stored.id} {stored.attempt}")
+
+
+class PoisonAgent(StepAgent):
+    """A step agent whose task ``poison`` takes the whole process down (as a segfaulting
+    native library would): SIGKILL to itself, every time it runs."""
+
+    agent_type = "step"
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        if task.id == "poison":
+            await anyio.sleep(0.05)  # the innocent tasks beside it are part-way through
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().handle_task(task, runtime)

@@ -109,7 +109,8 @@ def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_pa
             assert (event.type, event.task_id) == (AGENT_UPDATE, second)
         else:  # an acknowledged completion is in the graph and its result in the log
             assert first in results
-    assert max(t.attempt for t in tasks) > 1  # some attempt was cut short by a kill and redone
+    assert max(t.crashes for t in tasks) >= 1  # some attempt was cut short by a kill and redone
+    assert max(t.attempt for t in tasks) == 1  # ... and the kill was not charged to the task
 
 
 def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_path: Path) -> None:
@@ -415,3 +416,36 @@ async def test_progress_prints_a_line_only_when_the_counts_change() -> None:
         "2/2 final · completed 2 · running 0 · pending 0 · failed 0",
     ]
     assert progress.busy > 0  # the busy samples counted, the idle ones not
+
+
+def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tmp_path: Path) -> None:
+    """A task that SIGKILLs its daemon every time it runs: restarted after each death,
+    the daemon fails that task as poison after max_crashes (3), with the reason, and
+    every innocent task beside it completes without being charged an attempt."""
+    data_dir = tmp_path / "data"
+    config = tmp_path / "poison.toml"
+    config.write_text(
+        "lease_seconds = 30\nshutdown_grace = 5\n\n"
+        '[agents.step]\nagent = "crash_agents:PoisonAgent"\nconcurrency = 8\n'
+    )
+    tasks = [{"id": "poison", "type": "step"}] + [{"id": f"i{n:02d}", "type": "step"} for n in range(40)]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    assert (
+        greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir).returncode == 0
+    )
+    deaths = 0
+    while True:
+        done = greenroom("run", "--config", str(config), "--until-idle", "--quiet", data_dir=data_dir)
+        if done.returncode == 0:
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        deaths += 1
+        assert deaths <= 3, "the poison task was not stopped at max_crashes"
+    assert deaths == 3
+    graph = {t.id: t for t in GraphStore(data_dir).load(owner=False)[0]}
+    poison = graph.pop("poison")
+    assert poison.status is TaskStatus.FAILED and poison.crashes == 3
+    assert poison.error is not None and "a poison task?" in poison.error.reason
+    assert all(t.status is TaskStatus.COMPLETED for t in graph.values())
+    assert all(t.attempt == 1 for t in graph.values())
+    assert "failed 1 task(s) as poison" in done.stderr

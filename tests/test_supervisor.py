@@ -335,7 +335,8 @@ async def test_restart_reloads_and_recovers_orphaned_claims(tmp_path: Path) -> N
     async with open_node(tmp_path) as node:
         orphan = await node.supervisor.ask(GetTask("orphan"))
         done = await node.supervisor.ask(GetTask("done"))
-    assert (orphan.status, orphan.attempt, orphan.owner) == (TaskStatus.PENDING, 1, None)
+    # the process's death is not the task's fault: no attempt charged, one crash counted
+    assert (orphan.status, orphan.attempt, orphan.owner, orphan.crashes) == (TaskStatus.PENDING, 0, None, 1)
     assert orphan.error is not None and "owner's process stopped" in orphan.error.reason
     assert done.status is TaskStatus.COMPLETED
 
@@ -473,3 +474,40 @@ async def test_sizes_are_bounded_by_the_limits(tmp_path: Path) -> None:
 async def test_bad_limits_are_named() -> None:
     with pytest.raises(msgspec.ValidationError, match="max_error_chars"):
         msgspec.convert({"max_error_chars": 3}, TaskLimits)
+
+
+async def test_a_poison_task_is_failed_and_its_innocent_neighbours_are_not(tmp_path: Path) -> None:
+    """A task running every time its process dies is failed at max_crashes, with the
+    reason; tasks that merely ran beside it are re-queued uncharged, and suspects run one
+    at a time, so an innocent is never in progress beside the poison once both are suspects."""
+    limits = TaskLimits(max_crashes=3)
+    async with open_node(tmp_path, limits=limits) as node:
+        await node.supervisor.ask(Submit([task("poison"), *(task(f"i{n}") for n in range(5))]))
+        for _ in range(6):
+            assert isinstance(await node.supervisor.ask(Claim("a", "w")), Granted)
+    # a "crash" is a restart with tasks in progress; after one, every claimed task is a suspect
+    for _crash in range(2):
+        async with open_node(tmp_path, limits=limits) as node:
+            sup = node.supervisor
+            while True:  # suspects run one at a time, in a random order, until the poison "crashes" it
+                granted = await sup.ask(Claim("a", "w"))
+                assert isinstance(granted, Granted)
+                assert await sup.ask(Claim("b", "w")) == NoWork()
+                if granted.task.id == "poison":
+                    break
+                await sup.ask(Complete(granted.task.id, "a", AgentResult(task_id=granted.task.id)))
+    async with open_node(tmp_path, limits=limits) as node:  # the poison is failed at this start
+        sup = node.supervisor
+        assert (await sup.ask(GetTask("poison"))).status is TaskStatus.FAILED
+        while True:
+            granted = await sup.ask(Claim("a", "w"))
+            if not isinstance(granted, Granted):
+                break
+            assert await sup.ask(Claim("b", "w")) == NoWork()
+            await sup.ask(Complete(granted.task.id, "a", AgentResult(task_id=granted.task.id)))
+        tasks = {t.id: t for t in await sup.ask(ListTasks())}
+    poison = tasks.pop("poison")
+    assert poison.status is TaskStatus.FAILED and poison.crashes == 3
+    assert poison.error is not None and "died while running it 3 times (max_crashes)" in poison.error.reason
+    assert all(t.status is TaskStatus.COMPLETED and t.crashes == 1 for t in tasks.values())
+    assert all(t.attempt == 1 for t in tasks.values())  # the crash did not cost them an attempt

@@ -80,6 +80,9 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     error: AgentError | None = None
     order: int = 0
     """Submission order, stamped by the supervisor (FIFO within a priority)."""
+    crashes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Times this task was running when its process died (found orphaned at a restart).
+    Such an attempt is not charged; at ``max_crashes`` the task is failed as a poison task."""
 
 
 class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -92,6 +95,11 @@ class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     Larger: the submission is refused (all of it), naming the task and the size."""
     max_result_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
     """An agent's result, as JSON. Larger: the attempt fails (not retried), saying so."""
+    max_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    """A task running each time its process died this many times is failed as a poison
+    task. Until then such a task is a suspect: re-queued without being charged an attempt,
+    and run with no other suspect in progress, so an innocent task that happened to run
+    beside a poison one is not blamed for its crashes."""
     max_error_chars: Annotated[int, msgspec.Meta(ge=80, le=1 << 20)] = 2000
     """A failure's reason is cut to this many characters (marked as cut) before it is
     stored or logged."""

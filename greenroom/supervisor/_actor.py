@@ -169,11 +169,21 @@ class SupervisorActor(Actor):
             if self.recover_orphans:
                 orphans = graph.expire_leases(self.clock(), orphaned=True)
                 if orphans:
-                    logger.warning(
-                        "supervisor: %d task(s) were IN_PROGRESS for a process that stopped; "
-                        "their attempts are over and they are queued again",
-                        len(orphans),
-                    )
+                    poisoned = [t.id for t in orphans if t.status is TaskStatus.FAILED]
+                    if len(orphans) > len(poisoned):
+                        logger.warning(
+                            "supervisor: %d task(s) were IN_PROGRESS for a process that stopped; they "
+                            "are queued again, not charged an attempt, and run one suspect at a time",
+                            len(orphans) - len(poisoned),
+                        )
+                    if poisoned:
+                        logger.error(
+                            "supervisor: failed %d task(s) as poison (running each time their process "
+                            "died, max_crashes %d): %s",
+                            len(poisoned),
+                            self.limits.max_crashes,
+                            ", ".join(poisoned[:10]) + (" ..." if len(poisoned) > 10 else ""),
+                        )
                     self._take_events(None)
                     await self._write_and_deliver(graph.take_changes())
         except BaseException:

@@ -14,6 +14,7 @@ leases in force.
 from __future__ import annotations
 
 import heapq
+import random
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -55,6 +56,10 @@ class TaskGraph:
         self.limits = limits or TaskLimits()
         self.tasks: dict[str, AgentTask] = {}
         self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        self._suspects: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        """Runnable tasks that were running when their process died, by type: granted one
+        at a time (``_suspect_running``), before other tasks of their type."""
+        self._suspect_running: str | None = None
         self._unmet: dict[str, int] = {}
         self._dependents: defaultdict[str, list[str]] = defaultdict(list)
         self._leases: dict[str, float] = {}
@@ -76,6 +81,8 @@ class TaskGraph:
             elif task.status is IN_PROGRESS:
                 expires = task.lease_expires_at if task.lease_expires_at is not None else now + lease
                 self._leases[task.id] = expires
+                if task.crashes:
+                    self._suspect_running = task.id
         self._changes.clear()
         self._events.clear()
         self.became_runnable.clear()
@@ -89,17 +96,14 @@ class TaskGraph:
         return task
 
     def has_runnable(self, agent_type: str) -> bool:
-        heap = self._ready.get(agent_type)
-        while heap:
-            task = self.tasks[heap[0][2]]
-            if task.status is PENDING:
-                return True
-            heapq.heappop(heap)  # stale: cancelled since it was queued
-        return False
+        if self._suspect_running is None and _top(self._suspects.get(agent_type), self.tasks):
+            return True
+        return _top(self._ready.get(agent_type), self.tasks)
 
     def runnable_types(self) -> list[str]:
         """The agent types that have a task ready to claim now."""
-        return sorted(agent_type for agent_type in list(self._ready) if self.has_runnable(agent_type))
+        types = set(self._ready).union(self._suspects)
+        return sorted(agent_type for agent_type in types if self.has_runnable(agent_type))
 
     def take_changes(self) -> list[AgentTask]:
         changes = list(self._changes.values())
@@ -144,8 +148,18 @@ class TaskGraph:
 
     def _make_runnable(self, task: AgentTask) -> None:
         self._unmet.pop(task.id, None)
-        heapq.heappush(self._ready[task.type], (-task.priority, task.order, task.id))
+        if task.crashes:  # spread: suspects in a random order, so the same ones are not always first
+            heapq.heappush(self._suspects[task.type], (-task.priority, _random_rank(), task.id))
+        else:
+            heapq.heappush(self._ready[task.type], (-task.priority, task.order, task.id))
         self.became_runnable.add(task.type)
+
+    def _stopped_running(self, task_id: str) -> None:
+        """``task_id`` left IN_PROGRESS: if it was the suspect in progress, the next may run."""
+        self._leases.pop(task_id, None)
+        if task_id == self._suspect_running:
+            self._suspect_running = None
+            self.became_runnable.update(t for t, heap in self._suspects.items() if heap)
 
     def submit(self, tasks: list[AgentTask], now: float) -> list[AgentTask]:
         """Add ``tasks`` as PENDING, all or none. Dependencies may point at existing
@@ -165,6 +179,7 @@ class TaskGraph:
                 ("status", task.status, PENDING),
                 ("owner", task.owner, None),
                 ("attempt", task.attempt, 0),
+                ("crashes", task.crashes, 0),
                 ("result", task.result, None),
             ):
                 if value != expected:
@@ -192,27 +207,37 @@ class TaskGraph:
         return [self.tasks[task.id] for task in tasks]
 
     def claim(self, agent_id: str, agent_type: str, now: float, lease: float) -> AgentTask | None:
-        """Grant the best runnable task of ``agent_type`` to ``agent_id``, or ``None``."""
-        heap = self._ready.get(agent_type)
-        while heap:
-            _, _, task_id = heapq.heappop(heap)
-            task = self.tasks[task_id]
-            if task.status is not PENDING:
-                continue
-            self._leases[task_id] = now + lease
-            return self._put(
-                replace(
-                    task,
-                    status=IN_PROGRESS,
-                    owner=agent_id,
-                    attempt=task.attempt + 1,
-                    lease_expires_at=now + lease,
-                    last_heartbeat_at=now,
-                    updated_at=now,
-                ),
-                TASK_CLAIMED,
-            )
-        return None
+        """Grant the best runnable task of ``agent_type`` to ``agent_id``, or ``None``.
+        A suspect (a task that was running when its process died) waits behind the other
+        tasks of its priority, and runs only while no other suspect does."""
+        ready = self._ready.get(agent_type)
+        tasks = self.tasks
+        if self._suspect_running is None:
+            suspects = self._suspects.get(agent_type)
+            if suspects and _top(suspects, tasks):
+                behind = ready is not None and _top(ready, tasks) and ready[0][0] <= suspects[0][0]
+                if not behind:
+                    task = _pop(suspects, tasks)
+                    assert task is not None
+                    self._suspect_running = task.id
+                    return self._grant(task, agent_id, now, lease)
+        task = _pop(ready, tasks)
+        return None if task is None else self._grant(task, agent_id, now, lease)
+
+    def _grant(self, task: AgentTask, agent_id: str, now: float, lease: float) -> AgentTask:
+        self._leases[task.id] = now + lease
+        return self._put(
+            replace(
+                task,
+                status=IN_PROGRESS,
+                owner=agent_id,
+                attempt=task.attempt + 1,
+                lease_expires_at=now + lease,
+                last_heartbeat_at=now,
+                updated_at=now,
+            ),
+            TASK_CLAIMED,
+        )
 
     def _owned(self, task_id: str, agent_id: str, action: str) -> AgentTask:
         task = self.get(task_id)
@@ -231,7 +256,7 @@ class TaskGraph:
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
         task = self._owned(task_id, agent_id, "complete")
-        del self._leases[task_id]
+        self._stopped_running(task_id)
         task = self._put(
             replace(task, status=COMPLETED, result=result, lease_expires_at=None, updated_at=now),
             TASK_COMPLETED,
@@ -255,7 +280,7 @@ class TaskGraph:
         return self._end_attempt(task, error, now)
 
     def _end_attempt(self, task: AgentTask, error: AgentError, now: float) -> AgentTask:
-        self._leases.pop(task.id, None)
+        self._stopped_running(task.id)
         error = self.limits.clip(error)
         if error.retryable and task.attempt < task.max_attempts:
             task = self._put(
@@ -273,7 +298,7 @@ class TaskGraph:
     def release(self, task_id: str, agent_id: str, now: float) -> AgentTask:
         """The owner hands the task back unfinished: PENDING again, the attempt refunded."""
         task = self._owned(task_id, agent_id, "release")
-        self._leases.pop(task_id, None)
+        self._stopped_running(task_id)
         task = self._put(
             replace(
                 task,
@@ -292,7 +317,7 @@ class TaskGraph:
         task = self.get(task_id)
         if task.status.final:
             raise InvalidTransition(task_id, task.status.value, "cancel")
-        self._leases.pop(task_id, None)
+        self._stopped_running(task_id)
         self._unmet.pop(task_id, None)
         task = self._put(
             replace(
@@ -335,19 +360,72 @@ class TaskGraph:
         )
 
     def expire_leases(self, now: float, *, orphaned: bool = False) -> list[AgentTask]:
-        """End every attempt whose lease ran out (with ``orphaned``, every attempt in
-        progress: its owner's process is gone): PENDING again while attempts remain."""
+        """End every attempt whose lease ran out: PENDING again while attempts remain.
+
+        With ``orphaned`` (at a restart: the owner's process is gone), every attempt in
+        progress: the process's death is not held against the task (its attempt is
+        refunded) but counted in ``crashes``; a task that reaches ``max_crashes`` is
+        FAILED as a poison task, with the reason."""
         expired = [task_id for task_id, expires in self._leases.items() if orphaned or expires <= now]
         ended = []
-        why = "its owner's process stopped" if orphaned else "lease expired"
         for task_id in expired:
             task = self.tasks[task_id]
-            error = AgentError(reason=f"{why} (owner {task.owner!r}, attempt {task.attempt})", retryable=True)
-            ended.append(self._end_attempt(task, error, now))
+            if not orphaned:
+                why = f"lease expired (owner {task.owner!r}, attempt {task.attempt})"
+                ended.append(self._end_attempt(task, AgentError(reason=why, retryable=True), now))
+                continue
+            crashes = task.crashes + 1
+            if crashes >= self.limits.max_crashes:
+                why = (
+                    f"its process died while running it {crashes} times (max_crashes): a poison task? "
+                    f"(last owner {task.owner!r})"
+                )
+                task = replace(task, crashes=crashes)
+                ended.append(self._end_attempt(task, AgentError(reason=why), now))
+                continue
+            self._stopped_running(task_id)
+            why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
+            task = self._put(
+                replace(
+                    task,
+                    status=PENDING,
+                    owner=None,
+                    attempt=task.attempt - 1,
+                    crashes=crashes,
+                    lease_expires_at=None,
+                    error=AgentError(reason=why, retryable=True),
+                    updated_at=now,
+                ),
+                TASK_RETRIED,
+            )
+            self._make_runnable(task)
+            ended.append(task)
         return ended
 
     def stats(self) -> dict[str, int]:
         return {status.value: count for status, count in self.counts.items()}
+
+
+def _random_rank() -> int:
+    return random.getrandbits(48)
+
+
+def _pop(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> AgentTask | None:
+    """The best PENDING task of ``heap``, removed (stale entries dropped on the way)."""
+    while heap:
+        task = tasks[heapq.heappop(heap)[2]]
+        if task.status is PENDING:
+            return task
+    return None
+
+
+def _top(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> bool:
+    """Whether ``heap`` holds a PENDING task (stale entries dropped on the way)."""
+    while heap:
+        if tasks[heap[0][2]].status is PENDING:
+            return True
+        heapq.heappop(heap)
+    return False
 
 
 def _payload_bytes(task: AgentTask) -> int:

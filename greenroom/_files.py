@@ -175,11 +175,14 @@ def append_durably(fd: int, data: bytes) -> None:
     _sync_data(fd)
 
 
-def replace_durably(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync the dir."""
+def replace_durably(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync the dir.
+    The file gets ``mode`` (``0o600``: readable by the owner only) before any byte is in it."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        if os.name != "nt":
+            os.fchmod(fd, mode)  # a leftover temp file keeps its old mode through O_TRUNC
         write_all(fd, data)
         os.fsync(fd)
     finally:

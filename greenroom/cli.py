@@ -2,15 +2,21 @@
 
 greenroom --version                       greenroom --debug COMMAND ...   (tracebacks of bugs)
 greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [--backend B]
+              [--listen HOST:PORT | --no-api]
 greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
+greenroom tasks cancel ID [--reason TEXT]                  greenroom status [--json]    greenroom stop
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
+greenroom tokens add --user U --scope chat|tasks|admin     greenroom tokens list | revoke ID
 greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M]
 greenroom mcp serve                                         (the task tools, MCP over stdio)
 greenroom pipeline run (PIPELINE.toml | --example) (--input TEXT ... | --inputs FILE) [--json]
 greenroom bench actors|graph|log|harness ...
 
-The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom.
+The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom. The
+tasks, events, status and stop commands go through the API of the daemon serving the data
+dir when one runs, and work on the files when none does (same output); --url and --token
+(or $GREENROOM_TOKEN) reach a daemon elsewhere.
 
 Exit codes: 0 done; 1 an error the user can act on (bad input, a busy or damaged data
 dir, an OS error such as a read-only or full disk), said in one line; 2 a bad flag;
@@ -23,8 +29,10 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, TextIO
 
 import anyio
@@ -76,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     def data_dir(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--data-dir", help="default: $STREAMING_LLM_DATA_DIR or ~/.local/share/greenroom")
 
+    def remote(sub: argparse.ArgumentParser) -> None:
+        data_dir(sub)
+        sub.add_argument("--url", help="a daemon's API elsewhere (default: the one serving the data dir)")
+        sub.add_argument("--token", help="the API token for --url (default: $GREENROOM_TOKEN)")
+
     run = commands.add_parser("run", help="run the daemon: supervisor, event log and agents")
     data_dir(run)
     run.add_argument("--config", help="TOML file naming the agent pools (default: the example agents)")
@@ -89,11 +102,15 @@ def _parser() -> argparse.ArgumentParser:
         "--progress", type=_seconds, default=1.0, metavar="SECONDS", help="progress line interval"
     )
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--listen", metavar="HOST:PORT", help="the HTTP API's address (default: the config's, 127.0.0.1:0)"
+    )
+    run.add_argument("--no-api", action="store_true", help="serve no HTTP API")
 
-    tasks = commands.add_parser("tasks", help="add, list and show tasks (not while a daemon runs)")
+    tasks = commands.add_parser("tasks", help="add, list, show and cancel tasks (through a running daemon)")
     task_commands = tasks.add_subparsers(dest="action", metavar="ACTION")
     add = task_commands.add_parser("add", help="submit tasks (all or none)")
-    data_dir(add)
+    remote(add)
     add.add_argument("--file", help="a JSON list of tasks")
     add.add_argument("--type", dest="task_type", help="agent type of a single task")
     add.add_argument("--id", dest="task_id")
@@ -103,25 +120,50 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--max-attempts", type=_int_between(1, 1000), default=3)
     add.add_argument("--json", action="store_true")
     listing = task_commands.add_parser("list", help="tasks in submission order")
-    data_dir(listing)
+    remote(listing)
     listing.add_argument("--status")
     listing.add_argument("--type", dest="task_type")
     listing.add_argument("--json", action="store_true")
     show = task_commands.add_parser("show", help="one task, whole")
-    data_dir(show)
+    remote(show)
     show.add_argument("task_id", metavar="ID")
     show.add_argument("--json", action="store_true")
+    cancel = task_commands.add_parser("cancel", help="cancel a task that is not final (its dependents too)")
+    remote(cancel)
+    cancel.add_argument("task_id", metavar="ID")
+    cancel.add_argument("--reason")
+    cancel.add_argument("--json", action="store_true")
 
     events = commands.add_parser("events", help="read the event log")
     event_commands = events.add_subparsers(dest="action", metavar="ACTION")
     tail = event_commands.add_parser(
         "tail", help="print events; --follow for new ones (works beside a daemon)"
     )
-    data_dir(tail)
+    remote(tail)
     tail.add_argument("--follow", "-f", action="store_true")
     tail.add_argument("--after", type=_int_between(0, 2**62), default=0, metavar="SEQ")
     tail.add_argument("--last", "-n", type=_int_between(0, 10_000_000), metavar="N")
     tail.add_argument("--json", action="store_true")
+
+    status = commands.add_parser("status", help="the daemon: agents, tasks per state, mailboxes, budgets")
+    remote(status)
+    status.add_argument("--json", action="store_true")
+    stop = commands.add_parser("stop", help="stop the running daemon gracefully (an admin token)")
+    remote(stop)
+    stop.add_argument("--wait", type=_seconds, default=60.0, metavar="SECONDS", help="how long to wait")
+
+    tokens = commands.add_parser("tokens", help="the API's bearer tokens (stored hashed in the data dir)")
+    token_commands = tokens.add_subparsers(dest="action", metavar="ACTION")
+    token_add = token_commands.add_parser("add", help="make a token; it is printed once")
+    data_dir(token_add)
+    token_add.add_argument("--user", required=True, help="the user id the token acts as")
+    token_add.add_argument("--scope", required=True, choices=["chat", "tasks", "admin"])
+    token_add.add_argument("--note", default="", help="what it is for")
+    token_list = token_commands.add_parser("list", help="the tokens (ids, users, scopes; never the tokens)")
+    data_dir(token_list)
+    token_revoke = token_commands.add_parser("revoke", help="revoke a token by its id")
+    data_dir(token_revoke)
+    token_revoke.add_argument("token_id", metavar="ID")
 
     chat = commands.add_parser("chat", help="talk to the task assistant (offline by default)")
     data_dir(chat)
@@ -228,6 +270,88 @@ def report_error(error: BaseException, *, debug: bool = False, err: TextIO | Non
     return 70
 
 
+async def _target(args: argparse.Namespace) -> Any:
+    from .daemon import _operate
+
+    return await _operate.locate(args.data_dir, args.url, args.token)
+
+
+async def _tasks_add(args: argparse.Namespace, new: list[Any]) -> int:
+    from .daemon import _commands as commands
+    from .daemon import _operate
+
+    stored = await _operate.add_tasks(await _target(args), new)
+    print(commands.to_json(stored) if args.json else "\n".join(f"added {task.id}" for task in stored))
+    return 0
+
+
+async def _tasks_read(args: argparse.Namespace) -> int:
+    from .daemon import _commands as commands
+    from .daemon import _operate
+
+    target = await _target(args)
+    if args.action == "show":
+        print(commands.to_json(await _operate.show_task(target, args.task_id)))
+        return 0
+    if args.action == "cancel":
+        task = await _operate.cancel_task(target, args.task_id, args.reason)
+        print(commands.to_json(task) if args.json else f"cancelled {task.id}")
+        return 0
+    found = await _operate.list_tasks(target, args.status, args.task_type)
+    print(commands.to_json(found) if args.json else commands.task_table(found))
+    return 0
+
+
+async def _events_tail(args: argparse.Namespace) -> int:
+    from .daemon import _operate
+
+    target = await _target(args)
+    return await _operate.tail(
+        target, after=args.after, last=args.last, follow=args.follow, as_json=args.json
+    )
+
+
+async def _status_or_stop(args: argparse.Namespace) -> int:
+    from .daemon import _commands as commands
+    from .daemon import _operate
+
+    target = await _target(args)
+    if args.command == "stop":
+        return await _operate.stop(target, wait=args.wait)
+    document = await _operate.status(target)
+    print(commands.to_json(document) if args.json else _operate.format_status(document))
+    return 0
+
+
+def _tokens(args: argparse.Namespace) -> int:
+    from ._files import resolve_data_dir
+    from .service import TokenStore
+
+    if args.action == "list":
+        store = TokenStore(resolve_data_dir(args.data_dir, create=False))
+        rows = [("ID", "USER", "SCOPE", "CREATED", "NOTE")]
+        for record in store.load():
+            created = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created_at))
+            rows.append((record.id, record.user, record.scope, created, record.note))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        return 0
+    store = TokenStore(resolve_data_dir(args.data_dir))
+    if args.action == "add":
+        token, record = store.add(args.user, args.scope, note=args.note)
+        print(token)
+        print(
+            f"greenroom: token {record.id} for user {record.user!r} ({record.scope}); it is shown only "
+            "now, store it safely",
+            file=sys.stderr,
+        )
+        return 0
+    record = store.revoke(args.token_id)
+    print(f"revoked {record.id} (user {record.user!r}, {record.scope})")
+    return 0
+
+
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .daemon import _commands as commands
 
@@ -239,6 +363,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 until_idle=args.until_idle,
                 seed_example=args.seed_example,
                 progress_interval=None if args.quiet else args.progress,
+                listen=args.listen,
+                api=not args.no_api,
             ),
             backend=args.backend,
         )
@@ -260,34 +386,15 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             ]
         else:
             raise commands.CommandError("tasks add needs --file or --type")
-        stored = anyio.run(commands.add_tasks, args.data_dir, new)
-        print(commands.to_json(stored) if args.json else "\n".join(f"added {task.id}" for task in stored))
-        return 0
-    if args.command == "tasks" and args.action in ("list", "show"):
-        found = commands.read_tasks(args.data_dir)
-        if args.action == "show":
-            match = [task for task in found if task.id == args.task_id]
-            if not match:
-                raise commands.CommandError(f"no task with id {args.task_id!r}")
-            print(commands.to_json(match[0]))
-            return 0
-        if args.status is not None:
-            status = commands.decode_status(args.status)
-            found = [task for task in found if task.status is status]
-        if args.task_type is not None:
-            found = [task for task in found if task.type == args.task_type]
-        print(
-            commands.to_json(sorted(found, key=lambda t: t.order))
-            if args.json
-            else commands.task_table(found)
-        )
-        return 0
+        return anyio.run(partial(_tasks_add, args, new))
+    if args.command == "tasks" and args.action in ("list", "show", "cancel"):
+        return anyio.run(partial(_tasks_read, args))
     if args.command == "events" and args.action == "tail":
-        return anyio.run(
-            lambda: commands.tail(
-                args.data_dir, after=args.after, last=args.last, follow=args.follow, as_json=args.json
-            )
-        )
+        return anyio.run(partial(_events_tail, args))
+    if args.command in ("status", "stop"):
+        return anyio.run(partial(_status_or_stop, args))
+    if args.command == "tokens" and args.action is not None:
+        return _tokens(args)
     if args.command == "chat":
         from .daemon import _chat
 

@@ -113,12 +113,16 @@ def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_pa
     assert max(t.attempt for t in tasks) == 1  # ... and the kill was not charged to the task
 
 
-def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", [True, False])
+def test_sigterm_stops_cleanly_and_the_cli_works_beside_a_running_daemon(tmp_path: Path, api: bool) -> None:
+    """While a daemon runs, the CLI's task commands go through its API (the same output
+    as on the files); with ``--no-api`` the writers are refused, naming the holder."""
     data_dir = tmp_path / "data"
     config = write_config(tmp_path / "greenroom.toml", concurrency=4, lease=30.0)
     seed_chains(data_dir, tmp_path, chains=150, steps=5)  # ~10 s of work: the checks below take seconds
     process = subprocess.Popen(
-        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config)],
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config),
+         *([] if api else ["--no-api"])],
         env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -126,13 +130,29 @@ def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_pat
         while not any(e.type == AGENT_RESULT for e in read_events(data_dir / "events.jsonl")):
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
-        busy = greenroom("tasks", "add", "--type", "step", data_dir=data_dir)
-        assert busy.returncode == 1
-        assert "in use by another process" in busy.stderr and f"pid {process.pid}" in busy.stderr
-        listing = greenroom("tasks", "list", data_dir=data_dir)
-        assert listing.returncode == 1 and "is a greenroom daemon running" in listing.stderr
+        added = greenroom(
+            "tasks", "add", "--type", "step", "--id", "extra", "--priority", "-5", data_dir=data_dir
+        )
+        listing = greenroom("tasks", "list", "--type", "step", data_dir=data_dir)
         tail = greenroom("events", "tail", "--last", "2", data_dir=data_dir)  # readers need no lock
         assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 2
+        if api:
+            assert added.returncode == 0 and added.stdout == "added extra\n", added.stderr
+            assert listing.returncode == 0 and listing.stdout.splitlines()[0].split() == [
+                "ID",
+                "TYPE",
+                "STATUS",
+                "PRI",
+                "ATTEMPT",
+                "OWNER",
+            ]
+            assert any(line.startswith("extra ") for line in listing.stdout.splitlines())
+            shown = greenroom("tasks", "show", "extra", data_dir=data_dir)
+            assert json.loads(shown.stdout)["priority"] == -5
+        else:
+            assert added.returncode == 1
+            assert "in use by another process" in added.stderr and f"pid {process.pid}" in added.stderr
+            assert listing.returncode == 1 and "is a greenroom daemon running" in listing.stderr
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=30)
     finally:
@@ -145,6 +165,8 @@ def test_sigterm_stops_cleanly_and_the_data_dir_is_refused_while_running(tmp_pat
     assert not [t for t in tasks if t.status is TaskStatus.IN_PROGRESS]  # finished or handed back
     assert 0 < sum(t.status is TaskStatus.COMPLETED for t in tasks) < len(tasks)
     assert all(t.attempt <= 1 for t in tasks)  # handing back does not use up an attempt
+    assert ("extra" in {t.id for t in tasks}) is api
+    assert not (data_dir / "daemon.json").exists() and not (data_dir / "admin.token").exists()
 
 
 def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:

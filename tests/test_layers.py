@@ -25,6 +25,7 @@ LAYERS = [
     "agents",
     "chat",
     "pipeline",
+    "service",
     "daemon",
     "bench",
     "cli",

@@ -43,6 +43,12 @@ class ActorRef:
         """``True`` until the actor has stopped (it may already refuse messages)."""
         return not self._cell.dead
 
+    @property
+    def queued(self) -> int:
+        """Messages waiting in the mailbox now: a gauge for status pages (it changes as
+        soon as it is read; never a basis for a decision)."""
+        return len(self._cell.mailbox)
+
     def tell(self, message: Any) -> None:
         """Enqueue ``message`` and return at once; never blocks, never yields.
 

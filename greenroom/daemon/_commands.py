@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 import uuid
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,6 +29,7 @@ from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStat
 from ..supervisor import GraphStore, SupervisorActor
 from ._config import DaemonConfig, default_config, load_config
 from ._host import AgentHost
+from ._service import DaemonService
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
@@ -52,8 +53,8 @@ def _line(stats: GraphStats) -> str:
 
 class _Progress:
     """Samples the graph's counts: prints a line only when they changed, and adds up the
-    busy time (samples with a task running or ready), so the final rate leaves idle
-    time out."""
+    busy time (from each sample that found a task running or ready to the next one), so
+    the final rate leaves idle time out. Until the first sample the daemon counts as busy."""
 
     def __init__(self, host: AgentHost, out: TextIO | None, interval: float) -> None:
         self.host = host
@@ -61,16 +62,25 @@ class _Progress:
         self.interval = interval
         self.busy = 0.0
         self._last_line = ""
+        self._since = time.monotonic()
+        self._was_busy = True
+
+    def _account(self, now: float, busy_now: bool) -> None:
+        if self._was_busy:
+            self.busy += now - self._since
+        self._since, self._was_busy = now, busy_now
+
+    def finish(self) -> float:
+        """The busy seconds, the time since the last sample included."""
+        self._account(time.monotonic(), False)
+        return self.busy
 
     async def run(self, started: float) -> None:
-        before = time.monotonic()
         while True:
             await anyio.sleep(self.interval)
             stats = await self.host.stats()
             now = time.monotonic()
-            if not self.host.is_idle(stats):
-                self.busy += now - before
-            before = now
+            self._account(now, not self.host.is_idle(stats))
             line = _line(stats)
             if self.out is not None and line != self._last_line:
                 self._last_line = line
@@ -135,20 +145,28 @@ async def run_daemon(
     until_idle: bool,
     seed_example: int | None,
     progress_interval: float | None,
+    listen: str | None = None,
+    api: bool = True,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
     config: DaemonConfig = load_config(config_path) if config_path else default_config()
+    if listen is not None:
+        check_listen(listen)
     started = time.monotonic()
     received: list[str] = []
     stop = anyio.Event()
     async with anyio.create_task_group() as watching:
         await watching.start(_watch_signals, stop, err, received)
-        async with AgentHost(config, data_dir) as host:
+        async with AgentHost(config, data_dir) as host, AsyncExitStack() as stack:
+            service: DaemonService | None = None
+            if api and config.api.enabled:
+                service = await stack.enter_async_context(DaemonService(host, stop, listen=listen))
             before = host.initial_stats
             print(
                 f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
-                + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items()),
+                + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items())
+                + (f" · API {service.url}" if service else ""),
                 file=err,
                 flush=True,
             )
@@ -158,11 +176,15 @@ async def run_daemon(
                 print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
             progress = _Progress(host, err if progress_interval else None, progress_interval or 0.5)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(progress.run, started)
-                if until_idle:
-                    tg.start_soon(_stop_when_idle, host, stop)
-                await stop.wait()
-                tg.cancel_scope.cancel()
+                if service is not None:
+                    tg.start_soon(service.run)  # ends by itself once `stop` is set
+                async with anyio.create_task_group() as watchers:
+                    watchers.start_soon(progress.run, started)
+                    if until_idle:
+                        watchers.start_soon(_stop_when_idle, host, stop)
+                    await stop.wait()
+                    watchers.cancel_scope.cancel()
+            progress.finish()
             stuck: list[str] = []
             if until_idle and not received:
                 pending = await host.supervisor.ask(ListTasks(status=TaskStatus.PENDING))
@@ -174,7 +196,7 @@ async def run_daemon(
         watching.cancel_scope.cancel()
     elapsed = time.monotonic() - started
     completed = after.by_status.get("COMPLETED", 0) - before.by_status.get("COMPLETED", 0)
-    busy = min(max(progress.busy, 1e-9), elapsed)
+    busy = min(max(progress.busy, 1e-3), elapsed)
     print(f"[{elapsed:6.1f}s] {_line(after)}", file=err, flush=True)
     why = f"stopped by {received[0]}" if received else ("idle" if until_idle else "stopped")
     for line in stuck:
@@ -187,6 +209,12 @@ async def run_daemon(
         flush=True,
     )
     return 0
+
+
+def check_listen(text: str) -> None:
+    from ..service import parse_address
+
+    parse_address(text, "--listen")
 
 
 async def _stop_when_idle(host: AgentHost, stop: anyio.Event) -> None:

@@ -68,6 +68,27 @@ class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     """Requests in flight to the server at once, across all agents (default: unbounded)."""
 
 
+class ApiConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The HTTP API the daemon serves (``greenroom.service``)."""
+
+    enabled: bool = True
+    listen: Annotated[str, msgspec.Meta(pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")] = (
+        "127.0.0.1:0"
+    )
+    """``HOST:PORT``; port 0 picks a free one (the CLI finds it through the data dir)."""
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 << 20
+
+
+class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The task assistant the API's chat endpoints run (spec 001/002)."""
+
+    enabled: bool = True
+    model: ModelName = SCRIPTED
+    """``"scripted"``: the offline rule-based model; else a model on the ``[llm]`` server."""
+    timeout: Seconds = 30.0
+    """Seconds per chat request, waiting for the conversation's turn included."""
+
+
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     agents: dict[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")], AgentPoolConfig]
     lease_seconds: Seconds = 30.0
@@ -76,6 +97,8 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     shutdown_grace: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     llm: LLMConfig | None = None
     limits: TaskLimits = TaskLimits()
+    api: ApiConfig = ApiConfig()
+    chat: ChatConfig = ChatConfig()
 
 
 class ConfigError(InvalidInput):
@@ -120,6 +143,7 @@ def check_config(config: DaemonConfig, where: str) -> None:
             f"config {where!r}: field 'heartbeat_interval' must be shorter than lease_seconds "
             f"({config.lease_seconds}), got {hb}"
         )
+    check_service(config, where)
     for agent_type, pool in config.agents.items():
         agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, where)
         if pool.model is not None and pool.model != SCRIPTED and config.llm is None:
@@ -127,6 +151,17 @@ def check_config(config: DaemonConfig, where: str) -> None:
                 f"config {where!r}: field 'agents.{agent_type}.model' names {pool.model!r}, but there is "
                 "no [llm] section saying which server serves it"
             )
+
+
+def check_service(config: DaemonConfig, where: str) -> None:
+    if config.chat.enabled and config.chat.model != SCRIPTED and config.llm is None:
+        raise ConfigError(
+            f"config {where!r}: field 'chat.model' names {config.chat.model!r}, but there is no [llm] "
+            "section saying which server serves it"
+        )
+    port = int(config.api.listen.rpartition(":")[2])
+    if port > 65535:
+        raise ConfigError(f"config {where!r}: field 'api.listen' has port {port}, above 65535")
 
 
 def model_for(config: DaemonConfig, agent_type: str) -> str | None:

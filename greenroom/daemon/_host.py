@@ -107,14 +107,19 @@ class AgentHost:
         name = model_for(self.config, agent_type)
         if name is None:
             return
-        llm = self.config.llm
-        assert llm is not None
         if agent.llm is None:
             raise ConfigError(
                 f"config: agent type {agent_type!r} ({type(agent).__name__}) has no LLM phases, so "
                 f'model {name!r} would not be used; set agents.{agent_type}.model = "scripted" or '
                 "remove it"
             )
+        agent.llm.model = self.model_named(name)
+
+    def model_named(self, name: str) -> Any:
+        """The ``[llm]`` server's client for model ``name`` (one per name, shared; closed
+        at shutdown)."""
+        llm = self.config.llm
+        assert llm is not None
         model = self.models.get(name)
         if model is None:
             from ..llm import OpenAIChatModel
@@ -129,7 +134,7 @@ class AgentHost:
                 max_retries=llm.max_retries,
                 max_in_flight=llm.max_in_flight,
             )
-        agent.llm.model = model
+        return model
 
     async def stats(self) -> GraphStats:
         return await self.supervisor.ask(Stats())  # type: ignore[no-any-return]

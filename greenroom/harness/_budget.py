@@ -59,9 +59,14 @@ class TokenBudget:
     actors for a team budget.
     """
 
-    def __init__(self, limit: int | None = None, *, reserve_per_call: int = 0) -> None:
+    def __init__(
+        self, limit: int | None = None, *, reserve_per_call: int = 0, counts_into: TokenBudget | None = None
+    ) -> None:
         self.limit = None if limit is None else check_int("TokenBudget", "limit", limit, minimum=0)
         self.reserve_per_call = check_int("TokenBudget", "reserve_per_call", reserve_per_call, minimum=0)
+        self.counts_into = counts_into
+        """Another budget that also counts what this one spends (a per-run budget into
+        its setup's running total); it never limits this one."""
         self.spent = 0
         self.calls = 0
         self.largest_call = 0
@@ -123,6 +128,10 @@ class TokenBudget:
             self.spent += tokens
             self.calls += 1
             self.largest_call = max(self.largest_call, tokens)
+            total = self.counts_into
+            if total is not None:
+                total.spent += tokens
+                total.calls += 1
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()

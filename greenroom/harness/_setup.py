@@ -48,9 +48,14 @@ class HarnessSetup:
         # checked here so that a bad value fails when the setup is made, not mid-run
         self.tokens_per_run = None if tokens_per_run is None else TokenBudget(tokens_per_run).limit
         self.call_timeout = call_timeout
+        self.usage = budget if budget is not None else TokenBudget()
+        """Tokens and calls spent by every run given this setup (the shared budget itself,
+        when there is one): what a status page reports."""
 
     def budget_for_run(self) -> TokenBudget:
-        return self.budget if self.budget is not None else TokenBudget(self.tokens_per_run)
+        if self.budget is not None:
+            return self.budget
+        return TokenBudget(self.tokens_per_run, counts_into=self.usage)
 
     async def spawn(
         self,

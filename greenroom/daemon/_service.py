@@ -1,0 +1,182 @@
+"""``DaemonService``: the HTTP API of a running daemon, over its ``AgentHost``.
+
+``async with DaemonService(host, stop) as service:`` binds the API's socket, opens the
+chat assistant (its store ``chat.sqlite3``, its MCP tools in-process, a runner actor in
+the host's system, its events through the host's log actor), makes a local admin token
+and writes ``daemon.json`` + ``admin.token`` (mode 0600) into the data dir, so the CLI on
+this machine finds the daemon. :meth:`run` serves until ``stop`` is set, then lets the
+requests in flight finish (a few seconds at most). Leaving the block removes the two
+files and closes the assistant.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any
+
+import anyio
+import msgspec
+
+from .. import __version__
+from .._files import replace_durably
+from ..llm import ChatModel, RuleBasedModel
+from ..messages import GraphStats
+from ..service import (
+    ADMIN_TOKEN_FILE,
+    DAEMON_FILE,
+    DaemonInfo,
+    Principal,
+    ServiceParts,
+    TokenStore,
+    bind,
+    create_app,
+    parse_address,
+    serve,
+)
+from ..service._tokens import new_token
+from ._config import SCRIPTED
+from ._host import AgentHost
+
+logger = logging.getLogger("greenroom.daemon")
+
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+class DaemonService:
+    def __init__(self, host: AgentHost, stop: anyio.Event, *, listen: str | None = None) -> None:
+        self.host = host
+        self.stop = stop
+        self.config = host.config
+        self.listen = listen or host.config.api.listen
+        self.url = ""
+        self.parts: ServiceParts
+        self._stack = AsyncExitStack()
+        self._socket: Any = None
+        self._owned_files = False
+
+    async def __aenter__(self) -> DaemonService:
+        try:
+            await self._open()
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def _open(self) -> None:
+        host = self.host
+        address = parse_address(self.listen, "api.listen")
+        self._socket = bind(*address)
+        bound = self._socket.getsockname()
+        name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        self.url = f"http://{name}:{bound[1]}"
+        if not address[0].startswith(_LOOPBACK):
+            logger.warning(
+                "the API listens on %s, reachable from other machines: tokens are its only "
+                "protection; put TLS in front of it",
+                self.url,
+            )
+        token, token_id = new_token()
+        tokens = TokenStore(host.data_dir, extra=[(token, Principal("local-admin", "admin", token_id))])
+        await anyio.to_thread.run_sync(tokens.load)
+        runner = await self._open_chat() if self.config.chat.enabled else None
+        self.parts = ServiceParts(
+            supervisor=host.supervisor,
+            events_path=host.data_dir / "events.jsonl",
+            tokens=tokens,
+            status=self.status,
+            stop=self.stop.set,
+            chat=runner,
+            max_body_bytes=self.config.api.max_body_bytes,
+        )
+        info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
+        await anyio.to_thread.run_sync(self._write_files, info, token)
+
+    async def _open_chat(self) -> Any:
+        from ..chat import CHAT_DB, AgentRunner, LLMAgentEngine, MCPToolExecutor, SQLiteChatStore, task_server
+
+        host = self.host
+        chat = self.config.chat
+        store = SQLiteChatStore(host.data_dir / CHAT_DB)
+        self._stack.push_async_callback(store.aclose)
+        model: ChatModel
+        if chat.model == SCRIPTED or self.config.llm is None:
+            model = RuleBasedModel()
+        else:
+            model = host.model_named(chat.model)
+        tools = await self._stack.enter_async_context(MCPToolExecutor(task_server(store)))
+        engine = LLMAgentEngine(model, tools, log=host.log)
+        runner = await AgentRunner.spawn(host.system, engine, store, timeout=chat.timeout)
+        self._stack.push_async_callback(runner.aclose)
+        return runner
+
+    def _write_files(self, info: DaemonInfo, token: str) -> None:
+        data_dir = self.host.data_dir
+        replace_durably(data_dir / ADMIN_TOKEN_FILE, token.encode() + b"\n", mode=0o600)
+        replace_durably(data_dir / DAEMON_FILE, msgspec.json.encode(info) + b"\n", mode=0o600)
+        self._owned_files = True
+
+    def _remove_files(self) -> None:
+        if not self._owned_files:
+            return
+        for name in (DAEMON_FILE, ADMIN_TOKEN_FILE):
+            try:
+                (self.host.data_dir / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    async def run(self) -> None:
+        """Serve until ``stop`` is set; then requests in flight get a few seconds."""
+        sock, self._socket = self._socket, None
+        await serve(create_app(self.parts), sock, stop=self.stop)
+
+    async def status(self) -> dict[str, Any]:
+        host = self.host
+        stats: GraphStats = await host.stats()
+        agents: dict[str, dict[str, Any]] = {}
+        for agent, ref in host.agents:
+            entry = agents.setdefault(
+                agent.agent_type or type(agent).__name__,
+                {"configured": 0, "alive": 0, "queued": 0, "tokens_spent": 0, "model_calls": 0},
+            )
+            entry["configured"] += 1
+            entry["alive"] += int(ref.is_alive)
+            entry["queued"] += ref.queued
+            if agent.llm is not None:
+                entry["tokens_spent"] += agent.llm.usage.spent
+                entry["model_calls"] += agent.llm.usage.calls
+        mailboxes = {"supervisor": host.supervisor.queued, "log": host.log.queued}
+        runner = self.parts.chat
+        if runner is not None:
+            mailboxes["chat-runner"] = runner.ref.queued
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "data_dir": str(host.data_dir),
+            "uptime": round(time.time() - self.parts.started, 3),
+            "stopping": self.stop.is_set(),
+            "tasks": {
+                "total": stats.total,
+                "by_status": stats.by_status,
+                "runnable_types": stats.runnable_types,
+            },
+            "agents": agents,
+            "mailboxes": mailboxes,
+        }
+
+    async def _close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._remove_files)
+        # not under the shield: the MCP client's task group must be left in its own scope order
+        await self._stack.aclose()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._close()

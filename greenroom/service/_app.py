@@ -1,0 +1,406 @@
+"""The HTTP API: one ASGI application (Starlette) over the daemon's parts.
+
+Every answer is JSON (msgspec); every error has one shape::
+
+    {"error": {"status": 400, "code": "invalid_input", "message": "...", "field": "...", "value": "..."}}
+
+Authentication is a bearer token (:mod:`._tokens`); each endpoint names the scope it
+needs (``admin`` has every scope). No token or an unknown one: 401; a token without the
+scope: 403; in both cases nothing happens. A request body above ``max_body_bytes`` is
+refused (413) before it is parsed. Logs name the token id, never the token or the user.
+
+Endpoints (``/v1``)::
+
+    GET  /health                      none      the daemon answers
+    GET  /status                      tasks     agents, tasks per state, mailboxes, budgets, uptime
+    POST /tasks                       tasks     submit one task, a list, or {"tasks": [...]}: all or none
+    GET  /tasks                       tasks     ?status=&type=&after=ORDER&limit=N  -> {"tasks", "next"}
+    GET  /tasks/{id}                  tasks
+    POST /tasks/{id}/cancel           tasks     {"reason": "..."} (optional)
+    GET  /events                      tasks     Server-Sent Events, resumed after ?after=SEQ or
+                                              Last-Event-ID; ?follow=0 ends at the current end
+    POST /chat                        chat      {"message", "conversation_id"?} as the token's user
+    GET  /chat/conversations/{id}     chat      that user's conversation only (another's: 404)
+    GET  /chat/tasks                  chat      that user's tasks
+    POST /stop                        admin     a graceful stop (202)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from .._errors import MISSING, InvalidInput, shown
+from ..actors import ActorRef, ActorStopped
+from ..log import read_events, tail_events
+from ..messages import AgentTask, Cancel, GetTask, ListTasks, Submit, TaskStatus, convert
+from ._tokens import Principal, Scope, TokenStore
+
+logger = logging.getLogger("greenroom.service")
+
+MAX_PAGE = 1000
+
+
+@dataclass
+class ServiceParts:
+    """What the API serves: the daemon fills it in.
+
+    ``status`` returns the ``/status`` document; ``stop`` starts a graceful stop;
+    ``chat`` is an ``AgentRunner`` (``None``: the chat endpoints answer 404)."""
+
+    supervisor: ActorRef
+    events_path: Path
+    tokens: TokenStore
+    status: Callable[[], Awaitable[dict[str, Any]]]
+    stop: Callable[[], None]
+    chat: Any = None
+    max_body_bytes: int = 4 << 20
+    started: float = field(default_factory=time.time)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, *, field: str = "", value: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.field = field
+        self.value = value
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(_encoder.encode(value), status_code=status, media_type="application/json")
+
+
+def error_response(error: ApiError) -> Response:
+    body: dict[str, Any] = {"status": error.status, "code": error.code, "message": str(error)}
+    if error.field:
+        body["field"] = error.field
+    if error.value is not None:
+        body["value"] = shown(error.value)
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return Response(
+        _encoder.encode({"error": body}),
+        status_code=error.status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _as_api_error(error: Exception) -> ApiError:
+    from ..chat import ConversationNotFound
+    from ..supervisor import InvalidTransition, UnknownTask
+
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, UnknownTask | ConversationNotFound):
+        return ApiError(404, "not_found", str(error), field=error.field, value=error.value)
+    if isinstance(error, InvalidTransition):
+        return ApiError(409, "conflict", str(error), field=error.field, value=error.value)
+    if isinstance(error, InvalidInput):
+        value = None if error.value is MISSING else error.value
+        return ApiError(400, "invalid_input", str(error), field=error.field, value=value)
+    if isinstance(error, TimeoutError):
+        return ApiError(504, "timeout", str(error) or "the request took too long and was stopped")
+    if isinstance(error, ActorStopped):
+        return ApiError(503, "stopping", "the daemon is stopping; try again once it is back")
+    return ApiError(500, "internal", "greenroom failed to answer (a bug: see the daemon's log)")
+
+
+Handler = Callable[[Request, Principal | None], Awaitable[Response]]
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    kind, _, token = header.partition(" ")
+    return token.strip() if kind.lower() == "bearer" and token.strip() else ""
+
+
+def _endpoint(parts: ServiceParts, scope: Scope | None, handler: Handler) -> Callable[[Request], Any]:
+    """Wrap ``handler``: authenticate (``scope`` ``None``: no token needed), then map
+    every error to the one JSON shape. Cancellation (the client went away, the daemon
+    stops) passes through untouched."""
+
+    async def endpoint(request: Request) -> Response:
+        principal: Principal | None = None
+        try:
+            if scope is not None:
+                token = _bearer(request)
+                if token is None:
+                    raise ApiError(
+                        401, "unauthenticated", "this endpoint needs 'Authorization: Bearer TOKEN'"
+                    )
+                principal = parts.tokens.authenticate(token)
+                if principal is None:
+                    raise ApiError(401, "unauthenticated", "the token is not valid (unknown or revoked)")
+                if not principal.allows(scope):
+                    raise ApiError(
+                        403,
+                        "forbidden",
+                        f"a {principal.scope!r} token may not use this endpoint (needs {scope!r})",
+                    )
+            return await handler(request, principal)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:
+            api_error = _as_api_error(error)
+            if api_error.status >= 500:
+                logger.error(
+                    "api: %s %s failed (token %s): %s",
+                    request.method,
+                    request.url.path,
+                    principal.token_id if principal else "-",
+                    type(error).__name__,
+                    exc_info=error if api_error.status == 500 else None,
+                )
+            return error_response(api_error)
+
+    return endpoint
+
+
+async def _body(request: Request, parts: ServiceParts, *, required: bool = True) -> Any:
+    """The JSON body, read at most ``max_body_bytes`` (413 beyond, before parsing)."""
+    limit = parts.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "too_large", f"the body is {declared} bytes; at most {limit} are accepted")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "too_large", f"the body is larger than {limit} bytes")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if not data.strip():
+        if required:
+            raise ApiError(400, "invalid_input", "the request needs a JSON body", field="body")
+        return None
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as error:
+        raise ApiError(400, "invalid_input", f"the body is not valid JSON: {error}", field="body") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_input", "the body is nested too deeply", field="body") from None
+
+
+def _query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ApiError(
+            400,
+            "invalid_input",
+            f"{name} must be a whole number from {low} to {high}",
+            field=name,
+            value=text,
+        )
+    return value
+
+
+def _status_filter(text: str | None) -> TaskStatus | None:
+    if text is None:
+        return None
+    try:
+        return TaskStatus(text.upper())
+    except ValueError:
+        names = ", ".join(s.value for s in TaskStatus)
+        raise ApiError(
+            400, "invalid_input", f"status must be one of {names}", field="status", value=text
+        ) from None
+
+
+def create_app(parts: ServiceParts) -> Starlette:
+    """The API over ``parts``. Serve it with :func:`greenroom.service.serve` (Hypercorn,
+    on asyncio or trio) or any ASGI server."""
+    supervisor = parts.supervisor
+
+    async def health(request: Request, principal: Principal | None) -> Response:
+        return _json({"status": "ok", "uptime": round(time.time() - parts.started, 3)})
+
+    async def status(request: Request, principal: Principal | None) -> Response:
+        return _json(await parts.status())
+
+    async def submit(request: Request, principal: Principal | None) -> Response:
+        raw = await _body(request, parts)
+        if isinstance(raw, dict) and "tasks" in raw:
+            raw = raw["tasks"]
+        single = isinstance(raw, dict)
+        tasks = convert([raw] if single else raw, list[AgentTask], "task list")
+        if not tasks:
+            raise ApiError(400, "invalid_input", "the task list is empty", field="tasks")
+        stored = await supervisor.ask(Submit(tasks), timeout=None)
+        return _json({"tasks": stored}, 201)
+
+    async def list_tasks(request: Request, principal: Principal | None) -> Response:
+        wanted = _status_filter(request.query_params.get("status"))
+        agent_type = request.query_params.get("type")
+        after = _query_int(request, "after", 0, 0, 2**62)
+        limit = _query_int(request, "limit", 100, 1, MAX_PAGE)
+        found: list[AgentTask] = await supervisor.ask(ListTasks(wanted, agent_type), timeout=None)
+        found = sorted((t for t in found if t.order > after), key=lambda t: t.order)
+        page = found[:limit]
+        more = len(found) > limit
+        return _json({"tasks": page, "next": page[-1].order if more else None})
+
+    async def show_task(request: Request, principal: Principal | None) -> Response:
+        return _json(await supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
+
+    async def cancel_task(request: Request, principal: Principal | None) -> Response:
+        raw = await _body(request, parts, required=False)
+        reason = "cancelled through the API"
+        if raw is not None:
+            if not isinstance(raw, dict) or not isinstance(raw.get("reason", ""), str):
+                raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
+            reason = raw.get("reason") or reason
+        task = await supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
+        return _json(task)
+
+    async def events(request: Request, principal: Principal | None) -> Response:
+        last_id = request.headers.get("last-event-id")
+        after = _query_int(request, "after", 0, 0, 2**62)
+        if last_id is not None:
+            if not last_id.isdigit():
+                raise ApiError(400, "invalid_input", "Last-Event-ID must be a sequence number",
+                               field="Last-Event-ID", value=last_id)  # fmt: skip
+            after = max(after, int(last_id))
+        follow = request.query_params.get("follow", "1") not in ("0", "false", "no")
+        last = _query_int(request, "last", -1, 0, 10_000_000) if "last" in request.query_params else None
+        return StreamingResponse(
+            _event_stream(parts.events_path, after, follow, last),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    def _runner() -> Any:
+        if parts.chat is None:
+            raise ApiError(404, "not_found", "this daemon runs no chat assistant")
+        return parts.chat
+
+    async def chat(request: Request, principal: Principal | None) -> Response:
+        from ..chat import AgentContext
+
+        assert principal is not None
+        runner = _runner()
+        raw = await _body(request, parts)
+        if not isinstance(raw, dict):
+            wanted = 'the body must be {"message": "...", "conversation_id": ...}'
+            raise ApiError(400, "invalid_input", wanted, field="body")
+        unknown = set(raw) - {"message", "conversation_id"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ApiError(400, "invalid_input", f"unknown field {name!r}", field=name)
+        message = raw.get("message")
+        if not isinstance(message, str):
+            raise ApiError(400, "invalid_input", "message must be text", field="message", value=message)
+        conversation = raw.get("conversation_id")
+        if conversation is None:
+            conversation = await runner.new_conversation(principal.user)
+        elif not isinstance(conversation, str):
+            raise ApiError(400, "invalid_input", "conversation_id must be text", field="conversation_id",
+                           value=conversation)  # fmt: skip
+        context = AgentContext.from_request(principal.user, conversation, [])
+        await runner.store.open_conversation(principal.user, conversation, create=False)
+        result = await runner.run(context, message)
+        return _json(
+            {
+                "conversation_id": conversation,
+                "success": result.success,
+                "response": result.response,
+                "error": result.error,
+                "tool_calls": [
+                    {"tool": call.tool_name, "parameters": call.parameters, "result": call.result}
+                    for call in result.tool_calls
+                ],
+            }
+        )
+
+    async def conversation(request: Request, principal: Principal | None) -> Response:
+        assert principal is not None
+        runner = _runner()
+        conversation_id = request.path_params["conversation_id"]
+        await runner.store.open_conversation(principal.user, conversation_id, create=False)
+        history = await runner.store.load_history(principal.user, conversation_id, MAX_PAGE)
+        return _json(
+            {
+                "conversation_id": conversation_id,
+                "messages": [
+                    {"role": m.role, "content": m.content, "created_at": m.created_at} for m in history
+                ],
+            }
+        )
+
+    async def chat_tasks(request: Request, principal: Principal | None) -> Response:
+        assert principal is not None
+        rows = await _runner().store.list_tasks(principal.user, "all")
+        return _json(
+            {
+                "tasks": [  # numbered as the user sees them; the store's keys stay inside
+                    {"number": n, "title": r.title, "description": r.description, "completed": r.completed}
+                    for n, r in enumerate(rows, 1)
+                ]
+            }
+        )
+
+    async def stop(request: Request, principal: Principal | None) -> Response:
+        assert principal is not None
+        logger.warning("api: stop requested (token %s)", principal.token_id)
+        parts.stop()
+        return _json({"stopping": True}, 202)
+
+    def route(path: str, scope: Scope | None, handler: Handler, method: str = "GET") -> Route:
+        return Route(path, _endpoint(parts, scope, handler), methods=[method])
+
+    return Starlette(
+        routes=[
+            route("/v1/health", None, health),
+            route("/v1/status", "tasks", status),
+            route("/v1/tasks", "tasks", submit, "POST"),
+            route("/v1/tasks", "tasks", list_tasks),
+            route("/v1/tasks/{task_id}", "tasks", show_task),
+            route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),
+            route("/v1/events", "tasks", events),
+            route("/v1/chat", "chat", chat, "POST"),
+            route("/v1/chat/conversations/{conversation_id}", "chat", conversation),
+            route("/v1/chat/tasks", "chat", chat_tasks),
+            route("/v1/stop", "admin", stop, "POST"),
+        ]
+    )
+
+
+async def _event_stream(path: Path, after: int, follow: bool, last: int | None) -> AsyncIterator[bytes]:
+    """Each event as ``id: SEQ`` + ``data: JSON``. Ends (without ``follow``) at the
+    current end. ``last``: only the newest ``last`` events stored so far, then new ones."""
+    yield b": greenroom events\n\n"
+    if last is not None:
+        stored = await anyio.to_thread.run_sync(partial(read_events, path, after_seq=after))
+        for event in stored[max(0, len(stored) - last) :] if last else ():
+            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
+        if not follow:
+            return
+        after = max([after, *(event.seq for event in stored[-1:])])
+    async with aclosing(tail_events(path, after_seq=after, follow=follow, poll_interval=0.1)) as events:
+        async for event in events:
+            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))

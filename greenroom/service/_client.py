@@ -1,0 +1,216 @@
+"""``ServiceClient``: the HTTP API from Python (what the CLI uses against a running daemon).
+
+``find_daemon(data_dir)`` finds the daemon serving a data dir on this machine: its
+address in ``daemon.json`` and a local admin token in ``admin.token`` (both written by
+the daemon, readable by the owner only, removed when it stops). From elsewhere, give
+the URL and a token yourself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx2
+import msgspec
+
+from .._errors import DataError, GreenroomError, InvalidInput
+from .._files import DataDirBusy, OwnerLock
+from ..messages import AgentTask, Event
+
+DAEMON_FILE = "daemon.json"
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+class DaemonInfo(msgspec.Struct, frozen=True):
+    url: str
+    pid: int
+    started_at: float
+    version: str = ""
+
+
+class ServiceError(GreenroomError):
+    """The API refused a request: ``status`` (HTTP), ``code``, the message, and the
+    ``field`` it names, if any."""
+
+    def __init__(self, status: int, code: str, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.field = field
+
+
+class ServiceUnavailable(DataError):
+    """Nothing answers at the daemon's address."""
+
+
+def find_daemon(data_dir: Path) -> tuple[DaemonInfo, str] | None:
+    """The running daemon of ``data_dir`` and its local admin token, or ``None`` when no
+    daemon holds the data dir (files left by a killed one are ignored). Blocking."""
+    try:
+        info = msgspec.json.decode((data_dir / DAEMON_FILE).read_bytes(), type=DaemonInfo)
+        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError) as error:
+        raise DataError(f"cannot read the daemon's address in {data_dir}: {error}") from None
+    lock = OwnerLock(data_dir / "tasks.graph.lock", "the task graph")
+    try:
+        held = not lock.acquire_shared()
+    except DataDirBusy:
+        held = True
+    else:
+        lock.release()
+    if not held and info.pid != os.getpid():
+        return None  # left behind by a daemon that was killed: nobody holds the data dir
+    return info, token
+
+
+class ServiceClient:
+    """``async with ServiceClient(url, token) as api:``; one keep-alive connection pool.
+    Every method raises :class:`ServiceError` for a refusal (4xx/5xx) and
+    :class:`ServiceUnavailable` when nothing answers. Cancelling a call closes its
+    request; ``timeout`` (seconds) bounds each request except the event stream."""
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = 60.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"--url must be an http(s) URL (got {url!r:.80})", field="url", value=url)
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx2.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> ServiceClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._client.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx2.TransportError as error:
+            raise ServiceUnavailable(f"the greenroom API at {self.url} does not answer ({error})") from None
+        return _decoded(response)
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+
+    async def status(self) -> dict[str, Any]:
+        return await self._call("GET", "/v1/status")  # type: ignore[no-any-return]
+
+    async def submit(self, tasks: list[AgentTask]) -> list[AgentTask]:
+        body = msgspec.json.encode({"tasks": tasks})
+        answer = await self._call("POST", "/v1/tasks", content=body, headers=_JSON)
+        return msgspec.convert(answer["tasks"], list[AgentTask])
+
+    async def list_tasks(self, status: str | None = None, agent_type: str | None = None) -> list[AgentTask]:
+        """Every matching task, page by page, in submission order."""
+        found: list[AgentTask] = []
+        after = 0
+        while True:
+            params: dict[str, Any] = {"after": after, "limit": 1000}
+            if status:
+                params["status"] = status
+            if agent_type:
+                params["type"] = agent_type
+            page = await self._call("GET", "/v1/tasks", params=params)
+            found.extend(msgspec.convert(page["tasks"], list[AgentTask]))
+            if page["next"] is None:
+                return found
+            after = page["next"]
+
+    async def get_task(self, task_id: str) -> AgentTask:
+        return msgspec.convert(await self._call("GET", f"/v1/tasks/{_segment(task_id)}"), AgentTask)
+
+    async def cancel(self, task_id: str, reason: str | None = None) -> AgentTask:
+        body = msgspec.json.encode({"reason": reason} if reason else {})
+        answer = await self._call(
+            "POST", f"/v1/tasks/{_segment(task_id)}/cancel", content=body, headers=_JSON
+        )
+        return msgspec.convert(answer, AgentTask)
+
+    async def chat(self, message: str, conversation_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": message}
+        if conversation_id is not None:
+            body["conversation_id"] = conversation_id
+        return await self._call(  # type: ignore[no-any-return]
+            "POST", "/v1/chat", content=msgspec.json.encode(body), headers=_JSON
+        )
+
+    async def conversation(self, conversation_id: str) -> dict[str, Any]:
+        return await self._call(  # type: ignore[no-any-return]
+            "GET", f"/v1/chat/conversations/{_segment(conversation_id)}"
+        )
+
+    async def stop(self) -> None:
+        await self._call("POST", "/v1/stop")
+
+    async def events(
+        self, *, after: int = 0, follow: bool = True, last: int | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """The event stream (Server-Sent Events) after ``after`` (``last``: only the
+        newest ``last`` of those already stored, then new ones); with ``follow`` it runs
+        until cancelled, and after a dropped connection resumes from the last event it got."""
+        newest = last
+        seen = after
+        while True:
+            params: dict[str, Any] = {"after": seen, "follow": "1" if follow else "0"}
+            if newest is not None:
+                params["last"] = newest
+            try:
+                async with self._client.stream("GET", "/v1/events", params=params, timeout=None) as response:
+                    if response.status_code != 200:
+                        await response.aread()
+                        _decoded(response)
+                    data: list[str] = []
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:"):
+                            data.append(line[5:].strip())
+                        elif not line and data:
+                            event = msgspec.json.decode("\n".join(data), type=Event)
+                            data = []
+                            seen = event.seq
+                            newest = None  # a resumed stream takes everything after `seen`
+                            yield event
+                if not follow:
+                    return
+            except httpx2.TransportError as error:
+                if not follow:
+                    raise ServiceUnavailable(
+                        f"the greenroom API at {self.url} does not answer ({error})"
+                    ) from None
+                import anyio
+
+                await anyio.sleep(0.5)  # the daemon restarts or the network blinked: resume from `seen`
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _segment(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
+def _decoded(response: httpx2.Response) -> Any:
+    try:
+        body = msgspec.json.decode(response.content) if response.content else None
+    except msgspec.DecodeError:
+        body = None
+    if response.status_code < 400:
+        return body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        raise ServiceError(
+            response.status_code,
+            str(error.get("code", "")),
+            str(error.get("message", "")),
+            str(error.get("field", "")),
+        )
+    raise ServiceError(response.status_code, "http", f"HTTP {response.status_code} from {response.url}")

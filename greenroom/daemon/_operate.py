@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO
@@ -152,7 +151,7 @@ async def tail(
         )
     async with target.client() as api:
         try:
-            async with aclosing(api.events(after=after, follow=follow, last=last)) as events:
+            async with api.events(after=after, follow=follow, last=last) as events:
                 async for event in events:
                     line = msgspec.json.encode(event).decode() if as_json else files.format_event(event)
                     print(line, file=out, flush=True)

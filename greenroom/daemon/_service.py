@@ -44,6 +44,8 @@ from ._host import AgentHost
 logger = logging.getLogger("greenroom.daemon")
 
 _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+GRACEFUL = 3.0
+"""Seconds the requests in flight get when the API stops."""
 
 
 class DaemonService:
@@ -129,9 +131,31 @@ class DaemonService:
                 pass
 
     async def run(self) -> None:
-        """Serve until ``stop`` is set; then requests in flight get a few seconds."""
+        """Serve until ``stop`` is set; then requests in flight get a few seconds
+        (``GRACEFUL`` at most). Cancelled, it sets ``stop`` and takes the same graceful
+        path (the server runs under a shield bounded by that time), so the HTTP server is
+        never torn down mid-request by a cancellation from outside."""
         sock, self._socket = self._socket, None
-        await serve(create_app(self.parts), sock, stop=self.stop)
+        app = create_app(self.parts)
+        done = anyio.Event()
+        shield = anyio.CancelScope(shield=True)
+
+        async def serving() -> None:
+            with shield:
+                try:
+                    await serve(app, sock, stop=self.stop, graceful_timeout=GRACEFUL)
+                finally:
+                    done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serving)
+            try:
+                await done.wait()
+            finally:
+                self.stop.set()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(GRACEFUL + 5):
+                    await done.wait()
+                shield.cancel()  # past the bound: close it hard
 
     async def status(self) -> dict[str, Any]:
         host = self.host

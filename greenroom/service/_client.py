@@ -9,13 +9,16 @@ the URL and a token yourself.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import anyio
 import httpx2
 import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import DataError, GreenroomError, InvalidInput
 from .._files import DataDirBusy, OwnerLock
@@ -150,43 +153,60 @@ class ServiceClient:
     async def stop(self) -> None:
         await self._call("POST", "/v1/stop")
 
+    @asynccontextmanager
     async def events(
         self, *, after: int = 0, follow: bool = True, last: int | None = None
-    ) -> AsyncGenerator[Event, None]:
-        """The event stream (Server-Sent Events) after ``after`` (``last``: only the
-        newest ``last`` of those already stored, then new ones); with ``follow`` it runs
-        until cancelled, and after a dropped connection resumes from the last event it got."""
+    ) -> AsyncIterator[MemoryObjectReceiveStream[Event]]:
+        """``async with api.events(after=SEQ) as events: async for event in events:`` —
+        the event stream (Server-Sent Events) after ``after`` (``last``: only the newest
+        ``last`` already stored, then new ones). Without ``follow`` it ends at the current
+        end; with it, it runs until the block is left, and after a dropped connection
+        resumes from the last event it got. A reader task feeds the stream; leaving the
+        block cancels it, which closes the HTTP response at once."""
+        send, receive = anyio.create_memory_object_stream[Event](256)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read_events, send, after, follow, last)
+            try:
+                yield receive
+            finally:
+                tg.cancel_scope.cancel()
+                receive.close()
+
+    async def _read_events(
+        self, send: MemoryObjectSendStream[Event], after: int, follow: bool, last: int | None
+    ) -> None:
         newest = last
         seen = after
-        while True:
-            params: dict[str, Any] = {"after": seen, "follow": "1" if follow else "0"}
-            if newest is not None:
-                params["last"] = newest
-            try:
-                async with self._client.stream("GET", "/v1/events", params=params, timeout=None) as response:
-                    if response.status_code != 200:
-                        await response.aread()
-                        _decoded(response)
-                    data: list[str] = []
-                    async for line in response.aiter_lines():
-                        if line.startswith("data:"):
-                            data.append(line[5:].strip())
-                        elif not line and data:
-                            event = msgspec.json.decode("\n".join(data), type=Event)
-                            data = []
-                            seen = event.seq
-                            newest = None  # a resumed stream takes everything after `seen`
-                            yield event
-                if not follow:
-                    return
-            except httpx2.TransportError as error:
-                if not follow:
-                    raise ServiceUnavailable(
-                        f"the greenroom API at {self.url} does not answer ({error})"
-                    ) from None
-                import anyio
-
-                await anyio.sleep(0.5)  # the daemon restarts or the network blinked: resume from `seen`
+        async with send:
+            while True:
+                params: dict[str, Any] = {"after": seen, "follow": "1" if follow else "0"}
+                if newest is not None:
+                    params["last"] = newest
+                try:
+                    async with self._client.stream(
+                        "GET", "/v1/events", params=params, timeout=None
+                    ) as response:
+                        if response.status_code != 200:
+                            await response.aread()
+                            _decoded(response)
+                        data: list[str] = []
+                        async for line in response.aiter_lines():
+                            if line.startswith("data:"):
+                                data.append(line[5:].strip())
+                            elif not line and data:
+                                event = msgspec.json.decode("\n".join(data), type=Event)
+                                data = []
+                                seen = event.seq
+                                newest = None  # a resumed stream takes everything after `seen`
+                                await send.send(event)
+                    if not follow:
+                        return
+                except httpx2.TransportError as error:
+                    if not follow:
+                        raise ServiceUnavailable(
+                            f"the greenroom API at {self.url} does not answer ({error})"
+                        ) from None
+                    await anyio.sleep(0.5)  # the daemon restarts or the network blinked: resume
 
 
 _JSON = {"Content-Type": "application/json"}

@@ -1,0 +1,304 @@
+"""The HTTP API as clients see it: a real daemon host and a real Hypercorn server on
+127.0.0.1, on asyncio and trio; tokens, scopes, tasks, events, chat, status, stop, and
+bad input (each refused with the one JSON error shape, nothing changed)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import msgspec
+import pytest
+
+from greenroom.daemon import DaemonConfig
+from greenroom.daemon._config import AgentPoolConfig
+from greenroom.daemon._host import AgentHost
+from greenroom.daemon._service import DaemonService
+from greenroom.messages import TaskStatus
+from greenroom.service import ServiceClient, ServiceError, TokenFileError, TokenStore, find_daemon
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Running:
+    url: str
+    host: AgentHost
+    service: DaemonService
+    stop: anyio.Event
+    tokens: dict[str, str]  # name -> token
+
+    def client(self, name: str | None) -> ServiceClient:
+        return ServiceClient(self.url, self.tokens[name] if name else None)
+
+    def http(self, name: str | None = None) -> httpx2.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.tokens[name]}"} if name else {}
+        return httpx2.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+
+
+def _config(**fields: Any) -> DaemonConfig:
+    # agents of a type no test task uses: the graph's tasks stay where the test puts them
+    pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=1)}
+    return msgspec.structs.replace(DaemonConfig(agents=pools), **fields)
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, **config: Any) -> AsyncIterator[Running]:
+    store = TokenStore(tmp_path)
+    tokens = {
+        "alice": store.add("alice", "chat")[0],
+        "bob": store.add("bob", "chat")[0],
+        "ops": store.add("ops", "tasks")[0],
+        "root": store.add("root", "admin")[0],
+    }
+    stop = anyio.Event()
+    async with (
+        AgentHost(_config(**config), tmp_path) as host,
+        DaemonService(host, stop, listen="127.0.0.1:0") as service,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(service.run)
+        yield Running(service.url, host, service, stop, tokens)
+        stop.set()
+
+
+async def test_health_needs_no_token_and_everything_else_does(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon, daemon.http() as http:
+        assert (await http.get("/v1/health")).json()["status"] == "ok"
+        for method, path in [("GET", "/v1/tasks"), ("POST", "/v1/tasks"), ("GET", "/v1/status"),
+                             ("POST", "/v1/chat"), ("POST", "/v1/stop"), ("GET", "/v1/events")]:  # fmt: skip
+            response = await http.request(method, path, content=b'{"id": "t", "type": "w"}')
+            assert response.status_code == 401, path
+            assert response.headers["www-authenticate"] == "Bearer"
+            assert response.json()["error"]["code"] == "unauthenticated"
+        async with daemon.client("ops") as ops:
+            assert await ops.list_tasks() == []  # the unauthenticated POSTs changed nothing
+
+
+async def test_a_wrong_or_revoked_token_is_401_and_changes_nothing(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon:
+        for token in ("nonsense", daemon.tokens["ops"][:-2] + "xx", "grt_000000000000_" + "a" * 43):
+            async with httpx2.AsyncClient(
+                base_url=daemon.url, headers={"Authorization": f"Bearer {token}"}
+            ) as http:
+                response = await http.post("/v1/tasks", content=b'{"id": "t", "type": "w"}')
+                assert response.status_code == 401
+        record = next(r for r in TokenStore(tmp_path).load() if r.user == "ops")
+        TokenStore(tmp_path).revoke(record.id)  # the running daemon notices the changed file
+        async with daemon.client("ops") as ops, daemon.client("root") as root:
+            with anyio.fail_after(10):
+                while True:
+                    try:
+                        await ops.list_tasks()
+                    except ServiceError as error:
+                        assert error.status == 401
+                        break
+                    await anyio.sleep(0.05)
+            assert await root.list_tasks() == []
+
+
+async def test_scopes_allow_only_their_endpoints(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon:
+        async with daemon.client("alice") as alice:
+            with pytest.raises(ServiceError) as refused:
+                await alice.list_tasks()
+            assert (refused.value.status, refused.value.code) == (403, "forbidden")
+            with pytest.raises(ServiceError, match="needs 'admin'") as refused:
+                await alice.stop()
+        async with daemon.client("ops") as ops:
+            with pytest.raises(ServiceError) as refused:
+                await ops.stop()
+            assert refused.value.status == 403
+            with pytest.raises(ServiceError) as refused:
+                await ops.chat("hello")
+            assert refused.value.status == 403
+            assert not daemon.stop.is_set()  # nothing happened
+        async with daemon.client("root") as root:  # admin: every scope, and stop
+            assert await root.list_tasks() == []
+            await root.stop()
+        assert daemon.stop.is_set()
+
+
+async def test_tasks_submit_all_or_none_list_page_show_cancel(tmp_path: Path) -> None:
+    from greenroom.messages import AgentTask
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as api:
+        with pytest.raises(ServiceError) as refused:
+            await api.submit([AgentTask(id="a", type="w"), AgentTask(id="b", type="w", depends_on=["ghost"])])
+        assert refused.value.status == 400 and refused.value.field == "depends_on"
+        assert await api.list_tasks() == []  # all or none
+        stored = await api.submit([AgentTask(id=f"t{i}", type="w" if i % 2 else "v") for i in range(5)])
+        assert [t.id for t in stored] == [f"t{i}" for i in range(5)]
+        async with daemon.http("ops") as http:
+            page = (await http.get("/v1/tasks", params={"limit": 2})).json()
+            assert [t["id"] for t in page["tasks"]] == ["t0", "t1"] and page["next"] is not None
+            page = (await http.get("/v1/tasks", params={"limit": 2, "after": page["next"]})).json()
+            assert [t["id"] for t in page["tasks"]] == ["t2", "t3"]
+            single = await http.post("/v1/tasks", json={"id": "one", "type": "w"})
+            assert single.status_code == 201 and single.json()["tasks"][0]["id"] == "one"
+        assert [t.id for t in await api.list_tasks(agent_type="w")] == ["t1", "t3", "one"]
+        assert (await api.get_task("t2")).status is TaskStatus.PENDING
+        cancelled = await api.cancel("t2", "not needed")
+        assert cancelled.status is TaskStatus.CANCELLED and cancelled.error is not None
+        with pytest.raises(ServiceError) as refused:
+            await api.cancel("t2")
+        assert refused.value.status == 409
+        with pytest.raises(ServiceError, match="no task with id 'nope'") as refused:
+            await api.get_task("nope")
+        assert refused.value.status == 404
+        assert [t.id for t in await api.list_tasks(status="cancelled")] == ["t2"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "field"),
+    [
+        ("POST", "/v1/tasks", b"{not json", 400, "body"),
+        ("POST", "/v1/tasks", b"", 400, "body"),
+        ("POST", "/v1/tasks", b"[" * 100_000 + b"]" * 100_000, 400, "body"),
+        ("POST", "/v1/tasks", b'[{"id": "x", "type": "w", "priority": 100000000000000000000000000}]', 400,
+         "[0].priority"),
+        ("POST", "/v1/tasks", b'{"tasks": []}', 400, "tasks"),
+        ("GET", "/v1/tasks?limit=0", b"", 400, "limit"),
+        ("GET", "/v1/tasks?status=sleeping", b"", 400, "status"),
+        ("GET", "/v1/tasks?after=-1", b"", 400, "after"),
+        ("POST", "/v1/tasks/x/cancel", b'{"reason": 7}', 400, "reason"),
+        ("GET", "/v1/events?after=abc", b"", 400, "after"),
+    ],
+)  # fmt: skip
+async def test_bad_input_is_400_naming_the_field(
+    tmp_path: Path, method: str, path: str, body: bytes, status: int, field: str
+) -> None:
+    async with running(tmp_path) as daemon, daemon.http("ops") as http:
+        await http.post("/v1/tasks", json={"id": "kept", "type": "w"})
+        response = await http.request(method, path, content=body)
+        assert response.status_code == status, response.text
+        error = response.json()["error"]
+        assert error["field"] == field and error["status"] == status and error["message"]
+        listed = (await http.get("/v1/tasks")).json()["tasks"]
+        assert [t["id"] for t in listed] == ["kept"] and listed[0]["status"] == "PENDING"
+
+
+async def test_a_body_above_the_limit_is_413_before_it_is_read(tmp_path: Path) -> None:
+    async with running(tmp_path, api=_api(max_body_bytes=4096)) as daemon, daemon.http("ops") as http:
+        response = await http.post(
+            "/v1/tasks", content=b'{"id": "x", "type": "w", "input": {"t": "' + b"y" * 10_000 + b'"}}'
+        )
+        assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
+        assert (await http.get("/v1/tasks")).json()["tasks"] == []
+
+
+def _api(**fields: Any) -> Any:
+    from greenroom.daemon._config import ApiConfig
+
+    return ApiConfig(**fields)
+
+
+async def test_the_event_stream_resumes_after_a_sequence_number(tmp_path: Path) -> None:
+    from greenroom.messages import AgentTask
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as api:
+        await api.submit([AgentTask(id=f"e{i}", type="w") for i in range(3)])
+        async with api.events(follow=False) as stream:
+            everything = [event async for event in stream]
+        assert [e.task_id for e in everything if e.type == "TASK_SUBMITTED"] == ["e0", "e1", "e2"]
+        middle = everything[1].seq
+        async with api.events(after=middle, follow=False) as stream:
+            assert [e.seq for e in [event async for event in stream]] == [
+                e.seq for e in everything if e.seq > middle
+            ]
+        async with api.events(last=1, follow=False) as stream:
+            assert [e.seq for e in [event async for event in stream]] == [everything[-1].seq]
+        # following: a new event arrives on the open stream
+        got: list[str] = []
+        async with api.events(after=everything[-1].seq, follow=True) as stream:
+            with anyio.fail_after(10):
+                await api.submit([AgentTask(id="late", type="w")])
+                async for event in stream:
+                    got.append(event.task_id or "")
+                    break
+        assert got == ["late"]
+        async with daemon.http("ops") as http:  # Last-Event-ID, as a browser's EventSource resumes
+            response = await http.get(
+                "/v1/events", params={"follow": "0"}, headers={"Last-Event-ID": str(middle)}
+            )
+            ids = [int(line[4:]) for line in response.text.splitlines() if line.startswith("id: ")]
+            assert ids and min(ids) == middle + 1
+
+
+async def test_chat_reaches_only_the_tokens_own_conversations_and_tasks(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon:
+        async with daemon.client("alice") as alice:
+            first = await alice.chat("add buy milk")
+            assert first["success"] and "buy milk" in first["response"]
+            conversation = first["conversation_id"]
+            again = await alice.chat("show my tasks", conversation)
+            assert again["conversation_id"] == conversation and "buy milk" in again["response"]
+            history = await alice.conversation(conversation)
+            assert [m["role"] for m in history["messages"]] == ["user", "assistant"] * 2
+        async with daemon.client("bob") as bob:
+            with pytest.raises(ServiceError) as refused:
+                await bob.conversation(conversation)
+            assert refused.value.status == 404
+            with pytest.raises(ServiceError) as refused:
+                await bob.chat("show my tasks", conversation)
+            assert refused.value.status == 404
+            async with daemon.http("bob") as http:
+                assert (await http.get("/v1/chat/tasks")).json()["tasks"] == []
+        async with daemon.http("alice") as http:
+            tasks = (await http.get("/v1/chat/tasks")).json()["tasks"]
+            assert [(t["number"], t["title"]) for t in tasks] == [(1, "buy milk")]
+            bad = await http.post("/v1/chat", json={"message": "x" * 5000})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "message"
+            bad = await http.post("/v1/chat", json={"message": "hi", "user": "bob"})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "user"
+
+
+async def test_status_reports_tasks_agents_mailboxes_and_uptime(tmp_path: Path) -> None:
+    from greenroom.messages import AgentTask
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as api:
+        await api.submit([AgentTask(id="s1", type="w"), AgentTask(id="s2", type="w")])
+        await api.cancel("s2")
+        document = await api.status()
+        counts = {status: n for status, n in document["tasks"]["by_status"].items() if n}
+        assert counts == {"PENDING": 1, "CANCELLED": 1}
+        assert document["agents"]["write"]["configured"] == 1 and document["agents"]["write"]["alive"] == 1
+        assert set(document["mailboxes"]) == {"supervisor", "log", "chat-runner"}
+        assert document["uptime"] >= 0 and document["pid"] == os.getpid()
+
+
+async def test_the_cli_finds_the_local_daemon_through_owner_only_files(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon:
+        for name in ("daemon.json", "admin.token"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+        found = await anyio.to_thread.run_sync(find_daemon, tmp_path)
+        assert found is not None and found[0].url == daemon.url
+        async with ServiceClient(found[0].url, found[1]) as local_admin:
+            assert (await local_admin.status())["tasks"]["total"] == 0
+    assert not (tmp_path / "daemon.json").exists()  # removed when the daemon stops
+    assert await anyio.to_thread.run_sync(find_daemon, tmp_path) is None
+
+
+async def test_tokens_are_stored_hashed_owner_only_and_a_damaged_file_is_named(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    token, record = store.add("carol", "tasks", note="ci")
+    text = (tmp_path / "tokens.json").read_text()
+    assert token not in text and record.sha256 in text
+    assert stat.S_IMODE((tmp_path / "tokens.json").stat().st_mode) == 0o600
+    assert store.authenticate(token) is not None and store.authenticate(token + "x") is None
+    with pytest.raises(ValueError, match="scope must be one of chat, tasks, admin"):
+        store.add("carol", "root")
+    with pytest.raises(ValueError, match="user must be"):
+        store.add("carol smith", "chat")
+    (tmp_path / "tokens.json").write_text('{"format": "greenroom.tokens/1", "tokens": [{"id": 1}]}')
+    damaged = (tmp_path / "tokens.json").read_bytes()
+    with pytest.raises(TokenFileError, match=r"tokens\.json is not a valid tokens file"):
+        TokenStore(tmp_path).add("dave", "chat")
+    assert (tmp_path / "tokens.json").read_bytes() == damaged  # never overwritten

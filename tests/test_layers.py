@@ -13,6 +13,7 @@ PACKAGE = ROOT / "greenroom"
 LAYERS = [
     "_errors",
     "_checks",
+    "_tracing",
     "messages",
     "actors",
     "_files",

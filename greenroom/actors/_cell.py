@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import _tracing
+from .._tracing import Traced
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
 from ._messages import Terminated
@@ -383,6 +385,42 @@ class ActorCell:
         if reply is not None and (self.current_reply is reply or scope.cancelled_caught):
             self.current_reply = None
             reply.succeed(value)
+
+    # -- tracing (only while greenroom._tracing is enabled) -------------------------------
+
+    async def run_traced(self, traced: Traced, reply: Reply | None) -> None:
+        """Handle a message that brought its sender's trace context: in a span that is a
+        child of it, with the same semantics as the dispatcher's own loop."""
+        message = traced.message
+        with _tracing.receiving(self.name, message, traced.context):
+            if self.interruption is not None:
+                await self.run_interruptible(message, reply)
+                return
+            actor = self.actor
+            assert actor is not None
+            if reply is None:
+                try:
+                    await actor.receive(message)
+                except Exception as error:
+                    _tracing.record_failure(error)
+                    await self.handle_failure(error, message)
+                return
+            self.current_reply = reply
+            try:
+                value = await actor.receive(message)
+            except Exception as error:
+                _tracing.record_failure(error)
+                self.current_reply = None
+                reply.fail(error)
+                await self.handle_failure(error, message)
+                return
+            except BaseException:
+                self.current_reply = None
+                reply.fail(ActorStopped(self.ref, "was stopped while handling the message"))
+                raise
+            if self.current_reply is reply:  # not taken by context.reply_later()
+                self.current_reply = None
+                reply.succeed(value)
 
     # -- stopping ---------------------------------------------------------------------
 

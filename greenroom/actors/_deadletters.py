@@ -6,6 +6,7 @@ import logging
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
+from .._tracing import Traced
 from ._messages import DeadLetter, DeadLetterReason
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ class DeadLetters:
         self._subscribers: list[ActorRef] = []
 
     def record(self, recipient: ActorRef, message: Any, reason: DeadLetterReason) -> None:
+        if type(message) is Traced:
+            message = message.message
         self.count += 1
         self.by_reason[reason] += 1
         letter = DeadLetter(recipient, message, reason)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from .._tracing import Traced, isolate
 from ._cell import CONTROL
 from ._exceptions import ActorStopped
 
@@ -75,6 +76,7 @@ class Dispatcher:
         measurable share of the cost. Kernel signals and failures go to the cell.
         """
         me = anyio.get_current_task().id
+        isolate()  # a worker serves every actor: it must not keep its spawner's trace context
         runq = self.runq
         budget = self.throughput
         checkpoint = anyio.lowlevel.checkpoint
@@ -114,7 +116,12 @@ class Dispatcher:
                     handled += 1
                     if cell.send_waiters:
                         cell.admit_senders()
-                    if interruptible and reply is not CONTROL:
+                    if type(message) is Traced:  # only while tracing is enabled
+                        await cell.run_traced(message, reply)
+                        if cell.dead:
+                            break
+                        actor = cell.actor
+                    elif interruptible and reply is not CONTROL:
                         await cell.run_interruptible(message, reply)
                         if cell.dead:
                             break

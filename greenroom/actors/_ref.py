@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import _tracing
 from ._defaults import DEFAULT_ASK_TIMEOUT
 from ._exceptions import MailboxFull
 from ._reply import InterruptingReply, Reply
@@ -62,7 +63,7 @@ class ActorRef:
         limit = cell.limit
         if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
             raise MailboxFull(self, limit)
-        cell.mailbox.append((message, None))
+        cell.mailbox.append((_tracing.wrap(message) if _tracing.enabled else message, None))
         if not cell.scheduled:
             cell.system._dispatcher.schedule(cell)
 
@@ -80,7 +81,7 @@ class ActorRef:
         limit = cell.limit
         if limit is not None and (len(cell.mailbox) + cell.reserved >= limit or cell.send_waiters):
             await cell.wait_for_room(message, math.inf)
-        cell.mailbox.append((message, None))
+        cell.mailbox.append((_tracing.wrap(message) if _tracing.enabled else message, None))
         if not cell.scheduled:
             cell.system._dispatcher.schedule(cell)
 
@@ -127,7 +128,7 @@ class ActorRef:
             reply.timeout = timeout
             reply.timers = timers = system._timers
             timers.add(deadline, reply)
-        cell.mailbox.append((message, reply))
+        cell.mailbox.append((_tracing.wrap(message) if _tracing.enabled else message, reply))
         if not cell.scheduled:
             system._dispatcher.schedule(cell)
         try:

@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from .. import _tracing
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
 from . import _replies as replies
 from ._engine import LLMAgentEngine, is_confirmation
@@ -251,6 +252,12 @@ class AgentRunner:
         if not isinstance(context, AgentContext):
             raise TypeError(f"AgentRunner.run takes an AgentContext, got {type(context).__name__}")
         check_message(message)
+        if _tracing.enabled:
+            with _tracing.span("chat request", attributes={"greenroom.message_chars": len(message)}):
+                return await self._run(context, message)
+        return await self._run(context, message)
+
+    async def _run(self, context: AgentContext, message: str) -> AgentResult:
         conversation = context.conversation_id
         child: ActorRef | None = None
         try:

@@ -27,7 +27,7 @@ from ..agents.examples import example_graph
 from ..log import EVENTS_FILE, LogActor, read_events, tail_events
 from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStatus, convert
 from ..supervisor import GraphStore, SupervisorActor
-from ._config import DaemonConfig, default_config, load_config
+from ._config import ConfigError, DaemonConfig, default_config, load_config
 from ._host import AgentHost
 from ._service import DaemonService
 
@@ -156,6 +156,40 @@ async def run_daemon(
     started = time.monotonic()
     received: list[str] = []
     stop = anyio.Event()
+    tracer_provider = start_tracing(config)
+    try:
+        return await _serve(config, data_dir, until_idle, seed_example, progress_interval, listen, api,
+                            out, err, started, received, stop)  # fmt: skip
+    finally:
+        if tracer_provider is not None:
+            await anyio.to_thread.run_sync(tracer_provider.shutdown)  # flushes the spans
+
+
+def start_tracing(config: DaemonConfig) -> Any:
+    if not config.tracing.enabled:
+        return None
+    from .. import _tracing
+
+    try:
+        return _tracing.setup_sdk(config.tracing.exporter, config.tracing.service_name)
+    except ImportError as error:
+        raise ConfigError(f"config: field 'tracing.enabled' is true, but {error}") from None
+
+
+async def _serve(
+    config: DaemonConfig,
+    data_dir: str | None,
+    until_idle: bool,
+    seed_example: int | None,
+    progress_interval: float | None,
+    listen: str | None,
+    api: bool,
+    out: TextIO,
+    err: TextIO,
+    started: float,
+    received: list[str],
+    stop: anyio.Event,
+) -> int:
     async with anyio.create_task_group() as watching:
         await watching.start(_watch_signals, stop, err, received)
         async with AgentHost(config, data_dir) as host, AsyncExitStack() as stack:
@@ -202,9 +236,10 @@ async def run_daemon(
     for line in stuck:
         print(f"greenroom: cannot run: {line}", file=err, flush=True)
     rate = f"{completed / busy:.0f}/s over {progress.busy:.1f}s busy" if completed else "0/s"
+    counts = " · ".join(f"{status.lower()} {count}" for status, count in after.by_status.items() if count)
     print(
-        f"greenroom: {why} after {elapsed:.1f}s · {completed} task(s) completed this run ({rate}) · "
-        + " · ".join(f"{status.lower()} {count}" for status, count in after.by_status.items() if count),
+        f"greenroom: {why} after {elapsed:.1f}s · {completed} task(s) completed this run ({rate})"
+        + (f" · {counts}" if counts else ""),
         file=out,
         flush=True,
     )

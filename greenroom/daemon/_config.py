@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -89,6 +89,15 @@ class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Seconds per chat request, waiting for the conversation's turn included."""
 
 
+class TracingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """OpenTelemetry spans (needs ``pip install 'greenroom[otel]'``)."""
+
+    enabled: bool = False
+    exporter: Literal["otlp", "console"] = "otlp"
+    """``otlp``: OTLP over HTTP to ``$OTEL_EXPORTER_OTLP_ENDPOINT``; ``console``: stdout."""
+    service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] = "greenroom"
+
+
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     agents: dict[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")], AgentPoolConfig]
     lease_seconds: Seconds = 30.0
@@ -99,6 +108,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     limits: TaskLimits = TaskLimits()
     api: ApiConfig = ApiConfig()
     chat: ChatConfig = ChatConfig()
+    tracing: TracingConfig = TracingConfig()
 
 
 class ConfigError(InvalidInput):

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import _tracing
 from .._errors import MISSING, InvalidInput, shown
 from ..actors import ActorRef, ActorStopped
 from ..log import read_events, tail_events
@@ -133,12 +134,25 @@ def _bearer(request: Request) -> str | None:
     return token.strip() if kind.lower() == "bearer" and token.strip() else ""
 
 
-def _endpoint(parts: ServiceParts, scope: Scope | None, handler: Handler) -> Callable[[Request], Any]:
+def _endpoint(
+    parts: ServiceParts, scope: Scope | None, handler: Handler, name: str
+) -> Callable[[Request], Any]:
     """Wrap ``handler``: authenticate (``scope`` ``None``: no token needed), then map
     every error to the one JSON shape. Cancellation (the client went away, the daemon
     stops) passes through untouched."""
 
     async def endpoint(request: Request) -> Response:
+        if not _tracing.enabled:
+            return await answer(request)
+        attributes = {"http.route": name}
+        with _tracing.span(
+            name, kind="SERVER", parent_headers=request.headers, attributes=attributes
+        ) as span:
+            response = await answer(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    async def answer(request: Request) -> Response:
         principal: Principal | None = None
         try:
             if scope is not None:
@@ -371,7 +385,7 @@ def create_app(parts: ServiceParts) -> Starlette:
         return _json({"stopping": True}, 202)
 
     def route(path: str, scope: Scope | None, handler: Handler, method: str = "GET") -> Route:
-        return Route(path, _endpoint(parts, scope, handler), methods=[method])
+        return Route(path, _endpoint(parts, scope, handler, f"{method} {path}"), methods=[method])
 
     return Starlette(
         routes=[

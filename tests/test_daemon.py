@@ -471,3 +471,72 @@ def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tm
     assert all(t.status is TaskStatus.COMPLETED for t in graph.values())
     assert all(t.attempt == 1 for t in graph.values())
     assert "failed 1 task(s) as poison" in done.stderr
+
+
+def test_status_stop_tokens_and_cancel_from_the_cli_with_and_without_a_daemon(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    tasks = [{"id": f"w{n}", "type": "waiting"} for n in range(3)]  # no agent serves them: they wait
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    assert (
+        greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir).returncode == 0
+    )
+    offline = greenroom("status", data_dir=data_dir)
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.splitlines() == [f"daemon: not running on {data_dir}", "tasks: 3 total · pending 3"]
+    nothing = greenroom("stop", data_dir=data_dir)
+    assert nothing.returncode == 1 and "no greenroom daemon is running" in nothing.stderr
+    cancelled = greenroom("tasks", "cancel", "w0", "--reason", "offline", data_dir=data_dir)
+    assert cancelled.returncode == 0 and cancelled.stdout == "cancelled w0\n", cancelled.stderr
+    made = greenroom("tokens", "add", "--user", "ops", "--scope", "tasks", data_dir=data_dir)
+    chat_made = greenroom("tokens", "add", "--user", "amy", "--scope", "chat", data_dir=data_dir)
+    ops_token, chat_token = made.stdout.strip(), chat_made.stdout.strip()
+    assert ops_token.startswith("grt_") and "shown only now" in made.stderr
+    listed = greenroom("tokens", "list", data_dir=data_dir)
+    assert "ops" in listed.stdout and ops_token not in listed.stdout
+    config = write_config(tmp_path / "greenroom.toml", concurrency=1, lease=30.0)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config)],
+        env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (data_dir / "daemon.json").exists():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.02)
+        url = json.loads((data_dir / "daemon.json").read_text())["url"]
+        status = greenroom("status", data_dir=data_dir)
+        assert status.returncode == 0, status.stderr
+        first, second = status.stdout.splitlines()[:2]
+        assert first.startswith(f"daemon: running · pid {process.pid} · up ") and first.endswith(f"API {url}")
+        assert second == "tasks: 3 total · pending 2 · cancelled 1"
+        assert (
+            json.loads(greenroom("status", "--json", data_dir=data_dir).stdout)["agents"]["step"]["alive"]
+            == 1
+        )
+        remote = greenroom(
+            "tasks", "list", "--url", url, "--token", ops_token, data_dir=tmp_path / "elsewhere"
+        )
+        local = greenroom("tasks", "list", data_dir=data_dir)
+        assert remote.returncode == 0 and remote.stdout == local.stdout  # the same table either way
+        by_env = subprocess.run(
+            [sys.executable, "-m", "greenroom", "tasks", "cancel", "w1", "--url", url],
+            capture_output=True, text=True, timeout=60, env={**_env(data_dir), "GREENROOM_TOKEN": ops_token},
+        )  # fmt: skip
+        assert by_env.returncode == 0 and by_env.stdout == "cancelled w1\n", by_env.stderr
+        wrong_scope = greenroom("tasks", "list", "--url", url, "--token", chat_token, data_dir=data_dir)
+        assert wrong_scope.returncode == 1 and "needs 'tasks'" in wrong_scope.stderr
+        refused = greenroom("stop", "--url", url, "--token", ops_token, data_dir=data_dir)
+        assert refused.returncode == 1 and "needs 'admin'" in refused.stderr and process.poll() is None
+        tail = greenroom("events", "tail", "--last", "1", data_dir=data_dir)
+        assert tail.returncode == 0 and "TASK_CANCELLED [w1]" in tail.stdout
+        stopped = greenroom("stop", data_dir=data_dir)  # the local admin token, found in the data dir
+        assert stopped.returncode == 0 and "the daemon has stopped" in stopped.stderr, stopped.stderr
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped through the API" in out
+    after = greenroom("status", data_dir=data_dir)
+    assert after.stdout.splitlines()[1] == "tasks: 3 total · pending 1 · cancelled 2"

@@ -233,6 +233,8 @@ async def _serve(
     busy = min(max(progress.busy, 1e-3), elapsed)
     print(f"[{elapsed:6.1f}s] {_line(after)}", file=err, flush=True)
     why = f"stopped by {received[0]}" if received else ("idle" if until_idle else "stopped")
+    if not received and service is not None and service.stopped_by_api:
+        why = "stopped through the API"
     for line in stuck:
         print(f"greenroom: cannot run: {line}", file=err, flush=True)
     rate = f"{completed / busy:.0f}/s over {progress.busy:.1f}s busy" if completed else "0/s"

@@ -59,6 +59,8 @@ class DaemonService:
         self._stack = AsyncExitStack()
         self._socket: Any = None
         self._owned_files = False
+        self.stopped_by_api = False
+        """``POST /v1/stop`` asked for the stop."""
 
     async def __aenter__(self) -> DaemonService:
         try:
@@ -90,7 +92,7 @@ class DaemonService:
             events_path=host.data_dir / "events.jsonl",
             tokens=tokens,
             status=self.status,
-            stop=self.stop.set,
+            stop=self._stop_requested,
             chat=runner,
             max_body_bytes=self.config.api.max_body_bytes,
         )
@@ -114,6 +116,10 @@ class DaemonService:
         runner = await AgentRunner.spawn(host.system, engine, store, timeout=chat.timeout)
         self._stack.push_async_callback(runner.aclose)
         return runner
+
+    def _stop_requested(self) -> None:
+        self.stopped_by_api = True
+        self.stop.set()
 
     def _write_files(self, info: DaemonInfo, token: str) -> None:
         data_dir = self.host.data_dir

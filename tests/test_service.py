@@ -302,3 +302,15 @@ async def test_tokens_are_stored_hashed_owner_only_and_a_damaged_file_is_named(t
     with pytest.raises(TokenFileError, match=r"tokens\.json is not a valid tokens file"):
         TokenStore(tmp_path).add("dave", "chat")
     assert (tmp_path / "tokens.json").read_bytes() == damaged  # never overwritten
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_short_soak_loses_nothing_and_answers_no_5xx(backend: str) -> None:
+    """``greenroom bench soak`` for a few seconds against a real daemon process: chat,
+    task batches, an event reader and 1 % malformed requests."""
+    from greenroom.bench import soak
+
+    figures = anyio.run(soak._run, 6.0, backend, 11)
+    assert figures["tasks_acknowledged"] > 0 and figures["events_seen"] > 0
+    assert figures["requests"]["chat"] > 0 and figures["requests"]["tasks"] > 0
+    assert soak.ok(figures), soak.format_table(figures)

@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -151,6 +152,68 @@ async def _greenroom(
     return figures
 
 
+async def _http(
+    base_url: str, conversations: int, sequential: bool, max_in_flight: int, pools: int = 1
+) -> dict[str, Any]:
+    """The same conversations through the daemon's HTTP API (``POST /v1/chat``, one
+    bearer token per user), the clients in another process: this process's CPU is the
+    server's alone (API + runner), so its excess over ``greenroom`` is the API's share."""
+    from ..chat import open_assistant
+    from ..llm import OpenAIChatModel
+    from ..service import Principal, ServiceParts, TokenStore, bind, create_app, serve
+    from ..service._tokens import new_token
+    from ..supervisor import SupervisorActor
+
+    model = OpenAIChatModel(
+        "bench", base_url=base_url, api_key="bench", max_retries=0, max_in_flight=max_in_flight, pools=pools
+    )
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-http-") as tmp:
+        try:
+            async with open_assistant(tmp, model=model, timeout=600) as assistant:
+                supervisor = await assistant.system.spawn(lambda: SupervisorActor(tmp), name="supervisor")
+                extra = []
+                items = []
+                for index in range(conversations):
+                    user = f"user{index}"
+                    token, token_id = new_token()
+                    extra.append((token, Principal(user, "chat", token_id)))
+                    conversation = await assistant.runner.new_conversation(user)
+                    body = {"message": f"add errand {index}", "conversation_id": conversation}
+                    items.append({"token": token, "path": "/v1/chat", "body": body})
+                stop = anyio.Event()
+                parts = ServiceParts(
+                    supervisor=supervisor,
+                    events_path=assistant.data_dir / "events.jsonl",
+                    tokens=TokenStore(assistant.data_dir, extra=extra),
+                    status=_no_status,
+                    stop=stop.set,
+                    chat=assistant.runner,
+                )
+                sock = bind("127.0.0.1", 0)
+                async with anyio.create_task_group() as tg:
+                    url = await tg.start(partial(serve, create_app(parts), sock, stop=stop))
+                    job = f"{tmp}/job.json"
+                    await anyio.Path(job).write_text(
+                        json.dumps({"url": url, "sequential": sequential, "items": items})
+                    )
+                    cpu = time.process_time()
+                    done = await anyio.run_process([sys.executable, "-m", "greenroom.bench._http_load", job])
+                    cpu = time.process_time() - cpu
+                    stop.set()
+                figures: dict[str, Any] = json.loads(done.stdout)
+                figures["cpu_per_conversation"] = cpu / conversations
+                stored = await assistant.store.list_tasks("user0")
+                assert [t.title for t in stored] == ["errand 0"]
+                await supervisor.stop()
+        finally:
+            await model.aclose()
+    return figures
+
+
+async def _no_status() -> dict[str, Any]:
+    return {}
+
+
 def measure(
     backend: str,
     concurrency: list[int],
@@ -158,6 +221,7 @@ def measure(
     sequential_count: int,
     max_in_flight: int,
     pools: int = 1,
+    http: bool = False,
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for latency in latencies:
@@ -167,9 +231,21 @@ def measure(
                 n = sequential_count if sequential else count
                 plain = anyio.run(_plain, url, n, sequential, backend=backend)
                 mine = anyio.run(_greenroom, url, n, sequential, max_in_flight, pools, backend=backend)
-                rows.append({"latency_ms": latency, "concurrency": count, "plain": plain, "greenroom": mine})
+                row = {"latency_ms": latency, "concurrency": count, "plain": plain, "greenroom": mine}
+                if http:
+                    row["http"] = anyio.run(_http, url, n, sequential, max_in_flight, pools, backend=backend)
+                rows.append(row)
     by_key = {(r["latency_ms"], r["concurrency"]): r for r in rows}
     checks = []
+    api_share = [
+        {
+            "latency_ms": row["latency_ms"],
+            "concurrency": row["concurrency"],
+            "cpu_vs_runner": row["http"]["cpu_per_conversation"] / row["greenroom"]["cpu_per_conversation"],
+        }
+        for row in rows
+        if "http" in row
+    ]
     for latency in latencies:
         one = by_key.get((latency, 1))
         big = by_key.get((latency, max(concurrency)))
@@ -191,6 +267,7 @@ def measure(
         "pools": pools,
         "rows": rows,
         "checks": checks,
+        "api_share": api_share,
     }
 
 
@@ -202,7 +279,9 @@ def format_table(figures: dict[str, Any]) -> str:
         "  latency  C      client      conv/s    p50 ms    p99 ms   CPU ms/conv",
     ]
     for row in figures["rows"]:
-        for name in ("plain", "greenroom"):
+        for name in ("plain", "greenroom", "http"):
+            if name not in row:
+                continue
             f = row[name]
             lines.append(
                 f"  {row['latency_ms']:>4} ms {row['concurrency']:>5}  {name:<10} {f['per_second']:>8.1f} "
@@ -215,6 +294,11 @@ def format_table(figures: dict[str, Any]) -> str:
             f"CPU at max C vs own at 1 {check['cpu_at_max_vs_own_at_1']:.2f}x (<= 1.3); "
             f"conv/s vs plain at max C {check['throughput_vs_plain_at_max']:.2f}x (>= 1.5); "
             f"p99/p50 {check['p99_over_p50_at_max']:.2f} (<= 1.5 at 50 ms)"
+        )
+    for share in figures.get("api_share", []):
+        lines.append(
+            f"  API at {share['latency_ms']} ms, C={share['concurrency']}: server CPU/conv through HTTP "
+            f"vs the in-process runner {share['cpu_vs_runner']:.2f}x (target <= 1.25)"
         )
     return "\n".join(lines)
 
@@ -233,6 +317,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
         "--max-in-flight", type=positive_int, default=64, help="model calls in flight at once"
     )
     parser.add_argument("--pools", type=positive_int, default=8, help="HTTP connection pools they share")
+    parser.add_argument(
+        "--http", action="store_true", help="also through the daemon's HTTP API (clients in another process)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -243,6 +330,8 @@ def main(args: argparse.Namespace) -> int:
     return report_per_backend(
         args.backend,
         args.json,
-        lambda b: measure(b, concurrency, latencies, args.sequential, args.max_in_flight, args.pools),
+        lambda b: measure(
+            b, concurrency, latencies, args.sequential, args.max_in_flight, args.pools, args.http
+        ),
         format_table,
     )

@@ -1,0 +1,318 @@
+"""Soak: a real daemon process under mixed load through its HTTP API for a while.
+
+Load, from this process (httpx, keep-alive): chat users talking to the assistant, task
+submitters (batches of fast ``review`` tasks, some chained), and an event-stream reader
+following ``/v1/events``; about 1 % of requests are malformed on purpose (bad JSON,
+unknown fields, wrong types, oversized, nested too deeply). The daemon's resident memory
+is sampled as it runs.
+
+At the end it waits for every acknowledged task to finish, stops the daemon through
+the API, and checks: 0 acknowledged tasks lost or not completed; 0 events lost (the
+reader saw every ``seq`` from 1 on, and every one it saw is in ``events.jsonl``); 0 5xx
+answers to well-formed requests; every malformed one refused with a 4xx. Memory is
+reported as a curve; the task graph keeps every task (completed ones too) in memory by
+design, so the figure to watch is the growth per task, not the raw growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+HELP = "a daemon under mixed API load for minutes: lost tasks/events, 5xx, memory"
+
+MALFORMED: list[tuple[str, bytes]] = [
+    ("/v1/tasks", b"{not json"),
+    ("/v1/tasks", b'{"id": "x", "type": "review", "colour": "red"}'),
+    ("/v1/tasks", b'{"id": 7, "type": "review"}'),
+    ("/v1/tasks", b"[" * 50_000 + b"]" * 50_000),
+    ("/v1/tasks", b'{"id": "big", "type": "review", "input": {"t": "' + b"x" * 2_000_000 + b'"}}'),
+    ("/v1/chat", b'{"message": 42}'),
+    ("/v1/chat", b'{"message": "hi", "conversation_id": "not-mine-' + b"z" * 10 + b'"}'),
+]
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Soak:
+    def __init__(self, url: str, tokens: dict[str, str], seconds: float, seed: int) -> None:
+        self.url = url
+        self.tokens = tokens
+        self.deadline = time.monotonic() + seconds
+        self.rng = random.Random(seed)
+        self.acknowledged: set[str] = set()
+        self.requests = {"chat": 0, "tasks": 0, "malformed": 0}
+        self.server_errors: list[str] = []
+        self.malformed_not_4xx: list[str] = []
+        self.seen_seqs: list[int] = []
+        self.ids = itertools.count()
+
+    def client(self, token: str) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    async def _post(
+        self, http: httpx2.AsyncClient, kind: str, path: str, body: bytes
+    ) -> httpx2.Response | None:
+        if self.rng.random() < 0.01:
+            bad_path, bad = self.rng.choice(MALFORMED)
+            self.requests["malformed"] += 1
+            answer = await http.post(bad_path, content=bad, headers={"Content-Type": "application/json"})
+            if not 400 <= answer.status_code < 500:
+                self.malformed_not_4xx.append(f"{bad_path} {bad[:40]!r}: HTTP {answer.status_code}")
+            return None
+        self.requests[kind] += 1
+        answer = await http.post(path, content=body, headers={"Content-Type": "application/json"})
+        if answer.status_code >= 500:
+            self.server_errors.append(f"{path}: HTTP {answer.status_code} {answer.text[:200]}")
+        return answer
+
+    async def chatter(self, user: str) -> None:
+        async with self.client(self.tokens[user]) as http:
+            conversation = None
+            for turn in itertools.count():
+                if time.monotonic() > self.deadline:
+                    return
+                if turn % 20 == 0:
+                    conversation = None
+                message = f"add errand {turn}" if turn % 3 else "show my tasks"
+                body: dict[str, Any] = {"message": message}
+                if conversation:
+                    body["conversation_id"] = conversation
+                answer = await self._post(http, "chat", "/v1/chat", json.dumps(body).encode())
+                if answer is not None and answer.status_code == 200:
+                    conversation = answer.json()["conversation_id"]
+                await anyio.sleep(0.02)
+
+    async def submitter(self, name: str) -> None:
+        async with self.client(self.tokens["ops"]) as http:
+            while time.monotonic() < self.deadline:
+                batch: list[dict[str, Any]] = []
+                for _ in range(self.rng.randint(1, 8)):
+                    task: dict[str, Any] = {"id": f"{name}-{next(self.ids)}", "type": "review"}
+                    if batch and self.rng.random() < 0.3:
+                        task["depends_on"] = [batch[-1]["id"]]
+                    batch.append(task)
+                answer = await self._post(http, "tasks", "/v1/tasks", json.dumps({"tasks": batch}).encode())
+                if answer is not None and answer.status_code == 201:
+                    self.acknowledged.update(t["id"] for t in answer.json()["tasks"])
+                await anyio.sleep(0.05)
+
+    async def reader(self, stop: anyio.Event) -> None:
+        from ..service import ServiceClient
+
+        api = ServiceClient(self.url, self.tokens["ops"])
+        async with api, api.events(after=0, follow=True) as events:
+            async for event in events:
+                self.seen_seqs.append(event.seq)
+                if stop.is_set() and event.seq >= self.final_seq:
+                    return
+
+    final_seq = 0
+
+
+async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
+    from ..service import TokenStore
+
+    with tempfile.TemporaryDirectory(prefix="greenroom-soak-") as tmp:
+        data = Path(tmp)
+        store = TokenStore(data)
+        tokens = {user: store.add(user, "chat")[0] for user in ("u0", "u1", "u2", "u3", "u4")}
+        tokens["ops"] = store.add("ops", "tasks")[0]
+        admin = store.add("root", "admin")[0]
+        (data / "soak.toml").write_text(
+            '[agents.review]\nagent = "greenroom.agents.examples:ReviewAgent"\nconcurrency = 16\n'
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "greenroom", "run", "--data-dir", tmp, "--config", str(data / "soak.toml"),
+             "--backend", backend, "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            with anyio.fail_after(60):
+                while not (data / "daemon.json").exists():
+                    if process.poll() is not None:
+                        raise RuntimeError(
+                            f"the daemon exited: {process.stderr.read() if process.stderr else ''}"
+                        )
+                    await anyio.sleep(0.05)
+            url = json.loads((data / "daemon.json").read_text())["url"]
+            soak = Soak(url, tokens, seconds, seed)
+            memory: list[tuple[float, int]] = []
+            started = time.monotonic()
+            stop_reading = anyio.Event()
+
+            async def sample() -> None:
+                while True:
+                    rss = _rss_kb(process.pid)
+                    if rss is not None:
+                        memory.append((time.monotonic() - started, rss))
+                    await anyio.sleep(max(1.0, seconds / 60))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sample)
+                tg.start_soon(soak.reader, stop_reading)
+                async with anyio.create_task_group() as load:
+                    for user in ("u0", "u1", "u2", "u3", "u4"):
+                        load.start_soon(soak.chatter, user)
+                    for name in ("s0", "s1", "s2"):
+                        load.start_soon(soak.submitter, name)
+                # every acknowledged task finishes
+                async with soak.client(tokens["ops"]) as http:
+                    with anyio.fail_after(300):
+                        while True:
+                            pending = 0
+                            for status in ("PENDING", "IN_PROGRESS"):
+                                page = (
+                                    await http.get("/v1/tasks", params={"status": status, "limit": 1})
+                                ).json()
+                                pending += len(page["tasks"])
+                            if not pending:
+                                break
+                            await anyio.sleep(0.2)
+                    listed: list[dict[str, Any]] = []
+                    after = 0
+                    while True:
+                        page = (await http.get("/v1/tasks", params={"after": after, "limit": 1000})).json()
+                        listed.extend(page["tasks"])
+                        if page["next"] is None:
+                            break
+                        after = page["next"]
+                    status = (await http.get("/v1/status")).json()
+                soak.final_seq = max(status_seq(data), 0)
+                stop_reading.set()
+                with anyio.fail_after(60):
+                    while not soak.seen_seqs or soak.seen_seqs[-1] < soak.final_seq:
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+            async with soak.client(admin) as http:
+                await http.post("/v1/stop")
+            await anyio.to_thread.run_sync(lambda: process.wait(60))
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
+        from ..log import read_events
+
+        stored = read_events(data / "events.jsonl")
+        by_id = {task["id"]: task for task in listed}
+        lost = sorted(i for i in soak.acknowledged if i not in by_id)
+        unfinished = sorted(i for i in soak.acknowledged if i in by_id and by_id[i]["status"] != "COMPLETED")
+        seen = soak.seen_seqs
+        stored_seqs = {event.seq for event in stored}
+        gaps = [b for a, b in itertools.pairwise([0, *seen]) if b != a + 1]
+        missing_events = [s for s in seen if s not in stored_seqs]
+        quarter = [kb for t, kb in memory if t >= seconds * 0.25]
+        return {
+            "backend": backend,
+            "seconds": seconds,
+            "requests": soak.requests,
+            "tasks_acknowledged": len(soak.acknowledged),
+            "tasks_lost": len(lost),
+            "tasks_not_completed": len(unfinished),
+            "events_seen": len(seen),
+            "event_gaps": len(gaps),
+            "events_seen_not_stored": len(missing_events),
+            "server_errors": soak.server_errors[:10],
+            "server_error_count": len(soak.server_errors),
+            "malformed_not_4xx": soak.malformed_not_4xx[:10],
+            "rss_kb": memory,
+            "rss_growth_after_warmup": (quarter[-1] / quarter[0]) if len(quarter) >= 2 else None,
+            "rss_kb_per_1000_tasks": (
+                (quarter[-1] - quarter[0]) / max(1, len(soak.acknowledged)) * 1000
+                if len(quarter) >= 2
+                else None
+            ),
+            "daemon_exit": process.returncode,
+        }
+
+
+def status_seq(data: Path) -> int:
+    from ..log import read_events
+
+    events = read_events(data / "events.jsonl")
+    return events[-1].seq if events else 0
+
+
+def ok(figures: dict[str, Any]) -> bool:
+    return (
+        figures["tasks_lost"] == 0
+        and figures["tasks_not_completed"] == 0
+        and figures["event_gaps"] == 0
+        and figures["events_seen_not_stored"] == 0
+        and figures["server_error_count"] == 0
+        and not figures["malformed_not_4xx"]
+        and figures["daemon_exit"] == 0
+    )
+
+
+def format_table(figures: dict[str, Any]) -> str:
+    r = figures["requests"]
+    memory = figures["rss_kb"]
+    curve = " ".join(f"{kb // 1024}" for _, kb in memory[:: max(1, len(memory) // 10)])
+    growth = figures["rss_growth_after_warmup"]
+    return "\n".join(
+        [
+            f"soak on {figures['backend']}: {figures['seconds']:.0f}s of chat, tasks and an event reader",
+            f"  requests: chat {r['chat']}, tasks {r['tasks']}, malformed {r['malformed']} "
+            f"(all 4xx: {'yes' if not figures['malformed_not_4xx'] else figures['malformed_not_4xx']})",
+            f"  tasks acknowledged {figures['tasks_acknowledged']}: lost {figures['tasks_lost']}, "
+            f"not completed {figures['tasks_not_completed']}",
+            f"  events read {figures['events_seen']}: gaps {figures['event_gaps']}, "
+            f"not in the log {figures['events_seen_not_stored']}",
+            f"  5xx to well-formed requests: {figures['server_error_count']} {figures['server_errors'][:3]}",
+            f"  daemon RSS MB over the run: {curve}; after warm-up x{growth:.2f}"
+            if growth
+            else "  daemon RSS: not sampled",
+            f"  ({figures['rss_kb_per_1000_tasks']:.0f} KB per 1000 tasks kept in the graph)"
+            if figures["rss_kb_per_1000_tasks"] is not None
+            else "",
+            f"  daemon exit {figures['daemon_exit']} · {'PASS' if ok(figures) else 'FAIL'}",
+        ]
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
+    parser.add_argument("--seconds", type=positive_int, default=600, help="how long to load (default 600)")
+    parser.add_argument("--seed", type=int, default=7)
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import report_per_backend
+
+    failures = []
+
+    def measure(backend: str) -> dict[str, Any]:
+        figures = anyio.run(_run, float(args.seconds), backend, args.seed)
+        if not ok(figures):
+            failures.append(backend)
+        return figures
+
+    report_per_backend(args.backend, args.json, measure, format_table)
+    return 1 if failures else 0
+
+
+if os.name == "nt":  # pragma: no cover
+    HELP += " (memory not sampled on Windows)"

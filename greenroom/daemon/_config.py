@@ -18,6 +18,15 @@
     [limits]                    # sizes the task graph accepts (greenroom.messages.TaskLimits)
     max_task_bytes = 1048576
 
+    [api]                       # the HTTP API (greenroom.service)
+    listen = "127.0.0.1:0"      # port 0: a free one, written to <data dir>/daemon.json
+
+    [chat]                      # the assistant behind POST /v1/chat
+    model = "scripted"          # offline; or a model on the [llm] server
+
+    [tracing]                   # OpenTelemetry: pip install 'greenroom[otel]'
+    enabled = false
+
 Without a file, the built-in example agents run (``greenroom.agents.examples``) on the
 offline scripted model. Without ``[llm]``, every agent keeps its own (scripted) model;
 with it, agents with LLM phases call the server, except pools with ``model = "scripted"``.

@@ -42,6 +42,32 @@ class DataError(GreenroomError, RuntimeError):
     another process). The files were left exactly as found."""
 
 
+class StorageError(DataError):
+    """A durable write failed: the disk is full, the file system is read-only, an I/O
+    error. What was acknowledged before is on disk; what failed was not acknowledged.
+    ``errno`` is the OS error number."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+_HINTS = {
+    28: " (the disk is full)",
+    30: " (the file system is read-only)",
+    27: " (over a file size limit)",
+    122: " (over a disk quota)",
+    13: " (permission denied)",
+    5: " (an I/O error)",
+}
+
+
+def storage_error(path: object, error: OSError) -> StorageError:
+    """``error`` from writing ``path``, as a :class:`StorageError` a person can act on."""
+    hint = _HINTS.get(error.errno or 0, "")
+    return StorageError(f"cannot write {path}: {error.strerror or error}{hint}", errno=error.errno)
+
+
 class InternalError(GreenroomError, RuntimeError):
     """greenroom broke one of its own invariants: a bug, never a user's mistake."""
 

@@ -229,8 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _leaves(error: BaseException) -> list[BaseException]:
+    from .actors import ChildFailed
+
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    if isinstance(error, ChildFailed):  # an actor escalated it: what the user needs is its cause
+        return _leaves(error.error)
     return [error]
 
 

@@ -540,3 +540,29 @@ def test_status_stop_tokens_and_cancel_from_the_cli_with_and_without_a_daemon(tm
     assert "stopped through the API" in out
     after = greenroom("status", data_dir=data_dir)
     assert after.stdout.splitlines()[1] == "tasks: 3 total · pending 1 · cancelled 2"
+
+
+def test_a_full_disk_stops_the_daemon_with_one_line_and_loses_nothing(tmp_path: Path) -> None:
+    """A durable write refused by the OS (here: a file size limit, which fails writes the
+    way a full disk does) stops the daemon with one line naming the file, no traceback;
+    with room again, a restart finishes every task."""
+    import resource
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    data_dir = tmp_path / "data"
+    full = subprocess.run(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--seed-example", "100",
+         "--until-idle", "--quiet"],
+        capture_output=True, text=True, timeout=120, env=_env(data_dir), preexec_fn=small_files,
+    )  # fmt: skip
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith("greenroom: error: cannot write ") and "File too large" in last
+    again = greenroom("run", "--until-idle", "--quiet", data_dir=data_dir)
+    assert again.returncode == 0, again.stderr
+    tasks, _ = GraphStore(data_dir).load(owner=False)
+    assert tasks and all(t.status is TaskStatus.COMPLETED for t in tasks)

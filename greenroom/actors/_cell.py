@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _tracing
+from .._errors import GreenroomError, InternalError
 from .._tracing import Traced
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
@@ -577,14 +578,15 @@ class ActorCell:
                 delay = strategy.admit_restart(self.restarts, self.system._clock())
                 if delay is None:
                     logger.error(
-                        "actor %r failed handling %s and exceeded %s restarts within %gs; stopping",
-                        self.name, what, strategy.max_restarts, strategy.within, exc_info=error,
+                        "actor %r failed handling %s and exceeded %s restarts within %gs; stopping%s",
+                        self.name, what, strategy.max_restarts, strategy.within, _said(error),
+                        exc_info=_traceback(error),
                     )  # fmt: skip
                     await self.terminate(error)
                     return
             logger.error(
-                "actor %r failed handling %s; directive: %s", self.name, what, directive.value,
-                exc_info=error,
+                "actor %r failed handling %s; directive: %s%s",
+                self.name, what, directive.value, _said(error), exc_info=_traceback(error),
             )  # fmt: skip
             if directive is Directive.RESUME:
                 return
@@ -639,3 +641,17 @@ class ActorCell:
             )
         else:
             parent.enqueue_control(_ChildFailedSignal(self, error))
+
+
+def _expected(error: BaseException) -> bool:
+    """An error greenroom raises on purpose about the outside world (bad input, a full
+    disk): its message says it all, a traceback would only bury it."""
+    return isinstance(error, GreenroomError) and not isinstance(error, InternalError)
+
+
+def _said(error: BaseException) -> str:
+    return f": {type(error).__name__}: {error}" if _expected(error) else ""
+
+
+def _traceback(error: BaseException) -> BaseException | None:
+    return None if _expected(error) else error

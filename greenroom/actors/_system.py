@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 
 from .._checks import check_int, check_seconds
+from .._errors import GreenroomError, InternalError
 from ._actor import Actor
 from ._backend import primitives
 from ._cell import ActorCell, _Start
@@ -178,7 +179,13 @@ class ActorSystem:
     def _fail(self, failure: ChildFailed) -> None:
         if self._failure is None:
             self._failure = failure
-            logger.error("a top-level actor escalated a failure; shutting the system down", exc_info=failure)
+            cause = failure.error
+            expected = isinstance(cause, GreenroomError) and not isinstance(cause, InternalError)
+            logger.error(
+                "a top-level actor escalated a failure; shutting the system down%s",
+                f": {type(cause).__name__}: {cause}" if expected else "",
+                exc_info=None if expected else failure,
+            )
             if self._state == "running":
                 self._body.cancel()
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import anyio
 
+from .._errors import StorageError
 from .._files import resolve_data_dir
-from ..actors import ActorRef, ActorSystem
+from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..log import LogActor, NarratorCapability
 from ..messages import GraphStats, Stats, StopGranting
@@ -26,6 +27,15 @@ from ..supervisor import SupervisorActor
 from ._config import ConfigError, DaemonConfig, agent_class, model_for
 
 logger = logging.getLogger("greenroom.daemon")
+
+
+def _decide(error: Exception) -> Directive:
+    """The host's actors restart after a failure, except when the disk refuses a durable
+    write: nothing can make progress then, so the daemon stops and says why."""
+    return Directive.ESCALATE if isinstance(error, StorageError) else Directive.RESTART
+
+
+_STRATEGY = SupervisorStrategy(decider=_decide)
 
 
 class AgentHost:
@@ -44,7 +54,9 @@ class AgentHost:
         file system, so it happens in a worker thread, not in the constructor)."""
         self.narrator = narrator
         self.instance = instance or f"{os.getpid()}"
-        self.system = ActorSystem(shutdown_timeout=max(config.shutdown_grace, 1.0))
+        self.system = ActorSystem(
+            shutdown_timeout=max(config.shutdown_grace, 1.0), supervisor_strategy=_STRATEGY
+        )
         self.agents: list[tuple[BaseAgent, ActorRef]] = []
         self.supervisor: ActorRef
         self.log: ActorRef
@@ -167,6 +179,8 @@ class AgentHost:
         with anyio.CancelScope(shield=True):
             try:
                 await self.supervisor.ask(StopGranting())
+            except ActorStopped:
+                logger.warning("shutdown: the supervisor has stopped already (see above why)")
             except Exception:
                 logger.exception("shutdown: the supervisor did not take StopGranting")
             with anyio.move_on_after(grace if math.isfinite(grace) else None):
@@ -181,6 +195,8 @@ class AgentHost:
                     await ref.stop()
             try:
                 self.final_stats = await self.stats()
+            except ActorStopped:
+                pass  # said above; the summary then shows the counts from the start
             except Exception:
                 logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()

@@ -33,6 +33,7 @@ import msgspec
 
 from .._checks import check_int
 from .._commit import GroupCommit
+from .._errors import storage_error
 from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
@@ -318,9 +319,17 @@ class LogActor(Actor):
         position, self._pending_position = self._pending_position, None
         fd = self._fd
         assert fd is not None
+        path = self.path
+
+        def write() -> None:
+            try:
+                append_durably(fd, data)
+            except OSError as error:
+                raise storage_error(path, error) from None
+
         try:
             batch = await self._commits.commit(
-                (lambda: append_durably(fd, data)) if data else None,
+                write if data else None,
                 stopped=lambda: ActorStopped(self.context.ref, "stopped"),
             )
         except BaseException:

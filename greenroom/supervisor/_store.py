@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 
+from .._errors import storage_error
 from .._files import (
     append_durably,
     open_for_append,
@@ -173,7 +174,10 @@ class GraphStore:
         if self._fd is None:
             self._fd = open_for_append(self.journal_path)
         line = _encoder.encode(JournalBatch(self.seq + 1, changed, events or [])) + b"\n"
-        append_durably(self._fd, line)
+        try:
+            append_durably(self._fd, line)
+        except OSError as error:
+            raise storage_error(self.journal_path, error) from None
         self.seq += 1
         self.journal_bytes += len(line)
         return self.seq
@@ -189,7 +193,10 @@ class GraphStore:
         average."""
         pending = [PendingEvents(b.seq, b.first, b.events) for b in outbox or ()]
         data = _encoder.encode(GraphFile(FORMAT, self.seq, tasks, pending))
-        replace_durably(self.graph_path, data)
+        try:
+            replace_durably(self.graph_path, data)
+        except OSError as error:
+            raise storage_error(self.graph_path, error) from None
         self.snapshot_bytes = len(data)
         self.close()
         if self.journal_path.exists():

@@ -72,6 +72,12 @@ class InternalError(GreenroomError, RuntimeError):
     """greenroom broke one of its own invariants: a bug, never a user's mistake."""
 
 
+def expected(error: BaseException) -> bool:
+    """An error greenroom raises on purpose about the outside world (bad input, a damaged
+    file, a full disk): its message says it all, and a log line needs no traceback."""
+    return isinstance(error, GreenroomError) and not isinstance(error, InternalError)
+
+
 def shown(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters: what an error message quotes."""
     text = repr(value)

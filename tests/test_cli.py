@@ -252,3 +252,15 @@ def test_bench_pipeline_runs_small_and_reports_json(capsys: pytest.CaptureFixtur
     figures = json.loads(capsys.readouterr().out)["asyncio"]
     assert figures["plain_per_second"] > 0 and figures["actors_per_second"] > 0
     assert figures["ideal"] == pytest.approx((5 + 2) * 0.005) and figures["wall"] >= figures["ideal"]
+
+
+def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "big.json").write_text(
+        json.dumps([{"id": "big", "type": "w", "input": {"t": "x" * 2_000_000}}])
+    )
+    done = run_cli("tasks", "add", "--file", str(tmp_path / "big.json"), "--data-dir", str(tmp_path / "d"))
+    assert done.returncode == 1
+    assert "task 'big'" in done.stderr and "larger than max_task_bytes (1048576)" in done.stderr
+    assert len(done.stderr) < 500 and "Traceback" not in done.stderr  # the input is not echoed back
+    listed = run_cli("tasks", "list", "--json", "--data-dir", str(tmp_path / "d"))
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _tracing
-from .._errors import GreenroomError, InternalError
+from .._errors import expected
 from .._tracing import Traced
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
@@ -643,15 +643,9 @@ class ActorCell:
             parent.enqueue_control(_ChildFailedSignal(self, error))
 
 
-def _expected(error: BaseException) -> bool:
-    """An error greenroom raises on purpose about the outside world (bad input, a full
-    disk): its message says it all, a traceback would only bury it."""
-    return isinstance(error, GreenroomError) and not isinstance(error, InternalError)
-
-
 def _said(error: BaseException) -> str:
-    return f": {type(error).__name__}: {error}" if _expected(error) else ""
+    return f": {type(error).__name__}: {error}" if expected(error) else ""
 
 
 def _traceback(error: BaseException) -> BaseException | None:
-    return None if _expected(error) else error
+    return None if expected(error) else error

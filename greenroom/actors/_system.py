@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from .._checks import check_int, check_seconds
-from .._errors import GreenroomError, InternalError
+from .._errors import expected
 from ._actor import Actor
 from ._backend import primitives
 from ._cell import ActorCell, _Start
@@ -180,11 +180,11 @@ class ActorSystem:
         if self._failure is None:
             self._failure = failure
             cause = failure.error
-            expected = isinstance(cause, GreenroomError) and not isinstance(cause, InternalError)
+            plain = expected(cause)
             logger.error(
                 "a top-level actor escalated a failure; shutting the system down%s",
-                f": {type(cause).__name__}: {cause}" if expected else "",
-                exc_info=None if expected else failure,
+                f": {type(cause).__name__}: {cause}" if plain else "",
+                exc_info=None if plain else failure,
             )
             if self._state == "running":
                 self._body.cancel()

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from .._errors import GreenroomError
+from .._errors import GreenroomError, expected
 from .._files import resolve_data_dir
 from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
@@ -181,7 +181,14 @@ class BaseAgent:
         if isinstance(outcome, Exception):
             error = self.error_for(outcome)
             if not isinstance(outcome, TaskFailed):
-                logger.warning("agent %r: task %r raised", runtime.agent_id, task.id, exc_info=outcome)
+                plain = expected(
+                    outcome
+                )  # greenroom's own refusals say it all; an agent's bug needs its trace
+                logger.warning(
+                    "agent %r: task %r raised%s", runtime.agent_id, task.id,
+                    f" {type(outcome).__name__}: {outcome}" if plain else "",
+                    exc_info=None if plain else outcome,
+                )  # fmt: skip
             await self.on_error(task, error, runtime)
             return error
         if not isinstance(outcome, AgentResult):

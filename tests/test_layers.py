@@ -25,6 +25,7 @@ LAYERS = [
     "harness",
     "agents",
     "chat",
+    "postgres",
     "pipeline",
     "service",
     "daemon",

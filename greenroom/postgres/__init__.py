@@ -1,0 +1,21 @@
+"""PostgreSQL stores (several daemons sharing one task graph and one event log): the
+connection pool, the versioned schema, and the task graph's transactions. psycopg 3's
+sync API on worker threads, so the same code runs on asyncio and trio."""
+
+from ._db import Database, DatabaseError, check_url, redact
+from ._graph import CHANNEL, PostgresGraph
+from ._schema import VERSION, SchemaError, check, current_version, upgrade
+
+__all__ = [
+    "CHANNEL",
+    "VERSION",
+    "Database",
+    "DatabaseError",
+    "PostgresGraph",
+    "SchemaError",
+    "check",
+    "check_url",
+    "current_version",
+    "redact",
+    "upgrade",
+]

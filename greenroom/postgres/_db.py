@@ -1,0 +1,110 @@
+"""``Database``: one PostgreSQL server, reached through psycopg 3's sync API on worker threads.
+
+psycopg's async API runs only on asyncio; its sync API on a thread runs the same under
+asyncio and trio. ``await db.run(fn)`` calls ``fn(connection)`` in a worker thread with a
+connection from the pool, inside one transaction (committed when ``fn`` returns, rolled
+back when it raises). Cancelling the awaiting task does not stop the thread: the
+transaction finishes (or fails) on its own and its result is dropped, so every ``fn`` is
+one short transaction, never a wait.
+
+The URL's password is never logged or put in an error: :func:`redact` hides it, and a
+password may come from the environment instead (``PGPASSWORD``, as libpq reads it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+
+from .._errors import InvalidInput, StorageError
+
+logger = logging.getLogger("greenroom.postgres")
+
+T = TypeVar("T")
+
+_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@]*:)([^@]*)(@)")
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    return _PASSWORD.sub(r"\1***\3", url)
+
+
+def check_url(url: str) -> str:
+    if not isinstance(url, str) or not re.match(r"^postgres(ql)?://", url):
+        raise InvalidInput(
+            f"the store must be a postgresql:// URL (got {redact(str(url))!r:.100})",
+            field="store",
+            value=None,
+        )
+    return url
+
+
+class DatabaseError(StorageError):
+    """PostgreSQL refused or could not be reached; the message names the server (no password)."""
+
+
+class Database:
+    """A connection pool to ``url`` (``min_size`` connections kept open, at most
+    ``max_size``). Open it with ``async with Database(url) as db:``."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> None:
+        self.url = check_url(url)
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self._pool: Any = None
+        self._limiter = anyio.CapacityLimiter(max_size)
+
+    async def __aenter__(self) -> Database:
+        await anyio.to_thread.run_sync(self._open)
+        return self
+
+    def _open(self) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self._pool = ConnectionPool(
+            self.url, min_size=self.min_size, max_size=self.max_size, timeout=self.timeout, open=False
+        )
+        try:
+            self._pool.open(wait=True, timeout=self.timeout)
+        except Exception as error:  # psycopg's and the pool's errors, in a thread: nothing async here
+            self._pool = None
+            raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None
+
+    async def __aexit__(self, *exc: object) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(pool.close)
+
+    def run_sync(self, fn: Callable[[Any], T]) -> T:
+        """``fn(connection)`` in one transaction, in this thread (blocking)."""
+        import psycopg
+
+        if self._pool is None:
+            raise DatabaseError("the database is closed")
+        try:
+            with self._pool.connection() as connection, connection.transaction():
+                return fn(connection)
+        except psycopg.OperationalError as error:
+            raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {str(error).strip()}") from None
+
+    async def run(self, fn: Callable[[Any], T]) -> T:
+        """``fn(connection)`` in one transaction, on a worker thread (see the module doc
+        for what cancellation does)."""
+        return await anyio.to_thread.run_sync(partial(self.run_sync, fn), limiter=self._limiter)
+
+    def connect(self, *, autocommit: bool = True) -> Any:
+        """A connection of its own, outside the pool (for ``LISTEN``). Blocking."""
+        import psycopg
+
+        try:
+            return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
+        except psycopg.OperationalError as error:
+            raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None

@@ -1,0 +1,450 @@
+"""The task graph in PostgreSQL: each operation is one transaction (blocking; called on
+a worker thread through :class:`Database`).
+
+The single-writer rule of the file store becomes a transaction rule. A claim is one
+``UPDATE`` of the best ready row picked ``FOR UPDATE SKIP LOCKED``, so concurrent claims
+from any number of daemons never take the same task and never wait on each other. A
+completion or failure checks, in its ``UPDATE``'s ``WHERE``, that the caller still owns
+the task in progress, so an owner whose lease was reclaimed is refused. Dependencies are
+rows of ``gr_deps`` and each task counts its ``unmet`` ones; completing a task
+decrements its dependents in the same transaction. A reclaim of expired leases locks the
+rows it reclaims (``SKIP LOCKED``): each is won by exactly one node. Every transition
+writes its events into ``gr_events`` in the same transaction, numbered from the one-row
+counter ``gr_event_seq`` (its row lock makes the sequence gap-free and in commit order,
+so a reader following ``seq`` never skips one). Tasks that became ready are announced
+with ``NOTIFY greenroom_runnable, '<type>'`` at commit.
+
+Scalars live in columns (what claims and leases touch); ``input``, ``context``,
+``metadata``, ``depends_on``, ``result`` and ``error`` in ``doc``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from ..messages import (
+    AGENT_RESULT,
+    TASK_CANCELLED,
+    TASK_CLAIMED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_RETRIED,
+    TASK_SUBMITTED,
+    AgentError,
+    AgentResult,
+    AgentTask,
+    Event,
+    TaskLimits,
+    TaskStatus,
+)
+from ..supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+from ..supervisor._graph import _payload_bytes, find_cycle
+from ..supervisor._outbox import result_payload
+
+CHANNEL = "greenroom_runnable"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
+
+_COLUMNS = (
+    "id, type, status, owner, priority, ord, attempt, max_attempts, crashes, created_at, updated_at, "
+    "lease_expires_at, last_heartbeat_at, doc"
+)
+_DOC_FIELDS = ("input", "context", "metadata", "depends_on", "result", "error")
+_encode = msgspec.json.encode
+EventRow = tuple[str, str | None, str | None, dict[str, Any]]
+"""An event to write: ``(type, task_id, agent_id, payload)``."""
+
+
+def _task(row: tuple[Any, ...]) -> AgentTask:
+    (id_, type_, status, owner, priority, order, attempt, max_attempts, crashes, created, updated,
+     lease, heartbeat, doc) = row  # fmt: skip
+    raw = dict(doc)
+    raw.update(
+        id=id_, type=type_, status=status, owner=owner, priority=priority, order=order, attempt=attempt,
+        max_attempts=max_attempts, crashes=crashes, created_at=created, updated_at=updated,
+        lease_expires_at=lease, last_heartbeat_at=heartbeat,
+    )  # fmt: skip
+    return msgspec.convert(raw, AgentTask)
+
+
+def _doc(task: AgentTask) -> str:
+    return _encode({name: getattr(task, name) for name in _DOC_FIELDS}).decode()
+
+
+class PostgresGraph:
+    """The operations of the task graph on PostgreSQL; each method takes a connection in
+    an open transaction (``Database.run``) and returns what the file supervisor would."""
+
+    def __init__(self, *, limits: TaskLimits | None = None, clock: Any = time.time) -> None:
+        self.limits = limits or TaskLimits()
+        self.clock = clock
+
+    # -- events ---------------------------------------------------------------------
+
+    def _emit(self, connection: Any, events: list[EventRow]) -> None:
+        if not events:
+            return
+        last = connection.execute(
+            "UPDATE gr_event_seq SET last = last + %s RETURNING last", (len(events),)
+        ).fetchone()[0]
+        first = last - len(events) + 1
+        now = self.clock()
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gr_events (seq, ts, type, task_id, agent_id, visibility, payload) "
+                "VALUES (%s, %s, %s, %s, %s, 'internal', %s)",
+                [
+                    (first + i, now, kind, task_id, agent_id, _json(payload))
+                    for i, (kind, task_id, agent_id, payload) in enumerate(events)
+                ],
+            )
+
+    @staticmethod
+    def _transition_event(kind: str, task: AgentTask) -> EventRow:
+        payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
+        if task.error is not None and task.status is not TaskStatus.COMPLETED:
+            payload["reason"] = task.error.reason
+        return (kind, task.id, task.owner, payload)
+
+    @staticmethod
+    def _notify(connection: Any, types: set[str]) -> None:
+        for agent_type in sorted(types):
+            connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, agent_type))
+
+    # -- reading --------------------------------------------------------------------
+
+    def get(self, connection: Any, task_id: str) -> AgentTask:
+        row = connection.execute(f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s", (task_id,)).fetchone()
+        if row is None:
+            raise UnknownTask(task_id)
+        return _task(row)
+
+    def list_tasks(
+        self, connection: Any, status: TaskStatus | None = None, agent_type: str | None = None
+    ) -> list[AgentTask]:
+        rows = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE (%(s)s::text IS NULL OR status = %(s)s) "
+            "AND (%(t)s::text IS NULL OR type = %(t)s) ORDER BY ord",
+            {"s": status.value if status else None, "t": agent_type},
+        ).fetchall()
+        return [_task(row) for row in rows]
+
+    def stats(self, connection: Any) -> tuple[dict[str, int], list[str], int]:
+        counts = dict.fromkeys((s.value for s in TaskStatus), 0)
+        for status, count in connection.execute("SELECT status, count(*) FROM gr_tasks GROUP BY status"):
+            counts[status] = int(count)
+        types = [
+            row[0]
+            for row in connection.execute(
+                "SELECT DISTINCT type FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 ORDER BY type"
+            )
+        ]
+        return counts, types, sum(counts.values())
+
+    # -- submitting -----------------------------------------------------------------
+
+    def submit(self, connection: Any, tasks: list[AgentTask]) -> list[AgentTask]:
+        """All or none; the same refusals as the file graph's ``submit``."""
+        batch: dict[str, AgentTask] = {}
+        limit = self.limits.max_task_bytes
+        for task in tasks:
+            size = _payload_bytes(task)
+            if size > limit:
+                raise InvalidSubmission(
+                    task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({limit})"
+                )
+            if task.id in batch:
+                raise InvalidSubmission(task.id, "id", task.id, "is already taken")
+            for field, value, expected in (
+                ("status", task.status, TaskStatus.PENDING),
+                ("owner", task.owner, None),
+                ("attempt", task.attempt, 0),
+                ("crashes", task.crashes, 0),
+                ("result", task.result, None),
+            ):
+                if value != expected:
+                    raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
+            if len(set(task.depends_on)) != len(task.depends_on):
+                raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
+            if task.id in task.depends_on:
+                raise InvalidSubmission(task.id, "depends_on", task.id, "names the task itself")
+            batch[task.id] = task
+        cycle = find_cycle(batch)
+        if cycle is not None:
+            raise InvalidSubmission(cycle[0], "depends_on", cycle[1], "closes a dependency cycle")
+        taken = connection.execute("SELECT id FROM gr_tasks WHERE id = ANY(%s)", (list(batch),)).fetchone()
+        if taken is not None:
+            raise InvalidSubmission(taken[0], "id", taken[0], "is already taken")
+        outside = sorted({dep for task in tasks for dep in task.depends_on if dep not in batch})
+        known: dict[str, str] = {}
+        if outside:
+            # FOR SHARE: a dependency cannot complete between this read and our commit, so
+            # its completion (which decrements `unmet`) sees the rows inserted here
+            known = dict(
+                connection.execute(
+                    "SELECT id, status FROM gr_tasks WHERE id = ANY(%s) FOR SHARE", (outside,)
+                ).fetchall()
+            )
+        for task in tasks:
+            for dep in task.depends_on:
+                if dep not in batch and dep not in known:
+                    raise InvalidSubmission(task.id, "depends_on", dep, "is not a known task")
+        now = self.clock()
+        orders = [row[0] for row in connection.execute(
+            "SELECT nextval('gr_task_order') FROM generate_series(1, %s)", (len(tasks),)
+        )]  # fmt: skip
+        failed: dict[str, str] = {}  # task id -> the dependency that can never complete
+        for task in _in_dependency_order(batch):
+            for dep in task.depends_on:
+                status = known.get(dep)
+                if (status is not None and status in FINAL and status != "COMPLETED") or dep in failed:
+                    failed[task.id] = dep
+                    break
+        stored: list[AgentTask] = []
+        events: list[EventRow] = []
+        runnable: set[str] = set()
+        rows = []
+        for task, order in zip(tasks, orders, strict=True):
+            unmet = sum(1 for dep in task.depends_on if dep in batch or known.get(dep) != "COMPLETED")
+            if task.id in failed:
+                dep = failed[task.id]
+                why = f"dependency {dep!r} is {known.get(dep, 'DEPENDENCY_FAILED')}"
+                task = msgspec.structs.replace(
+                    task, status=TaskStatus.DEPENDENCY_FAILED, error=AgentError(reason=why)
+                )
+            task = msgspec.structs.replace(task, created_at=now, updated_at=now, order=order)
+            stored.append(task)
+            rows.append((task.id, task.type, task.status.value, task.priority, order, task.max_attempts,
+                         unmet, now, now, _doc(task)))  # fmt: skip
+            events.append(self._transition_event(TASK_SUBMITTED, task))
+            if task.status is TaskStatus.DEPENDENCY_FAILED:
+                events.append(self._transition_event(TASK_FAILED, task))
+            elif unmet == 0:
+                runnable.add(task.type)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gr_tasks (id, type, status, priority, ord, attempt, max_attempts, unmet, "
+                "created_at, updated_at, doc) VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s, %s::jsonb)",
+                rows,
+            )
+            deps = [(dep, task.id) for task in tasks for dep in task.depends_on]
+            if deps:
+                cursor.executemany("INSERT INTO gr_deps (dep_id, task_id) VALUES (%s, %s)", deps)
+        self._emit(connection, events)
+        self._notify(connection, runnable)
+        return stored
+
+    # -- claiming and leases ----------------------------------------------------------
+
+    def claim(self, connection: Any, agent_id: str, agent_type: str, lease: float) -> AgentTask | None:
+        now = self.clock()
+        row = connection.execute(
+            f"""WITH next AS (
+                    SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
+                    ORDER BY priority DESC, ord LIMIT 1 FOR UPDATE SKIP LOCKED)
+                UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = %(agent)s, attempt = t.attempt + 1,
+                    lease_expires_at = %(expires)s, last_heartbeat_at = %(now)s, updated_at = %(now)s
+                FROM next WHERE t.id = next.id RETURNING {_prefixed("t")}""",
+            {"type": agent_type, "agent": agent_id, "expires": now + lease, "now": now},
+        ).fetchone()
+        if row is None:
+            return None
+        task = _task(row)
+        self._emit(connection, [self._transition_event(TASK_CLAIMED, task)])
+        return task
+
+    def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
+        row = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (task_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownTask(task_id)
+        task = _task(row)
+        if task.status is not TaskStatus.IN_PROGRESS:
+            raise InvalidTransition(task_id, task.status.value, action)
+        if task.owner != agent_id:
+            raise NotOwner(task_id, agent_id, task.owner)
+        return task
+
+    def heartbeat(self, connection: Any, task_id: str, agent_id: str, lease: float) -> AgentTask:
+        now = self.clock()
+        row = connection.execute(
+            f"UPDATE gr_tasks SET lease_expires_at = %s, last_heartbeat_at = %s WHERE id = %s "
+            f"AND status = 'IN_PROGRESS' AND owner = %s RETURNING {_COLUMNS}",
+            (now + lease, now, task_id, agent_id),
+        ).fetchone()
+        if row is None:
+            self._owned(connection, task_id, agent_id, "heartbeat")  # raises the right refusal
+        return _task(row)
+
+    def _write(self, connection: Any, task: AgentTask) -> None:
+        connection.execute(
+            "UPDATE gr_tasks SET status = %s, owner = %s, attempt = %s, crashes = %s, lease_expires_at = %s, "
+            "last_heartbeat_at = %s, updated_at = %s, doc = %s::jsonb WHERE id = %s",
+            (task.status.value, task.owner, task.attempt, task.crashes, task.lease_expires_at,
+             task.last_heartbeat_at, task.updated_at, _doc(task), task.id),
+        )  # fmt: skip
+
+    def complete(self, connection: Any, task_id: str, agent_id: str, result: AgentResult) -> AgentTask:
+        if result.task_id != task_id:
+            raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
+        task = self._owned(connection, task_id, agent_id, "complete")
+        size = len(_encode(result))
+        if size > self.limits.max_result_bytes:
+            reason = (
+                f"the result is {size} bytes, larger than max_result_bytes ({self.limits.max_result_bytes})"
+            )
+            return self._end_attempt(connection, task, AgentError(reason=reason), agent_id)
+        task = msgspec.structs.replace(
+            task, status=TaskStatus.COMPLETED, result=result, lease_expires_at=None, updated_at=self.clock()
+        )
+        self._write(connection, task)
+        ready = connection.execute(
+            "UPDATE gr_tasks SET unmet = unmet - 1 "
+            "WHERE id IN (SELECT task_id FROM gr_deps WHERE dep_id = %s) AND status = 'PENDING' "
+            "RETURNING type, unmet",
+            (task_id,),
+        ).fetchall()
+        self._emit(connection, [self._transition_event(TASK_COMPLETED, task),
+                                (AGENT_RESULT, task_id, agent_id, result_payload(result))])  # fmt: skip
+        self._notify(connection, {agent_type for agent_type, unmet in ready if unmet == 0})
+        return task
+
+    def fail(self, connection: Any, task_id: str, agent_id: str, error: AgentError) -> AgentTask:
+        task = self._owned(connection, task_id, agent_id, "fail")
+        return self._end_attempt(connection, task, self.limits.clip(error), agent_id)
+
+    def _end_attempt(
+        self, connection: Any, task: AgentTask, error: AgentError, agent_id: str | None
+    ) -> AgentTask:
+        now = self.clock()
+        events: list[EventRow] = []
+        if agent_id is not None:
+            events.append((AGENT_RESULT, task.id, agent_id, result_payload(error)))
+        if error.retryable and task.attempt < task.max_attempts:
+            task = msgspec.structs.replace(task, status=TaskStatus.PENDING, owner=None, lease_expires_at=None,
+                                           error=error, updated_at=now)  # fmt: skip
+            self._write(connection, task)
+            events.insert(0, self._transition_event(TASK_RETRIED, task))
+            self._emit(connection, events)
+            unmet = connection.execute("SELECT unmet FROM gr_tasks WHERE id = %s", (task.id,)).fetchone()[0]
+            if unmet == 0:
+                self._notify(connection, {task.type})
+            return task
+        task = msgspec.structs.replace(task, status=TaskStatus.FAILED, lease_expires_at=None, error=error,
+                                       updated_at=now)  # fmt: skip
+        self._write(connection, task)
+        events.insert(0, self._transition_event(TASK_FAILED, task))
+        events.extend(self._cascade(connection, task.id, "FAILED"))
+        self._emit(connection, events)
+        return task
+
+    def _cascade(self, connection: Any, task_id: str, status: str) -> list[EventRow]:
+        """Every task depending, directly or not, on ``task_id`` and not final yet becomes
+        DEPENDENCY_FAILED (naming its direct failed dependency)."""
+        now = self.clock()
+        rows = connection.execute(
+            """WITH RECURSIVE down(id, cause) AS (
+                    SELECT task_id, dep_id FROM gr_deps WHERE dep_id = %s
+                    UNION SELECT d.task_id, d.dep_id FROM gr_deps d JOIN down ON d.dep_id = down.id)
+               SELECT t.id, min(down.cause) FROM gr_tasks t JOIN down ON t.id = down.id
+               WHERE t.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')
+               GROUP BY t.id""",
+            (task_id,),
+        ).fetchall()
+        events: list[EventRow] = []
+        for dependent_id, cause in rows:
+            dependent = _task(connection.execute(
+                f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (dependent_id,)
+            ).fetchone())  # fmt: skip
+            why = f"dependency {cause!r} is {status if cause == task_id else 'DEPENDENCY_FAILED'}"
+            dependent = msgspec.structs.replace(
+                dependent, status=TaskStatus.DEPENDENCY_FAILED, owner=None, lease_expires_at=None,
+                error=AgentError(reason=why), updated_at=now,
+            )  # fmt: skip
+            self._write(connection, dependent)
+            events.append(self._transition_event(TASK_FAILED, dependent))
+        return events
+
+    def release(self, connection: Any, task_id: str, agent_id: str) -> AgentTask:
+        task = self._owned(connection, task_id, agent_id, "release")
+        task = msgspec.structs.replace(task, status=TaskStatus.PENDING, owner=None, attempt=task.attempt - 1,
+                                       lease_expires_at=None, updated_at=self.clock())  # fmt: skip
+        self._write(connection, task)
+        self._emit(connection, [self._transition_event(TASK_RETRIED, task)])
+        self._notify(connection, {task.type})
+        return task
+
+    def cancel(self, connection: Any, task_id: str, reason: str) -> AgentTask:
+        row = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (task_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownTask(task_id)
+        task = _task(row)
+        if task.status.final:
+            raise InvalidTransition(task_id, task.status.value, "cancel")
+        error = self.limits.clip(AgentError(reason=reason))
+        task = msgspec.structs.replace(
+            task, status=TaskStatus.CANCELLED, lease_expires_at=None, error=error, updated_at=self.clock()
+        )
+        self._write(connection, task)
+        self._emit(connection, [self._transition_event(TASK_CANCELLED, task),
+                                *self._cascade(connection, task_id, "CANCELLED")])  # fmt: skip
+        return task
+
+    def expire_leases(self, connection: Any) -> list[AgentTask]:
+        """End the attempts whose lease ran out, on whichever node gets there first: each
+        expired row is locked by one reclaimer and skipped by the others."""
+        now = self.clock()
+        rows = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE status = 'IN_PROGRESS' AND lease_expires_at < %s "
+            "ORDER BY lease_expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED",
+            (now,),
+        ).fetchall()
+        ended = []
+        for row in rows:
+            task = _task(row)
+            why = f"lease expired (owner {task.owner!r}, attempt {task.attempt})"
+            ended.append(self._end_attempt(connection, task, AgentError(reason=why, retryable=True), None))
+        return ended
+
+    def read_events(self, connection: Any, after: int, limit: int = 10_000) -> list[Event]:
+        rows = connection.execute(
+            "SELECT seq, ts, type, task_id, agent_id, visibility, payload FROM gr_events WHERE seq > %s "
+            "ORDER BY seq LIMIT %s",
+            (after, limit),
+        ).fetchall()
+        return [
+            msgspec.convert(
+                {
+                    "seq": s,
+                    "ts": ts,
+                    "type": t,
+                    "task_id": task,
+                    "agent_id": agent,
+                    "visibility": v,
+                    "payload": p,
+                },
+                Event,
+            )
+            for s, ts, t, task, agent, v, p in rows
+        ]
+
+
+def _prefixed(alias: str) -> str:
+    return ", ".join(f"{alias}.{name.strip()}" for name in _COLUMNS.split(","))
+
+
+def _json(value: Any) -> Any:
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(value, dumps=lambda v: _encode(v).decode())
+
+
+def _in_dependency_order(batch: dict[str, AgentTask]) -> list[AgentTask]:
+    from ..supervisor._graph import _topological
+
+    return _topological(batch)

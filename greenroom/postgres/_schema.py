@@ -1,0 +1,96 @@
+"""The schema, created and migrated by greenroom (``greenroom db upgrade``), versioned.
+
+Each migration is a list of statements run in one transaction with the version bump, under
+an advisory lock, so two daemons upgrading at once do it once. A database newer than this
+greenroom is refused (it would not know the tables' meaning).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import DataError
+
+LOCK_KEY = 0x6772_6E72  # "grnr": the advisory lock of migrations
+
+MIGRATIONS: list[list[str]] = [
+    [  # 1: the task graph and the event log
+        """CREATE TABLE gr_tasks (
+            id text PRIMARY KEY,
+            type text NOT NULL,
+            status text NOT NULL,
+            owner text,
+            priority integer NOT NULL,
+            ord bigint NOT NULL,
+            attempt integer NOT NULL,
+            max_attempts integer NOT NULL,
+            crashes integer NOT NULL DEFAULT 0,
+            unmet integer NOT NULL,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            lease_expires_at double precision,
+            last_heartbeat_at double precision,
+            doc jsonb NOT NULL
+        )""",
+        "CREATE INDEX gr_tasks_ready ON gr_tasks (type, priority DESC, ord) "
+        "WHERE status = 'PENDING' AND unmet = 0",
+        "CREATE INDEX gr_tasks_leases ON gr_tasks (lease_expires_at) WHERE status = 'IN_PROGRESS'",
+        "CREATE INDEX gr_tasks_order ON gr_tasks (ord)",
+        "CREATE TABLE gr_deps (dep_id text NOT NULL, task_id text NOT NULL, PRIMARY KEY (dep_id, task_id))",
+        "CREATE SEQUENCE gr_task_order",
+        """CREATE TABLE gr_events (
+            seq bigint PRIMARY KEY,
+            ts double precision NOT NULL,
+            type text NOT NULL,
+            task_id text,
+            agent_id text,
+            visibility text NOT NULL,
+            payload jsonb NOT NULL
+        )""",
+        "CREATE TABLE gr_event_seq (last bigint NOT NULL)",
+        "INSERT INTO gr_event_seq VALUES (0)",
+    ],
+]
+VERSION = len(MIGRATIONS)
+
+
+class SchemaError(DataError):
+    """The database's schema is missing, older (run ``greenroom db upgrade``) or newer."""
+
+
+def current_version(connection: Any) -> int:
+    exists = connection.execute("SELECT to_regclass('gr_schema') IS NOT NULL").fetchone()[0]
+    if not exists:
+        return 0
+    row = connection.execute("SELECT version FROM gr_schema").fetchone()
+    return int(row[0]) if row else 0
+
+
+def upgrade(connection: Any) -> tuple[int, int]:
+    """Apply the missing migrations in this transaction; returns ``(before, after)``."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+    connection.execute("CREATE TABLE IF NOT EXISTS gr_schema (version integer NOT NULL)")
+    before = current_version(connection)
+    if before > VERSION:
+        raise SchemaError(
+            f"the database's schema is version {before}, newer than this greenroom's ({VERSION}): "
+            "upgrade greenroom"
+        )
+    for statements in MIGRATIONS[before:]:
+        for statement in statements:
+            connection.execute(statement)
+    if before == 0:
+        connection.execute("INSERT INTO gr_schema VALUES (%s)", (VERSION,))
+    else:
+        connection.execute("UPDATE gr_schema SET version = %s", (VERSION,))
+    return before, VERSION
+
+
+def check(connection: Any) -> None:
+    """Refuse a database whose schema is not this greenroom's version."""
+    version = current_version(connection)
+    if version != VERSION:
+        hint = "run `greenroom db upgrade --store URL`" if version < VERSION else "upgrade greenroom"
+        raise SchemaError(
+            f"the database's schema is version {version}, this greenroom needs {VERSION}: {hint}"
+        )

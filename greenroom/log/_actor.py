@@ -125,7 +125,7 @@ _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _GOOD_TYPES: set[str] = set()  # types seen valid (a fleet uses a handful); bounded below
 
 
-def _check_append(append: Append) -> None:
+def check_append(append: Append) -> None:
     """The shape ``Event`` needs (a Struct is not validated when built in-process)."""
     kind = append.type
     if not isinstance(kind, str) or kind not in _GOOD_TYPES:
@@ -214,7 +214,7 @@ class LogActor(Actor):
         if isinstance(message, Append):
             pending = context.reply_later()
             try:
-                _check_append(message)
+                check_append(message)
                 visibility = apply_policy(message, self._narrator)
             except (PolicyError, RecordError) as error:
                 self._refuse(pending, message.type, error)
@@ -290,7 +290,7 @@ class LogActor(Actor):
                 continue  # already here (sent again after a crash): stored once
             append = Append(outboxed.type, outboxed.payload, outboxed.task_id, outboxed.agent_id)
             try:
-                _check_append(append)
+                check_append(append)
                 visibility = apply_policy(append, None)
             except (PolicyError, RecordError) as error:
                 logger.warning(

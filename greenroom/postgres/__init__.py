@@ -4,7 +4,9 @@ sync API on worker threads, so the same code runs on asyncio and trio."""
 
 from ._db import Database, DatabaseError, check_url, redact
 from ._graph import CHANNEL, PostgresGraph
+from ._log import PostgresLogActor
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
+from ._supervisor import PostgresSupervisorActor
 
 __all__ = [
     "CHANNEL",
@@ -12,6 +14,8 @@ __all__ = [
     "Database",
     "DatabaseError",
     "PostgresGraph",
+    "PostgresLogActor",
+    "PostgresSupervisorActor",
     "SchemaError",
     "check",
     "check_url",

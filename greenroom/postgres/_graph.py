@@ -39,6 +39,7 @@ from ..messages import (
     Event,
     TaskLimits,
     TaskStatus,
+    Visibility,
 )
 from ..supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
 from ..supervisor._graph import _payload_bytes, find_cycle
@@ -100,6 +101,39 @@ class PostgresGraph:
                     for i, (kind, task_id, agent_id, payload) in enumerate(events)
                 ],
             )
+
+    def append(
+        self, connection: Any, items: list[tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
+    ) -> list[Event]:
+        """Append events ``(type, task_id, agent_id, visibility, payload)`` (already held to
+        the visibility policy) in this transaction; returns them stored, with their ``seq``."""
+        last = connection.execute(
+            "UPDATE gr_event_seq SET last = last + %s RETURNING last", (len(items),)
+        ).fetchone()[0]
+        first = last - len(items) + 1
+        now = self.clock()
+        events = [
+            Event(
+                seq=first + i,
+                ts=now,
+                type=kind,
+                visibility=visibility,
+                task_id=task_id,
+                agent_id=agent_id,
+                payload=payload,
+            )
+            for i, (kind, task_id, agent_id, visibility, payload) in enumerate(items)
+        ]
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gr_events (seq, ts, type, task_id, agent_id, visibility, payload) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (e.seq, e.ts, e.type, e.task_id, e.agent_id, e.visibility, _json(e.payload))
+                    for e in events
+                ],
+            )
+        return events
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:

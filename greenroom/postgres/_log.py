@@ -1,0 +1,87 @@
+"""``PostgresLogActor``: the event log in PostgreSQL (``gr_events``), the log actor's
+protocol for agents: ``Append`` (replies with the stored ``Event`` once committed),
+``Subscribe`` / ``Unsubscribe``.
+
+The visibility policy is the file log's (only the narrator may show text to users; agent
+events are internal); a refused event raises :class:`PolicyError` in its asker and nothing
+is stored. Appends waiting in the mailbox are committed together, one transaction per
+batch, numbered by the same gap-free counter as the task graph's own events, so a reader
+following ``seq`` (``greenroom events tail --follow``, from any host) sees every event of
+every daemon once, in commit order. Messages sent before ``stop()`` are written and
+answered; messages sent after are refused by the kernel. If PostgreSQL is unreachable the
+batch's asks fail with :class:`DatabaseError` and nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..log import NarratorCapability, PolicyError, apply_policy, check_append
+from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, Visibility
+from ._db import Database, DatabaseError
+from ._graph import PostgresGraph
+
+logger = logging.getLogger("greenroom.postgres")
+
+
+class PostgresLogActor(Actor):
+    def __init__(
+        self, db: Database, *, narrator: NarratorCapability | None = None, max_batch: int = 1024
+    ) -> None:
+        self.db = db
+        self.narrator = narrator
+        self.max_batch = max_batch
+        self.graph = PostgresGraph()
+        self._batch: list[
+            tuple[PendingReply | None, tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
+        ] = []
+        self._subscribers: list[ActorRef] = []
+
+    async def receive(self, message: Any) -> Any:
+        context = self.context
+        if isinstance(message, Append):
+            pending = context.reply_later()
+            try:
+                check_append(message)
+                visibility = apply_policy(message, self.narrator)
+            except (PolicyError, RecordError) as error:
+                if pending is not None:
+                    pending.fail(error)
+                else:
+                    logger.warning("log: refused a told %s event: %s", message.type, error)
+            else:
+                self._batch.append(
+                    (pending, (message.type, message.task_id, message.agent_id, visibility, message.payload))
+                )
+        elif isinstance(message, Subscribe):
+            self._subscribers.append(message.ref)
+        elif isinstance(message, Unsubscribe):
+            self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
+        else:
+            raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
+        if self._batch and (context.queued == 0 or len(self._batch) >= self.max_batch):
+            await self._flush()
+        return None
+
+    async def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        items = [item for _, item in batch]
+        try:
+            events: list[Event] = await self.db.run(lambda c: self.graph.append(c, items))
+        except DatabaseError as error:
+            for pending, _ in batch:
+                if pending is not None:
+                    pending.fail(error)
+            logger.error("log: %d event(s) not stored: %s", len(batch), error)
+            return
+        for (pending, _), event in zip(batch, events, strict=True):
+            if pending is not None:
+                pending.succeed(event)
+        for ref in self._subscribers:
+            for event in events:
+                try:
+                    ref.tell(event)
+                except (ActorStopped, MailboxFull):
+                    break

@@ -84,10 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     def data_dir(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--data-dir", help="default: $STREAMING_LLM_DATA_DIR or ~/.local/share/greenroom")
 
+    def store(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument(
+            "--store", metavar="postgresql://...", default=os.environ.get("GREENROOM_STORE"),
+            help=f"{what} (default: $GREENROOM_STORE; the password from $PGPASSWORD)",
+        )  # fmt: skip
+
     def remote(sub: argparse.ArgumentParser) -> None:
         data_dir(sub)
         sub.add_argument("--url", help="a daemon's API elsewhere (default: the one serving the data dir)")
         sub.add_argument("--token", help="the API token for --url (default: $GREENROOM_TOKEN)")
+        store(sub, "with no daemon to ask, work on this PostgreSQL database")
 
     run = commands.add_parser("run", help="run the daemon: supervisor, event log and agents")
     data_dir(run)
@@ -106,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
         "--listen", metavar="HOST:PORT", help="the HTTP API's address (default: the config's, 127.0.0.1:0)"
     )
     run.add_argument("--no-api", action="store_true", help="serve no HTTP API")
+    store(run, "the task graph and event log in this PostgreSQL database, shared with other daemons")
+
+    db = commands.add_parser("db", help="the PostgreSQL schema (several daemons on one database)")
+    db_commands = db.add_subparsers(dest="action", metavar="ACTION")
+    upgrade = db_commands.add_parser("upgrade", help="create or migrate greenroom's tables")
+    store(upgrade, "the database")
 
     tasks = commands.add_parser("tasks", help="add, list, show and cancel tasks (through a running daemon)")
     task_commands = tasks.add_subparsers(dest="action", metavar="ACTION")
@@ -277,7 +290,7 @@ def report_error(error: BaseException, *, debug: bool = False, err: TextIO | Non
 async def _target(args: argparse.Namespace) -> Any:
     from .daemon import _operate
 
-    return await _operate.locate(args.data_dir, args.url, args.token)
+    return await _operate.locate(args.data_dir, args.url, args.token, args.store)
 
 
 async def _tasks_add(args: argparse.Namespace, new: list[Any]) -> int:
@@ -327,6 +340,19 @@ async def _status_or_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _db_upgrade(url: str | None) -> int:
+    from ._errors import InvalidInput
+    from .postgres import Database, redact, upgrade
+
+    if url is None:
+        raise InvalidInput("db upgrade needs --store postgresql://... (or $GREENROOM_STORE)", field="--store")
+    async with Database(url, max_size=2) as db:
+        before, after = await db.run(upgrade)
+    said = "is up to date" if before == after else f"upgraded from version {before}"
+    print(f"greenroom: the schema of {redact(url)} {said} (version {after})")
+    return 0
+
+
 def _tokens(args: argparse.Namespace) -> int:
     from ._files import resolve_data_dir
     from .service import TokenStore
@@ -369,6 +395,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 progress_interval=None if args.quiet else args.progress,
                 listen=args.listen,
                 api=not args.no_api,
+                store=args.store,
             ),
             backend=args.backend,
         )
@@ -397,6 +424,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return anyio.run(partial(_events_tail, args))
     if args.command in ("status", "stop"):
         return anyio.run(partial(_status_or_stop, args))
+    if args.command == "db" and args.action == "upgrade":
+        return anyio.run(_db_upgrade, args.store)
     if args.command == "tokens" and args.action is not None:
         return _tokens(args)
     if args.command == "chat":

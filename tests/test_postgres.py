@@ -4,9 +4,14 @@ reclaim won by one node), gap-free events, and what a bad URL or schema says."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -273,3 +278,65 @@ async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str
         with anyio.fail_after(10):
             while (await b.ask(GetTask("woken"))).status is not TaskStatus.COMPLETED:
                 await anyio.sleep(0.02)
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), **env},
+    )  # fmt: skip
+
+
+def test_two_daemons_on_one_database_share_the_work_from_the_cli(pg_url: str, tmp_path: Path) -> None:
+    """`greenroom db upgrade`, then two `greenroom run --store` daemons (each with its own
+    data dir) finish one graph submitted from the CLI; `events tail --store` reads the one
+    log from anywhere."""
+    before = _cli("run", "--store", pg_url, "--until-idle", "--quiet", "--data-dir", str(tmp_path / "x"))
+    assert before.returncode == 1 and "greenroom db upgrade" in before.stderr  # no schema yet: refused
+    upgraded = _cli("db", "upgrade", "--store", pg_url)
+    assert upgraded.returncode == 0 and "upgraded from version 0" in upgraded.stdout, upgraded.stderr
+    tasks = [{"id": f"c{c}-s{s}", "type": "step", **({"depends_on": [f"c{c}-s{s - 1}"]} if s else {})}
+             for c in range(40) for s in range(3)]  # fmt: skip
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    added = _cli("tasks", "add", "--file", str(tmp_path / "tasks.json"), "--store", pg_url)
+    assert added.returncode == 0, added.stderr
+    config = tmp_path / "d.toml"
+    config.write_text(
+        'lease_seconds = 30\n[agents.step]\nagent = "crash_agents:StepAgent"\nconcurrency = 6\n'
+    )
+    daemons = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "greenroom",
+                "run",
+                "--store",
+                pg_url,
+                "--config",
+                str(config),
+                "--until-idle",
+                "--quiet",
+                "--data-dir",
+                str(tmp_path / f"node{n}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(Path(__file__).parent),
+                "GREENROOM_TEST_ACKS": str(tmp_path / "acks.log"),
+            },
+        )
+        for n in range(2)
+    ]
+    outs = [daemon.communicate(timeout=120) for daemon in daemons]
+    assert [daemon.returncode for daemon in daemons] == [0, 0], [err for _, err in outs]
+    listed = json.loads(_cli("tasks", "list", "--status", "completed", "--json", "--store", pg_url).stdout)
+    assert len(listed) == 120 and all(t["attempt"] == 1 for t in listed)  # each completed once
+    assert len({t["owner"].split("@")[1] for t in listed}) == 2  # by the agents of both daemons
+    tail = _cli("events", "tail", "--last", "3", "--store", pg_url)
+    assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 3
+    status = _cli("status", "--store", pg_url)
+    assert "tasks: 120 total · completed 120" in status.stdout and "***" not in pg_url

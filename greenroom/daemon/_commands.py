@@ -27,7 +27,7 @@ from ..agents.examples import example_graph
 from ..log import EVENTS_FILE, LogActor, read_events, tail_events
 from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStatus, convert
 from ..supervisor import GraphStore, SupervisorActor
-from ._config import ConfigError, DaemonConfig, default_config, load_config
+from ._config import ConfigError, DaemonConfig, StoreConfig, default_config, load_config
 from ._host import AgentHost
 from ._service import DaemonService
 
@@ -147,10 +147,15 @@ async def run_daemon(
     progress_interval: float | None,
     listen: str | None = None,
     api: bool = True,
+    store: str | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
     config: DaemonConfig = load_config(config_path) if config_path else default_config()
+    if store is not None:
+        from ..postgres import check_url
+
+        config = msgspec.structs.replace(config, store=StoreConfig(check_url(store), config.store.pool_size))
     if listen is not None:
         check_listen(listen)
     started = time.monotonic()
@@ -198,7 +203,8 @@ async def _serve(
                 service = await stack.enter_async_context(DaemonService(host, stop, listen=listen))
             before = host.initial_stats
             print(
-                f"greenroom: serving {host.data_dir} · {before.total} task(s) · agents: "
+                f"greenroom: serving {host.data_dir}{_store_shown(config)} · {before.total} task(s) · "
+                "agents: "
                 + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items())
                 + (f" · API {service.url}" if service else ""),
                 file=err,
@@ -246,6 +252,14 @@ async def _serve(
         flush=True,
     )
     return 0
+
+
+def _store_shown(config: DaemonConfig) -> str:
+    if config.store.url is None:
+        return ""
+    from ..postgres import redact
+
+    return f" · store {redact(config.store.url)}"
 
 
 def check_listen(text: str) -> None:

@@ -107,6 +107,17 @@ class TracingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] = "greenroom"
 
 
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where the task graph and the event log live: the data dir's files (no ``url``),
+    or a PostgreSQL database several daemons share (``postgresql://user@host/db``; the
+    password from ``$PGPASSWORD`` or ``~/.pgpass``, as libpq reads them, rather than in
+    this file; it is never logged)."""
+
+    url: Annotated[str, msgspec.Meta(pattern=r"^postgres(ql)?://", max_length=2000)] | None = None
+    pool_size: Annotated[int, msgspec.Meta(ge=2, le=1000)] = 16
+    """Connections this daemon keeps to PostgreSQL (its transactions run on them at once)."""
+
+
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     agents: dict[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")], AgentPoolConfig]
     lease_seconds: Seconds = 30.0
@@ -118,6 +129,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     api: ApiConfig = ApiConfig()
     chat: ChatConfig = ChatConfig()
     tracing: TracingConfig = TracingConfig()
+    store: StoreConfig = StoreConfig()
 
 
 class ConfigError(InvalidInput):

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import re
+import socket
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,7 +54,9 @@ class AgentHost:
         """The data dir, absolute and created: set on entering (resolving it touches the
         file system, so it happens in a worker thread, not in the constructor)."""
         self.narrator = narrator
-        self.instance = instance or f"{os.getpid()}"
+        self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        self.db: Any = None
+        """The PostgreSQL pool when ``config.store.url`` names one (several daemons share it)."""
         self.system = ActorSystem(
             shutdown_timeout=max(config.shutdown_grace, 1.0), supervisor_strategy=_STRATEGY
         )
@@ -70,6 +73,11 @@ class AgentHost:
 
     async def __aenter__(self) -> AgentHost:
         self.data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+        if self.config.store.url is not None:
+            from ..postgres import Database
+
+            self.db = Database(self.config.store.url, max_size=self.config.store.pool_size)
+            await self.db.__aenter__()
         await self.system.__aenter__()
         try:
             await self._start()
@@ -78,12 +86,30 @@ class AgentHost:
                 for model in self.models.values():
                     await model.aclose()
             await self.system.__aexit__(type(error), error, error.__traceback__)
+            await self._close_db()
             raise
         return self
 
-    async def _start(self) -> None:
+    async def _close_db(self) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            await db.__aexit__(None, None, None)
+
+    async def _spawn_stores(self) -> None:
         config = self.config
         data_dir = self.data_dir
+        if self.db is not None:
+            from ..postgres import PostgresLogActor, PostgresSupervisorActor
+
+            db = self.db
+            self.log = await self.system.spawn(
+                lambda: PostgresLogActor(db, narrator=self.narrator), name="log"
+            )
+            self.supervisor = await self.system.spawn(
+                lambda: PostgresSupervisorActor(db, lease_seconds=config.lease_seconds, limits=config.limits),
+                name="supervisor",
+            )
+            return
         self.log = await self.system.spawn(lambda: LogActor(data_dir, narrator=self.narrator), name="log")
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
@@ -91,6 +117,10 @@ class AgentHost:
             ),
             name="supervisor",
         )
+
+    async def _start(self) -> None:
+        config = self.config
+        await self._spawn_stores()
         self.initial_stats = await self.stats()
         heartbeat = config.heartbeat_interval or config.lease_seconds / 3
         for agent_type, pool in config.agents.items():
@@ -213,5 +243,8 @@ class AgentHost:
         try:
             await self.shutdown(0 if exc is not None else None)
         finally:
-            result = await self.system.__aexit__(exc_type, exc, tb)
+            try:
+                result = await self.system.__aexit__(exc_type, exc, tb)
+            finally:
+                await self._close_db()
         return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO
@@ -39,6 +40,14 @@ class Target:
     data_dir: str | None
     url: str | None = None
     token: str | None = None
+    store: str | None = None
+    """A PostgreSQL URL: with no daemon to ask, work on that database instead of the files."""
+
+    @property
+    def store_shown(self) -> str:
+        from ..postgres import redact
+
+        return redact(self.store or "")
 
     @property
     def remote(self) -> bool:
@@ -49,7 +58,13 @@ class Target:
         return ServiceClient(self.url, self.token)
 
 
-def _locate(data_dir: str | None, url: str | None, token: str | None) -> Target:
+def _locate(data_dir: str | None, url: str | None, token: str | None, store: str | None = None) -> Target:
+    if store is not None:
+        from ..postgres import check_url
+
+        check_url(store)
+        if url is None:
+            return Target(data_dir, store=store)
     if url is not None:
         return Target(data_dir, url, token or os.environ.get(TOKEN_ENV))
     try:
@@ -63,9 +78,21 @@ def _locate(data_dir: str | None, url: str | None, token: str | None) -> Target:
     return Target(data_dir, info.url, token or admin)
 
 
-async def locate(data_dir: str | None, url: str | None = None, token: str | None = None) -> Target:
+async def locate(
+    data_dir: str | None, url: str | None = None, token: str | None = None, store: str | None = None
+) -> Target:
     """Blocking file checks in a worker thread; cancellable."""
-    return await anyio.to_thread.run_sync(_locate, data_dir, url, token)
+    return await anyio.to_thread.run_sync(_locate, data_dir, url, token, store)
+
+
+async def _on_database(store: str, fn: Any) -> Any:
+    """``fn(graph, connection)`` in one transaction on the ``store`` database."""
+    from ..postgres import Database, PostgresGraph, check
+
+    async with Database(store, max_size=2) as db:
+        await db.run(check)
+        graph = PostgresGraph()
+        return await db.run(lambda connection: fn(graph, connection))
 
 
 def _refused(error: ServiceError) -> InvalidInput:
@@ -77,6 +104,8 @@ def _refused(error: ServiceError) -> InvalidInput:
 
 
 async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
+    if target.store is not None and not target.remote:
+        return await _on_database(target.store, lambda graph, c: graph.submit(c, tasks))  # type: ignore[no-any-return]
     if not target.remote:
         return await files.add_tasks(target.data_dir, tasks)
     async with target.client() as api:
@@ -88,6 +117,10 @@ async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
 
 async def list_tasks(target: Target, status: str | None, agent_type: str | None) -> list[AgentTask]:
     wanted = files.decode_status(status) if status is not None else None
+    if target.store is not None and not target.remote:
+        return await _on_database(  # type: ignore[no-any-return]
+            target.store, lambda graph, c: graph.list_tasks(c, wanted, agent_type)
+        )
     if not target.remote:
         found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
         return sorted(
@@ -106,6 +139,8 @@ async def list_tasks(target: Target, status: str | None, agent_type: str | None)
 
 
 async def show_task(target: Target, task_id: str) -> AgentTask:
+    if target.store is not None and not target.remote:
+        return await _on_database(target.store, lambda graph, c: graph.get(c, task_id))  # type: ignore[no-any-return]
     if not target.remote:
         found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
         for task in found:
@@ -120,6 +155,9 @@ async def show_task(target: Target, task_id: str) -> AgentTask:
 
 
 async def cancel_task(target: Target, task_id: str, reason: str | None) -> AgentTask:
+    if target.store is not None and not target.remote:
+        why = reason or "cancelled from the command line"
+        return await _on_database(target.store, lambda graph, c: graph.cancel(c, task_id, why))  # type: ignore[no-any-return]
     if target.remote:
         async with target.client() as api:
             try:
@@ -145,6 +183,17 @@ async def cancel_task(target: Target, task_id: str, reason: str | None) -> Agent
 async def tail(
     target: Target, *, after: int, last: int | None, follow: bool, as_json: bool, out: TextIO = sys.stdout
 ) -> int:
+    if target.store is not None and not target.remote:
+        from ..postgres import Database, tail_events
+
+        async with (
+            Database(target.store, max_size=2) as db,
+            aclosing(tail_events(db, after=after, follow=follow, last=last)) as stream,
+        ):
+            async for event in stream:
+                line = msgspec.json.encode(event).decode() if as_json else files.format_event(event)
+                print(line, file=out, flush=True)
+        return 0
     if not target.remote:
         return await files.tail(
             target.data_dir, after=after, last=last, follow=follow, as_json=as_json, out=out
@@ -172,6 +221,13 @@ async def status(target: Target) -> dict[str, Any]:
             except ServiceError as error:
                 raise _refused(error) from None
         return {"running": True, "url": target.url, **document}
+    if target.store is not None:
+        counts, _, total = await _on_database(target.store, lambda graph, c: graph.stats(c))
+        return {
+            "running": False,
+            "data_dir": target.store_shown,
+            "tasks": {"total": total, "by_status": counts},
+        }
     path = await anyio.to_thread.run_sync(partial(resolve_data_dir, target.data_dir, create=False))
     found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
     by_status: dict[str, int] = {}

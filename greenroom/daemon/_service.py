@@ -95,9 +95,15 @@ class DaemonService:
             stop=self._stop_requested,
             chat=runner,
             max_body_bytes=self.config.api.max_body_bytes,
+            event_source=self._pg_events if host.db is not None else None,
         )
         info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
         await anyio.to_thread.run_sync(self._write_files, info, token)
+
+    def _pg_events(self, after: int, follow: bool, last: int | None) -> Any:
+        from ..postgres import tail_events
+
+        return tail_events(self.host.db, after=after, follow=follow, last=last)
 
     async def _open_chat(self) -> Any:
         from ..chat import CHAT_DB, AgentRunner, LLMAgentEngine, MCPToolExecutor, SQLiteChatStore, task_server

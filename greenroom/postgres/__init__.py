@@ -4,7 +4,7 @@ sync API on worker threads, so the same code runs on asyncio and trio."""
 
 from ._db import Database, DatabaseError, check_url, redact
 from ._graph import CHANNEL, PostgresGraph
-from ._log import PostgresLogActor
+from ._log import PostgresLogActor, tail_events
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
 from ._supervisor import PostgresSupervisorActor
 
@@ -21,5 +21,6 @@ __all__ = [
     "check_url",
     "current_version",
     "redact",
+    "tail_events",
     "upgrade",
 ]

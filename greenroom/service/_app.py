@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,7 +47,7 @@ from .. import _tracing
 from .._errors import MISSING, InvalidInput, shown
 from ..actors import ActorRef, ActorStopped
 from ..log import read_events, tail_events
-from ..messages import AgentTask, Cancel, GetTask, ListTasks, Submit, TaskStatus, convert
+from ..messages import AgentTask, Cancel, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._tokens import Principal, Scope, TokenStore
 
 logger = logging.getLogger("greenroom.service")
@@ -69,6 +69,8 @@ class ServiceParts:
     stop: Callable[[], None]
     chat: Any = None
     max_body_bytes: int = 4 << 20
+    event_source: Callable[[int, bool, int | None], AsyncGenerator[Event, None]] | None = None
+    """Where ``/v1/events`` reads (``after``, ``follow``, ``last``); ``None``: ``events_path``."""
     started: float = field(default_factory=time.time)
 
 
@@ -302,8 +304,13 @@ def create_app(parts: ServiceParts) -> Starlette:
             after = max(after, int(last_id))
         follow = request.query_params.get("follow", "1") not in ("0", "false", "no")
         last = _query_int(request, "last", -1, 0, 10_000_000) if "last" in request.query_params else None
+        source = (
+            _stream(parts.event_source(after, follow, last))
+            if parts.event_source is not None
+            else _event_stream(parts.events_path, after, follow, last)
+        )
         return StreamingResponse(
-            _event_stream(parts.events_path, after, follow, last),
+            source,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -402,6 +409,13 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/stop", "admin", stop, "POST"),
         ]
     )
+
+
+async def _stream(events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
+    yield b": greenroom events\n\n"
+    async with aclosing(events) as stream:
+        async for event in stream:
+            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
 
 
 async def _event_stream(path: Path, after: int, follow: bool, last: int | None) -> AsyncIterator[bytes]:

@@ -35,6 +35,7 @@ from greenroom.postgres import (
     VERSION,
     Database,
     DatabaseError,
+    EventCursor,
     PostgresGraph,
     PostgresLogActor,
     PostgresSupervisorActor,
@@ -189,21 +190,58 @@ async def test_an_expired_lease_is_reclaimed_by_exactly_one_node_and_the_old_own
         await db.__aexit__(None, None, None)
 
 
-async def test_events_are_numbered_without_gaps_in_commit_order(pg_url: str) -> None:
+async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_parallel(pg_url: str) -> None:
     db = await _ready(pg_url)
     graph = PostgresGraph()
+    cursor = EventCursor()
+    seen: list[int] = []
     try:
 
         async def submitter(n: int) -> None:
             for k in range(10):
                 await db.run(lambda c, k=k: graph.submit(c, [task(f"s{n}-{k}")]))
 
+        async def reader(done: anyio.Event) -> None:
+            while True:
+                events = await db.run(cursor.read)
+                seen.extend(event.seq for event in events)
+                if done.is_set() and not events:
+                    return
+                await anyio.sleep(0.001)
+
+        done = anyio.Event()
         async with anyio.create_task_group() as tg:
-            for n in range(8):
-                tg.start_soon(submitter, n)
-        events = await db.run(lambda c: graph.read_events(c, 0))
-        assert [e.seq for e in events] == list(range(1, 81))
-        assert {e.task_id for e in events} == {f"s{n}-{k}" for n in range(8) for k in range(10)}
+            tg.start_soon(reader, done)
+            async with anyio.create_task_group() as writers:
+                for n in range(8):
+                    writers.start_soon(submitter, n)
+            done.set()
+        stored = await db.run(lambda c: graph.read_events(c, 0))
+        assert seen == sorted(seen) == [e.seq for e in stored]  # in order, each once, none missed
+        assert len(stored) == 80
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_a_rolled_back_append_leaves_a_hole_the_reader_steps_over(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+        await db.run(lambda c: graph.submit(c, [task("first")]))
+
+        def doomed(connection: Any) -> None:
+            graph.submit(connection, [task("never")])
+            raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            await db.run(doomed)
+        await db.run(lambda c: graph.submit(c, [task("last")]))
+        cursor = EventCursor()
+        got = await db.run(cursor.read)
+        got += await db.run(cursor.read)  # the hole's writer has ended: the cursor moves on
+        assert [e.task_id for e in got] == ["first", "last"]
+        assert got[1].seq > got[0].seq + 1  # the rolled-back event's number is a hole
+        assert await db.run(cursor.read) == []
     finally:
         await db.__aexit__(None, None, None)
 

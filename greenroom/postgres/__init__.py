@@ -3,7 +3,7 @@ connection pool, the versioned schema, and the task graph's transactions. psycop
 sync API on worker threads, so the same code runs on asyncio and trio."""
 
 from ._db import Database, DatabaseError, check_url, redact
-from ._graph import CHANNEL, PostgresGraph
+from ._graph import CHANNEL, EventCursor, PostgresGraph
 from ._log import PostgresLogActor, tail_events
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
 from ._supervisor import PostgresSupervisorActor
@@ -13,6 +13,7 @@ __all__ = [
     "VERSION",
     "Database",
     "DatabaseError",
+    "EventCursor",
     "PostgresGraph",
     "PostgresLogActor",
     "PostgresSupervisorActor",

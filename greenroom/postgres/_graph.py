@@ -63,10 +63,20 @@ def _task(row: tuple[Any, ...]) -> AgentTask:
      lease, heartbeat, doc) = row  # fmt: skip
     raw = dict(doc)
     raw.update(
-        id=id_, type=type_, status=status, owner=owner, priority=priority, order=order, attempt=attempt,
-        max_attempts=max_attempts, crashes=crashes, created_at=created, updated_at=updated,
-        lease_expires_at=lease, last_heartbeat_at=heartbeat,
-    )  # fmt: skip
+        id=id_,
+        type=type_,
+        status=status,
+        owner=owner,
+        priority=priority,
+        order=order,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        crashes=crashes,
+        created_at=created,
+        updated_at=updated,
+        lease_expires_at=lease,
+        last_heartbeat_at=heartbeat,
+    )
     return msgspec.convert(raw, AgentTask)
 
 
@@ -85,36 +95,34 @@ class PostgresGraph:
     # -- events ---------------------------------------------------------------------
 
     def _emit(self, connection: Any, events: list[EventRow]) -> None:
-        if not events:
-            return
-        last = connection.execute(
-            "UPDATE gr_event_seq SET last = last + %s RETURNING last", (len(events),)
-        ).fetchone()[0]
-        first = last - len(events) + 1
-        now = self.clock()
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO gr_events (seq, ts, type, task_id, agent_id, visibility, payload) "
-                "VALUES (%s, %s, %s, %s, %s, 'internal', %s)",
-                [
-                    (first + i, now, kind, task_id, agent_id, _json(payload))
-                    for i, (kind, task_id, agent_id, payload) in enumerate(events)
-                ],
-            )
+        if events:
+            self.append(connection, [(kind, task_id, agent_id, "internal", payload)
+                                     for kind, task_id, agent_id, payload in events])  # fmt: skip
 
     def append(
         self, connection: Any, items: list[tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
     ) -> list[Event]:
         """Append events ``(type, task_id, agent_id, visibility, payload)`` (already held to
-        the visibility policy) in this transaction; returns them stored, with their ``seq``."""
-        last = connection.execute(
-            "UPDATE gr_event_seq SET last = last + %s RETURNING last", (len(items),)
-        ).fetchone()[0]
-        first = last - len(items) + 1
+        the visibility policy) in this transaction; returns them stored, with their ``seq``.
+
+        No lock is taken: each row's ``seq`` comes from a sequence and its ``xid`` is the
+        writing transaction's, so transactions commit in parallel; :class:`EventCursor`
+        reads them in ``seq`` order without skipping one still being committed."""
         now = self.clock()
-        events = [
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload) "
+                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
+                [
+                    (now, kind, task_id, agent_id, visibility, _json(payload))
+                    for kind, task_id, agent_id, visibility, payload in items
+                ],
+                returning=True,
+            )
+            seqs = [row[0] for _ in cursor.results() for row in cursor.fetchall()]
+        return [
             Event(
-                seq=first + i,
+                seq=seq,
                 ts=now,
                 type=kind,
                 visibility=visibility,
@@ -122,18 +130,8 @@ class PostgresGraph:
                 agent_id=agent_id,
                 payload=payload,
             )
-            for i, (kind, task_id, agent_id, visibility, payload) in enumerate(items)
+            for seq, (kind, task_id, agent_id, visibility, payload) in zip(seqs, items, strict=True)
         ]
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO gr_events (seq, ts, type, task_id, agent_id, visibility, payload) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (e.seq, e.ts, e.type, e.task_id, e.agent_id, e.visibility, _json(e.payload))
-                    for e in events
-                ],
-            )
-        return events
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:
@@ -317,9 +315,18 @@ class PostgresGraph:
         connection.execute(
             "UPDATE gr_tasks SET status = %s, owner = %s, attempt = %s, crashes = %s, lease_expires_at = %s, "
             "last_heartbeat_at = %s, updated_at = %s, doc = %s::jsonb WHERE id = %s",
-            (task.status.value, task.owner, task.attempt, task.crashes, task.lease_expires_at,
-             task.last_heartbeat_at, task.updated_at, _doc(task), task.id),
-        )  # fmt: skip
+            (
+                task.status.value,
+                task.owner,
+                task.attempt,
+                task.crashes,
+                task.lease_expires_at,
+                task.last_heartbeat_at,
+                task.updated_at,
+                _doc(task),
+                task.id,
+            ),
+        )
 
     def complete(self, connection: Any, task_id: str, agent_id: str, result: AgentResult) -> AgentTask:
         if result.task_id != task_id:
@@ -395,9 +402,13 @@ class PostgresGraph:
             ).fetchone())  # fmt: skip
             why = f"dependency {cause!r} is {status if cause == task_id else 'DEPENDENCY_FAILED'}"
             dependent = msgspec.structs.replace(
-                dependent, status=TaskStatus.DEPENDENCY_FAILED, owner=None, lease_expires_at=None,
-                error=AgentError(reason=why), updated_at=now,
-            )  # fmt: skip
+                dependent,
+                status=TaskStatus.DEPENDENCY_FAILED,
+                owner=None,
+                lease_expires_at=None,
+                error=AgentError(reason=why),
+                updated_at=now,
+            )
             self._write(connection, dependent)
             events.append(self._transition_event(TASK_FAILED, dependent))
         return events
@@ -446,26 +457,60 @@ class PostgresGraph:
         return ended
 
     def read_events(self, connection: Any, after: int, limit: int = 10_000) -> list[Event]:
+        """Every event with ``seq > after`` committed so far, in ``seq`` order (for tests and
+        a quiet log; a reader following a busy log uses :class:`EventCursor`)."""
+        return EventCursor(after).read(connection, limit)
+
+
+class EventCursor:
+    """Reads ``gr_events`` in ``seq`` order, each event once, while writers commit in
+    parallel.
+
+    A sequence hands out ``seq`` before the writing transaction commits, so ``seq`` 10 may
+    become visible after ``seq`` 11. The cursor therefore stops at a gap; the missing
+    numbers belong to transactions running when the gap was first seen (their ``xid`` is
+    below the snapshot's ``xmax`` then), so once every one of those has ended
+    (``pg_snapshot_xmin`` reached that ``xmax``) a gap still open was an aborted
+    transaction's, and the cursor moves past it. Events are never skipped and never
+    repeated; ``seq`` may have holes (aborted appends), never an event out of order."""
+
+    def __init__(self, after: int = 0) -> None:
+        self.after = after
+        self._gap_xmax: int | None = None
+
+    def read(self, connection: Any, limit: int = 1000) -> list[Event]:
         rows = connection.execute(
-            "SELECT seq, ts, type, task_id, agent_id, visibility, payload FROM gr_events WHERE seq > %s "
-            "ORDER BY seq LIMIT %s",
-            (after, limit),
+            "SELECT seq, ts, type, task_id, agent_id, visibility, payload, "
+            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
+            "pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
+            "FROM gr_events WHERE seq > %s ORDER BY seq LIMIT %s",
+            (self.after, limit),
         ).fetchall()
-        return [
-            msgspec.convert(
-                {
-                    "seq": s,
-                    "ts": ts,
-                    "type": t,
-                    "task_id": task,
-                    "agent_id": agent,
-                    "visibility": v,
-                    "payload": p,
-                },
-                Event,
+        events: list[Event] = []
+        for seq, ts, kind, task_id, agent_id, visibility, payload, xmin, xmax in rows:
+            if seq != self.after + 1:  # a hole: an append in flight, or one that was rolled back
+                if self._gap_xmax is None:
+                    self._gap_xmax = int(xmax)
+                    break
+                if int(xmin) < self._gap_xmax:
+                    break  # a transaction that may hold the missing seq is still running
+            self._gap_xmax = None
+            self.after = seq
+            events.append(
+                msgspec.convert(
+                    {
+                        "seq": seq,
+                        "ts": ts,
+                        "type": kind,
+                        "task_id": task_id,
+                        "agent_id": agent_id,
+                        "visibility": visibility,
+                        "payload": payload,
+                    },
+                    Event,
+                )
             )
-            for s, ts, t, task, agent, v, p in rows
-        ]
+        return events
 
 
 def _prefixed(alias: str) -> str:

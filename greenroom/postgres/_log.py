@@ -25,7 +25,7 @@ from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..log import NarratorCapability, PolicyError, apply_policy, check_append
 from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, Visibility
 from ._db import Database, DatabaseError
-from ._graph import PostgresGraph
+from ._graph import EventCursor, PostgresGraph
 
 logger = logging.getLogger("greenroom.postgres")
 
@@ -97,7 +97,6 @@ async def tail_events(
     """The events with ``seq > after`` in order (``last``: only the newest ``last`` of
     those stored now, then new ones); with ``follow``, keep polling until cancelled. The
     sequence is gap-free in commit order, so nothing is skipped. Works from any host."""
-    graph = PostgresGraph()
     if last is not None:
         newest = await db.run(
             lambda c: c.execute(
@@ -105,12 +104,12 @@ async def tail_events(
             ).fetchone()[0]
         )
         after = max(after, int(newest) - last)
+    cursor = EventCursor(after)
     while True:
-        events = await db.run(partial(graph.read_events, after=after, limit=1000))
+        events = await db.run(partial(cursor.read, limit=1000))
         for event in events:
             yield event
         if events:
-            after = events[-1].seq
             continue
         if not follow:
             return

@@ -38,8 +38,10 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX gr_tasks_order ON gr_tasks (ord)",
         "CREATE TABLE gr_deps (dep_id text NOT NULL, task_id text NOT NULL, PRIMARY KEY (dep_id, task_id))",
         "CREATE SEQUENCE gr_task_order",
+        "CREATE SEQUENCE gr_event_ids",
         """CREATE TABLE gr_events (
-            seq bigint PRIMARY KEY,
+            seq bigint PRIMARY KEY DEFAULT nextval('gr_event_ids'),
+            xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
             ts double precision NOT NULL,
             type text NOT NULL,
             task_id text,
@@ -47,8 +49,6 @@ MIGRATIONS: list[list[str]] = [
             visibility text NOT NULL,
             payload jsonb NOT NULL
         )""",
-        "CREATE TABLE gr_event_seq (last bigint NOT NULL)",
-        "INSERT INTO gr_event_seq VALUES (0)",
     ],
 ]
 VERSION = len(MIGRATIONS)

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from .._checks import check_seconds
+from .._errors import StorageError
 from ..actors import Actor, ActorStopped, AskTimeout
 from ..supervisor import TaskGraphError
 from ._base import BaseAgent
@@ -87,10 +88,12 @@ class AgentActor(Actor):
                         logger.warning("agent %r: %s not handed back: %s", runtime.agent_id, task.id, error)
                 else:
                     await self.agent.run(task, runtime)
-        except (ActorStopped, AskTimeout) as error:
+        except (ActorStopped, AskTimeout, StorageError) as error:
             if self._stopping:
                 return  # no retry: this actor is stopping anyway
-            logger.warning("agent %r: %s; retrying in %gs", runtime.agent_id, error, self.retry_delay)
+            # a store that is away (PostgreSQL restarting) is reported once by the supervisor
+            level = logging.DEBUG if isinstance(error, StorageError) else logging.WARNING
+            logger.log(level, "agent %r: %s; retrying in %gs", runtime.agent_id, error, self.retry_delay)
             await anyio.sleep(self.retry_delay)
         if runtime.closing:
             self.context.stop()

@@ -197,7 +197,13 @@ async def _http(
                         json.dumps({"url": url, "sequential": sequential, "items": items})
                     )
                     cpu = time.process_time()
-                    done = await anyio.run_process([sys.executable, "-m", "greenroom.bench._http_load", job])
+                    done = await anyio.run_process(
+                        [sys.executable, "-m", "greenroom.bench._http_load", job], check=False
+                    )
+                    if done.returncode != 0:
+                        lines = done.stderr.decode(errors="replace").strip().splitlines()
+                        said = [line for line in lines if "Error" in line][-3:] or lines[-3:]
+                        raise RuntimeError(f"the HTTP load generator failed: {said}")
                     cpu = time.process_time() - cpu
                     stop.set()
                 figures: dict[str, Any] = json.loads(done.stdout)

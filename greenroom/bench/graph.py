@@ -168,10 +168,39 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--cycles", type=positive_int, default=5000, help="greenroom cycles per size")
     parser.add_argument("--naive-cycles", type=positive_int, default=200, help="baseline cycles")
     parser.add_argument("--agents", type=positive_int, default=AGENTS)
+    parser.add_argument(
+        "--store", metavar="postgresql[://...]",
+        help="on PostgreSQL instead: 'postgresql' starts an embedded server; a URL uses yours",
+    )  # fmt: skip
+    parser.add_argument(
+        "--processes", default="1,2,4", help="with --store: daemon processes to time (comma-separated)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from ..daemon._commands import CommandError
+
+    if args.store is not None:
+        from . import _pg_graph
+
+        if not args.store.startswith("postgres"):
+            raise CommandError(
+                f"--store must be 'postgresql' or a postgresql:// URL (got {args.store!r:.80})"
+            )
+        try:
+            processes = [int(part) for part in args.processes.split(",")]
+            if not processes or min(processes) < 1 or max(processes) > 64:
+                raise ValueError
+        except ValueError:
+            raise CommandError(
+                f"--processes must be whole numbers 1-64, comma-separated (got {args.processes!r})"
+            ) from None
+        return report_per_backend(
+            args.backend,
+            args.json,
+            lambda b: _pg_graph.measure(args.store, b, processes, args.agents, max(args.cycles, 2000)),
+            _pg_graph.format_table,
+        )
 
     try:
         sizes = [int(part) for part in args.sizes.split(",")]

@@ -92,8 +92,8 @@ class Database:
         try:
             with self._pool.connection() as connection, connection.transaction():
                 return fn(connection)
-        except psycopg.OperationalError as error:
-            raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {str(error).strip()}") from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:  # away, restarting, cut off
+            raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
 
     async def run(self, fn: Callable[[Any], T]) -> T:
         """``fn(connection)`` in one transaction, on a worker thread (see the module doc
@@ -108,3 +108,8 @@ class Database:
             return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
         except psycopg.OperationalError as error:
             raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

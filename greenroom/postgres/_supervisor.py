@@ -103,7 +103,20 @@ class PostgresSupervisorActor(Actor):
         self._pool: list[ActorRef] = []
         self._next = 0
         self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
-        self._retrying = False
+        self._away_since: float | None = None
+        """When PostgreSQL stopped answering (``None``: it answers)."""
+
+    def database_failed(self, error: DatabaseError) -> None:
+        """Say once that PostgreSQL is away; each request meanwhile fails and is retried."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            logger.error("supervisor: %s; requests fail and are retried until it is back", error)
+
+    def database_answered(self) -> None:
+        if self._away_since is not None:
+            away = time.monotonic() - self._away_since
+            self._away_since = None
+            logger.warning("supervisor: PostgreSQL answers again after %.1fs away", away)
 
     async def on_start(self) -> None:
         await self.db.run(check)  # a database without our schema is refused before any work
@@ -231,11 +244,14 @@ class _GraphWorker(Actor):
                 counts, runnable, total = await db.run(graph.stats)
                 value = GraphStats(by_status=counts, runnable_types=runnable, total=total)
         except (TaskGraphError, DatabaseError) as error:
+            if isinstance(error, DatabaseError):
+                owner.database_failed(error)
+            else:
+                owner.database_answered()
             if reply is not None:
                 reply.fail(error)
-            elif not isinstance(error, TaskGraphError):
-                logger.error("supervisor: %s", error)
             return
+        owner.database_answered()
         if reply is not None:
             reply.succeed(value)
 

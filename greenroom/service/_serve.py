@@ -62,6 +62,7 @@ async def serve(
     config.errorlog = logging.getLogger("greenroom.service.http")  # Hypercorn's own errors, in ours
     config.graceful_timeout = graceful_timeout
     config.keep_alive_timeout = 75
+    config.backlog = 2048  # Hypercorn listens again with its own backlog (default 100): too few for bursts
     task_status.started(url)
     if sniffio.current_async_library() == "trio":  # Hypercorn has one module per backend
         from hypercorn.trio import serve as serve_trio

@@ -392,12 +392,15 @@ def _count(url: str, status: str) -> int:
 
 
 def _daemon(url: str, config: Path, data_dir: Path, acks: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "greenroom", "run", "--store", url, "--config", str(config), "--no-api", "--quiet",
-         "--data-dir", str(data_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_TEST_ACKS": str(acks)},
-    )  # fmt: skip
+    """A daemon whose stderr goes to ``<data_dir>.err`` (read when a check fails)."""
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{data_dir}.err", "a") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "greenroom", "run", "--store", url, "--config", str(config), "--no-api",
+             "--quiet", "--data-dir", str(data_dir)],
+            stdout=subprocess.DEVNULL, stderr=err, text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_TEST_ACKS": str(acks)},
+        )  # fmt: skip
 
 
 def _seed(url: str, tasks: int) -> None:
@@ -455,9 +458,8 @@ def test_four_daemons_killed_twenty_times_lose_nothing_and_never_share_a_task(
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
-            if daemon.stderr is not None:
-                daemon.stderr.close()
-    assert [d.returncode for d in daemons] == [0, 0, 0, 0]
+    said = [(tmp_path / f"node{n}.err").read_text()[-2000:] for n in range(4)]
+    assert [d.returncode for d in daemons] == [0, 0, 0, 0], said
 
     async def check() -> None:
         async with Database(pg_url) as db:

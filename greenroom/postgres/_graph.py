@@ -459,7 +459,17 @@ class PostgresGraph:
     def read_events(self, connection: Any, after: int, limit: int = 10_000) -> list[Event]:
         """Every event with ``seq > after`` committed so far, in ``seq`` order (for tests and
         a quiet log; a reader following a busy log uses :class:`EventCursor`)."""
-        return EventCursor(after).read(connection, limit)
+        cursor = EventCursor(after)
+        events: list[Event] = []
+        while len(events) < limit:
+            batch = cursor.read(connection, limit - len(events))
+            if not batch:
+                if cursor.waiting:  # a hole noted just now: look again, past it if its writer is gone
+                    batch = cursor.read(connection, limit - len(events))
+                if not batch:
+                    return events
+            events.extend(batch)
+        return events
 
 
 class EventCursor:
@@ -477,6 +487,11 @@ class EventCursor:
     def __init__(self, after: int = 0) -> None:
         self.after = after
         self._gap_xmax: int | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """At a hole whose writer may still commit."""
+        return self._gap_xmax is not None
 
     def read(self, connection: Any, limit: int = 1000) -> list[Event]:
         rows = connection.execute(

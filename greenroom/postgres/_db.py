@@ -60,6 +60,9 @@ class Database:
         self.timeout = timeout
         self._pool: Any = None
         self._limiter = anyio.CapacityLimiter(max_size)
+        # the pool logs each failed reconnection while a server restarts; the supervisor
+        # says once that PostgreSQL is away and once that it is back
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
     async def __aenter__(self) -> Database:
         await anyio.to_thread.run_sync(self._open)

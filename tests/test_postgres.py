@@ -543,3 +543,86 @@ def test_postgresql_restarted_mid_run_loses_nothing_acknowledged(
                 assert task_id in completed
 
     anyio.run(check)
+
+
+async def test_the_chat_store_on_postgresql_keeps_the_embedded_stores_rules(pg_url: str) -> None:
+    from greenroom.chat import ConversationNotFound
+    from greenroom.chat._store import StoredMessage, StoredPending
+    from greenroom.postgres import PostgresChatStore
+
+    db = await _ready(pg_url)
+    try:
+        store = PostgresChatStore(db)
+        milk = await store.add_task("alice", "buy milk")
+        await store.add_task("bob", "bob's")
+        assert [t.title for t in await store.list_tasks("alice")] == ["buy milk"]
+        assert (await store.complete_task("alice", milk.id)).completed  # type: ignore[union-attr]
+        assert await store.complete_task("bob", milk.id) is None  # not bob's
+        assert await store.delete_task("bob", milk.id) is None  # not bob's
+        await store.open_conversation("alice", "c1", create=True)
+        with pytest.raises(ConversationNotFound):
+            await store.open_conversation("bob", "c1", create=False)
+        turn = [StoredMessage(role="user", content="hi", created_at=1.0),
+                StoredMessage(role="assistant", content="hello", created_at=2.0)]  # fmt: skip
+        pending = StoredPending(tool_name="delete_task", parameters={"task_id": 1}, title="x", expires_at=9e9)
+        await store.save_turn("alice", "c1", turn, pending)
+        assert [m.content for m in await store.load_history("alice", "c1", 10)] == ["hi", "hello"]
+        assert await store.load_history("bob", "c1", 10) == []
+        assert await store.take_pending("alice", "c1", pending) is True
+        assert await store.take_pending("alice", "c1", pending) is False  # taken once
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> None:
+    from greenroom.postgres import PostgresChatStore
+
+    db = await _ready(pg_url)
+    now = [100.0]
+    try:
+        a, b = PostgresChatStore(db, clock=lambda: now[0]), PostgresChatStore(db, clock=lambda: now[0])
+        await a.open_conversation("alice", "c1", create=True)
+        assert await a.hold_conversation("c1", "host-a", 30.0)
+        assert not await b.hold_conversation("c1", "host-b", 30.0)  # busy on host a
+        await a.let_go_conversation("c1", "host-a")
+        assert await b.hold_conversation("c1", "host-b", 30.0)
+        now[0] += 31  # host b died mid-request: its hold lapses at the deadline
+        assert await a.hold_conversation("c1", "host-a", 30.0)
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_conversation(pg_url: str) -> None:
+    from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+    from greenroom.llm import RuleBasedModel
+    from greenroom.postgres import PostgresChatStore
+
+    db = await _ready(pg_url)
+    try:
+        store = PostgresChatStore(db)
+        async with ActorSystem() as system, MCPToolExecutor(task_server(store)) as tools:
+            runners = [
+                await AgentRunner.spawn(
+                    system, LLMAgentEngine(RuleBasedModel(), tools), store, name=f"runner{n}"
+                )
+                for n in range(2)
+            ]
+            conversation = await runners[0].new_conversation("alice")
+            context = AgentContext.from_request("alice", conversation, [])
+            results = []
+
+            async def say(n: int) -> None:
+                results.append(await runners[n % 2].run(context, f"add errand {n}"))
+
+            async with anyio.create_task_group() as tg:
+                for n in range(8):
+                    tg.start_soon(say, n)
+            for runner in runners:
+                await runner.aclose()
+        assert len(results) == 8 and all(r.success for r in results)
+        titles = sorted(t.title for t in await store.list_tasks("alice"))
+        assert titles == sorted(f"errand {n}" for n in range(8))
+        history = await store.load_history("alice", conversation, 100)
+        assert [m.role for m in history] == ["user", "assistant"] * 8  # whole turns, one after another
+    finally:
+        await db.__aexit__(None, None, None)

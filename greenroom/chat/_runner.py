@@ -20,6 +20,8 @@ already made is the one thing that happened).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import uuid
 from collections import deque
@@ -216,6 +218,8 @@ class AgentRunner:
         self.engine = engine
         self.store = store
         self.timeout = timeout
+        self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        """This runner's name when it holds a conversation in a shared store."""
 
     @classmethod
     async def spawn(
@@ -260,10 +264,13 @@ class AgentRunner:
     async def _run(self, context: AgentContext, message: str) -> AgentResult:
         conversation = context.conversation_id
         child: ActorRef | None = None
+        held = False
         try:
             with anyio.fail_after(self.timeout):
                 child = await self.ref.ask(_Admit(conversation), timeout=None)
                 assert child is not None
+                await self._hold(conversation)
+                held = True
                 result: AgentResult = await child.ask(_Run(context, message), timeout=None)
                 return result
         except TimeoutError:
@@ -280,11 +287,26 @@ class AgentRunner:
             logger.error("chat: a request failed: %s", type(error).__name__, exc_info=error)
             return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
         finally:
+            if held:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    try:
+                        await self.store.let_go_conversation(conversation, self.holder)
+                    except Exception as error:  # the store is away: the hold lapses at the deadline
+                        logger.warning("chat: could not let go of a conversation: %s", error)
             if child is not None:
                 try:
                     self.ref.tell(_Release(conversation, child))
                 except Exception:  # the runner is stopping: its children stop with it
                     logger.debug("chat: the runner is gone; %r stops with it", child.name)
+
+    async def _hold(self, conversation: str) -> None:
+        """Wait (under the caller's deadline) until no other process sharing the store
+        serves this conversation; that request is on another host, so nothing here can
+        signal its end: the store is asked again every 50 ms."""
+        while True:
+            if await self.store.hold_conversation(conversation, self.holder, self.timeout):
+                return
+            await anyio.sleep(0.05)
 
     async def aclose(self) -> None:
         await self.ref.stop()

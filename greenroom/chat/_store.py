@@ -132,6 +132,13 @@ class ChatStore(Protocol):
 
     async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool: ...
 
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+        """Take the conversation for one request across every process sharing the store
+        (``False``: another holder has it now); the runner serves it one request at a time."""
+        ...
+
+    async def let_go_conversation(self, conversation_id: str, holder: str) -> None: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -390,6 +397,14 @@ class SQLiteChatStore:
             return cursor.rowcount == 1
 
         return await self._run(take)
+
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+        """Always ``True``: one daemon owns a data dir, and its runner already serves a
+        conversation one request at a time."""
+        return True
+
+    async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
+        return None
 
     async def aclose(self) -> None:
         def close() -> None:

@@ -110,7 +110,13 @@ class DaemonService:
 
         host = self.host
         chat = self.config.chat
-        store = SQLiteChatStore(host.data_dir / CHAT_DB)
+        store: Any
+        if host.db is not None:  # shared by every daemon on the database
+            from ..postgres import PostgresChatStore
+
+            store = PostgresChatStore(host.db)
+        else:
+            store = SQLiteChatStore(host.data_dir / CHAT_DB)
         self._stack.push_async_callback(store.aclose)
         model: ChatModel
         if chat.model == SCRIPTED or self.config.llm is None:

@@ -2,6 +2,7 @@
 connection pool, the versioned schema, and the task graph's transactions. psycopg 3's
 sync API on worker threads, so the same code runs on asyncio and trio."""
 
+from ._chat import PostgresChatStore
 from ._db import Database, DatabaseError, check_url, redact
 from ._graph import CHANNEL, EventCursor, PostgresGraph
 from ._log import PostgresLogActor, tail_events
@@ -14,6 +15,7 @@ __all__ = [
     "Database",
     "DatabaseError",
     "EventCursor",
+    "PostgresChatStore",
     "PostgresGraph",
     "PostgresLogActor",
     "PostgresSupervisorActor",

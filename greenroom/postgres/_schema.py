@@ -50,6 +50,42 @@ MIGRATIONS: list[list[str]] = [
             payload jsonb NOT NULL
         )""",
     ],
+    [  # 2: the chat assistant's data (its own schema: generic table names stay out of the way)
+        "CREATE SCHEMA greenroom_chat",
+        """CREATE TABLE greenroom_chat.tasks (
+            user_id text NOT NULL,
+            id bigserial PRIMARY KEY,
+            title text NOT NULL,
+            description text NOT NULL DEFAULT '',
+            completed integer NOT NULL DEFAULT 0,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL
+        )""",
+        "CREATE INDEX tasks_by_user ON greenroom_chat.tasks (user_id, id)",
+        """CREATE TABLE greenroom_chat.conversations (
+            id text PRIMARY KEY,
+            user_id text NOT NULL,
+            created_at double precision NOT NULL,
+            busy_by text,
+            busy_until double precision
+        )""",
+        """CREATE TABLE greenroom_chat.messages (
+            conversation_id text NOT NULL REFERENCES greenroom_chat.conversations (id),
+            seq integer NOT NULL,
+            role text NOT NULL,
+            content text NOT NULL,
+            tool_calls text,
+            created_at double precision NOT NULL,
+            PRIMARY KEY (conversation_id, seq)
+        )""",
+        """CREATE TABLE greenroom_chat.pending_actions (
+            conversation_id text PRIMARY KEY REFERENCES greenroom_chat.conversations (id),
+            tool_name text NOT NULL,
+            parameters text NOT NULL,
+            title text NOT NULL,
+            expires_at double precision NOT NULL
+        )""",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

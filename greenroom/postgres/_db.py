@@ -72,7 +72,14 @@ class Database:
         from psycopg_pool import ConnectionPool
 
         self._pool = ConnectionPool(
-            self.url, min_size=self.min_size, max_size=self.max_size, timeout=self.timeout, open=False
+            self.url,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            open=False,
+            # autocommit: a one-statement operation is one round trip (no BEGIN, no COMMIT
+            # sent); ``run`` opens a transaction block for everything else
+            kwargs={"autocommit": True},
         )
         try:
             self._pool.open(wait=True, timeout=self.timeout)
@@ -86,22 +93,27 @@ class Database:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(pool.close)
 
-    def run_sync(self, fn: Callable[[Any], T]) -> T:
-        """``fn(connection)`` in one transaction, in this thread (blocking)."""
+    def run_sync(self, fn: Callable[[Any], T], *, single: bool = False) -> T:
+        """``fn(connection)`` in one transaction, in this thread (blocking). ``single``:
+        ``fn`` runs exactly one statement, which is its own transaction (one round trip)."""
         import psycopg
 
         if self._pool is None:
             raise DatabaseError("the database is closed")
         try:
-            with self._pool.connection() as connection, connection.transaction():
-                return fn(connection)
+            with self._pool.connection() as connection:
+                if single:
+                    return fn(connection)
+                with connection.transaction():
+                    return fn(connection)
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:  # away, restarting, cut off
             raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
 
-    async def run(self, fn: Callable[[Any], T]) -> T:
+    async def run(self, fn: Callable[[Any], T], *, single: bool = False) -> T:
         """``fn(connection)`` in one transaction, on a worker thread (see the module doc
-        for what cancellation does)."""
-        return await anyio.to_thread.run_sync(partial(self.run_sync, fn), limiter=self._limiter)
+        for what cancellation does; ``single`` as in :meth:`run_sync`)."""
+        call = partial(self.run_sync, fn, single=single)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
     def connect(self, *, autocommit: bool = True) -> Any:
         """A connection of its own, outside the pool (for ``LISTEN``). Blocking."""

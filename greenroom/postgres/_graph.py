@@ -28,7 +28,6 @@ import msgspec
 from ..messages import (
     AGENT_RESULT,
     TASK_CANCELLED,
-    TASK_CLAIMED,
     TASK_COMPLETED,
     TASK_FAILED,
     TASK_RETRIED,
@@ -271,21 +270,25 @@ class PostgresGraph:
     # -- claiming and leases ----------------------------------------------------------
 
     def claim(self, connection: Any, agent_id: str, agent_type: str, lease: float) -> AgentTask | None:
+        """One statement (one round trip, one commit): pick, update, log ``TASK_CLAIMED``."""
         now = self.clock()
         row = connection.execute(
             f"""WITH next AS (
                     SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
-                    ORDER BY priority DESC, ord LIMIT 1 FOR UPDATE SKIP LOCKED)
-                UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = %(agent)s, attempt = t.attempt + 1,
-                    lease_expires_at = %(expires)s, last_heartbeat_at = %(now)s, updated_at = %(now)s
-                FROM next WHERE t.id = next.id RETURNING {_prefixed("t")}""",
+                    ORDER BY priority DESC, ord LIMIT 1 FOR UPDATE SKIP LOCKED),
+                claimed AS (
+                    UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = %(agent)s, attempt = t.attempt + 1,
+                        lease_expires_at = %(expires)s, last_heartbeat_at = %(now)s, updated_at = %(now)s
+                    FROM next WHERE t.id = next.id RETURNING {_prefixed("t")}),
+                logged AS (
+                    INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload)
+                    SELECT %(now)s, 'TASK_CLAIMED', id, owner, 'internal',
+                        jsonb_build_object('status', status, 'attempt', attempt)
+                    FROM claimed)
+                SELECT {_COLUMNS} FROM claimed""",
             {"type": agent_type, "agent": agent_id, "expires": now + lease, "now": now},
         ).fetchone()
-        if row is None:
-            return None
-        task = _task(row)
-        self._emit(connection, [self._transition_event(TASK_CLAIMED, task)])
-        return task
+        return None if row is None else _task(row)
 
     def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
         row = connection.execute(
@@ -331,8 +334,11 @@ class PostgresGraph:
     def complete(self, connection: Any, task_id: str, agent_id: str, result: AgentResult) -> AgentTask:
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
-        task = self._owned(connection, task_id, agent_id, "complete")
         size = len(_encode(result))
+        done = self.complete_at_once(connection, task_id, agent_id, result)
+        if done is not None:
+            return done
+        task = self._owned(connection, task_id, agent_id, "complete")  # raises the right refusal
         if size > self.limits.max_result_bytes:
             reason = (
                 f"the result is {size} bytes, larger than max_result_bytes ({self.limits.max_result_bytes})"
@@ -352,6 +358,49 @@ class PostgresGraph:
                                 (AGENT_RESULT, task_id, agent_id, result_payload(result))])  # fmt: skip
         self._notify(connection, {agent_type for agent_type, unmet in ready if unmet == 0})
         return task
+
+    def complete_at_once(
+        self, connection: Any, task_id: str, agent_id: str, result: AgentResult
+    ) -> AgentTask | None:
+        """The usual completion in one statement (one round trip, one commit: run it with
+        ``Database.run(..., single=True)``): the owner's task COMPLETED, its dependents'
+        counts decremented, both events logged, the types that became ready announced.
+        ``None`` — nothing changed — when the caller does not own it in progress or the
+        result is too large: :meth:`complete` then says why, in a transaction."""
+        if result.task_id != task_id or len(_encode(result)) > self.limits.max_result_bytes:
+            return None
+        now = self.clock()
+        row = connection.execute(
+            f"""WITH done AS (
+                    UPDATE gr_tasks SET status = 'COMPLETED', lease_expires_at = NULL, updated_at = %(now)s,
+                        doc = jsonb_set(doc, '{{result}}', %(result)s)
+                    WHERE id = %(id)s AND status = 'IN_PROGRESS' AND owner = %(agent)s
+                    RETURNING {_COLUMNS}),
+                ready AS (
+                    UPDATE gr_tasks SET unmet = unmet - 1
+                    WHERE id IN (SELECT task_id FROM gr_deps WHERE dep_id = %(id)s) AND status = 'PENDING'
+                        AND EXISTS (SELECT 1 FROM done)
+                    RETURNING type, unmet),
+                logged AS (
+                    INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload)
+                    SELECT %(now)s, 'TASK_COMPLETED', id, owner, 'internal',
+                        jsonb_build_object('status', 'COMPLETED', 'attempt', attempt) FROM done
+                    UNION ALL
+                    SELECT %(now)s, 'AGENT_RESULT', id, %(agent)s, 'internal', %(payload)s FROM done),
+                announced AS (
+                    SELECT pg_notify(%(channel)s, type)
+                    FROM (SELECT DISTINCT type FROM ready WHERE unmet = 0) r)
+                SELECT {_COLUMNS}, (SELECT count(*) FROM announced) FROM done""",
+            {
+                "now": now,
+                "id": task_id,
+                "agent": agent_id,
+                "result": _json(msgspec.to_builtins(result)),
+                "payload": _json(result_payload(result)),
+                "channel": CHANNEL,
+            },
+        ).fetchone()
+        return None if row is None else _task(row[:-1])
 
     def fail(self, connection: Any, task_id: str, agent_id: str, error: AgentError) -> AgentTask:
         task = self._owned(connection, task_id, agent_id, "fail")

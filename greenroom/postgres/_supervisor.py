@@ -209,7 +209,9 @@ class _GraphWorker(Actor):
                 return
             value: Any
             if isinstance(message, Claim):
-                task = await db.run(lambda c: graph.claim(c, message.agent_id, message.agent_type, lease))
+                task = await db.run(
+                    lambda c: graph.claim(c, message.agent_id, message.agent_type, lease), single=True
+                )
                 if task is None:
                     if message.wait and reply is not None:
                         owner.context.ref.tell(_Parked(reply, message))
@@ -224,8 +226,13 @@ class _GraphWorker(Actor):
                 value = await db.run(lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease))
             elif isinstance(message, Complete):
                 value = await db.run(
-                    lambda c: graph.complete(c, message.task_id, message.agent_id, message.result)
+                    lambda c: graph.complete_at_once(c, message.task_id, message.agent_id, message.result),
+                    single=True,
                 )
+                if value is None:  # not the owner in progress, or too large: the full path says why
+                    value = await db.run(
+                        lambda c: graph.complete(c, message.task_id, message.agent_id, message.result)
+                    )
             elif isinstance(message, Fail):
                 value = await db.run(
                     lambda c: graph.fail(c, message.task_id, message.agent_id, message.error)

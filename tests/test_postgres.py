@@ -626,3 +626,43 @@ async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_convers
         assert [m.role for m in history] == ["user", "assistant"] * 8  # whole turns, one after another
     finally:
         await db.__aexit__(None, None, None)
+
+
+def test_a_poison_task_on_postgresql_is_failed_and_its_neighbours_are_not_charged(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The crash accounting of the files, across restarts of a daemon on a shared
+    database: its node (kept in the data dir) recognises what its previous process was
+    running; after max_crashes (3) deaths the poison task is FAILED with the reason, and
+    the tasks beside it complete without being charged an attempt."""
+    db = anyio.run(_ready, pg_url)
+    anyio.run(db.__aexit__, None, None, None)
+    tasks = [{"id": "poison", "type": "step"}] + [{"id": f"i{n:02d}", "type": "step"} for n in range(30)]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    assert _cli("tasks", "add", "--file", str(tmp_path / "tasks.json"), "--store", pg_url).returncode == 0
+    config = tmp_path / "poison.toml"
+    config.write_text(
+        'lease_seconds = 60\n[agents.step]\nagent = "crash_agents:PoisonAgent"\nconcurrency = 8\n'
+    )
+    deaths = 0
+    while True:
+        done = _cli(
+            "run", "--store", pg_url, "--config", str(config), "--until-idle", "--quiet", "--no-api",
+            "--data-dir", str(tmp_path / "node"), GREENROOM_TEST_ACKS=str(tmp_path / "acks.log"),
+        )  # fmt: skip
+        if done.returncode == 0:
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        deaths += 1
+        assert deaths <= 3, "the poison task was not stopped at max_crashes"
+    assert deaths == 3
+    listed = {t["id"]: t for t in json.loads(_cli("tasks", "list", "--json", "--store", pg_url).stdout)}
+    poison = listed.pop("poison")
+    assert poison["status"] == "FAILED" and poison["crashes"] == 3
+    assert "a poison task?" in poison["error"]["reason"]
+    assert all(t["status"] == "COMPLETED" and t["attempt"] == 1 for t in listed.values()), [
+        (t["id"], t["status"], t["attempt"], t["crashes"])
+        for t in listed.values()
+        if t["status"] != "COMPLETED" or t["attempt"] != 1
+    ]
+    assert "failed 1 task(s) as poison" in done.stderr

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import socket
+import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import anyio
 
 from .._errors import StorageError
-from .._files import resolve_data_dir
+from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..log import LogActor, NarratorCapability
@@ -37,6 +38,23 @@ def _decide(error: Exception) -> Directive:
 
 
 _STRATEGY = SupervisorStrategy(decider=_decide)
+
+NODE_FILE = "node.id"
+
+
+def _node_id(data_dir: Path) -> str:
+    """This data dir's node name on a shared database (made once, then kept): with the
+    pid it names the agents' owner ids, so a restarted daemon recognises the tasks its
+    previous process was running. Blocking."""
+    path = data_dir / NODE_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if not re.fullmatch(r"[A-Za-z0-9.-]{1,80}-[0-9a-f]{8}", text):
+        text = f"{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())[:60]}-{uuid.uuid4().hex[:8]}"
+        replace_durably(path, (text + "\n").encode())
+    return text
 
 
 class AgentHost:
@@ -102,11 +120,15 @@ class AgentHost:
             from ..postgres import PostgresLogActor, PostgresSupervisorActor
 
             db = self.db
+            node = await anyio.to_thread.run_sync(_node_id, self.data_dir)
+            self.instance = instance = f"{node}:{os.getpid()}"
             self.log = await self.system.spawn(
                 lambda: PostgresLogActor(db, narrator=self.narrator), name="log"
             )
             self.supervisor = await self.system.spawn(
-                lambda: PostgresSupervisorActor(db, lease_seconds=config.lease_seconds, limits=config.limits),
+                lambda: PostgresSupervisorActor(
+                    db, lease_seconds=config.lease_seconds, limits=config.limits, node=node, instance=instance
+                ),
                 name="supervisor",
             )
             return

@@ -45,6 +45,7 @@ from ..supervisor._graph import _payload_bytes, find_cycle
 from ..supervisor._outbox import result_payload
 
 CHANNEL = "greenroom_runnable"
+SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
 _COLUMNS = (
@@ -270,12 +271,25 @@ class PostgresGraph:
     # -- claiming and leases ----------------------------------------------------------
 
     def claim(self, connection: Any, agent_id: str, agent_type: str, lease: float) -> AgentTask | None:
-        """One statement (one round trip, one commit): pick, update, log ``TASK_CLAIMED``."""
+        """One statement (one round trip, one commit): pick, update, log ``TASK_CLAIMED``.
+
+        Fresh work first; a suspect (a task that was running when its process died) only
+        when none is left, in a random order, and only while no other suspect is in
+        progress anywhere (checked under an advisory lock, so two claimers cannot both
+        take one): the tasks beside a poison task are not blamed for its crashes."""
         now = self.clock()
         row = connection.execute(
-            f"""WITH next AS (
+            f"""WITH fresh AS (
                     SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
+                        AND crashes = 0
                     ORDER BY priority DESC, ord LIMIT 1 FOR UPDATE SKIP LOCKED),
+                suspect AS (
+                    SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
+                        AND crashes > 0 AND NOT EXISTS (SELECT 1 FROM fresh)
+                        AND pg_try_advisory_xact_lock(%(suspects)s)
+                        AND NOT EXISTS (SELECT 1 FROM gr_tasks WHERE status = 'IN_PROGRESS' AND crashes > 0)
+                    ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED),
+                next AS (SELECT id FROM fresh UNION ALL SELECT id FROM suspect),
                 claimed AS (
                     UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = %(agent)s, attempt = t.attempt + 1,
                         lease_expires_at = %(expires)s, last_heartbeat_at = %(now)s, updated_at = %(now)s
@@ -286,7 +300,13 @@ class PostgresGraph:
                         jsonb_build_object('status', status, 'attempt', attempt)
                     FROM claimed)
                 SELECT {_COLUMNS} FROM claimed""",
-            {"type": agent_type, "agent": agent_id, "expires": now + lease, "now": now},
+            {
+                "type": agent_type,
+                "agent": agent_id,
+                "expires": now + lease,
+                "now": now,
+                "suspects": SUSPECTS_LOCK,
+            },
         ).fetchone()
         return None if row is None else _task(row)
 
@@ -489,6 +509,42 @@ class PostgresGraph:
                                 *self._cascade(connection, task_id, "CANCELLED")])  # fmt: skip
         return task
 
+    def recover_orphans(self, connection: Any, node: str, instance: str) -> list[AgentTask]:
+        """At a daemon's start: the tasks its node's previous process was running when it
+        died (owners ``...@<node>:<pid>`` of another pid; one daemon per data dir, so that
+        process is gone). As with the files, the death is not charged to them — the
+        attempt is refunded and ``crashes`` counted — and at ``max_crashes`` a task is
+        failed as a poison task, with the reason. Other nodes' tasks are left to their
+        leases."""
+        rows = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE status = 'IN_PROGRESS' AND owner LIKE %s "
+            "AND owner NOT LIKE %s FOR UPDATE SKIP LOCKED",
+            (f"%@{_like(node)}:%", f"%@{_like(instance)}"),
+        ).fetchall()
+        now = self.clock()
+        recovered = []
+        for row in rows:
+            task = _task(row)
+            crashes = task.crashes + 1
+            if crashes >= self.limits.max_crashes:
+                why = (
+                    f"its process died while running it {crashes} times (max_crashes): a poison task? "
+                    f"(last owner {task.owner!r})"
+                )
+                task = msgspec.structs.replace(task, crashes=crashes)
+                recovered.append(self._end_attempt(connection, task, AgentError(reason=why), None))
+                continue
+            why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
+            task = msgspec.structs.replace(
+                task, status=TaskStatus.PENDING, owner=None, attempt=task.attempt - 1, crashes=crashes,
+                lease_expires_at=None, error=AgentError(reason=why, retryable=True), updated_at=now,
+            )  # fmt: skip
+            self._write(connection, task)
+            self._emit(connection, [self._transition_event(TASK_RETRIED, task)])
+            self._notify(connection, {task.type})
+            recovered.append(task)
+        return recovered
+
     def expire_leases(self, connection: Any) -> list[AgentTask]:
         """End the attempts whose lease ran out, on whichever node gets there first: each
         expired row is locked by one reclaimer and skipped by the others."""
@@ -575,6 +631,11 @@ class EventCursor:
                 )
             )
         return events
+
+
+def _like(text: str) -> str:
+    """``text`` matched literally in a ``LIKE`` pattern."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _prefixed(alias: str) -> str:

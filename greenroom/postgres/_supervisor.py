@@ -86,6 +86,8 @@ class PostgresSupervisorActor(Actor):
         workers: int = 8,
         limits: TaskLimits | None = None,
         listen: bool = True,
+        node: str | None = None,
+        instance: str | None = None,
         clock: Any = time.time,
     ) -> None:
         self.db = db
@@ -99,6 +101,10 @@ class PostgresSupervisorActor(Actor):
         self.workers = check_int("PostgresSupervisorActor", "workers", workers)
         self.graph = PostgresGraph(limits=limits, clock=clock)
         self.listen = listen
+        self.node = node
+        self.instance = instance
+        """``node`` (stable per data dir) and ``instance`` (``node:pid``): with both, the
+        tasks this node's previous process was running are recovered at start."""
         self.closing = False
         self._pool: list[ActorRef] = []
         self._next = 0
@@ -120,6 +126,22 @@ class PostgresSupervisorActor(Actor):
 
     async def on_start(self) -> None:
         await self.db.run(check)  # a database without our schema is refused before any work
+        if self.node is not None and self.instance is not None:
+            node, instance = self.node, self.instance
+            recovered = await self.db.run(lambda c: self.graph.recover_orphans(c, node, instance))
+            poisoned = [t.id for t in recovered if t.status.value == "FAILED"]
+            if len(recovered) > len(poisoned):
+                logger.warning(
+                    "supervisor: %d task(s) were IN_PROGRESS for this node's previous process; they are "
+                    "queued again, not charged an attempt",
+                    len(recovered) - len(poisoned),
+                )
+            if poisoned:
+                logger.error(
+                    "supervisor: failed %d task(s) as poison (running each time their process died): %s",
+                    len(poisoned),
+                    ", ".join(poisoned[:10]),
+                )
         for index in range(self.workers):
             self._pool.append(
                 await self.context.spawn(

@@ -41,7 +41,7 @@ from ..messages import (
     Visibility,
 )
 from ..supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
-from ..supervisor._graph import _payload_bytes, find_cycle
+from ..supervisor._graph import _payload_bytes, find_cycle, poison_reason, requeued_after_death
 from ..supervisor._outbox import result_payload
 
 CHANNEL = "greenroom_runnable"
@@ -527,18 +527,11 @@ class PostgresGraph:
             task = _task(row)
             crashes = task.crashes + 1
             if crashes >= self.limits.max_crashes:
-                why = (
-                    f"its process died while running it {crashes} times (max_crashes): a poison task? "
-                    f"(last owner {task.owner!r})"
-                )
                 task = msgspec.structs.replace(task, crashes=crashes)
+                why = poison_reason(task, crashes)
                 recovered.append(self._end_attempt(connection, task, AgentError(reason=why), None))
                 continue
-            why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
-            task = msgspec.structs.replace(
-                task, status=TaskStatus.PENDING, owner=None, attempt=task.attempt - 1, crashes=crashes,
-                lease_expires_at=None, error=AgentError(reason=why, retryable=True), updated_at=now,
-            )  # fmt: skip
+            task = requeued_after_death(task, now)
             self._write(connection, task)
             self._emit(connection, [self._transition_event(TASK_RETRIED, task)])
             self._notify(connection, {task.type})

@@ -376,28 +376,12 @@ class TaskGraph:
                 continue
             crashes = task.crashes + 1
             if crashes >= self.limits.max_crashes:
-                why = (
-                    f"its process died while running it {crashes} times (max_crashes): a poison task? "
-                    f"(last owner {task.owner!r})"
-                )
+                why = poison_reason(task, crashes)
                 task = replace(task, crashes=crashes)
                 ended.append(self._end_attempt(task, AgentError(reason=why), now))
                 continue
             self._stopped_running(task_id)
-            why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
-            task = self._put(
-                replace(
-                    task,
-                    status=PENDING,
-                    owner=None,
-                    attempt=task.attempt - 1,
-                    crashes=crashes,
-                    lease_expires_at=None,
-                    error=AgentError(reason=why, retryable=True),
-                    updated_at=now,
-                ),
-                TASK_RETRIED,
-            )
+            task = self._put(requeued_after_death(task, now), TASK_RETRIED)
             self._make_runnable(task)
             ended.append(task)
         return ended
@@ -408,6 +392,29 @@ class TaskGraph:
 
 def _random_rank() -> int:
     return random.getrandbits(48)
+
+
+def poison_reason(task: AgentTask, crashes: int) -> str:
+    return (
+        f"its process died while running it {crashes} times (max_crashes): a poison task? "
+        f"(last owner {task.owner!r})"
+    )
+
+
+def requeued_after_death(task: AgentTask, now: float) -> AgentTask:
+    """``task`` (in progress when its process died) PENDING again: the attempt refunded,
+    the death counted in ``crashes``."""
+    why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
+    return replace(
+        task,
+        status=PENDING,
+        owner=None,
+        attempt=task.attempt - 1,
+        crashes=task.crashes + 1,
+        lease_expires_at=None,
+        error=AgentError(reason=why, retryable=True),
+        updated_at=now,
+    )
 
 
 def _pop(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> AgentTask | None:

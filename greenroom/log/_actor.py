@@ -46,6 +46,7 @@ from ..messages import (
     RecordError,
     Subscribe,
     Unsubscribe,
+    Visibility,
     decode_json,
 )
 from ._policy import NarratorCapability, PolicyError, apply_policy
@@ -123,6 +124,27 @@ def last_origin(path: Path) -> tuple[int, int] | None:
 
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _GOOD_TYPES: set[str] = set()  # types seen valid (a fleet uses a handful); bounded below
+
+
+def admit(
+    append: Append, narrator: NarratorCapability | None, pending: PendingReply | None
+) -> Visibility | None:
+    """The visibility ``append`` is stored with, or ``None`` when its shape or the
+    visibility policy refuses it: then its asker gets the error (a told one is logged)
+    and nothing is stored. What every log (the file, PostgreSQL) does with an ``Append``."""
+    try:
+        check_append(append)
+        return apply_policy(append, narrator)
+    except (PolicyError, RecordError) as error:
+        _refuse(pending, append.type, error)
+        return None
+
+
+def _refuse(pending: PendingReply | None, kind: str, error: ValueError) -> None:
+    if pending is None:
+        logger.warning("log: refused a told %s event: %s", kind, error)
+    else:
+        pending.fail(error)
 
 
 def check_append(append: Append) -> None:
@@ -213,12 +235,8 @@ class LogActor(Actor):
         context = self.context
         if isinstance(message, Append):
             pending = context.reply_later()
-            try:
-                check_append(message)
-                visibility = apply_policy(message, self._narrator)
-            except (PolicyError, RecordError) as error:
-                self._refuse(pending, message.type, error)
-            else:
+            visibility = admit(message, self._narrator, pending)
+            if visibility is not None:
                 self._add(
                     pending, message.type, visibility, message.task_id, message.agent_id, message.payload
                 )
@@ -263,7 +281,7 @@ class LogActor(Actor):
         try:
             line = _encoder.encode(event) + b"\n"
         except (TypeError, msgspec.EncodeError) as error:
-            self._refuse(pending, kind, ValueError(f"event payload cannot be stored as JSON: {error}"))
+            _refuse(pending, kind, ValueError(f"event payload cannot be stored as JSON: {error}"))
             return False
         self.seq += 1
         self._buffer.append(line)
@@ -304,13 +322,6 @@ class LogActor(Actor):
                 self._pending_position = last
             if batch.ack is not None:
                 self._acks.append((batch.ack, last))
-
-    @staticmethod
-    def _refuse(pending: PendingReply | None, kind: str, error: ValueError) -> None:
-        if pending is None:
-            logger.warning("log: refused a told %s event: %s", kind, error)
-        else:
-            pending.fail(error)
 
     async def _flush(self) -> None:
         data = b"".join(self._buffer)

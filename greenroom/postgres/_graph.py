@@ -41,8 +41,8 @@ from ..messages import (
     Visibility,
 )
 from ..supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
-from ..supervisor._graph import _payload_bytes, find_cycle, poison_reason, requeued_after_death
-from ..supervisor._outbox import result_payload
+from ..supervisor._graph import check_submission, poison_reason, requeued_after_death
+from ..supervisor._outbox import result_payload, transition_payload
 
 CHANNEL = "greenroom_runnable"
 SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
@@ -135,10 +135,7 @@ class PostgresGraph:
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:
-        payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
-        if task.error is not None and task.status is not TaskStatus.COMPLETED:
-            payload["reason"] = task.error.reason
-        return (kind, task.id, task.owner, payload)
+        return (kind, task.id, task.owner, transition_payload(task))
 
     @staticmethod
     def _notify(connection: Any, types: set[str]) -> None:
@@ -179,33 +176,7 @@ class PostgresGraph:
 
     def submit(self, connection: Any, tasks: list[AgentTask]) -> list[AgentTask]:
         """All or none; the same refusals as the file graph's ``submit``."""
-        batch: dict[str, AgentTask] = {}
-        limit = self.limits.max_task_bytes
-        for task in tasks:
-            size = _payload_bytes(task)
-            if size > limit:
-                raise InvalidSubmission(
-                    task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({limit})"
-                )
-            if task.id in batch:
-                raise InvalidSubmission(task.id, "id", task.id, "is already taken")
-            for field, value, expected in (
-                ("status", task.status, TaskStatus.PENDING),
-                ("owner", task.owner, None),
-                ("attempt", task.attempt, 0),
-                ("crashes", task.crashes, 0),
-                ("result", task.result, None),
-            ):
-                if value != expected:
-                    raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
-            if len(set(task.depends_on)) != len(task.depends_on):
-                raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
-            if task.id in task.depends_on:
-                raise InvalidSubmission(task.id, "depends_on", task.id, "names the task itself")
-            batch[task.id] = task
-        cycle = find_cycle(batch)
-        if cycle is not None:
-            raise InvalidSubmission(cycle[0], "depends_on", cycle[1], "closes a dependency cycle")
+        batch = check_submission(tasks, self.limits)
         taken = connection.execute("SELECT id FROM gr_tasks WHERE id = ANY(%s)", (list(batch),)).fetchone()
         if taken is not None:
             raise InvalidSubmission(taken[0], "id", taken[0], "is already taken")
@@ -310,13 +281,18 @@ class PostgresGraph:
         ).fetchone()
         return None if row is None else _task(row)
 
-    def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
+    @staticmethod
+    def _locked(connection: Any, task_id: str) -> AgentTask:
+        """The task's row, locked until the transaction ends; ``UnknownTask`` if none."""
         row = connection.execute(
             f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (task_id,)
         ).fetchone()
         if row is None:
             raise UnknownTask(task_id)
-        task = _task(row)
+        return _task(row)
+
+    def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
+        task = self._locked(connection, task_id)
         if task.status is not TaskStatus.IN_PROGRESS:
             raise InvalidTransition(task_id, task.status.value, action)
         if task.owner != agent_id:
@@ -351,11 +327,15 @@ class PostgresGraph:
             ),
         )
 
-    def complete(self, connection: Any, task_id: str, agent_id: str, result: AgentResult) -> AgentTask:
+    def complete(
+        self, connection: Any, task_id: str, agent_id: str, result: AgentResult, *, at_once: bool = True
+    ) -> AgentTask:
+        """Complete the owner's task in this transaction (``at_once=False``: the caller
+        already tried :meth:`complete_at_once`, so go straight to the checks)."""
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
         size = len(_encode(result))
-        done = self.complete_at_once(connection, task_id, agent_id, result)
+        done = self.complete_at_once(connection, task_id, agent_id, result) if at_once else None
         if done is not None:
             return done
         task = self._owned(connection, task_id, agent_id, "complete")  # raises the right refusal
@@ -466,9 +446,7 @@ class PostgresGraph:
         ).fetchall()
         events: list[EventRow] = []
         for dependent_id, cause in rows:
-            dependent = _task(connection.execute(
-                f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (dependent_id,)
-            ).fetchone())  # fmt: skip
+            dependent = self._locked(connection, dependent_id)
             why = f"dependency {cause!r} is {status if cause == task_id else 'DEPENDENCY_FAILED'}"
             dependent = msgspec.structs.replace(
                 dependent,
@@ -492,12 +470,7 @@ class PostgresGraph:
         return task
 
     def cancel(self, connection: Any, task_id: str, reason: str) -> AgentTask:
-        row = connection.execute(
-            f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (task_id,)
-        ).fetchone()
-        if row is None:
-            raise UnknownTask(task_id)
-        task = _task(row)
+        task = self._locked(connection, task_id)
         if task.status.final:
             raise InvalidTransition(task_id, task.status.value, "cancel")
         error = self.limits.clip(AgentError(reason=reason))

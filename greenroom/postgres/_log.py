@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
-from ..log import NarratorCapability, PolicyError, apply_policy, check_append
-from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, Visibility
+from ..log import NarratorCapability, admit
+from ..messages import Append, Event, Subscribe, Unsubscribe, Visibility
 from ._db import Database, DatabaseError
 from ._graph import EventCursor, PostgresGraph
 
@@ -47,15 +47,8 @@ class PostgresLogActor(Actor):
         context = self.context
         if isinstance(message, Append):
             pending = context.reply_later()
-            try:
-                check_append(message)
-                visibility = apply_policy(message, self.narrator)
-            except (PolicyError, RecordError) as error:
-                if pending is not None:
-                    pending.fail(error)
-                else:
-                    logger.warning("log: refused a told %s event: %s", message.type, error)
-            else:
+            visibility = admit(message, self.narrator, pending)
+            if visibility is not None:
                 self._batch.append(
                     (pending, (message.type, message.task_id, message.agent_id, visibility, message.payload))
                 )

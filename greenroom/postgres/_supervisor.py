@@ -253,7 +253,9 @@ class _GraphWorker(Actor):
                 )
                 if value is None:  # not the owner in progress, or too large: the full path says why
                     value = await db.run(
-                        lambda c: graph.complete(c, message.task_id, message.agent_id, message.result)
+                        lambda c: graph.complete(
+                            c, message.task_id, message.agent_id, message.result, at_once=False
+                        )
                     )
             elif isinstance(message, Fail):
                 value = await db.run(

@@ -72,7 +72,7 @@ from ..messages import (
 )
 from ._errors import TaskGraphError
 from ._graph import TaskGraph
-from ._outbox import Outbox, result_event
+from ._outbox import Outbox, result_event, transition_payload
 from ._store import GraphStore
 
 _encode = msgspec.json.encode
@@ -305,10 +305,7 @@ class SupervisorActor(Actor):
         the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
         outbox = self._outbox
         for kind, task in self.graph.take_events():
-            payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
-            if task.error is not None and task.status.value != "COMPLETED":
-                payload["reason"] = task.error.reason
-            outbox.append(OutboxEvent(kind, task.id, task.owner, payload))
+            outbox.append(OutboxEvent(kind, task.id, task.owner, transition_payload(task)))
         if isinstance(message, Complete):
             outbox.append(result_event(message.task_id, message.agent_id, message.result))
         elif isinstance(message, Fail):

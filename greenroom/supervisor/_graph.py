@@ -165,35 +165,13 @@ class TaskGraph:
         """Add ``tasks`` as PENDING, all or none. Dependencies may point at existing
         tasks or at others in the same batch; duplicate ids, unknown dependencies and
         cycles are refused."""
-        batch: dict[str, AgentTask] = {}
-        max_bytes = self.limits.max_task_bytes
+        batch = check_submission(tasks, self.limits)
         for task in tasks:
-            size = _payload_bytes(task)
-            if size > max_bytes:
-                raise InvalidSubmission(
-                    task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({max_bytes})"
-                )
-            if task.id in self.tasks or task.id in batch:
+            if task.id in self.tasks:
                 raise InvalidSubmission(task.id, "id", task.id, "is already taken")
-            for field, value, expected in (
-                ("status", task.status, PENDING),
-                ("owner", task.owner, None),
-                ("attempt", task.attempt, 0),
-                ("crashes", task.crashes, 0),
-                ("result", task.result, None),
-            ):
-                if value != expected:
-                    raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
-            batch[task.id] = task
-        for task in tasks:
-            if len(set(task.depends_on)) != len(task.depends_on):
-                raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
             for dep in task.depends_on:
-                if dep == task.id:
-                    raise InvalidSubmission(task.id, "depends_on", dep, "names the task itself")
                 if dep not in self.tasks and dep not in batch:
                     raise InvalidSubmission(task.id, "depends_on", dep, "is not a known task")
-        _check_acyclic(batch)
         # Stamp and index in dependency order, so a dependency inside the batch is indexed first.
         base = self.next_order
         position = {task.id: i for i, task in enumerate(tasks)}
@@ -447,11 +425,39 @@ def _payload_bytes(task: AgentTask) -> int:
 _encode = msgspec.json.encode
 
 
-def _check_acyclic(batch: dict[str, AgentTask]) -> None:
-    # Existing tasks cannot depend on new ones, so a cycle lies within the batch.
+def check_submission(tasks: list[AgentTask], limits: TaskLimits) -> dict[str, AgentTask]:
+    """What a batch must be on its own, whatever the store: sizes within ``limits``, ids
+    unique, nothing but PENDING fields set, no dependency twice or on itself, no cycle
+    (existing tasks cannot depend on new ones, so a cycle lies within the batch). Returns
+    the batch by id; the store then checks ids and dependencies against what it holds."""
+    batch: dict[str, AgentTask] = {}
+    max_bytes = limits.max_task_bytes
+    for task in tasks:
+        size = _payload_bytes(task)
+        if size > max_bytes:
+            raise InvalidSubmission(
+                task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({max_bytes})"
+            )
+        if task.id in batch:
+            raise InvalidSubmission(task.id, "id", task.id, "is already taken")
+        for field, value, expected in (
+            ("status", task.status, PENDING),
+            ("owner", task.owner, None),
+            ("attempt", task.attempt, 0),
+            ("crashes", task.crashes, 0),
+            ("result", task.result, None),
+        ):
+            if value != expected:
+                raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
+        if len(set(task.depends_on)) != len(task.depends_on):
+            raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
+        if task.id in task.depends_on:
+            raise InvalidSubmission(task.id, "depends_on", task.id, "names the task itself")
+        batch[task.id] = task
     found = find_cycle(batch)
     if found is not None:
         raise InvalidSubmission(found[0], "depends_on", found[1], "closes a dependency cycle")
+    return batch
 
 
 def find_cycle(tasks: dict[str, AgentTask]) -> tuple[str, str] | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..messages import AGENT_RESULT, AgentError, AgentResult, AppendBatch, OutboxEvent
+from ..messages import AGENT_RESULT, AgentError, AgentResult, AgentTask, AppendBatch, OutboxEvent
 
 Origin = tuple[int, int]
 
@@ -35,6 +35,14 @@ def result_payload(result: AgentResult | AgentError) -> dict[str, Any]:
         "notes": result.notes,
         "next_actions": result.next_actions,
     }
+
+
+def transition_payload(task: AgentTask) -> dict[str, Any]:
+    """The payload of a task-graph transition's event (``TASK_CLAIMED``, ``TASK_FAILED``...)."""
+    payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
+    if task.error is not None and task.status.value != "COMPLETED":
+        payload["reason"] = task.error.reason
+    return payload
 
 
 def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:

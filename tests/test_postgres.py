@@ -20,14 +20,19 @@ import anyio
 import pytest
 
 from greenroom import ActorSystem
+from greenroom.actors import ActorStopped
 from greenroom.agents import AgentRuntime, BaseAgent
 from greenroom.agents._actor import AgentActor
 from greenroom.messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    Claim,
+    Complete,
     GetTask,
+    Granted,
     ListTasks,
+    NoWork,
     Stats,
     StopGranting,
     Submit,
@@ -35,6 +40,7 @@ from greenroom.messages import (
 )
 from greenroom.postgres import (
     VERSION,
+    ConflictError,
     Database,
     DatabaseError,
     EventCursor,
@@ -248,6 +254,105 @@ async def test_a_rolled_back_append_leaves_a_hole_the_reader_steps_over(pg_url: 
         await db.__aexit__(None, None, None)
 
 
+async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    try:
+        four = [task("low"), task("high1", priority=5), task("mid", priority=1), task("high2", priority=5)]
+        await db.run(lambda c: graph.submit(c, four))
+        got = await db.run(lambda c: graph.claim_many(c, ["a", "b", "c"], "w", 30.0), single=True)
+        assert [(t.id, t.owner, t.attempt) if t else None for t in got] == [
+            ("high1", "a", 1), ("high2", "b", 1), ("mid", "c", 1)]  # fmt: skip
+        rest = await db.run(lambda c: graph.claim_many(c, ["d", "e"], "w", 30.0), single=True)
+        assert [t.id if t else None for t in rest] == ["low", None]
+        rows = await db.run(
+            lambda c: c.execute(
+                "SELECT agent_id, xid::text FROM gr_events WHERE type = 'TASK_CLAIMED' ORDER BY seq"
+            ).fetchall()
+        )
+        assert [agent for agent, _ in rows] == ["a", "b", "c", "d"]  # logged in the agents' order
+        assert len({xid for _, xid in rows[:3]}) == 1  # one transaction for the three
+
+        # suspects (running when their process died): at most one per statement, and none
+        # while another is in progress anywhere
+        await db.run(lambda c: graph.submit(c, [task("s1"), task("s2"), task("s3")]))
+        await db.run(lambda c: c.execute("UPDATE gr_tasks SET crashes = 1 WHERE id LIKE 's%'"))
+        first = await db.run(lambda c: graph.claim_many(c, ["x", "y", "z"], "w", 30.0), single=True)
+        assert sum(t is not None for t in first) == 1 and first[0] is not None
+        assert await db.run(lambda c: graph.claim_many(c, ["y", "z"], "w", 30.0), single=True) == [None, None]
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_completions_in_one_statement_release_a_shared_dependent_and_refuse_a_stranger(
+    pg_url: str,
+) -> None:
+    db = await _ready(pg_url)
+    graph = PostgresGraph()
+    listener = await anyio.to_thread.run_sync(db.connect)
+    try:
+        await anyio.to_thread.run_sync(listener.execute, "LISTEN greenroom_runnable")
+        await db.run(lambda c: graph.submit(c, [task("a"), task("b"), task("x"),
+                                                task("both", "v", depends_on=["a", "b"])]))  # fmt: skip
+        await anyio.to_thread.run_sync(lambda: list(listener.notifies(timeout=0.5)))  # the submission's
+        await db.run(lambda c: graph.claim_many(c, ["pa", "pb", "px"], "w", 30.0), single=True)
+        three = [
+            ("a", "pa", AgentResult(task_id="a", outcome="A")),
+            ("x", "stranger", AgentResult(task_id="x")),  # not its owner: nothing changes
+            ("b", "pb", AgentResult(task_id="b", outcome="B")),
+        ]
+        done = await db.run(lambda c: graph.complete_many(c, three), single=True)
+        assert [(t.id, t.status, t.result.outcome) if t and t.result else None for t in done] == [
+            ("a", TaskStatus.COMPLETED, "A"), None, ("b", TaskStatus.COMPLETED, "B")]  # fmt: skip
+        assert (await db.run(lambda c: graph.get(c, "x"))).owner == "px"
+        woken = await anyio.to_thread.run_sync(
+            lambda: [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        )
+        assert woken == ["v"]  # both dependencies met in one statement: announced once
+        both = await db.run(lambda c: graph.claim(c, "q", "v", 30.0))
+        assert both is not None and both.id == "both"
+        with pytest.raises(NotOwner):
+            await db.run(
+                lambda c: graph.complete(c, "x", "stranger", AgentResult(task_id="x"), at_once=False)
+            )
+    finally:
+        await anyio.to_thread.run_sync(listener.close)
+        await db.__aexit__(None, None, None)
+
+
+def test_a_deadlock_is_a_conflict_error_and_leaves_nothing_behind(pg_url: str) -> None:
+    db = Database(pg_url, max_size=4)
+    db._open()
+    try:
+        db.run_sync(lambda c: c.execute("CREATE TABLE pair (id int PRIMARY KEY, n int)"))
+        db.run_sync(lambda c: c.execute("INSERT INTO pair VALUES (1, 0), (2, 0)"))
+        both_hold_one = threading.Barrier(2)
+        outcomes: dict[int, str] = {}
+
+        def crosswise(first: int, second: int, connection: Any) -> None:
+            connection.execute("UPDATE pair SET n = n + 1 WHERE id = %s", (first,))
+            both_hold_one.wait()
+            connection.execute("UPDATE pair SET n = n + 1 WHERE id = %s", (second,))
+
+        def worker(first: int, second: int) -> None:
+            try:
+                db.run_sync(lambda c: crosswise(first, second, c))
+                outcomes[first] = "committed"
+            except ConflictError:
+                outcomes[first] = "conflict"
+
+        threads = [threading.Thread(target=worker, args=pair) for pair in ((1, 2), (2, 1))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes.values()) == ["committed", "conflict"]
+        rows = db.run_sync(lambda c: c.execute("SELECT n FROM pair ORDER BY id").fetchall())
+        assert rows == [(1,), (1,)]  # the winner's two increments, none of the loser's
+    finally:
+        db._pool.close()
+
+
 async def test_a_bad_url_or_server_is_named_without_the_password() -> None:
     with pytest.raises(ValueError, match="postgresql:// URL"):
         Database("mysql://x")
@@ -318,6 +423,92 @@ async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str
         with anyio.fail_after(10):
             while (await b.ask(GetTask("woken"))).status is not TaskStatus.COMPLETED:
                 await anyio.sleep(0.02)
+
+
+async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    try:
+        async with ActorSystem() as system:
+            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            await supervisor.ask(Submit([task(f"t{i}") for i in range(20)]))
+            grants: list[Any] = []
+
+            async def claim(agent: str) -> None:
+                grants.append(await supervisor.ask(Claim(agent, "w")))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    tg.start_soon(claim, f"a{i}")
+            assert sorted(g.task.id for g in grants) == sorted(f"t{i}" for i in range(20))  # none shared
+            assert {g.task.owner for g in grants} == {f"a{i}" for i in range(20)}
+            await supervisor.stop()
+        xids = await db.run(
+            lambda c: c.execute("SELECT DISTINCT xid FROM gr_events WHERE type = 'TASK_CLAIMED'").fetchall()
+        )
+        assert len(xids) < 10  # one worker: the claims that queued while it was busy went together
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+async def test_requests_sent_before_stop_are_answered_and_a_parked_claim_is_told(pg_url: str) -> None:
+    db = await _ready(pg_url)
+    try:
+        async with ActorSystem() as system:
+            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            await supervisor.ask(Submit([task(f"t{i}") for i in range(30)]))
+            for i in range(30):
+                assert isinstance(await supervisor.ask(Claim(f"a{i}", "w")), Granted)
+            answers: dict[str, Any] = {}
+            sent = 0
+
+            async def complete(i: int) -> None:
+                nonlocal sent
+                sent += 1  # the ask enqueues before its first checkpoint
+                answers[f"t{i}"] = await supervisor.ask(
+                    Complete(f"t{i}", f"a{i}", AgentResult(task_id=f"t{i}"))
+                )
+
+            async def parked() -> None:
+                nonlocal sent
+                sent += 1
+                try:
+                    answers["parked"] = await supervisor.ask(Claim("late", "nothing", wait=True))
+                except ActorStopped as stopped:
+                    answers["parked"] = stopped
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(parked)
+                for i in range(30):
+                    tg.start_soon(complete, i)
+                with anyio.fail_after(5):
+                    while sent < 31:
+                        await anyio.sleep(0.001)
+                await supervisor.stop()
+        told = answers.pop("parked")  # parked by then: ActorStopped; still on its way: NoWork(closing)
+        assert isinstance(told, ActorStopped) or told == NoWork(closing=True)
+        assert {key: t.status for key, t in answers.items()} == {
+            f"t{i}": TaskStatus.COMPLETED for i in range(30)
+        }
+        counts, _, _ = await db.run(PostgresGraph().stats)
+        assert counts["COMPLETED"] == 30
+    finally:
+        await db.__aexit__(None, None, None)
+
+
+def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
+    pg_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from greenroom.cli import main
+
+    argv = ["bench", "graph", "--store", pg_server.get_uri(), "--processes", "1,2", "--agents", "4",
+            "--cycles", "2000", "--backend", "trio", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)
+    rows = figures["trio"]["rows"]
+    assert [row["processes"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["greenroom"] > 0 and row["unbatched"] > 0 and row["raw"] > 0
+        assert row["ratio"] == pytest.approx(row["greenroom"] / row["raw"])
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

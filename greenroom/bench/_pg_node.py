@@ -1,8 +1,8 @@
 """One "daemon" of the PostgreSQL graph benchmark, in its own process:
-``python -m greenroom.bench._pg_node URL AGENTS CYCLES BACKEND``.
+``python -m greenroom.bench._pg_node URL AGENTS CYCLES BACKEND BATCH``.
 
-It opens a pool, starts a ``PostgresSupervisorActor`` and ``AGENTS`` agent loops (claim,
-complete), prints ``ready``, waits for a line on stdin, runs until its agents have done
+It opens a pool, starts a ``PostgresSupervisorActor`` (``batch_size=BATCH``) and ``AGENTS``
+agent loops (claim, complete), prints ``ready``, waits for a line on stdin, runs until its agents have done
 ``CYCLES`` cycles between them (or the graph is empty), and prints
 ``{"started", "finished", "cycles"}`` (wall-clock seconds) as JSON.
 """
@@ -20,9 +20,11 @@ from ..messages import AgentResult, Claim, Complete, Granted
 from ..postgres import Database, PostgresSupervisorActor
 
 
-async def main(url: str, agents: int, cycles: int) -> dict[str, float]:
+async def main(url: str, agents: int, cycles: int, batch: int) -> dict[str, float]:
     async with Database(url, max_size=16) as db, ActorSystem() as system:
-        supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=16), name="supervisor")
+        supervisor = await system.spawn(
+            lambda: PostgresSupervisorActor(db, workers=16, batch_size=batch), name="supervisor"
+        )
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)
         left = cycles
@@ -51,5 +53,11 @@ async def main(url: str, agents: int, cycles: int) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    url, agents, cycles, backend = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    print(json.dumps(anyio.run(main, url, agents, cycles, backend=backend)), flush=True)
+    url, agents, cycles, backend, batch = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4],
+        int(sys.argv[5]),
+    )
+    print(json.dumps(anyio.run(main, url, agents, cycles, batch, backend=backend)), flush=True)

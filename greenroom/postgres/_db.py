@@ -49,6 +49,11 @@ class DatabaseError(StorageError):
     """PostgreSQL refused or could not be reached; the message names the server (no password)."""
 
 
+class ConflictError(DatabaseError):
+    """The transaction was rolled back by a conflict with another (a deadlock, a
+    serialization failure): nothing of it happened, and the same request may be retried."""
+
+
 class Database:
     """A connection pool to ``url`` (``min_size`` connections kept open, at most
     ``max_size``). Open it with ``async with Database(url) as db:``."""
@@ -107,6 +112,8 @@ class Database:
                 with connection.transaction():
                     return fn(connection)
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:  # away, restarting, cut off
+            if (getattr(error, "sqlstate", None) or "").startswith("40"):  # a deadlock, a serialization error
+                raise ConflictError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
             raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
 
     async def run(self, fn: Callable[[Any], T], *, single: bool = False) -> T:

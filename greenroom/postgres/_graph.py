@@ -9,10 +9,12 @@ the task in progress, so an owner whose lease was reclaimed is refused. Dependen
 rows of ``gr_deps`` and each task counts its ``unmet`` ones; completing a task
 decrements its dependents in the same transaction. A reclaim of expired leases locks the
 rows it reclaims (``SKIP LOCKED``): each is won by exactly one node. Every transition
-writes its events into ``gr_events`` in the same transaction, numbered from the one-row
-counter ``gr_event_seq`` (its row lock makes the sequence gap-free and in commit order,
-so a reader following ``seq`` never skips one). Tasks that became ready are announced
-with ``NOTIFY greenroom_runnable, '<type>'`` at commit.
+writes its events into ``gr_events`` in the same transaction (numbered by a sequence; see
+:class:`EventCursor` for how a reader follows them in order). Tasks that became ready are
+announced with ``NOTIFY greenroom_runnable, '<type>'`` at commit. Claims and usual
+completions also come in batches (:meth:`PostgresGraph.claim_many`,
+:meth:`PostgresGraph.complete_many`): one statement, one commit, each request in it as
+atomic as alone.
 
 Scalars live in columns (what claims and leases touch); ``input``, ``context``,
 ``metadata``, ``depends_on``, ``result`` and ``error`` in ``doc``.
@@ -242,44 +244,69 @@ class PostgresGraph:
     # -- claiming and leases ----------------------------------------------------------
 
     def claim(self, connection: Any, agent_id: str, agent_type: str, lease: float) -> AgentTask | None:
-        """One statement (one round trip, one commit): pick, update, log ``TASK_CLAIMED``.
+        """One agent's claim: :meth:`claim_many` for one."""
+        return self.claim_many(connection, [agent_id], agent_type, lease)[0]
+
+    def claim_many(
+        self, connection: Any, agent_ids: list[str], agent_type: str, lease: float
+    ) -> list[AgentTask | None]:
+        """The claims of several agents waiting for ``agent_type`` work, in one statement
+        (one round trip, one commit: run it with ``Database.run(..., single=True)``): the
+        best ready rows picked ``FOR UPDATE SKIP LOCKED``, handed out in the agents'
+        order (the first agent gets the best task), each logged as ``TASK_CLAIMED``.
+        Returns each agent's task, ``None`` for the agents left without one.
 
         Fresh work first; a suspect (a task that was running when its process died) only
-        when none is left, in a random order, and only while no other suspect is in
-        progress anywhere (checked under an advisory lock, so two claimers cannot both
-        take one): the tasks beside a poison task are not blamed for its crashes."""
+        when no fresh one is left, in a random order, at most one per statement, and only
+        while no other suspect is in progress anywhere (checked under an advisory lock, so
+        two claimers cannot both take one): the tasks beside a poison task are not blamed
+        for its crashes."""
+        if not agent_ids:
+            return []
         now = self.clock()
-        row = connection.execute(
-            f"""WITH fresh AS (
-                    SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
-                        AND crashes = 0
-                    ORDER BY priority DESC, ord LIMIT 1 FOR UPDATE SKIP LOCKED),
+        rows = connection.execute(
+            f"""WITH wanting AS (
+                    SELECT agent, k FROM unnest(%(agents)s::text[]) WITH ORDINALITY AS w(agent, k)),
+                fresh AS (
+                    SELECT id, priority, ord FROM gr_tasks
+                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes = 0
+                    ORDER BY priority DESC, ord LIMIT %(n)s FOR UPDATE SKIP LOCKED),
                 suspect AS (
-                    SELECT id FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s
-                        AND crashes > 0 AND NOT EXISTS (SELECT 1 FROM fresh)
+                    SELECT id, priority, ord FROM gr_tasks
+                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes > 0
+                        AND (SELECT count(*) FROM fresh) < %(n)s
                         AND pg_try_advisory_xact_lock(%(suspects)s)
                         AND NOT EXISTS (SELECT 1 FROM gr_tasks WHERE status = 'IN_PROGRESS' AND crashes > 0)
                     ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED),
-                next AS (SELECT id FROM fresh UNION ALL SELECT id FROM suspect),
+                picked AS (
+                    SELECT id, row_number() OVER (ORDER BY suspect, priority DESC, ord) AS k
+                    FROM (SELECT id, priority, ord, false AS suspect FROM fresh
+                          UNION ALL SELECT id, priority, ord, true FROM suspect) p),
                 claimed AS (
-                    UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = %(agent)s, attempt = t.attempt + 1,
-                        lease_expires_at = %(expires)s, last_heartbeat_at = %(now)s, updated_at = %(now)s
-                    FROM next WHERE t.id = next.id RETURNING {_prefixed("t")}),
+                    UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = wanting.agent,
+                        attempt = t.attempt + 1, lease_expires_at = %(expires)s,
+                        last_heartbeat_at = %(now)s, updated_at = %(now)s
+                    FROM picked JOIN wanting USING (k) WHERE t.id = picked.id
+                    RETURNING wanting.k, {_prefixed("t")}),
                 logged AS (
                     INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload)
                     SELECT %(now)s, 'TASK_CLAIMED', id, owner, 'internal',
                         jsonb_build_object('status', status, 'attempt', attempt)
-                    FROM claimed)
-                SELECT {_COLUMNS} FROM claimed""",
+                    FROM claimed ORDER BY k)
+                SELECT k, {_COLUMNS} FROM claimed""",
             {
+                "agents": agent_ids,
+                "n": len(agent_ids),
                 "type": agent_type,
-                "agent": agent_id,
                 "expires": now + lease,
                 "now": now,
                 "suspects": SUSPECTS_LOCK,
             },
-        ).fetchone()
-        return None if row is None else _task(row)
+        ).fetchall()
+        tasks: list[AgentTask | None] = [None] * len(agent_ids)
+        for row in rows:
+            tasks[row[0] - 1] = _task(row[1:])
+        return tasks
 
     @staticmethod
     def _locked(connection: Any, task_id: str) -> AgentTask:
@@ -362,45 +389,77 @@ class PostgresGraph:
     def complete_at_once(
         self, connection: Any, task_id: str, agent_id: str, result: AgentResult
     ) -> AgentTask | None:
-        """The usual completion in one statement (one round trip, one commit: run it with
-        ``Database.run(..., single=True)``): the owner's task COMPLETED, its dependents'
-        counts decremented, both events logged, the types that became ready announced.
-        ``None`` — nothing changed — when the caller does not own it in progress or the
-        result is too large: :meth:`complete` then says why, in a transaction."""
-        if result.task_id != task_id or len(_encode(result)) > self.limits.max_result_bytes:
-            return None
+        """One usual completion: :meth:`complete_many` for one."""
+        return self.complete_many(connection, [(task_id, agent_id, result)])[0]
+
+    def complete_many(
+        self, connection: Any, completions: list[tuple[str, str, AgentResult]]
+    ) -> list[AgentTask | None]:
+        """Usual completions ``(task_id, agent_id, result)`` in one statement (one round
+        trip, one commit: run it with ``Database.run(..., single=True)``): each owner's task
+        COMPLETED, the dependents' counts decremented (by as many of their dependencies as
+        completed here), the events logged, the types that became ready announced.
+
+        ``None`` for a completion that changed nothing — the caller does not own the task
+        in progress, the result is too large, or it names another task: :meth:`complete`
+        then says why, in a transaction of its own. The others are done either way."""
+        out: list[AgentTask | None] = [None] * len(completions)
+        ids: list[str] = []
+        agents: list[str] = []
+        results: list[Any] = []
+        payloads: list[Any] = []
+        positions: list[int] = []
+        for index, (task_id, agent_id, result) in enumerate(completions):
+            if result.task_id != task_id or len(_encode(result)) > self.limits.max_result_bytes:
+                continue
+            positions.append(index)
+            ids.append(task_id)
+            agents.append(agent_id)
+            results.append(_json(msgspec.to_builtins(result)))
+            payloads.append(_json(result_payload(result)))
+        if not ids:
+            return out
         now = self.clock()
-        row = connection.execute(
-            f"""WITH done AS (
-                    UPDATE gr_tasks SET status = 'COMPLETED', lease_expires_at = NULL, updated_at = %(now)s,
-                        doc = jsonb_set(doc, '{{result}}', %(result)s)
-                    WHERE id = %(id)s AND status = 'IN_PROGRESS' AND owner = %(agent)s
-                    RETURNING {_COLUMNS}),
+        rows = connection.execute(
+            f"""WITH given AS (
+                    SELECT * FROM unnest(%(ids)s::text[], %(agents)s::text[], %(results)s::jsonb[],
+                        %(payloads)s::jsonb[]) WITH ORDINALITY AS g(id, agent, result, payload, k)),
+                done AS (
+                    UPDATE gr_tasks t SET status = 'COMPLETED', lease_expires_at = NULL, updated_at = %(now)s,
+                        doc = jsonb_set(t.doc, '{{result}}', given.result)
+                    FROM given WHERE t.id = given.id AND t.status = 'IN_PROGRESS' AND t.owner = given.agent
+                    RETURNING given.k, given.payload, {_prefixed("t")}),
+                met AS (
+                    SELECT d.task_id, count(*) AS n FROM gr_deps d JOIN done ON d.dep_id = done.id
+                    GROUP BY d.task_id),
                 ready AS (
-                    UPDATE gr_tasks SET unmet = unmet - 1
-                    WHERE id IN (SELECT task_id FROM gr_deps WHERE dep_id = %(id)s) AND status = 'PENDING'
-                        AND EXISTS (SELECT 1 FROM done)
-                    RETURNING type, unmet),
+                    UPDATE gr_tasks t SET unmet = t.unmet - met.n
+                    FROM met WHERE t.id = met.task_id AND t.status = 'PENDING'
+                    RETURNING t.type, t.unmet),
                 logged AS (
                     INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload)
-                    SELECT %(now)s, 'TASK_COMPLETED', id, owner, 'internal',
-                        jsonb_build_object('status', 'COMPLETED', 'attempt', attempt) FROM done
-                    UNION ALL
-                    SELECT %(now)s, 'AGENT_RESULT', id, %(agent)s, 'internal', %(payload)s FROM done),
+                    SELECT %(now)s, kind, id, agent, 'internal', payload FROM (
+                        SELECT k, 0 AS i, 'TASK_COMPLETED' AS kind, id, owner AS agent,
+                            jsonb_build_object('status', 'COMPLETED', 'attempt', attempt) AS payload
+                        FROM done
+                        UNION ALL SELECT k, 1, 'AGENT_RESULT', id, owner, payload FROM done) e
+                    ORDER BY k, i),
                 announced AS (
                     SELECT pg_notify(%(channel)s, type)
                     FROM (SELECT DISTINCT type FROM ready WHERE unmet = 0) r)
-                SELECT {_COLUMNS}, (SELECT count(*) FROM announced) FROM done""",
+                SELECT k, {_COLUMNS}, (SELECT count(*) FROM announced) FROM done""",
             {
                 "now": now,
-                "id": task_id,
-                "agent": agent_id,
-                "result": _json(msgspec.to_builtins(result)),
-                "payload": _json(result_payload(result)),
+                "ids": ids,
+                "agents": agents,
+                "results": results,
+                "payloads": payloads,
                 "channel": CHANNEL,
             },
-        ).fetchone()
-        return None if row is None else _task(row[:-1])
+        ).fetchall()
+        for row in rows:
+            out[positions[row[0] - 1]] = _task(row[1:-1])
+        return out
 
     def fail(self, connection: Any, task_id: str, agent_id: str, error: AgentError) -> AgentTask:
         task = self._owned(connection, task_id, agent_id, "fail")

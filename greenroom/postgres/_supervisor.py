@@ -3,18 +3,30 @@
 ``Stats``, ``StopGranting``) over a task graph in PostgreSQL, shared by every daemon
 pointed at it. Agents cannot tell it from the file supervisor.
 
-Each request is one transaction (:class:`PostgresGraph`), run by one of ``workers``
-child actors, so that many run at once on the pool's connections; the parent only routes
-and keeps the parked claims. A claim that finds nothing (``wait=True``) is parked until a
-``NOTIFY greenroom_runnable`` from any daemon names its type — a listener child waits for
+Requests wait in the parent, queued by kind, until one of ``workers`` child actors is
+free; each worker runs a batch on a pool connection in a worker thread and asks for the
+next. Claims of one type, and completions, that queued up meanwhile go together — up to
+``batch_size`` in one statement, so one commit (one ``fsync``) serves them all — and any
+other request is a transaction of its own (:class:`PostgresGraph`). Every claim and
+every completion is still atomic: in a batch, each one's row, events and dependents
+change in the same statement; a completion the batch could not make (not the owner, too
+large a result) is tried alone, which says why, and a batch that meets a deadlock is run
+one request at a time. Batching costs no latency: a request that finds a free worker
+runs at once, alone.
+
+A claim that finds nothing (``wait=True``) is parked until a ``NOTIFY
+greenroom_runnable`` from any daemon names its type — a listener child waits for
 notifications on a connection of its own, in a worker thread, one second at a time, so
 stopping it never waits longer — and, in case a notification was missed (the connection
 dropped), parked claims are retried at every lease check too. Lease reclaims run every
 ``lease_check_interval`` seconds on every node; each expired row is won by one.
 
-Messages sent before ``stop()`` are answered; parked claims get ``NoWork(closing=True)``
-at ``StopGranting`` and ``ActorStopped`` at the stop. A grant whose asker gave up while the
-transaction ran is handed back at once (``Release``). If PostgreSQL is unreachable, each
+Messages sent before ``stop()`` are answered: what a worker holds it finishes, and what
+is still queued the parent runs as it stops — except claims, which get
+``NoWork(closing=True)`` then (nothing is handed out while stopping). Parked claims get
+``NoWork(closing=True)`` at ``StopGranting`` and ``ActorStopped`` at the stop. A grant
+whose asker gave up while the transaction ran is handed back at once (``Release``), and
+so is one whose asker was cancelled as it arrived. If PostgreSQL is unreachable, each
 request fails with :class:`DatabaseError` (its asker retries); nothing acknowledged is
 lost, because an answer is only sent after its transaction committed.
 """
@@ -24,12 +36,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import Any
 
 import anyio
 
 from .._checks import check_int, check_seconds
-from ..actors import Actor, ActorRef, ActorStopped, PendingReply
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
     Cancel,
     Claim,
@@ -48,7 +61,7 @@ from ..messages import (
     TaskLimits,
 )
 from ..supervisor import TaskGraphError
-from ._db import Database, DatabaseError
+from ._db import ConflictError, Database, DatabaseError
 from ._graph import CHANNEL, PostgresGraph
 from ._schema import check
 
@@ -61,6 +74,24 @@ class _Job:
     def __init__(self, message: Any, reply: PendingReply | None) -> None:
         self.message = message
         self.reply = reply
+
+
+class _Batch:
+    """For a worker: claims of one type, or completions, or one other request."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs: list[_Job]) -> None:
+        self.jobs = jobs
+
+
+class _Idle:
+    """From a worker: done with its batch, ready for the next."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: ActorRef) -> None:
+        self.worker = worker
 
 
 class _Runnable:
@@ -84,6 +115,7 @@ class PostgresSupervisorActor(Actor):
         lease_seconds: float = 30.0,
         lease_check_interval: float | None = None,
         workers: int = 8,
+        batch_size: int = 64,
         limits: TaskLimits | None = None,
         listen: bool = True,
         node: str | None = None,
@@ -99,6 +131,7 @@ class PostgresSupervisorActor(Actor):
         )
         self.lease_check_interval = check_seconds("PostgresSupervisorActor", "lease_check_interval", interval)
         self.workers = check_int("PostgresSupervisorActor", "workers", workers)
+        self.batch_size = check_int("PostgresSupervisorActor", "batch_size", batch_size)
         self.graph = PostgresGraph(limits=limits, clock=clock)
         self.listen = listen
         self.node = node
@@ -106,8 +139,9 @@ class PostgresSupervisorActor(Actor):
         """``node`` (stable per data dir) and ``instance`` (``node:pid``): with both, the
         tasks this node's previous process was running are recovered at start."""
         self.closing = False
-        self._pool: list[ActorRef] = []
-        self._next = 0
+        self._idle: list[ActorRef] = []
+        self._queued: dict[Any, deque[_Job]] = {}
+        """Requests waiting for a worker, by batch key, the oldest key first."""
         self._parked: dict[str, deque[tuple[PendingReply, Claim]]] = {}
         self._away_since: float | None = None
         """When PostgreSQL stopped answering (``None``: it answers)."""
@@ -143,7 +177,7 @@ class PostgresSupervisorActor(Actor):
                     ", ".join(poisoned[:10]),
                 )
         for index in range(self.workers):
-            self._pool.append(
+            self._idle.append(
                 await self.context.spawn(
                     lambda: _GraphWorker(self), name=f"{self.context.ref.name}.db{index}"
                 )
@@ -155,20 +189,36 @@ class PostgresSupervisorActor(Actor):
             listener.tell(_LISTEN)
         self.context.schedule_repeatedly(self.lease_check_interval, _CHECK_LEASES)
 
-    def _route(self, job: _Job) -> None:
-        worker = self._pool[self._next]
-        self._next = (self._next + 1) % len(self._pool)
-        worker.tell(job)
+    def _queue(self, job: _Job) -> None:
+        """Queue ``job`` under its batch key: the claims of one type run together, and the
+        completions; anything else on its own."""
+        message = job.message
+        key: Any = (
+            ("claim", message.agent_type) if isinstance(message, Claim)
+            else Complete if isinstance(message, Complete)
+            else job
+        )  # fmt: skip
+        self._queued.setdefault(key, deque()).append(job)
+
+    def _dispatch(self) -> None:
+        """Give each idle worker the oldest key's waiting requests (up to ``batch_size``)."""
+        while self._idle and self._queued:
+            key = next(iter(self._queued))
+            waiting = self._queued.pop(key)
+            batch = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
+            if waiting:
+                self._queued[key] = waiting  # behind the other keys: each kind gets its turn
+            self._idle.pop().tell(_Batch(batch))
 
     async def receive(self, message: Any) -> Any:
-        if isinstance(message, _Runnable):
-            await self._retry_parked(message.types)
-            return None
-        if message is _CHECK_LEASES:
-            self._route(_Job(_CHECK_LEASES, None))
-            await self._retry_parked(None)
-            return None
-        if isinstance(message, _Parked):
+        if isinstance(message, _Idle):
+            self._idle.append(message.worker)
+        elif isinstance(message, _Runnable):
+            self._retry_parked(message.types)
+        elif message is _CHECK_LEASES:
+            self._queue(_Job(_CHECK_LEASES, None))
+            self._retry_parked(None)
+        elif isinstance(message, _Parked):
             if self.closing:
                 message.reply.succeed(NoWork(closing=True))
             elif message.reply.wanted:
@@ -176,28 +226,47 @@ class PostgresSupervisorActor(Actor):
                     (message.reply, message.claim)
                 )
             return None
-        if isinstance(message, StopGranting):
+        elif isinstance(message, StopGranting):
             self.closing = True
             for parked in self._parked.values():
                 for waiting, _ in parked:
                     waiting.succeed(NoWork(closing=True))
             self._parked.clear()
             return None
-        if isinstance(message, Claim) and self.closing:
+        elif isinstance(message, Claim) and self.closing:
             return NoWork(closing=True)
-        if not isinstance(message, _HANDLED):
+        elif isinstance(message, _HANDLED):
+            self._queue(_Job(message, self.context.reply_later()))
+        else:
             raise TaskGraphError(f"the supervisor does not handle {type(message).__name__} messages")
-        self._route(_Job(message, self.context.reply_later()))
+        self._dispatch()
         return None
 
-    async def _retry_parked(self, types: set[str] | None) -> None:
-        """Hand the parked claims of ``types`` (``None``: all) back to the workers; a claim
-        that still finds nothing comes back parked."""
+    def _retry_parked(self, types: set[str] | None) -> None:
+        """Queue the parked claims of ``types`` (``None``: all) again; a claim that still
+        finds nothing comes back parked."""
         for agent_type in list(self._parked) if types is None else [t for t in types if t in self._parked]:
-            parked = self._parked.pop(agent_type)
-            for reply, claim in parked:
+            for reply, claim in self._parked.pop(agent_type):
                 if reply.wanted:
-                    self._route(_Job(claim, reply))
+                    self._queue(_Job(claim, reply))
+
+    async def on_stop(self) -> None:
+        """The workers have stopped: run what is still queued here (a claim gets
+        ``NoWork(closing=True)``: nothing is handed out while stopping), and fail the
+        parked claims with ``ActorStopped``."""
+        queued, self._queued = list(self._queued.values()), {}
+        for jobs in queued:
+            if isinstance(jobs[0].message, Claim):
+                for job in jobs:
+                    if job.reply is not None:
+                        job.reply.succeed(NoWork(closing=True))
+            elif jobs[0].message is not _CHECK_LEASES:
+                await _run(self, list(jobs))
+        stopped = ActorStopped(self.context.ref, "stopped while the claim was waiting for work")
+        for parked in self._parked.values():
+            for reply, _ in parked:
+                reply.fail(stopped)
+        self._parked.clear()
 
 
 class _Parked:
@@ -212,79 +281,172 @@ _HANDLED = (Claim, Heartbeat, Complete, Fail, Release, Cancel, Submit, GetTask, 
 
 
 class _GraphWorker(Actor):
-    """Runs one request's transaction at a time, on a pool connection in a worker thread."""
+    """Runs one batch at a time (one transaction, or one per request where a batch
+    cannot be one), on a pool connection in a worker thread; then asks for the next."""
 
     def __init__(self, owner: PostgresSupervisorActor) -> None:
         self.owner = owner
 
-    async def receive(self, job: _Job) -> None:
-        owner = self.owner
-        message, reply = job.message, job.reply
-        graph, db = owner.graph, owner.db
-        lease = owner.lease_seconds
+    async def receive(self, batch: _Batch) -> None:
+        await _run(self.owner, batch.jobs)
         try:
-            if message is _CHECK_LEASES:
-                for expired in await db.run(graph.expire_leases):
-                    logger.warning(
-                        "supervisor: task %r lost its lease; now %s", expired.id, expired.status.value
-                    )
-                return
-            value: Any
-            if isinstance(message, Claim):
-                task = await db.run(
-                    lambda c: graph.claim(c, message.agent_id, message.agent_type, lease), single=True
-                )
-                if task is None:
-                    if message.wait and reply is not None:
-                        owner.context.ref.tell(_Parked(reply, message))
-                        return
-                    value = NoWork()
-                else:
-                    value = Granted(task)
-                    if reply is not None and not reply.wanted:
-                        await db.run(lambda c: graph.release(c, task.id, message.agent_id))
-                        return
-            elif isinstance(message, Heartbeat):
-                value = await db.run(lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease))
-            elif isinstance(message, Complete):
-                value = await db.run(
-                    lambda c: graph.complete_at_once(c, message.task_id, message.agent_id, message.result),
-                    single=True,
-                )
-                if value is None:  # not the owner in progress, or too large: the full path says why
-                    value = await db.run(
-                        lambda c: graph.complete(
-                            c, message.task_id, message.agent_id, message.result, at_once=False
-                        )
-                    )
-            elif isinstance(message, Fail):
-                value = await db.run(
-                    lambda c: graph.fail(c, message.task_id, message.agent_id, message.error)
-                )
-            elif isinstance(message, Release):
-                value = await db.run(lambda c: graph.release(c, message.task_id, message.agent_id))
-            elif isinstance(message, Cancel):
-                value = await db.run(lambda c: graph.cancel(c, message.task_id, message.reason))
-            elif isinstance(message, Submit):
-                value = await db.run(lambda c: graph.submit(c, message.tasks))
-            elif isinstance(message, GetTask):
-                value = await db.run(lambda c: graph.get(c, message.task_id))
-            elif isinstance(message, ListTasks):
-                value = await db.run(lambda c: graph.list_tasks(c, message.status, message.type))
-            else:
-                counts, runnable, total = await db.run(graph.stats)
-                value = GraphStats(by_status=counts, runnable_types=runnable, total=total)
-        except (TaskGraphError, DatabaseError) as error:
-            if isinstance(error, DatabaseError):
-                owner.database_failed(error)
-            else:
-                owner.database_answered()
-            if reply is not None:
-                reply.fail(error)
+            await self.owner.context.ref.send(_Idle(self.context.ref))
+        except ActorStopped:
+            return  # the supervisor is stopping: what it still holds it runs itself
+
+
+async def _run(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:
+    """Run and answer ``jobs`` (of one batch key)."""
+    first = jobs[0].message
+    if first is _CHECK_LEASES:
+        try:
+            expired = await owner.db.run(owner.graph.expire_leases)
+        except DatabaseError as error:
+            owner.database_failed(error)
             return
         owner.database_answered()
+        for task in expired:
+            logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+    elif isinstance(first, Claim):
+        await _claims(owner, [job for job in jobs if job.reply is None or job.reply.wanted])
+    elif isinstance(first, Complete):
+        await _completions(owner, jobs)
+    else:
+        for job in jobs:
+            await _answer(owner, job.reply, partial(_call, owner, job.message))
+
+
+async def _answer(owner: PostgresSupervisorActor, reply: PendingReply | None, call: Any) -> None:
+    """``reply`` with what ``await call()`` returns, or the refusal it raises."""
+    try:
+        value = await call()
+    except (TaskGraphError, DatabaseError) as error:
+        _failed(owner, [reply], error)
+        return
+    owner.database_answered()
+    if reply is not None:
+        reply.succeed(value)
+
+
+def _failed(owner: PostgresSupervisorActor, replies: list[PendingReply | None], error: Exception) -> None:
+    if isinstance(error, DatabaseError) and not isinstance(error, ConflictError):
+        owner.database_failed(error)
+    else:  # a refusal or a conflict: PostgreSQL answered
+        owner.database_answered()
+    for reply in replies:
         if reply is not None:
-            reply.succeed(value)
+            reply.fail(error)
+
+
+async def _call(owner: PostgresSupervisorActor, message: Any) -> Any:
+    """One request other than a claim or a completion, in its own transaction."""
+    graph, db, lease = owner.graph, owner.db, owner.lease_seconds
+    if isinstance(message, Heartbeat):
+        return await db.run(lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease))
+    if isinstance(message, Fail):
+        return await db.run(lambda c: graph.fail(c, message.task_id, message.agent_id, message.error))
+    if isinstance(message, Release):
+        return await db.run(lambda c: graph.release(c, message.task_id, message.agent_id))
+    if isinstance(message, Cancel):
+        return await db.run(lambda c: graph.cancel(c, message.task_id, message.reason))
+    if isinstance(message, Submit):
+        return await db.run(lambda c: graph.submit(c, message.tasks))
+    if isinstance(message, GetTask):
+        return await db.run(lambda c: graph.get(c, message.task_id))
+    if isinstance(message, ListTasks):
+        return await db.run(lambda c: graph.list_tasks(c, message.status, message.type))
+    counts, runnable, total = await db.run(graph.stats)
+    return GraphStats(by_status=counts, runnable_types=runnable, total=total)
+
+
+async def _claims(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:
+    """Claims of one type in one statement; an agent left without a task is parked (if it
+    waits) or told ``NoWork``."""
+    if not jobs:
+        return
+    graph, lease = owner.graph, owner.lease_seconds
+    claims: list[Claim] = [job.message for job in jobs]
+    agents = [claim.agent_id for claim in claims]
+    try:
+        tasks = await owner.db.run(
+            lambda c: graph.claim_many(c, agents, claims[0].agent_type, lease), single=True
+        )
+    except ConflictError as error:
+        if len(jobs) > 1:  # one at a time, so that one conflict fails one request
+            for job in jobs:
+                await _claims(owner, [job])
+            return
+        _failed(owner, [jobs[0].reply], error)
+        return
+    except (TaskGraphError, DatabaseError) as error:
+        _failed(owner, [job.reply for job in jobs], error)
+        return
+    owner.database_answered()
+    for job, claim, task in zip(jobs, claims, tasks, strict=True):
+        reply = job.reply
+        if task is None:
+            if reply is None:
+                continue
+            if claim.wait:
+                try:
+                    await owner.context.ref.send(_Parked(reply, claim))
+                except ActorStopped:
+                    reply.succeed(NoWork(closing=True))
+            else:
+                reply.succeed(NoWork())
+        elif reply is None or not reply.wanted:
+            await _hand_back(owner, task.id, claim.agent_id)
+        else:
+            reply.succeed(Granted(task), if_lost=partial(_lost, owner, task.id, claim.agent_id))
+
+
+def _lost(owner: PostgresSupervisorActor, task_id: str, agent_id: str) -> None:
+    """``if_lost`` of a grant (its asker was cancelled as it arrived): hand it back."""
+    try:
+        owner.context.ref.tell(Release(task_id, agent_id))
+    except (ActorStopped, MailboxFull):
+        logger.warning("supervisor: could not hand back %r (its lease will)", task_id)
+
+
+async def _hand_back(owner: PostgresSupervisorActor, task_id: str, agent_id: str) -> None:
+    """A grant whose asker gave up while the transaction ran goes back at once."""
+    try:
+        await owner.db.run(lambda c: owner.graph.release(c, task_id, agent_id))
+    except (TaskGraphError, DatabaseError) as error:
+        logger.warning("supervisor: could not hand back %r (its lease will): %s", task_id, error)
+
+
+async def _completions(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:
+    """The usual completions in one statement; one that changed nothing (not the owner,
+    too large a result) goes through the full path, which says why."""
+    graph = owner.graph
+    completes: list[Complete] = [job.message for job in jobs]
+    items = [(m.task_id, m.agent_id, m.result) for m in completes]
+    try:
+        done = await owner.db.run(lambda c: graph.complete_many(c, items), single=True)
+    except ConflictError as error:
+        if len(jobs) > 1:  # e.g. two completions of shared dependents' dependencies: one at a time
+            for job in jobs:
+                await _completions(owner, [job])
+            return
+        _failed(owner, [jobs[0].reply], error)
+        return
+    except (TaskGraphError, DatabaseError) as error:
+        _failed(owner, [job.reply for job in jobs], error)
+        return
+    owner.database_answered()
+    for job, message, task in zip(jobs, completes, done, strict=True):
+        if task is not None:
+            if job.reply is not None:
+                job.reply.succeed(task)
+            continue
+        fallback = partial(_complete_alone, graph, message)
+        await _answer(owner, job.reply, partial(owner.db.run, fallback))
+
+
+def _complete_alone(graph: PostgresGraph, message: Complete, connection: Any) -> Any:
+    """A completion the batch left unchanged, in a transaction of its own (it says why)."""
+    return graph.complete(connection, message.task_id, message.agent_id, message.result, at_once=False)
 
 
 class _Listener(Actor):

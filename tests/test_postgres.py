@@ -86,6 +86,42 @@ async def test_the_schema_is_created_once_and_checked(pg_url: str) -> None:
             await db.run(upgrade)
 
 
+async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url: str) -> None:
+    from greenroom.postgres._schema import MIGRATIONS
+
+    async with Database(pg_url) as db:
+
+        def version_2(connection: Any) -> None:
+            connection.execute("CREATE TABLE gr_schema (version integer NOT NULL)")
+            for statements in MIGRATIONS[:2]:
+                for statement in statements:
+                    connection.execute(statement)
+            connection.execute("INSERT INTO gr_schema VALUES (2)")
+
+        await db.run(version_2)
+        graph = PostgresGraph()
+        await db.run(lambda c: graph.submit(c, [task("running"), task("kept")]))
+        await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
+        assert await db.run(upgrade) == (2, VERSION)
+        await db.run(check)
+        plans = await db.run(lambda c: c.execute("SHOW plan_cache_mode").fetchone()[0])
+        assert plans == "force_generic_plan"  # each pooled connection plans a statement once
+        assert [(t.id, t.status) for t in await db.run(graph.list_tasks)] == [
+            ("running", TaskStatus.IN_PROGRESS), ("kept", TaskStatus.PENDING)]  # fmt: skip
+        indexes = dict(
+            await db.run(
+                lambda c: c.execute(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'gr_tasks'"
+                ).fetchall()
+            )
+        )
+        assert "WHERE (lease_expires_at IS NOT NULL)" in indexes["gr_tasks_leases"]
+        assert "gr_tasks_suspects" in indexes
+        now = [time.time() + 60]  # the running task's lease has run out: still found by the new index
+        late = PostgresGraph(clock=lambda: now[0])
+        assert [t.id for t in await db.run(late.expire_leases)] == ["running"]
+
+
 async def test_submission_is_all_or_none_with_the_file_graphs_refusals(pg_url: str) -> None:
     db = await _ready(pg_url)
     graph = PostgresGraph()

@@ -85,6 +85,7 @@ class Database:
             # autocommit: a one-statement operation is one round trip (no BEGIN, no COMMIT
             # sent); ``run`` opens a transaction block for everything else
             kwargs={"autocommit": True},
+            configure=_configure,
         )
         try:
             self._pool.open(wait=True, timeout=self.timeout)
@@ -130,6 +131,14 @@ class Database:
             return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
         except psycopg.OperationalError as error:
             raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None
+
+
+def _configure(connection: Any) -> None:
+    """Each pooled connection plans its (prepared) statements once. greenroom's statements
+    are written for their indexes, whatever the parameters; left to choose, PostgreSQL
+    re-plans a statement whose generic plan it estimates dearer than the last custom ones
+    (a batch's arrays), and planning a claim or a completion costs more CPU than running it."""
+    connection.execute("SET plan_cache_mode = force_generic_plan")
 
 
 def _first_line(error: BaseException) -> str:

@@ -404,30 +404,27 @@ class PostgresGraph:
         in progress, the result is too large, or it names another task: :meth:`complete`
         then says why, in a transaction of its own. The others are done either way."""
         out: list[AgentTask | None] = [None] * len(completions)
-        ids: list[str] = []
-        agents: list[str] = []
-        results: list[Any] = []
-        payloads: list[Any] = []
+        given: list[dict[str, Any]] = []
         positions: list[int] = []
         for index, (task_id, agent_id, result) in enumerate(completions):
             if result.task_id != task_id or len(_encode(result)) > self.limits.max_result_bytes:
                 continue
             positions.append(index)
-            ids.append(task_id)
-            agents.append(agent_id)
-            results.append(_json(msgspec.to_builtins(result)))
-            payloads.append(_json(result_payload(result)))
-        if not ids:
+            given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id, "result": result,
+                          "payload": result_payload(result)})  # fmt: skip
+        if not given:
             return out
         now = self.clock()
         rows = connection.execute(
             f"""WITH given AS (
-                    SELECT * FROM unnest(%(ids)s::text[], %(agents)s::text[], %(results)s::jsonb[],
-                        %(payloads)s::jsonb[]) WITH ORDINALITY AS g(id, agent, result, payload, k)),
+                    SELECT * FROM jsonb_to_recordset(%(given)s::jsonb)
+                        AS g(k integer, id text, agent text, result jsonb, payload jsonb)),
                 done AS (
                     UPDATE gr_tasks t SET status = 'COMPLETED', lease_expires_at = NULL, updated_at = %(now)s,
                         doc = jsonb_set(t.doc, '{{result}}', given.result)
-                    FROM given WHERE t.id = given.id AND t.status = 'IN_PROGRESS' AND t.owner = given.agent
+                    FROM given
+                    WHERE t.id = ANY(%(ids)s::text[]) AND t.id = given.id AND t.status = 'IN_PROGRESS'
+                        AND t.owner = given.agent
                     RETURNING given.k, given.payload, {_prefixed("t")}),
                 met AS (
                     SELECT d.task_id, count(*) AS n FROM gr_deps d JOIN done ON d.dep_id = done.id
@@ -450,10 +447,8 @@ class PostgresGraph:
                 SELECT k, {_COLUMNS}, (SELECT count(*) FROM announced) FROM done""",
             {
                 "now": now,
-                "ids": ids,
-                "agents": agents,
-                "results": results,
-                "payloads": payloads,
+                "ids": [item["id"] for item in given],  # the primary key's lookups, whatever the statistics
+                "given": _encode(given).decode(),
                 "channel": CHANNEL,
             },
         ).fetchall()

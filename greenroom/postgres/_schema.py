@@ -86,6 +86,15 @@ MIGRATIONS: list[list[str]] = [
             expires_at double precision NOT NULL
         )""",
     ],
+    [  # 3: indexes a generic plan cannot misuse. A completion's or heartbeat's `status =
+        # 'IN_PROGRESS'` matched the old lease index's predicate, and with statistics taken
+        # when few tasks ran, the planner scanned every running task (and the index's dead
+        # entries) instead of looking the one id up; the lease index is now keyed on the
+        # lease alone, and the suspects' check has a (normally empty) index of its own
+        "DROP INDEX gr_tasks_leases",
+        "CREATE INDEX gr_tasks_leases ON gr_tasks (lease_expires_at) WHERE lease_expires_at IS NOT NULL",
+        "CREATE INDEX gr_tasks_suspects ON gr_tasks (id) WHERE status = 'IN_PROGRESS' AND crashes > 0",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

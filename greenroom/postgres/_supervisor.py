@@ -4,8 +4,8 @@
 pointed at it. Agents cannot tell it from the file supervisor.
 
 Requests wait in the parent, queued by kind, until one of ``workers`` child actors is
-free; each worker runs a batch on a pool connection in a worker thread and asks for the
-next. Claims of one type, and completions, that queued up meanwhile go together — up to
+free; each worker runs a batch on a pool connection in a worker thread and then takes the
+next one from the queue. Claims of one type, and completions, that queued up meanwhile go together — up to
 ``batch_size`` in one statement, so one commit (one ``fsync``) serves them all — and any
 other request is a transaction of its own (:class:`PostgresGraph`). Every claim and
 every completion is still atomic: in a batch, each one's row, events and dependents
@@ -83,15 +83,6 @@ class _Batch:
 
     def __init__(self, jobs: list[_Job]) -> None:
         self.jobs = jobs
-
-
-class _Idle:
-    """From a worker: done with its batch, ready for the next."""
-
-    __slots__ = ("worker",)
-
-    def __init__(self, worker: ActorRef) -> None:
-        self.worker = worker
 
 
 class _Runnable:
@@ -200,20 +191,40 @@ class PostgresSupervisorActor(Actor):
         )  # fmt: skip
         self._queued.setdefault(key, deque()).append(job)
 
+    def _take(self) -> list[_Job] | None:
+        """The oldest key's waiting requests (up to ``batch_size``), or ``None``."""
+        if not self._queued:
+            return None
+        key = next(iter(self._queued))
+        waiting = self._queued.pop(key)
+        batch = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
+        if waiting:
+            self._queued[key] = waiting  # behind the other keys: each kind gets its turn
+        return batch
+
     def _dispatch(self) -> None:
-        """Give each idle worker the oldest key's waiting requests (up to ``batch_size``)."""
+        """Give each idle worker a batch."""
         while self._idle and self._queued:
-            key = next(iter(self._queued))
-            waiting = self._queued.pop(key)
-            batch = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
-            if waiting:
-                self._queued[key] = waiting  # behind the other keys: each kind gets its turn
-            self._idle.pop().tell(_Batch(batch))
+            worker = self._idle.pop()
+            batch = self._take()
+            assert batch is not None
+            try:
+                worker.tell(_Batch(batch))
+            except ActorStopped:  # a worker stopped by itself (a bug): its batch goes to another
+                self._queued = {object(): deque(batch), **self._queued}
+
+    def worker_free(self, worker: ActorRef) -> list[_Job] | None:
+        """Called by a worker that finished a batch, synchronously (the workers are this
+        actor's hands, on its event loop, and nothing awaits in between): the next batch,
+        so that a busy daemon never waits a mailbox hop between transactions, or ``None``
+        with the worker marked idle."""
+        batch = self._take()
+        if batch is None:
+            self._idle.append(worker)
+        return batch
 
     async def receive(self, message: Any) -> Any:
-        if isinstance(message, _Idle):
-            self._idle.append(message.worker)
-        elif isinstance(message, _Runnable):
+        if isinstance(message, _Runnable):
             self._retry_parked(message.types)
         elif message is _CHECK_LEASES:
             self._queue(_Job(_CHECK_LEASES, None))
@@ -282,17 +293,17 @@ _HANDLED = (Claim, Heartbeat, Complete, Fail, Release, Cancel, Submit, GetTask, 
 
 class _GraphWorker(Actor):
     """Runs one batch at a time (one transaction, or one per request where a batch
-    cannot be one), on a pool connection in a worker thread; then asks for the next."""
+    cannot be one), on a pool connection in a worker thread, then the next one waiting
+    in the supervisor's queue, until none is left."""
 
     def __init__(self, owner: PostgresSupervisorActor) -> None:
         self.owner = owner
 
     async def receive(self, batch: _Batch) -> None:
-        await _run(self.owner, batch.jobs)
-        try:
-            await self.owner.context.ref.send(_Idle(self.context.ref))
-        except ActorStopped:
-            return  # the supervisor is stopping: what it still holds it runs itself
+        jobs: list[_Job] | None = batch.jobs
+        while jobs is not None:
+            await _run(self.owner, jobs)
+            jobs = self.owner.worker_free(self.context.ref)
 
 
 async def _run(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:

@@ -62,11 +62,18 @@ def task(task_id: str, type_: str = "w", **fields: Any) -> AgentTask:
     return AgentTask(id=task_id, type=type_, **fields)
 
 
-async def _ready(url: str) -> Database:
-    db = Database(url, max_size=16)
-    await db.__aenter__()
-    await db.run(upgrade)
-    return db
+@asynccontextmanager
+async def _ready(url: str) -> AsyncIterator[Database]:
+    """A pool on ``url``, its schema created."""
+    async with Database(url, max_size=16) as db:
+        await db.run(upgrade)
+        yield db
+
+
+async def _upgrade(url: str) -> None:
+    """Create the schema on ``url`` (for tests that then start nodes or daemons there)."""
+    async with _ready(url):
+        pass
 
 
 async def test_the_schema_is_created_once_and_checked(pg_url: str) -> None:
@@ -123,9 +130,8 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
 
 
 async def test_submission_is_all_or_none_with_the_file_graphs_refusals(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
         await db.run(lambda c: graph.submit(c, [task("a")]))
         for bad, field in (
             ([task("b"), task("c", depends_on=["ghost"])], "depends_on"),
@@ -138,14 +144,11 @@ async def test_submission_is_all_or_none_with_the_file_graphs_refusals(pg_url: s
                 await db.run(lambda c, bad=bad: graph.submit(c, bad))
             assert refused.value.field == field
         assert [t.id for t in await db.run(graph.list_tasks)] == ["a"]
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_concurrent_claims_from_many_connections_never_share_a_task(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
         await db.run(lambda c: graph.submit(c, [task(f"t{i}") for i in range(300)]))
         claimed: dict[str, list[str]] = {}
 
@@ -164,14 +167,11 @@ async def test_concurrent_claims_from_many_connections_never_share_a_task(pg_url
         assert all(len(owners) == 1 for owners in claimed.values())
         counts, runnable, total = await db.run(graph.stats)
         assert (counts["COMPLETED"], runnable, total) == (300, [], 300)
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_dependencies_owners_retries_and_cascades(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
         await db.run(lambda c: graph.submit(c, [task("r", max_attempts=2), task("child", depends_on=["r"]),
                                                 task("grand", depends_on=["child"])]))  # fmt: skip
         assert await db.run(lambda c: graph.claim(c, "a", "w", 30.0)) is not None  # only r is ready
@@ -199,17 +199,14 @@ async def test_dependencies_owners_retries_and_cascades(pg_url: str) -> None:
         await db.run(lambda c: graph.complete(c, "x", "a", AgentResult(task_id="x")))
         y = await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
         assert y is not None and y.id == "y"  # released by x's completion
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_an_expired_lease_is_reclaimed_by_exactly_one_node_and_the_old_owner_refused(
     pg_url: str,
 ) -> None:
-    db = await _ready(pg_url)
-    now = [1000.0]
-    graph = PostgresGraph(clock=lambda: now[0])
-    try:
+    async with _ready(pg_url) as db:
+        now = [1000.0]
+        graph = PostgresGraph(clock=lambda: now[0])
         await db.run(lambda c: graph.submit(c, [task(f"t{i}") for i in range(50)]))
         for i in range(50):
             await db.run(lambda c, i=i: graph.claim(c, f"old{i}", "w", 5.0))
@@ -230,16 +227,13 @@ async def test_an_expired_lease_is_reclaimed_by_exactly_one_node_and_the_old_own
         assert sorted(everything) == sorted(f"t{i}" for i in range(50))  # each exactly once
         with pytest.raises(InvalidTransition):
             await db.run(lambda c: graph.complete(c, "t0", "old0", AgentResult(task_id="t0")))
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_parallel(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    cursor = EventCursor()
-    seen: list[int] = []
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
+        cursor = EventCursor()
+        seen: list[int] = []
 
         async def submitter(n: int) -> None:
             for k in range(10):
@@ -263,14 +257,11 @@ async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_p
         stored = await db.run(lambda c: graph.read_events(c, 0))
         assert seen == sorted(seen) == [e.seq for e in stored]  # in order, each once, none missed
         assert len(stored) == 80
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_a_rolled_back_append_leaves_a_hole_the_reader_steps_over(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
         await db.run(lambda c: graph.submit(c, [task("first")]))
 
         def doomed(connection: Any) -> None:
@@ -286,14 +277,11 @@ async def test_a_rolled_back_append_leaves_a_hole_the_reader_steps_over(pg_url: 
         assert [e.task_id for e in got] == ["first", "last"]
         assert got[1].seq > got[0].seq + 1  # the rolled-back event's number is a hole
         assert await db.run(cursor.read) == []
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    try:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
         four = [task("low"), task("high1", priority=5), task("mid", priority=1), task("high2", priority=5)]
         await db.run(lambda c: graph.submit(c, four))
         got = await db.run(lambda c: graph.claim_many(c, ["a", "b", "c"], "w", 30.0), single=True)
@@ -316,44 +304,41 @@ async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg
         first = await db.run(lambda c: graph.claim_many(c, ["x", "y", "z"], "w", 30.0), single=True)
         assert sum(t is not None for t in first) == 1 and first[0] is not None
         assert await db.run(lambda c: graph.claim_many(c, ["y", "z"], "w", 30.0), single=True) == [None, None]
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_completions_in_one_statement_release_a_shared_dependent_and_refuse_a_stranger(
     pg_url: str,
 ) -> None:
-    db = await _ready(pg_url)
-    graph = PostgresGraph()
-    listener = await anyio.to_thread.run_sync(db.connect)
-    try:
-        await anyio.to_thread.run_sync(listener.execute, "LISTEN greenroom_runnable")
-        await db.run(lambda c: graph.submit(c, [task("a"), task("b"), task("x"),
-                                                task("both", "v", depends_on=["a", "b"])]))  # fmt: skip
-        await anyio.to_thread.run_sync(lambda: list(listener.notifies(timeout=0.5)))  # the submission's
-        await db.run(lambda c: graph.claim_many(c, ["pa", "pb", "px"], "w", 30.0), single=True)
-        three = [
-            ("a", "pa", AgentResult(task_id="a", outcome="A")),
-            ("x", "stranger", AgentResult(task_id="x")),  # not its owner: nothing changes
-            ("b", "pb", AgentResult(task_id="b", outcome="B")),
-        ]
-        done = await db.run(lambda c: graph.complete_many(c, three), single=True)
-        assert [(t.id, t.status, t.result.outcome) if t and t.result else None for t in done] == [
-            ("a", TaskStatus.COMPLETED, "A"), None, ("b", TaskStatus.COMPLETED, "B")]  # fmt: skip
-        assert (await db.run(lambda c: graph.get(c, "x"))).owner == "px"
-        woken = await anyio.to_thread.run_sync(
-            lambda: [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
-        )
-        assert woken == ["v"]  # both dependencies met in one statement: announced once
-        both = await db.run(lambda c: graph.claim(c, "q", "v", 30.0))
-        assert both is not None and both.id == "both"
-        with pytest.raises(NotOwner):
-            await db.run(
-                lambda c: graph.complete(c, "x", "stranger", AgentResult(task_id="x"), at_once=False)
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
+        listener = await anyio.to_thread.run_sync(db.connect)
+        try:
+            await anyio.to_thread.run_sync(listener.execute, "LISTEN greenroom_runnable")
+            await db.run(lambda c: graph.submit(c, [task("a"), task("b"), task("x"),
+                                                    task("both", "v", depends_on=["a", "b"])]))  # fmt: skip
+            await anyio.to_thread.run_sync(lambda: list(listener.notifies(timeout=0.5)))  # the submission's
+            await db.run(lambda c: graph.claim_many(c, ["pa", "pb", "px"], "w", 30.0), single=True)
+            three = [
+                ("a", "pa", AgentResult(task_id="a", outcome="A")),
+                ("x", "stranger", AgentResult(task_id="x")),  # not its owner: nothing changes
+                ("b", "pb", AgentResult(task_id="b", outcome="B")),
+            ]
+            done = await db.run(lambda c: graph.complete_many(c, three), single=True)
+            assert [(t.id, t.status, t.result.outcome) if t and t.result else None for t in done] == [
+                ("a", TaskStatus.COMPLETED, "A"), None, ("b", TaskStatus.COMPLETED, "B")]  # fmt: skip
+            assert (await db.run(lambda c: graph.get(c, "x"))).owner == "px"
+            woken = await anyio.to_thread.run_sync(
+                lambda: [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
             )
-    finally:
-        await anyio.to_thread.run_sync(listener.close)
-        await db.__aexit__(None, None, None)
+            assert woken == ["v"]  # both dependencies met in one statement: announced once
+            both = await db.run(lambda c: graph.claim(c, "q", "v", 30.0))
+            assert both is not None and both.id == "both"
+            with pytest.raises(NotOwner):
+                await db.run(
+                    lambda c: graph.complete(c, "x", "stranger", AgentResult(task_id="x"), at_once=False)
+                )
+        finally:
+            await anyio.to_thread.run_sync(listener.close)
 
 
 def test_a_deadlock_is_a_conflict_error_and_leaves_nothing_behind(pg_url: str) -> None:
@@ -428,8 +413,7 @@ async def node(url: str, name: str, agents: int, **options: Any) -> AsyncIterato
 
 
 async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    await db.__aexit__(None, None, None)
+    await _upgrade(pg_url)
     async with node(pg_url, "a", 10) as a, node(pg_url, "b", 10) as b:
         await a.ask(Submit([task(f"t{i}", "q") for i in range(200)]))
         with anyio.fail_after(60):
@@ -449,8 +433,7 @@ async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str
 
 
 async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    await db.__aexit__(None, None, None)
+    await _upgrade(pg_url)
     # the agents' node checks leases (and retries parked claims) only every minute: a quick
     # grant can only come from the other node's NOTIFY
     async with node(pg_url, "a", 2, lease_check_interval=60.0) as a, node(pg_url, "b", 0) as b:
@@ -462,8 +445,7 @@ async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str
 
 
 async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    try:
+    async with _ready(pg_url) as db:
         async with ActorSystem() as system:
             supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
             await supervisor.ask(Submit([task(f"t{i}") for i in range(20)]))
@@ -482,13 +464,10 @@ async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: 
             lambda c: c.execute("SELECT DISTINCT xid FROM gr_events WHERE type = 'TASK_CLAIMED'").fetchall()
         )
         assert len(xids) < 10  # one worker: the claims that queued while it was busy went together
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_requests_sent_before_stop_are_answered_and_a_parked_claim_is_told(pg_url: str) -> None:
-    db = await _ready(pg_url)
-    try:
+    async with _ready(pg_url) as db:
         async with ActorSystem() as system:
             supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
             await supervisor.ask(Submit([task(f"t{i}") for i in range(30)]))
@@ -527,8 +506,6 @@ async def test_requests_sent_before_stop_are_answered_and_a_parked_claim_is_told
         }
         counts, _, _ = await db.run(PostgresGraph().stats)
         assert counts["COMPLETED"] == 30
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
@@ -632,14 +609,11 @@ def _daemon(url: str, config: Path, data_dir: Path, acks: Path) -> subprocess.Po
 
 def _seed(url: str, tasks: int) -> None:
     async def seed() -> None:
-        db = await _ready(url)
-        graph = PostgresGraph()
-        try:
+        async with _ready(url) as db:
+            graph = PostgresGraph()
             for start in range(0, tasks, 1000):
                 chunk = [task(f"t{i:05d}", "step", max_attempts=50) for i in range(start, start + 1000)]
                 await db.run(lambda c, chunk=chunk: graph.submit(c, chunk))
-        finally:
-            await db.__aexit__(None, None, None)
 
     anyio.run(seed)
 
@@ -780,8 +754,7 @@ async def test_the_chat_store_on_postgresql_keeps_the_embedded_stores_rules(pg_u
     from greenroom.chat._store import StoredMessage, StoredPending
     from greenroom.postgres import PostgresChatStore
 
-    db = await _ready(pg_url)
-    try:
+    async with _ready(pg_url) as db:
         store = PostgresChatStore(db)
         milk = await store.add_task("alice", "buy milk")
         await store.add_task("bob", "bob's")
@@ -800,16 +773,13 @@ async def test_the_chat_store_on_postgresql_keeps_the_embedded_stores_rules(pg_u
         assert await store.load_history("bob", "c1", 10) == []
         assert await store.take_pending("alice", "c1", pending) is True
         assert await store.take_pending("alice", "c1", pending) is False  # taken once
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> None:
     from greenroom.postgres import PostgresChatStore
 
-    db = await _ready(pg_url)
-    now = [100.0]
-    try:
+    async with _ready(pg_url) as db:
+        now = [100.0]
         a, b = PostgresChatStore(db, clock=lambda: now[0]), PostgresChatStore(db, clock=lambda: now[0])
         await a.open_conversation("alice", "c1", create=True)
         assert await a.hold_conversation("c1", "host-a", 30.0)
@@ -818,8 +788,6 @@ async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> No
         assert await b.hold_conversation("c1", "host-b", 30.0)
         now[0] += 31  # host b died mid-request: its hold lapses at the deadline
         assert await a.hold_conversation("c1", "host-a", 30.0)
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_conversation(pg_url: str) -> None:
@@ -827,8 +795,7 @@ async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_convers
     from greenroom.llm import RuleBasedModel
     from greenroom.postgres import PostgresChatStore
 
-    db = await _ready(pg_url)
-    try:
+    async with _ready(pg_url) as db:
         store = PostgresChatStore(db)
         async with ActorSystem() as system, MCPToolExecutor(task_server(store)) as tools:
             runners = [
@@ -854,8 +821,6 @@ async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_convers
         assert titles == sorted(f"errand {n}" for n in range(8))
         history = await store.load_history("alice", conversation, 100)
         assert [m.role for m in history] == ["user", "assistant"] * 8  # whole turns, one after another
-    finally:
-        await db.__aexit__(None, None, None)
 
 
 def test_a_poison_task_on_postgresql_is_failed_and_its_neighbours_are_not_charged(
@@ -865,8 +830,7 @@ def test_a_poison_task_on_postgresql_is_failed_and_its_neighbours_are_not_charge
     database: its node (kept in the data dir) recognises what its previous process was
     running; after max_crashes (3) deaths the poison task is FAILED with the reason, and
     the tasks beside it complete without being charged an attempt."""
-    db = anyio.run(_ready, pg_url)
-    anyio.run(db.__aexit__, None, None, None)
+    anyio.run(_upgrade, pg_url)
     tasks = [{"id": "poison", "type": "step"}] + [{"id": f"i{n:02d}", "type": "step"} for n in range(30)]
     (tmp_path / "tasks.json").write_text(json.dumps(tasks))
     assert _cli("tasks", "add", "--file", str(tmp_path / "tasks.json"), "--store", pg_url).returncode == 0

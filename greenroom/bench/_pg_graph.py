@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 TARGET = 0.7
 BATCH = 64
@@ -121,16 +121,21 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
         for _ in range(processes)
     ]
     try:
-        for node in nodes:
-            assert node.stdout is not None and node.stdout.readline().strip() == "ready"
+        for index, node in enumerate(nodes):
+            assert node.stdout is not None
+            if node.stdout.readline().strip() != "ready":
+                _died(index, processes, node.wait())
         for node in nodes:
             assert node.stdin is not None
             node.stdin.write("go\n")
             node.stdin.flush()
         reports = []
-        for node in nodes:
+        for index, node in enumerate(nodes):
             out, _ = node.communicate(timeout=600)
-            reports.append(json.loads(out.strip().splitlines()[-1]))
+            lines = out.strip().splitlines()
+            if node.returncode != 0 or not lines:
+                _died(index, processes, node.returncode)
+            reports.append(json.loads(lines[-1]))
     finally:
         for node in nodes:
             if node.poll() is None:
@@ -138,6 +143,15 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
                 node.wait()
     done = sum(r["cycles"] for r in reports)
     return float(done / (max(r["finished"] for r in reports) - min(r["started"] for r in reports)))
+
+
+def _died(index: int, processes: int, status: int) -> NoReturn:
+    from ..daemon._commands import CommandError
+
+    raise CommandError(
+        f"benchmark daemon process {index + 1} of {processes} exited with status {status} "
+        "and no report (its error, if any, is above)"
+    )
 
 
 def _raw(url: str, threads: int, cycles: int) -> float:

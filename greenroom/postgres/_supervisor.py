@@ -36,8 +36,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -66,6 +67,8 @@ from ._graph import CHANNEL, PostgresGraph
 from ._schema import check
 
 logger = logging.getLogger("greenroom.postgres")
+
+T = TypeVar("T")
 
 
 class _Job:
@@ -370,6 +373,32 @@ async def _call(owner: PostgresSupervisorActor, message: Any) -> Any:
     return GraphStats(by_status=counts, runnable_types=runnable, total=total)
 
 
+async def _batch(
+    owner: PostgresSupervisorActor,
+    jobs: list[_Job],
+    statement: Callable[[Any], list[T]],
+    one_by_one: Callable[[PostgresSupervisorActor, list[_Job]], Awaitable[None]],
+) -> list[T] | None:
+    """``statement`` (one statement for all ``jobs``), or ``None`` once the jobs are
+    answered otherwise: after a conflict (a deadlock with another node's batch) each runs
+    alone through ``one_by_one``, so one conflict fails one request; after any other
+    failure all fail (their askers retry)."""
+    try:
+        result = await owner.db.run(statement, single=True)
+    except ConflictError as error:
+        if len(jobs) > 1:
+            for job in jobs:
+                await one_by_one(owner, [job])
+        else:
+            _failed(owner, [jobs[0].reply], error)
+        return None
+    except (TaskGraphError, DatabaseError) as error:
+        _failed(owner, [job.reply for job in jobs], error)
+        return None
+    owner.database_answered()
+    return result
+
+
 async def _claims(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:
     """Claims of one type in one statement; an agent left without a task is parked (if it
     waits) or told ``NoWork``."""
@@ -378,21 +407,11 @@ async def _claims(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None:
     graph, lease = owner.graph, owner.lease_seconds
     claims: list[Claim] = [job.message for job in jobs]
     agents = [claim.agent_id for claim in claims]
-    try:
-        tasks = await owner.db.run(
-            lambda c: graph.claim_many(c, agents, claims[0].agent_type, lease), single=True
-        )
-    except ConflictError as error:
-        if len(jobs) > 1:  # one at a time, so that one conflict fails one request
-            for job in jobs:
-                await _claims(owner, [job])
-            return
-        _failed(owner, [jobs[0].reply], error)
+    tasks = await _batch(
+        owner, jobs, lambda c: graph.claim_many(c, agents, claims[0].agent_type, lease), _claims
+    )
+    if tasks is None:
         return
-    except (TaskGraphError, DatabaseError) as error:
-        _failed(owner, [job.reply for job in jobs], error)
-        return
-    owner.database_answered()
     for job, claim, task in zip(jobs, claims, tasks, strict=True):
         reply = job.reply
         if task is None:
@@ -433,19 +452,9 @@ async def _completions(owner: PostgresSupervisorActor, jobs: list[_Job]) -> None
     graph = owner.graph
     completes: list[Complete] = [job.message for job in jobs]
     items = [(m.task_id, m.agent_id, m.result) for m in completes]
-    try:
-        done = await owner.db.run(lambda c: graph.complete_many(c, items), single=True)
-    except ConflictError as error:
-        if len(jobs) > 1:  # e.g. two completions of shared dependents' dependencies: one at a time
-            for job in jobs:
-                await _completions(owner, [job])
-            return
-        _failed(owner, [jobs[0].reply], error)
+    done = await _batch(owner, jobs, lambda c: graph.complete_many(c, items), _completions)
+    if done is None:
         return
-    except (TaskGraphError, DatabaseError) as error:
-        _failed(owner, [job.reply for job in jobs], error)
-        return
-    owner.database_answered()
     for job, message, task in zip(jobs, completes, done, strict=True):
         if task is not None:
             if job.reply is not None:

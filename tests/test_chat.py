@@ -337,6 +337,17 @@ async def test_a_mcp_tool_that_raises_is_a_system_error_result(tmp_path: Path) -
     assert "disk" not in (result.error or "")
 
 
+async def test_a_tool_argument_with_a_nul_character_is_refused_naming_the_field(tmp_path: Path) -> None:
+    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    async with MCPToolExecutor(task_server(store)) as tools:
+        refused = await tools.execute("add_task", {"title": "milk", "description": "a\x00b"}, "alice")
+        listed = await tools.execute("list_tasks", {}, "alice")
+    await store.aclose()
+    assert (refused.success, refused.error_code) == (False, "INVALID_INPUT")
+    assert refused.data == {"field": "description"} and "NUL" in (refused.error or "")
+    assert listed.data == []  # nothing stored
+
+
 async def test_replies_never_show_ids_tool_names_or_traces(tmp_path: Path) -> None:
     rng = random.Random(11)
     async with open_chat(tmp_path) as chat:
@@ -462,6 +473,7 @@ async def test_a_crashing_request_actor_is_counted_and_the_caller_gets_a_friendl
     [
         (lambda c: ("alice", c, ""), "message"),
         (lambda c: ("alice", c, "x" * 5000), "message"),
+        (lambda c: ("alice", c, "hi\x00there"), "message"),  # no store keeps a NUL as text
         (lambda c: ("alice", "no-such-conversation", "hi"), "conversation_id"),
         (lambda c: ("bob", c, "hi"), "conversation_id"),  # alice's conversation
     ],

@@ -29,6 +29,7 @@ from greenroom.messages import (
     AgentTask,
     Claim,
     Complete,
+    Fail,
     GetTask,
     Granted,
     ListTasks,
@@ -43,6 +44,7 @@ from greenroom.postgres import (
     ConflictError,
     Database,
     DatabaseError,
+    DataRefused,
     EventCursor,
     PostgresGraph,
     PostgresLogActor,
@@ -522,6 +524,54 @@ def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
     for row in rows:
         assert row["greenroom"] > 0 and row["unbatched"] > 0 and row["raw"] > 0
         assert row["ratio"] == pytest.approx(row["greenroom"] / row["raw"])
+
+
+async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request(pg_url: str) -> None:
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
+        with pytest.raises(InvalidSubmission, match="field 'input' contains a NUL character"):
+            await db.run(lambda c: graph.submit(c, [task("ok"), task("bad", input={"text": "a\x00b"})]))
+        assert await db.run(graph.list_tasks) == []  # all or none
+        with pytest.raises(DataRefused, match="cannot store this"):  # any other value PostgreSQL refuses
+            await db.run(lambda c: c.execute("SELECT %s::text", ("a\x00b",)))
+        async with ActorSystem() as system:
+            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            await supervisor.ask(Submit([task(f"t{i}") for i in range(6)]))
+            for i in range(6):
+                await supervisor.ask(Claim(f"a{i}", "w"))
+            answers: dict[str, Any] = {}
+
+            async def complete(i: int) -> None:
+                outcome = "a\x00b" if i == 3 else "fine"
+                message = Complete(f"t{i}", f"a{i}", AgentResult(task_id=f"t{i}", outcome=outcome))
+                answers[f"t{i}"] = await supervisor.ask(message)
+
+            async with anyio.create_task_group() as tg:  # queued together behind one worker
+                for i in range(6):
+                    tg.start_soon(complete, i)
+            bad = answers.pop("t3")
+            assert bad.status is TaskStatus.FAILED and "NUL character" in bad.error.reason
+            assert {t.status for t in answers.values()} == {TaskStatus.COMPLETED}  # the others, unharmed
+            await supervisor.ask(Claim("b", "w"))  # nothing left: NoWork
+            await supervisor.ask(Submit([task("r")]))
+            assert (await supervisor.ask(Claim("b", "w"))).task.id == "r"
+            failed = await supervisor.ask(Fail("r", "b", AgentError(reason="broke at \x00 here")))
+            assert failed.error.reason == "broke at \\x00 here"  # written out, stored
+            await supervisor.ask(Submit([task(f"u{i}") for i in range(3)]))
+            claims: dict[str, Any] = {}
+
+            async def claim(agent: str) -> None:
+                try:
+                    claims[agent] = await supervisor.ask(Claim(agent, "w"))
+                except DataRefused as refused:
+                    claims[agent] = refused
+
+            async with anyio.create_task_group() as tg:  # a batch PostgreSQL refuses: one by one
+                for agent in ("c0", "c1", "c\x00", "c3"):
+                    tg.start_soon(claim, agent)
+            assert isinstance(claims.pop("c\x00"), DataRefused)
+            assert sorted(g.task.id for g in claims.values()) == ["u0", "u1", "u2"]
+            await supervisor.stop()
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -74,6 +74,8 @@ def _text(field: str, value: Any, limit: int, *, required: bool) -> str | dict[s
         return ""
     if not isinstance(value, str) or (required and not value.strip()) or len(value) > limit:
         return _fail("INVALID_INPUT", f"{field} must be text of 1-{limit} characters", field=field)
+    if "\x00" in value:  # no store can keep it as text (PostgreSQL refuses it outright)
+        return _fail("INVALID_INPUT", f"{field} must not contain a NUL character", field=field)
     return value.strip()
 
 

@@ -41,6 +41,8 @@ def check_message(value: Any, field_name: str = "message") -> str:
         raise InvalidInput(
             f"{field_name} must be non-empty text (got {shown(value)})", field=field_name, value=value
         )
+    if "\x00" in value:
+        raise InvalidInput(f"{field_name} must not contain a NUL character", field=field_name, value=value)
     if len(value) > MAX_MESSAGE_CHARS:
         raise InvalidInput(
             f"{field_name} is {len(value)} characters; at most {MAX_MESSAGE_CHARS} are accepted",

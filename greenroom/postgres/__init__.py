@@ -3,7 +3,7 @@ connection pool, the versioned schema, and the task graph's transactions. psycop
 sync API on worker threads, so the same code runs on asyncio and trio."""
 
 from ._chat import PostgresChatStore
-from ._db import ConflictError, Database, DatabaseError, check_url, redact
+from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
 from ._graph import CHANNEL, EventCursor, PostgresGraph
 from ._log import PostgresLogActor, tail_events
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
@@ -13,6 +13,7 @@ __all__ = [
     "CHANNEL",
     "VERSION",
     "ConflictError",
+    "DataRefused",
     "Database",
     "DatabaseError",
     "EventCursor",

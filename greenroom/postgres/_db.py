@@ -49,6 +49,11 @@ class DatabaseError(StorageError):
     """PostgreSQL refused or could not be reached; the message names the server (no password)."""
 
 
+class DataRefused(InvalidInput):
+    """PostgreSQL refused a value it cannot store (a NUL character in text or JSON, a
+    number out of range); the transaction did nothing. Outside input: a 400, not an outage."""
+
+
 class ConflictError(DatabaseError):
     """The transaction was rolled back by a conflict with another (a deadlock, a
     serialization failure): nothing of it happened, and the same request may be retried."""
@@ -112,6 +117,8 @@ class Database:
                     return fn(connection)
                 with connection.transaction():
                     return fn(connection)
+        except psycopg.DataError as error:  # class 22: the data, not the server
+            raise DataRefused(f"PostgreSQL cannot store this: {_first_line(error)}") from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:  # away, restarting, cut off
             if (getattr(error, "sqlstate", None) or "").startswith("40"):  # a deadlock, a serialization error
                 raise ConflictError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None

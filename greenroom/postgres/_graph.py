@@ -22,6 +22,7 @@ Scalars live in columns (what claims and leases touch); ``input``, ``context``,
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -179,6 +180,8 @@ class PostgresGraph:
     def submit(self, connection: Any, tasks: list[AgentTask]) -> list[AgentTask]:
         """All or none; the same refusals as the file graph's ``submit``."""
         batch = check_submission(tasks, self.limits)
+        for task in tasks:
+            _storable(task)
         taken = connection.execute("SELECT id FROM gr_tasks WHERE id = ANY(%s)", (list(batch),)).fetchone()
         if taken is not None:
             raise InvalidSubmission(taken[0], "id", taken[0], "is already taken")
@@ -361,15 +364,19 @@ class PostgresGraph:
         already tried :meth:`complete_at_once`, so go straight to the checks)."""
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
-        size = len(_encode(result))
+        encoded = _encode(result)
         done = self.complete_at_once(connection, task_id, agent_id, result) if at_once else None
         if done is not None:
             return done
         task = self._owned(connection, task_id, agent_id, "complete")  # raises the right refusal
-        if size > self.limits.max_result_bytes:
+        if len(encoded) > self.limits.max_result_bytes:
             reason = (
-                f"the result is {size} bytes, larger than max_result_bytes ({self.limits.max_result_bytes})"
+                f"the result is {len(encoded)} bytes, larger than max_result_bytes "
+                f"({self.limits.max_result_bytes})"
             )
+            return self._end_attempt(connection, task, AgentError(reason=reason), agent_id)
+        if _NUL.search(encoded):
+            reason = "the result contains a NUL character (\\u0000), which PostgreSQL cannot store"
             return self._end_attempt(connection, task, AgentError(reason=reason), agent_id)
         task = msgspec.structs.replace(
             task, status=TaskStatus.COMPLETED, result=result, lease_expires_at=None, updated_at=self.clock()
@@ -407,7 +414,12 @@ class PostgresGraph:
         given: list[dict[str, Any]] = []
         positions: list[int] = []
         for index, (task_id, agent_id, result) in enumerate(completions):
-            if result.task_id != task_id or len(_encode(result)) > self.limits.max_result_bytes:
+            encoded = _encode(result)
+            if (
+                result.task_id != task_id
+                or len(encoded) > self.limits.max_result_bytes
+                or _NUL.search(encoded)
+            ):
                 continue
             positions.append(index)
             given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id, "result": result,
@@ -458,7 +470,7 @@ class PostgresGraph:
 
     def fail(self, connection: Any, task_id: str, agent_id: str, error: AgentError) -> AgentTask:
         task = self._owned(connection, task_id, agent_id, "fail")
-        return self._end_attempt(connection, task, self.limits.clip(error), agent_id)
+        return self._end_attempt(connection, task, _printable(self.limits.clip(error)), agent_id)
 
     def _end_attempt(
         self, connection: Any, task: AgentTask, error: AgentError, agent_id: str | None
@@ -527,7 +539,7 @@ class PostgresGraph:
         task = self._locked(connection, task_id)
         if task.status.final:
             raise InvalidTransition(task_id, task.status.value, "cancel")
-        error = self.limits.clip(AgentError(reason=reason))
+        error = _printable(self.limits.clip(AgentError(reason=reason)))
         task = msgspec.structs.replace(
             task, status=TaskStatus.CANCELLED, lease_expires_at=None, error=error, updated_at=self.clock()
         )
@@ -651,6 +663,28 @@ class EventCursor:
                 )
             )
         return events
+
+
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+"""A NUL character in msgspec's JSON (``\\u0000`` after an even run of backslashes):
+PostgreSQL's ``jsonb`` and ``text`` cannot hold one."""
+
+
+def _storable(task: AgentTask) -> None:
+    """Refuse a task PostgreSQL could not store (a NUL character), naming the field."""
+    for field in ("id", "type", "depends_on", *_DOC_FIELDS):
+        if _NUL.search(_encode(getattr(task, field))):
+            raise InvalidSubmission(
+                task.id.replace("\x00", "\\x00"), field, "...",
+                "contains a NUL character (\\u0000), which PostgreSQL cannot store",
+            )  # fmt: skip
+
+
+def _printable(error: AgentError) -> AgentError:
+    """A failure reason with any NUL character written out (a reason is text to read)."""
+    if "\x00" not in error.reason:
+        return error
+    return AgentError(reason=error.reason.replace("\x00", "\\x00"), retryable=error.retryable)
 
 
 def _like(text: str) -> str:

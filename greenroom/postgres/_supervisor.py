@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._checks import check_int, check_seconds
+from .._errors import InvalidInput
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
     Cancel,
@@ -62,7 +63,7 @@ from ..messages import (
     TaskLimits,
 )
 from ..supervisor import TaskGraphError
-from ._db import ConflictError, Database, DatabaseError
+from ._db import ConflictError, Database, DatabaseError, DataRefused
 from ._graph import CHANNEL, PostgresGraph
 from ._schema import check
 
@@ -334,7 +335,7 @@ async def _answer(owner: PostgresSupervisorActor, reply: PendingReply | None, ca
     """``reply`` with what ``await call()`` returns, or the refusal it raises."""
     try:
         value = await call()
-    except (TaskGraphError, DatabaseError) as error:
+    except (InvalidInput, DatabaseError) as error:
         _failed(owner, [reply], error)
         return
     owner.database_answered()
@@ -380,19 +381,19 @@ async def _batch(
     one_by_one: Callable[[PostgresSupervisorActor, list[_Job]], Awaitable[None]],
 ) -> list[T] | None:
     """``statement`` (one statement for all ``jobs``), or ``None`` once the jobs are
-    answered otherwise: after a conflict (a deadlock with another node's batch) each runs
-    alone through ``one_by_one``, so one conflict fails one request; after any other
-    failure all fail (their askers retry)."""
+    answered otherwise: after a conflict (a deadlock with another node's batch) or a value
+    PostgreSQL refused, each runs alone through ``one_by_one``, so it fails one request
+    only; after any other failure all fail (their askers retry)."""
     try:
         result = await owner.db.run(statement, single=True)
-    except ConflictError as error:
+    except (ConflictError, DataRefused) as error:
         if len(jobs) > 1:
             for job in jobs:
                 await one_by_one(owner, [job])
         else:
             _failed(owner, [jobs[0].reply], error)
         return None
-    except (TaskGraphError, DatabaseError) as error:
+    except (InvalidInput, DatabaseError) as error:
         _failed(owner, [job.reply for job in jobs], error)
         return None
     owner.database_answered()
@@ -442,7 +443,7 @@ async def _hand_back(owner: PostgresSupervisorActor, task_id: str, agent_id: str
     """A grant whose asker gave up while the transaction ran goes back at once."""
     try:
         await owner.db.run(lambda c: owner.graph.release(c, task_id, agent_id))
-    except (TaskGraphError, DatabaseError) as error:
+    except (InvalidInput, DatabaseError) as error:
         logger.warning("supervisor: could not hand back %r (its lease will): %s", task_id, error)
 
 

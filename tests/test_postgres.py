@@ -27,6 +27,7 @@ from greenroom.messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    Append,
     Claim,
     Complete,
     Fail,
@@ -572,6 +573,28 @@ async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request
             assert isinstance(claims.pop("c\x00"), DataRefused)
             assert sorted(g.task.id for g in claims.values()) == ["u0", "u1", "u2"]
             await supervisor.stop()
+
+
+async def test_an_event_postgresql_cannot_store_fails_only_its_own_append(pg_url: str) -> None:
+    async with _ready(pg_url) as db, ActorSystem() as system:
+        log = await system.spawn(lambda: PostgresLogActor(db), name="log")
+        answers: dict[int, Any] = {}
+
+        async def append(i: int) -> None:
+            text = "bad\x00" if i == 2 else f"update {i}"
+            try:
+                answers[i] = await log.ask(Append("AGENT_UPDATE", {"message": text}, f"t{i}", f"a{i}"))
+            except DataRefused as refused:
+                answers[i] = refused
+
+        async with anyio.create_task_group() as tg:  # queued together: one batch
+            for i in range(5):
+                tg.start_soon(append, i)
+        assert isinstance(answers.pop(2), DataRefused)
+        assert sorted(event.task_id for event in answers.values()) == ["t0", "t1", "t3", "t4"]
+        stored = await db.run(lambda c: PostgresGraph().read_events(c, 0))
+        assert sorted(e.task_id for e in stored) == ["t0", "t1", "t3", "t4"]
+        await log.stop()
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

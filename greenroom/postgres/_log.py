@@ -5,11 +5,13 @@ protocol for agents: ``Append`` (replies with the stored ``Event`` once committe
 The visibility policy is the file log's (only the narrator may show text to users; agent
 events are internal); a refused event raises :class:`PolicyError` in its asker and nothing
 is stored. Appends waiting in the mailbox are committed together, one transaction per
-batch, numbered by the same gap-free counter as the task graph's own events, so a reader
-following ``seq`` (``greenroom events tail --follow``, from any host) sees every event of
-every daemon once, in commit order. Messages sent before ``stop()`` are written and
-answered; messages sent after are refused by the kernel. If PostgreSQL is unreachable the
-batch's asks fail with :class:`DatabaseError` and nothing of it is stored.
+batch, numbered by the same sequence as the task graph's own events, so a reader following
+``seq`` with an :class:`EventCursor` (``greenroom events tail --follow``, from any host)
+sees every event of every daemon once, in order. Messages sent before ``stop()`` are
+written and answered; messages sent after are refused by the kernel. If PostgreSQL is
+unreachable the batch's asks fail with :class:`DatabaseError` and nothing of it is stored;
+an event PostgreSQL cannot store (:class:`DataRefused`) fails its own ask only, the rest
+of its batch being written one by one.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ import anyio
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
 from ..log import NarratorCapability, admit
 from ..messages import Append, Event, Subscribe, Unsubscribe, Visibility
-from ._db import Database, DatabaseError
+from ._db import Database, DatabaseError, DataRefused
 from ._graph import EventCursor, PostgresGraph
 
 logger = logging.getLogger("greenroom.postgres")
+
+_Waiting = tuple[PendingReply | None, tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
+"""An admitted append waiting for its commit: its reply, and the event to write."""
 
 
 class PostgresLogActor(Actor):
@@ -38,9 +43,7 @@ class PostgresLogActor(Actor):
         self.narrator = narrator
         self.max_batch = max_batch
         self.graph = PostgresGraph()
-        self._batch: list[
-            tuple[PendingReply | None, tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
-        ] = []
+        self._batch: list[_Waiting] = []
         self._subscribers: list[ActorRef] = []
 
     async def receive(self, message: Any) -> Any:
@@ -64,9 +67,27 @@ class PostgresLogActor(Actor):
 
     async def _flush(self) -> None:
         batch, self._batch = self._batch, []
+        await self._write(batch)
+
+    async def _write(
+        self,
+        batch: list[
+            tuple[PendingReply | None, tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
+        ],
+    ) -> None:
         items = [item for _, item in batch]
         try:
             events: list[Event] = await self.db.run(lambda c: self.graph.append(c, items))
+        except DataRefused as error:
+            if len(batch) > 1:
+                for one in batch:
+                    await self._write([one])
+                return
+            pending = batch[0][0]
+            if pending is not None:
+                pending.fail(error)
+            logger.warning("log: an event was not stored: %s", error)
+            return
         except DatabaseError as error:
             for pending, _ in batch:
                 if pending is not None:
@@ -88,8 +109,8 @@ async def tail_events(
     db: Database, *, after: int = 0, follow: bool = True, last: int | None = None, poll_interval: float = 0.1
 ) -> AsyncGenerator[Event, None]:
     """The events with ``seq > after`` in order (``last``: only the newest ``last`` of
-    those stored now, then new ones); with ``follow``, keep polling until cancelled. The
-    sequence is gap-free in commit order, so nothing is skipped. Works from any host."""
+    those stored now, then new ones); with ``follow``, keep polling until cancelled. An
+    :class:`EventCursor` reads them, so nothing is skipped or repeated. Works from any host."""
     if last is not None:
         newest = await db.run(
             lambda c: c.execute(

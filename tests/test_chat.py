@@ -295,6 +295,15 @@ async def test_malformed_tool_arguments_get_a_question_not_a_crash(tmp_path: Pat
     assert "JSON" not in result.response and not result.has_tool_calls
 
 
+async def test_a_nul_character_in_a_model_reply_never_reaches_the_user_or_the_store(tmp_path: Path) -> None:
+    async with open_chat(tmp_path, ScriptedModel(["hello\x00world"])) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "hi")
+        stored = await chat.store.load_history("alice", c, 10)
+    assert result.response == "hello\ufffdworld"  # as a text decoder shows a character it cannot
+    assert [m.content for m in stored] == ["hi", "hello\ufffdworld"]
+
+
 class BrokenTools:
     """A tool executor whose tools raise or answer garbage (through the real engine)."""
 

@@ -115,6 +115,9 @@ class ChatRequestActor(Actor):
         response = decision.response_text or decision.clarification_question or replies.SYSTEM_ERROR
         if pending is None and is_confirmation(text) and not decision.records:
             response = replies.NOTHING_PENDING
+        # a model's reply may carry a NUL character, which no user wants to see and
+        # PostgreSQL cannot store: it becomes U+FFFD, as in any text decoder
+        response = response.replace("\x00", "\ufffd")
         now = self.clock()
         records = [
             {

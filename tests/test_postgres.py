@@ -680,6 +680,19 @@ def _daemon(url: str, config: Path, data_dir: Path, acks: Path) -> subprocess.Po
         )  # fmt: skip
 
 
+def _stop_all(daemons: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM each daemon still running (a graceful stop), then wait; kill one stuck past 60 s."""
+    for daemon in daemons:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+    for daemon in daemons:
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
 def _seed(url: str, tasks: int) -> None:
     async def seed() -> None:
         async with _ready(url) as db:
@@ -723,15 +736,7 @@ def test_four_daemons_killed_twenty_times_lose_nothing_and_never_share_a_task(
             assert time.monotonic() < deadline, f"{_count(pg_url, 'COMPLETED')} of 10,000 completed"
             assert all(d.poll() is None for d in daemons)
     finally:
-        for daemon in daemons:
-            if daemon.poll() is None:
-                daemon.send_signal(signal.SIGTERM)
-        for daemon in daemons:
-            try:
-                daemon.wait(60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        _stop_all(daemons)
     said = [(tmp_path / f"node{n}.err").read_text()[-2000:] for n in range(4)]
     assert [d.returncode for d in daemons] == [0, 0, 0, 0], said
 
@@ -795,15 +800,7 @@ def test_postgresql_restarted_mid_run_loses_nothing_acknowledged(
                 (tmp_path / f"node{n}.err").read_text()[-1500:] for n in range(2)
             ]
     finally:
-        for daemon in daemons:
-            if daemon.poll() is None:
-                daemon.send_signal(signal.SIGTERM)
-        for daemon in daemons:
-            try:
-                daemon.wait(60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        _stop_all(daemons)
     said = "".join((tmp_path / f"node{n}.err").read_text() for n in range(2))
     assert [d.returncode for d in daemons] == [0, 0], said[-3000:]
     assert "PostgreSQL answers again after" in said, said[-3000:]  # what happened, in one line each way

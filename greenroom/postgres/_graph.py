@@ -422,8 +422,8 @@ class PostgresGraph:
             ):
                 continue
             positions.append(index)
-            given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id, "result": result,
-                          "payload": result_payload(result)})  # fmt: skip
+            given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id,
+                          "result": msgspec.Raw(encoded), "payload": result_payload(result)})  # fmt: skip
         if not given:
             return out
         now = self.clock()
@@ -672,6 +672,8 @@ PostgreSQL's ``jsonb`` and ``text`` cannot hold one."""
 
 def _storable(task: AgentTask) -> None:
     """Refuse a task PostgreSQL could not store (a NUL character), naming the field."""
+    if not _NUL.search(_encode(task)):
+        return
     for field in ("id", "type", "depends_on", *_DOC_FIELDS):
         if _NUL.search(_encode(getattr(task, field))):
             raise InvalidSubmission(

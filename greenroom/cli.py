@@ -9,6 +9,7 @@ greenroom tasks cancel ID [--reason TEXT]                  greenroom status [--j
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
 greenroom tokens add --user U --scope chat|tasks|admin     greenroom tokens list | revoke ID
 greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M]
+               [--max-tokens N] [--temperature T] [--context-window N] [--backend B]
 greenroom mcp serve                                         (the task tools, MCP over stdio)
 greenroom pipeline run (PIPELINE.toml | --example) (--input TEXT ... | --inputs FILE) [--json]
 greenroom bench actors|graph|log|harness ...
@@ -31,7 +32,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TextIO
 
@@ -65,6 +66,29 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
     if not (0 < value < 1e6):
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {text!r}")
+        return value
+
+    return whole
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 2, got {text!r}")
     return value
 
 
@@ -193,6 +217,14 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--mcp-url", help="take the tools from this MCP server (streamable HTTP)")
     chat.add_argument("--mcp-command", help="take the tools from this MCP server command (stdio)")
     chat.add_argument("--timeout", type=_seconds, help="seconds per request (default 30)")
+    chat.add_argument(
+        "--max-tokens", type=_count(1, 1_000_000), help="the longest reply a model call may generate (1024)"
+    )
+    chat.add_argument("--temperature", type=_temperature, help="sampling temperature, 0-2 (default 0)")
+    chat.add_argument(
+        "--context-window", type=_count(16, 100_000_000), help="the model's context window in tokens"
+    )
+    chat.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
 
     mcp = commands.add_parser("mcp", help="serve the task tools to MCP clients")
     mcp_commands = mcp.add_subparsers(dest="action", metavar="ACTION")
@@ -442,7 +474,11 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 mcp_url=args.mcp_url,
                 mcp_command=args.mcp_command,
                 timeout=args.timeout,
-            )
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                context_window=args.context_window,
+            ),
+            backend=args.backend,
         )
     if args.command == "mcp" and args.action == "serve":
         from .daemon import _chat

@@ -3,12 +3,20 @@
 It runs in its own thread (so it works the same under asyncio and trio) and answers
 from a queue of scripted responses. Each response is a ``Respond``: a status, a JSON
 body, headers, and optionally ``hold`` — the handler then waits until the test calls
-``release()`` before answering (a slow model). Every request is recorded.
+``release()`` before answering (a slow model), or until the client closes the
+connection (then ``disconnected`` is set: the server would stop generating). Every
+request is recorded.
+
+It is as strict as the strictest server we met: like llama-cpp-python's, it answers a
+message whose ``content`` is not a string (``null``, or missing) with a 500 carrying
+pydantic's "validation error" text, before looking at the scripted responses.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -72,7 +80,9 @@ class ChatServer:
         self.responses: deque[Respond] = deque()
         self.seen: list[Seen] = []
         self.holding = threading.Event()  # a held request has arrived
+        self.disconnected = threading.Event()  # a held request's client closed its connection
         self._release = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()  # release() wakes held handlers
         self._lock = threading.Lock()
         server = self
 
@@ -84,16 +94,20 @@ class ChatServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
                     server.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    respond = (
-                        server.responses.popleft()
-                        if server.responses
-                        else Respond(
+                    invalid = _invalid_message(body)
+                    if invalid is not None:
+                        respond = Respond(500, error_body(invalid, "internal_server_error"))
+                    elif server.responses:
+                        respond = server.responses.popleft()
+                    else:
+                        respond = Respond(
                             500, error_body("the test server has no scripted response left", "server_error")
                         )
-                    )
                 if respond.hold:
                     server.holding.set()
-                    server._release.wait(30)
+                    if not self._wait_for_release():
+                        server.disconnected.set()
+                        return
                 payload = respond.body
                 if respond.echo_auth:
                     payload = error_body(f"bad key: {self.headers.get('Authorization')}")
@@ -109,6 +123,16 @@ class ChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (cancelled): that is what some tests want
 
+            def _wait_for_release(self) -> bool:
+                """Until ``release()`` (True) or the client hangs up (False), 30 s at most."""
+                while not server._release.is_set():
+                    ready, _, _ = select.select([self.connection, server._wake_r], [], [], 30)
+                    if not ready:
+                        return True
+                    if self.connection in ready and not self.connection.recv(1, socket.MSG_PEEK):
+                        return False
+                return True
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -122,6 +146,7 @@ class ChatServer:
 
     def release(self) -> None:
         self._release.set()
+        self._wake_w.send(b"x")
 
     @contextmanager
     def running(self) -> Iterator[ChatServer]:
@@ -134,3 +159,16 @@ class ChatServer:
             self._server.shutdown()
             self._server.server_close()
             thread.join(10)
+            self._wake_r.close()
+            self._wake_w.close()
+
+
+def _invalid_message(body: Any) -> str | None:
+    """llama-cpp-python's answer to a message whose content is not a string."""
+    for index, message in enumerate(body.get("messages") or []):
+        if not isinstance(message.get("content"), str):
+            return (
+                "1 validation error for CreateChatCompletionRequest\n"
+                f"messages.{index}.content\n  Input should be a valid string"
+            )
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from greenroom.chat import (
     task_server,
 )
 from greenroom.chat import _replies as replies
+from greenroom.chat._store import StoredMessage
 from greenroom.llm import ChatModel, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
 from greenroom.log import LogActor, read_events
 from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall
@@ -609,6 +611,161 @@ async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: 
     assert second["messages"][-1]["role"] == "tool" and "buy milk" in second["messages"][-1]["content"]
 
 
+# -- what real OpenAI-compatible servers do (the test server plays them) --------------------
+
+
+@asynccontextmanager
+async def chat_on_server(tmp_path: Path, *, config: AgentEngineConfig | None = None) -> AsyncIterator[Any]:
+    """A chat whose model is an ``OpenAIChatModel`` on the strict test server."""
+    from _chat_server import ChatServer
+
+    from greenroom.llm import OpenAIChatModel
+
+    with ChatServer().running() as server:
+        model = OpenAIChatModel("test-model", base_url=server.url, max_retries=1, max_retry_wait=0.05)
+        try:
+            async with open_chat(tmp_path, model, config=config) as chat:
+                yield server, chat
+        finally:
+            await model.aclose()
+
+
+def overflow(limit: int = 512, requested: int = 900) -> dict[str, Any]:
+    from _chat_server import error_body
+
+    body = error_body(
+        f"This model's maximum context length is {limit} tokens. However, you requested {requested} "
+        "tokens. Please reduce the length of the messages or completion."
+    )
+    body["error"]["code"] = "context_length_exceeded"
+    return body
+
+
+async def test_a_tool_round_trip_works_on_a_server_that_refuses_null_content(tmp_path: Path) -> None:
+    from _chat_server import Respond, completion
+
+    async with chat_on_server(tmp_path) as (server, chat):
+        server.add(
+            Respond(body=completion(tool_calls=[("c1", "add_task", '{"title": "buy milk"}')])),
+            Respond(body=completion("Done!")),
+        )
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add buy milk")
+    assert result.success and result.response == replies.ADDED.format(title="buy milk")
+    after_tool = server.seen[1].body["messages"]
+    assert [m["role"] for m in after_tool][-2:] == ["assistant", "tool"]
+    assert after_tool[-2]["content"] == ""  # never null
+    first = server.seen[0].body
+    assert (first["temperature"], first["max_tokens"]) == (0.0, 1024)  # spec 002's setting; bounded replies
+
+
+async def test_a_model_failure_after_a_tool_ran_says_what_was_done_then_that_the_rest_failed(
+    tmp_path: Path,
+) -> None:
+    from _chat_server import Respond, completion, error_body
+
+    async with chat_on_server(tmp_path) as (server, chat):
+        server.add(
+            Respond(body=completion(tool_calls=[("c1", "add_task", '{"title": "buy milk"}')])),
+            *[Respond(502, error_body("bad gateway", "server_error"), headers={"Retry-After": "0"})] * 2,
+        )
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add buy milk")
+        tasks = await chat.store.list_tasks("alice")
+        await chat.log.ask(OutboxPosition())
+    assert [t.title for t in tasks] == ["buy milk"]  # the add happened ...
+    assert result.response.startswith(replies.ADDED.format(title="buy milk"))  # ... and the user is told so
+    assert "couldn't finish the rest" in result.response and "check your list" in result.response
+    assert "try again" not in result.response.lower()  # a retry would add it twice
+    assert not result.success and result.error == replies.LLM_FAILED and result.has_tool_calls
+    decision = [e for e in read_events(tmp_path / "events.jsonl") if e.type == CHAT_DECISION][-1]
+    assert decision.payload["outcome_category"] == "ERROR" and "HTTP 502" in decision.payload["reason"]
+
+
+async def test_a_context_overflow_is_sent_again_with_the_history_fitted_to_the_window(
+    tmp_path: Path,
+) -> None:
+    from _chat_server import Respond, completion
+
+    long = "word " * 700  # ~900 estimated tokens: more than the 512-token window
+    async with chat_on_server(tmp_path) as (server, chat):
+        c = await chat.runner.new_conversation("alice")
+        await chat.store.save_turn(
+            "alice",
+            c,
+            [
+                StoredMessage(role="user", content="hello", created_at=1.0),
+                StoredMessage(role="assistant", content="Hi! How can I help?", created_at=1.0),
+                StoredMessage(role="user", content=long, created_at=2.0),
+                StoredMessage(role="assistant", content="That is a lot.", created_at=2.0),
+            ],
+            None,
+        )
+        server.add(Respond(400, overflow(limit=2000)), Respond(body=completion("Sure.")))
+        result = await chat.say("alice", c, "what can you do")
+        server.add(Respond(body=completion("Again.")))
+        later = await chat.say("alice", c, "and now?")
+    assert result.success and result.response == "Sure."
+    first, second, third = (seen.body["messages"] for seen in server.seen)
+    assert len(first) == 6 and len(second) == 3  # system, the newest history message that fits, user
+    assert second[1]["content"] == "That is a lot." and second[-1]["content"] == "what can you do"
+    # the window it learned fits every later turn at once: the long message is never sent again
+    assert all(long not in m["content"] for m in third) and len(server.seen) == 3
+    assert later.response == "Again."
+
+
+async def test_a_message_too_long_for_the_model_is_told_plainly_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from _chat_server import Respond
+
+    caplog.set_level(logging.WARNING, "greenroom.chat")
+    async with chat_on_server(tmp_path) as (server, chat):
+        c = await chat.runner.new_conversation("alice")
+        server.add(Respond(400, overflow()))
+        result = await chat.say("alice", c, "add " + "x" * 3000)
+        await chat.log.ask(OutboxPosition())
+    assert len(server.seen) == 1  # no history to drop: nothing to send again
+    assert (result.success, result.response) == (False, replies.TOO_LONG)
+    assert "try again" not in result.response.lower()
+    assert any("does not fit the model" in r.getMessage() and "512" in r.getMessage() for r in caplog.records)
+    decision = [e for e in read_events(tmp_path / "events.jsonl") if e.type == CHAT_DECISION][-1]
+    assert decision.payload["reason"].startswith("context_length_exceeded:")
+
+
+async def test_the_history_sent_is_trimmed_to_a_token_budget_not_only_a_count(tmp_path: Path) -> None:
+    model = ScriptedModel(lambda request: "ok")
+    config = AgentEngineConfig(max_history_tokens=200)
+    async with open_chat(tmp_path, model, config=config) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "hello")
+        await chat.say("alice", c, "a " * 1000)  # one long message
+        await chat.say("alice", c, "short one")
+        await chat.say("alice", c, "and another")
+    sent = [[m.content for m in request.messages[1:-1]] for request in model.requests]
+    assert sent[1] == ["hello", "ok"]
+    assert sent[2] == ["ok"]  # the long message (and what came before it) no longer fits
+    assert sent[3] == ["ok", "short one", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "text"),
+    [(ChatReply(text=""), replies.NO_ANSWER), (ChatReply(text=" ", finish_reason="length"), replies.CUT_OFF)],
+)
+async def test_an_empty_model_reply_is_said_as_it_is_not_as_trouble(
+    tmp_path: Path, reply: ChatReply, text: str
+) -> None:
+    async with open_chat(tmp_path, ScriptedModel([reply])) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "hmm")
+        await chat.log.ask(OutboxPosition())
+    assert result.response == text and "trouble" not in result.response
+    decision = [e for e in read_events(tmp_path / "events.jsonl") if e.type == CHAT_DECISION][-1]
+    assert "empty" in decision.payload["reason"]
+
+
 # -- the command, and tools from another process --------------------------------------------
 
 
@@ -645,6 +802,23 @@ def test_greenroom_chat_works_offline_and_resumes_a_conversation(tmp_path: Path)
     assert any(e.type == CHAT_TOOL for e in events)  # greenroom events tail shows them
 
 
+def test_greenroom_chat_sends_its_max_tokens_and_temperature_to_the_server(tmp_path: Path) -> None:
+    from _chat_server import ChatServer, Respond, completion
+
+    with ChatServer().running() as server:
+        server.add(
+            Respond(body=completion(tool_calls=[("c1", "add_task", '{"title": "buy milk"}')])),
+            Respond(body=completion("ok")),
+        )
+        done = run_greenroom(
+            "chat", "--data-dir", str(tmp_path), "--base-url", server.url, "--model", "small",
+            "--max-tokens", "50", "--temperature", "0.3", "-m", "add buy milk",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Got it! Added 'buy milk' to your list." in done.stdout
+    assert [(seen.body["max_tokens"], seen.body["temperature"]) for seen in server.seen] == [(50, 0.3)] * 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -652,6 +826,9 @@ def test_greenroom_chat_works_offline_and_resumes_a_conversation(tmp_path: Path)
         (["--conversation", "nope"], "--conversation 'nope' is not a conversation of user 'me'"),
         (["--mcp-url", "ftp://x"], "--mcp-url must be an http(s) URL"),
         (["--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),
+        (["--max-tokens", "0"], "argument --max-tokens: must be a whole number from 1 to 1000000, got '0'"),
+        (["--temperature", "hot"], "argument --temperature: must be a number from 0 to 2, got 'hot'"),
+        (["--context-window", "8"], "argument --context-window: must be a whole number from 16"),
     ],
 )
 def test_greenroom_chat_refuses_bad_flags_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:

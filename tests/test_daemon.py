@@ -206,6 +206,12 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
         ("lease_seconds = 5\nheartbeat_interval = 9\n[agents.step]\nagent = 'crash_agents:StepAgent'\n",
          "field 'heartbeat_interval' must be shorter than lease_seconds (5.0), got 9.0"),
         ("[agents\n", "is not valid TOML"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[llm]\nbase_url = 'http://x/v1'\nmodel = 'm'\n"
+         "max_tokens = 0\n", "field 'llm.max_tokens' expected `int` >= 1 (got 0)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[llm]\nbase_url = 'http://x/v1'\nmodel = 'm'\n"
+         "temperature = 2.5\n", "field 'llm.temperature' expected `float` <= 2.0 (got 2.5)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[chat]\ncontext_window = 'big'\n",
+         "field 'chat.context_window' expected `int | null`, got `str` (got 'big')"),
     ],
 )  # fmt: skip
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -302,7 +308,7 @@ def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> 
     server = ChatServer()
     config.write_text(
         f'[llm]\nbase_url = "{server.url}"\nmodel = "default-model"\napi_key_env = "GREENROOM_TEST_KEY"\n'
-        "timeout = 10\n\n"
+        "timeout = 10\nmax_tokens = 300\ntemperature = 0.7\n\n"
         '[agents.research]\nagent = "greenroom.agents.examples:ResearchAgent"\nmodel = "big-model"\n'
     )
     server.add(
@@ -325,11 +331,40 @@ def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> 
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert [seen.body["model"] for seen in server.seen] == ["big-model"] * 5
+    assert {(seen.body["max_tokens"], seen.body["temperature"]) for seen in server.seen} == {(300, 0.7)}
+    (offered,) = server.seen[0].body["tools"]
+    assert offered["function"]["parameters"]["required"] == ["query"]  # a real model knows what to send
+    assert server.seen[1].body["messages"][-2]["content"] == ""  # the tool-call turn: never null
     assert {seen.headers["authorization"] for seen in server.seen} == {"Bearer sk-test-secret"}
     assert "sk-test-secret" not in done.stdout + done.stderr
     task = GraphStore(data_dir).load(owner=False)[0][0]
     assert task.status is TaskStatus.COMPLETED and task.result is not None
     assert task.result.artifacts["facts"] == ["fact one", "fact two"]
+
+
+def test_agents_without_llm_phases_run_beside_an_llm_section_unless_a_model_is_named_for_them(
+    tmp_path: Path,
+) -> None:
+    """``[llm] model`` is for the agents that have LLM phases: the others run as they are
+    (the README's own config has write and review agents beside it); naming a model for
+    one of them is refused, since it would do nothing."""
+    data_dir = tmp_path / "data"
+    config = tmp_path / "llm.toml"
+    config.write_text(
+        '[llm]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n\n'
+        '[agents.step]\nagent = "crash_agents:StepAgent"\n'
+    )
+    added = greenroom("tasks", "add", "--type", "step", "--id", "s1", data_dir=data_dir)
+    assert added.returncode == 0, added.stderr
+    done = greenroom("run", "--config", str(config), "--until-idle", "--quiet", "--no-api", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    assert GraphStore(data_dir).load(owner=False)[0][0].status is TaskStatus.COMPLETED
+    config.write_text(config.read_text() + 'model = "m"\n')
+    named = greenroom(
+        "run", "--config", str(config), "--until-idle", "--quiet", "--no-api", data_dir=data_dir
+    )
+    assert named.returncode == 1
+    assert "agent type 'step' (StepAgent) has no LLM phases, so model 'm' would not be" in named.stderr
 
 
 @pytest.mark.parametrize(

@@ -242,6 +242,40 @@ async def test_a_tool_call_with_bad_arguments_is_an_error_result_naming_the_fiel
     assert tools.ran == []
 
 
+def test_a_plain_function_tool_offers_its_signature_as_the_schema() -> None:
+    """A tool declared without ``args`` is offered its parameters (a real model shown an
+    empty schema guesses, and every call fails) and its arguments are checked by them."""
+
+    def lookup(query: str, limit: int = 3, exact: bool = False) -> list[str]:
+        return [query] * limit
+
+    tool = Tool("lookup", lookup, description="Look a query up.")
+    schema = tool.spec().parameters
+    assert schema["required"] == ["query"]
+    assert schema["properties"]["query"] == {"type": "string"}
+    assert schema["properties"]["limit"] == {"type": "integer", "default": 3}
+    assert tool.validate({"query": "leases"}) == {"query": "leases", "limit": 3, "exact": False}
+    with pytest.raises(Exception, match="field 'limit' expected `int`, got `str`"):
+        tool.validate({"query": "x", "limit": "many"})
+    with pytest.raises(Exception, match="'nope' is not a known field"):
+        tool.validate({"query": "x", "nope": 1})
+
+    def anything(**kwargs: object) -> str:  # only **kwargs: an open object, as before
+        return "ok"
+
+    assert Tool("anything", anything).spec().parameters == {"type": "object", "properties": {}}
+    assert Tool("anything", anything).validate({"a": 1}) == {"a": 1}
+
+
+def test_the_example_knowledge_base_tool_declares_its_query() -> None:
+    from greenroom.agents.examples import research_setup
+
+    (tool,) = research_setup().tools
+    parameters = tool.spec().parameters
+    assert parameters["required"] == ["query"] and parameters["properties"]["query"]["type"] == "string"
+    assert tool.description
+
+
 # -- tool-only mode ----------------------------------------------------------------------
 
 

@@ -17,13 +17,14 @@ from greenroom import ActorSystem
 from greenroom.harness import Harness, Tool
 from greenroom.llm import (
     BadRequest,
+    ContextTooLong,
     OpenAIChatModel,
     RateLimited,
     TimedOut,
     Unavailable,
     retry_after_seconds,
 )
-from greenroom.messages import ChatMessage, ChatRequest, ToolSpec
+from greenroom.messages import ChatMessage, ChatRequest, ToolCall, ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -86,6 +87,7 @@ async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ChatS
     assert roles == ["system", "user", "assistant", "tool"]
     assistant, tool = second.body["messages"][2:]
     assert assistant["tool_calls"][0]["function"] == {"name": "weather", "arguments": '{"city":"Oslo"}'}
+    assert assistant["content"] == ""  # never null: llama-cpp-python's server refuses that with a 500
     assert tool == {"role": "tool", "content": '{"city":"Oslo","celsius":3}', "tool_call_id": "call-1"}
 
 
@@ -338,3 +340,121 @@ def test_pools_need_a_bound_at_least_as_large() -> None:
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=2, pools=4)
     with pytest.raises(ValueError, match="pools must be an int >= 1, got 0"):
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", pools=0)
+
+
+async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(server: ChatServer) -> None:
+    """The server (strict like llama-cpp-python's) answers a null ``content`` with a 500:
+    a message without text is sent as ``""``, so the tool round trip completes."""
+    server.add(Respond(body=completion("fine")))
+    history = (
+        ChatMessage("user", "weather?"),
+        ChatMessage("assistant", None, (ToolCall("c1", "weather", {"city": "Oslo"}),)),
+        ChatMessage("tool", '{"celsius": 3}', tool_call_id="c1"),
+    )
+    async with make_model(server) as model:
+        reply = await model.chat(ChatRequest(history))
+    assert reply.text == "fine"
+    assert [m["content"] for m in server.seen[0].body["messages"]] == ["weather?", "", '{"celsius": 3}']
+
+
+async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_retried(
+    server: ChatServer,
+) -> None:
+    openai_style = error_body(
+        "This model's maximum context length is 2048 tokens. However, you requested 2300 tokens "
+        "(2044 in the messages, 256 in the completion). Please reduce the length of the messages."
+    )
+    openai_style["error"]["code"] = "context_length_exceeded"
+    llama_cpp_style = {
+        "error": {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 5000,
+            "n_ctx": 4096,
+        }
+    }
+    server.add(Respond(400, openai_style), Respond(400, llama_cpp_style))
+    async with make_model(server) as model:
+        with pytest.raises(ContextTooLong) as first:
+            await model.chat(ask())
+        with pytest.raises(ContextTooLong) as second:
+            await model.chat(ask())
+    assert (first.value.limit, first.value.requested, first.value.status) == (2048, 2300, 400)
+    assert "needed 2300 tokens of 2048" in str(first.value)
+    assert (second.value.limit, second.value.requested) == (4096, 5000)
+    assert isinstance(first.value, BadRequest)  # retrying the same request cannot help
+    assert len(server.seen) == 2
+
+
+async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ChatServer) -> None:
+    invalid = error_body(
+        "1 validation error for CreateChatCompletionRequest\nmessages.2.content\n  Input should be a "
+        "valid string",
+        "internal_server_error",
+    )
+    server.add(Respond(500, invalid, headers={"Retry-After": "0"}))
+    server.add(*[Respond(500, error_body("out of memory", "server_error"), headers={"Retry-After": "0"})] * 3)
+    async with make_model(server, max_retries=2) as model:
+        with pytest.raises(BadRequest, match="refused the request as invalid") as refused:
+            await model.chat(ask())
+        assert len(server.seen) == 1  # not sent again: the same body cannot succeed
+        with pytest.raises(Unavailable):  # an ordinary 500 is still retried
+            await model.chat(ask())
+    assert refused.value.status == 500
+    assert len(server.seen) == 1 + 3
+
+
+async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_request(server: ChatServer) -> None:
+    server.add(Respond(body=completion("a")), Respond(body=completion("b")))
+    async with make_model(server, max_tokens=64, temperature=0.5) as model:
+        await model.chat(ask())
+        await model.chat(ChatRequest((ChatMessage("user", "x"),), temperature=0.0, max_tokens=8))
+    first, second = (seen.body for seen in server.seen)
+    assert (first["max_tokens"], first["temperature"]) == (64, 0.5)
+    assert (second["max_tokens"], second["temperature"]) == (8, 0.0)
+
+
+async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(server: ChatServer) -> None:
+    """An abandoned request does not leave the connection open for the server to keep
+    generating into: the server sees the client hang up while it is still working."""
+    server.add(Respond(body=completion("never read"), hold=True))
+    async with make_model(server) as model:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(model.chat, ask("a long story please"))
+                await eventually(server.holding.is_set)
+                tg.cancel_scope.cancel()
+        await eventually(server.disconnected.is_set)
+    assert not server._release.is_set()  # it hung up while the answer was still held back
+
+
+async def test_a_model_that_refuses_max_tokens_or_temperature_gets_them_as_it_takes_them(
+    server: ChatServer,
+) -> None:
+    """OpenAI's reasoning models answer 400 to ``max_tokens`` (use ``max_completion_tokens``)
+    and to any temperature but theirs: the call goes again in the form they take, once,
+    and every later call uses it."""
+    no_max_tokens = error_body(
+        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead."
+    )
+    no_max_tokens["error"].update(param="max_tokens", code="unsupported_parameter")
+    no_temperature = error_body(
+        "Unsupported value: 'temperature' does not support 0.0 with this model. "
+        "Only the default (1) value is supported."
+    )
+    no_temperature["error"].update(param="temperature", code="unsupported_value")
+    server.add(Respond(400, no_max_tokens), Respond(400, no_temperature), Respond(body=completion("a")))
+    server.add(Respond(body=completion("b")))
+    async with make_model(server, max_retries=0) as model:
+        request = ChatRequest((ChatMessage("user", "x"),), temperature=0.0, max_tokens=64)
+        assert (await model.chat(request)).text == "a"
+        assert (await model.chat(request)).text == "b"
+    bodies = [seen.body for seen in server.seen]
+    assert [("max_tokens" in b, b.get("max_completion_tokens"), b.get("temperature")) for b in bodies] == [
+        (True, None, 0.0),
+        (False, 64, 0.0),
+        (False, 64, None),
+        (False, 64, None),
+    ]

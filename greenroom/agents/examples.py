@@ -68,7 +68,13 @@ def research_setup() -> HarnessSetup:
     """The example research agent's LLM setup: the scripted model, offline."""
     return HarnessSetup(
         ScriptedModel(scripted_researcher, latency=0.002),
-        tools=[Tool("query_knowledge_base", _knowledge_base, description="Look facts up.")],
+        tools=[
+            Tool(
+                "query_knowledge_base",
+                _knowledge_base,
+                description="Look up facts about a query (a topic or a question) in the knowledge base.",
+            )
+        ],
         tokens_per_run=50_000,
     )
 

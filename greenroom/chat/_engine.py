@@ -8,7 +8,16 @@ the user must confirm (``yes delete``). At most ``max_tool_calls`` calls run in 
 decision; the next is refused and the model gets one tool-free turn to answer (what was
 done is kept). The reply about tool results is made from the results
 (``_replies``), never from the model's text. Model failures end in the spec's friendly
-texts, with ``error`` set. The decision-log event is completed at the end.
+texts, with ``error`` set; a failure after tools already ran says first what was done
+(so nobody retries an add that happened), then that the rest failed. The decision-log
+event is completed at the end, with the failure's reason when there was one.
+
+The history sent is the last ``include_history_messages`` messages that fit
+``max_history_tokens`` (estimated, calibrated by the server's counts) and the model's
+context window. A request the server says does not fit its window
+(:class:`~greenroom.llm.ContextTooLong`) is sent again once with the history fitted to
+the window the server named (or without history); if even that does not fit, the user
+is told plainly that the message is too long.
 
 Cancellation (the runner's deadline interrupts its actor) propagates at once: the model
 call and the tool call in flight are cancelled; nothing here is persisted.
@@ -25,8 +34,8 @@ import anyio
 import msgspec
 
 from ..actors import ActorRef, ActorStopped
-from ..llm import ChatModel, ModelError, RateLimited
-from ..messages import Append, ChatMessage, ChatRequest, ToolSpec
+from ..llm import ChatModel, ContextTooLong, ModelError, RateLimited, TokenGauge
+from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
 from . import _replies as replies
 from ._tools import ToolExecutor, ToolResult, match_task
 from ._types import (
@@ -85,6 +94,10 @@ class LLMAgentEngine:
         self.constitution = constitution
         self.log = log
         self.clock = clock
+        self.tokens = TokenGauge()
+        """Prompt-size estimates, calibrated by the model's reported usage."""
+        self.context_window = self.config.context_window
+        """The model's window in tokens: configured, or learned from a ``ContextTooLong``."""
 
     def _specs(self) -> tuple[ToolSpec, ...]:
         specs = getattr(self.tools, "tool_specs", None)
@@ -108,35 +121,89 @@ class LLMAgentEngine:
                 "duration_ms": 0,
             },
         )
-        records: list[ToolCallRecord] = []
+        done = _Done()
+        reason: str | None = None
         try:
-            decision = await self._decide(context, decision_id, records)
-        except RateLimited:
-            decision = _failed(replies.RATE_LIMITED, records)
-        except ModelError:
-            decision = _failed(replies.LLM_FAILED, records)
+            decision = await self._decide(context, decision_id, done)
+        except ContextTooLong as error:
+            reason = f"context_length_exceeded: {error}"
+            logger.warning("chat: decision %s: the request does not fit the model: %s", decision_id, error)
+            decision = _failed(replies.TOO_LONG, done)
+        except RateLimited as error:
+            reason = f"rate_limited: {error}"
+            logger.warning("chat: decision %s: %s", decision_id, error)
+            decision = _failed(replies.RATE_LIMITED, done)
+        except ModelError as error:
+            reason = f"{type(error).__name__}: {error}"
+            logger.warning("chat: decision %s: the model call failed: %s", decision_id, error)
+            decision = _failed(replies.LLM_FAILED, done)
         except anyio.get_cancelled_exc_class():
             raise
-        except Exception:  # a model or tool adapter bug: a friendly text, the details in the log
+        except Exception as error:  # a model or tool adapter bug: a friendly text, the details in the log
+            reason = f"{type(error).__name__}: {error}"[:500]
             logger.exception("chat: decision %s failed", decision_id)
-            decision = _failed(replies.LLM_FAILED, records)
-        await self._event(
-            CHAT_DECISION,
-            {
-                "decision_id": decision_id,
-                "conversation_id": context.conversation_id,
-                "intent_type": "LLM",
-                "decision_type": decision.decision_type.value,
-                "outcome_category": "ERROR" if decision.error else "SUCCESS",
-                "tool_calls": len(decision.records),
-                "duration_ms": int((time.monotonic() - started) * 1000),
-            },
-        )
+            decision = _failed(replies.LLM_FAILED, done)
+        payload: dict[str, Any] = {
+            "decision_id": decision_id,
+            "conversation_id": context.conversation_id,
+            "intent_type": "LLM",
+            "decision_type": decision.decision_type.value,
+            "outcome_category": "ERROR" if decision.error else "SUCCESS",
+            "tool_calls": len(decision.records),
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        }
+        if reason is not None or done.note is not None:
+            payload["reason"] = reason if reason is not None else done.note
+        await self._event(CHAT_DECISION, payload)
         return decision
 
-    async def _decide(
-        self, context: DecisionContext, decision_id: str, records: list[ToolCallRecord]
-    ) -> AgentDecision:
+    async def _call(
+        self, messages: list[ChatMessage], history: int, request: ChatRequest
+    ) -> tuple[ChatReply, int]:
+        """One model call: the reply and how many history messages are left. A request
+        the server says is too long is sent again with the history
+        (``messages[1 : 1 + history]``) fitted to the window it named, or dropped;
+        ``messages`` is trimmed in place. Raises ``ContextTooLong`` when even that does
+        not fit."""
+        config = self.config
+        while True:
+            try:
+                reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
+            except ContextTooLong as error:
+                if error.limit is not None:
+                    self.context_window = error.limit
+                if history == 0:
+                    raise
+                past = messages[1 : 1 + history]
+                rest = [messages[0], *messages[1 + history :]]
+                kept = self.tokens.fit(past, self._room(rest, request.tools)) if error.limit else []
+                if len(kept) >= history:  # the estimate says it fits: trust the server, drop it all
+                    kept = []
+                logger.info(
+                    "chat: the request did not fit the model's window; sent again with %d of %d "
+                    "history messages",
+                    len(kept),
+                    history,
+                )
+                messages[1 : 1 + history] = kept
+                history = len(kept)
+                request = msgspec.structs.replace(request, messages=tuple(messages))
+                continue
+            self.tokens.observe(request, reply.usage)
+            return reply, history
+
+    def _room(self, rest: list[ChatMessage], tools: tuple[ToolSpec, ...]) -> int:
+        """Tokens the history may take: its own budget, and what the model's window
+        leaves beside the rest of the request and the reply."""
+        config = self.config
+        room = config.max_history_tokens
+        if self.context_window is not None:
+            reply = config.max_tokens if config.max_tokens is not None else 512
+            room = min(room, self.context_window - self.tokens.estimate(rest, tools) - reply)
+        return max(0, room)
+
+    async def _decide(self, context: DecisionContext, decision_id: str, done: _Done) -> AgentDecision:
+        records = done.records
         pending = context.pending_confirmation
         if pending is not None and is_confirmation(context.message):
             if pending.expires_at < self.clock():
@@ -151,37 +218,50 @@ class LLMAgentEngine:
                 records=records,
             )
         config = self.config
-        history = (
+        recent = (
             context.message_history[-config.include_history_messages :]
             if config.include_history_messages
             else ()
         )
-        messages: list[ChatMessage] = [ChatMessage("system", self.constitution)]
-        messages += [ChatMessage(past.role, past.content) for past in history]
-        messages.append(ChatMessage("user", context.message))
+        system = ChatMessage("system", self.constitution)
+        user = ChatMessage("user", context.message)
         specs = self._specs()
-        said: list[str] = []  # the replies about what was done, in order
-        calls: list[ToolCall] = []
+        past = self.tokens.fit(
+            [ChatMessage(m.role, m.content) for m in recent], self._room([system, user], specs)
+        )
+        messages: list[ChatMessage] = [system, *past, user]
+        history = len(past)
+        said = done.said  # the replies about what was done, in order
+        calls = done.calls
         tools_allowed = True
         limit_hit = False
         for _ in range(config.max_iterations):
             request = ChatRequest(
-                tuple(messages), specs if tools_allowed else (), "auto" if tools_allowed else "none"
+                tuple(messages),
+                specs if tools_allowed else (),
+                "auto" if tools_allowed else "none",
+                temperature=config.temperature,
+                max_tokens=config.max_tokens,
             )
-            reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
+            reply, history = await self._call(messages, history, request)
             if not reply.tool_calls or not tools_allowed:
                 if records or limit_hit:
                     text = replies.combine(said, replies.TOO_MANY_CALLS if limit_hit else None)
                     return AgentDecision(
                         DecisionType.INVOKE_TOOL, tool_calls=calls, response_text=text, records=records
                     )
+                if not reply.text.strip():
+                    # nothing to show: say that, not that something broke
+                    done.note = f"the model's reply was empty (finish_reason {reply.finish_reason!r})"
+                    text = replies.CUT_OFF if reply.finish_reason == "length" else replies.NO_ANSWER
+                    return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
                 text = replies.clean_text(reply.text)
                 if text.rstrip().endswith("?"):
                     return AgentDecision(
                         DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
                     )
                 return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
-            messages.append(ChatMessage("assistant", reply.text or None, reply.tool_calls))
+            messages.append(ChatMessage("assistant", reply.text, reply.tool_calls))
             for call in reply.tool_calls:
                 if call.arguments_error is not None:  # malformed arguments: ask, do not guess
                     result = ToolResult(
@@ -296,5 +376,27 @@ def _visible(parameters: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in parameters.items() if k != "user_id"}
 
 
-def _failed(text: str, records: list[ToolCallRecord]) -> AgentDecision:
-    return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text, records=records, error=text)
+class _Done:
+    """What a decision did before it ended: what an error reply reports first."""
+
+    __slots__ = ("calls", "note", "records", "said")
+
+    def __init__(self) -> None:
+        self.records: list[ToolCallRecord] = []
+        self.said: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.note: str | None = None
+
+
+def _failed(text: str, done: _Done) -> AgentDecision:
+    """The friendly error text; after tools ran, first what they did, then that the
+    rest failed (the error stays set: the request did not finish)."""
+    if not done.records:
+        return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text, error=text)
+    return AgentDecision(
+        DecisionType.INVOKE_TOOL,
+        tool_calls=done.calls or None,
+        response_text=replies.combine(done.said, replies.REST_FAILED.format(cause=replies.brief(text))),
+        records=done.records,
+        error=text,
+    )

@@ -34,6 +34,22 @@ TOO_MANY_CALLS = "I did what I could in one go; the rest needs another request."
 NOTHING_PENDING = "There's nothing waiting for your confirmation right now."
 CANCELLED_PENDING = "Okay, I won't delete '{title}'."
 EMPTY_LIST = "Your list is empty. Want to add something?"
+TOO_LONG = "That's more than I can take in at once. Could you say it in fewer words?"
+NO_ANSWER = "I have no answer to that. Could you put it another way?"
+CUT_OFF = "My answer ran too long and was cut off. Could you ask for something shorter?"
+REST_FAILED = "I couldn't finish the rest: {cause}. Please check your list before asking again."
+
+_CAUSES = {
+    LLM_FAILED: "something went wrong on my side",
+    RATE_LIMITED: "I'm receiving too many requests",
+    TOO_LONG: "it got too long for me to take in",
+}
+
+
+def brief(text: str) -> str:
+    """Why the rest of a request failed, in a few words, for :data:`REST_FAILED`."""
+    return _CAUSES.get(text, _CAUSES[LLM_FAILED])
+
 
 _FIELDS = {
     "title": "the task's title",

@@ -204,7 +204,16 @@ class AgentDecision:
 
 @dataclass(frozen=True, slots=True)
 class AgentEngineConfig:
-    """Spec 002's engine settings, checked when made."""
+    """Spec 002's engine settings, checked when made.
+
+    greenroom's additions: ``max_tool_calls`` per decision; ``confirmation_seconds`` a
+    pending delete stays confirmable; ``max_tokens``, the longest reply a model call may
+    generate (``None``: the server's own limit — a small local model left unbounded can
+    talk for minutes); ``max_history_tokens``, how much of the history (the last
+    ``include_history_messages`` messages) is sent, in estimated tokens, oldest dropped
+    first; ``context_window``, the model's window in tokens when known (else learned from
+    the first ``ContextTooLong`` the server answers), which the history is fitted into.
+    """
 
     max_iterations: int = 5
     include_history_messages: int = 10
@@ -212,6 +221,9 @@ class AgentEngineConfig:
     timeout_seconds: int = 30
     max_tool_calls: int = 10
     confirmation_seconds: float = 300.0
+    max_tokens: int | None = 1024
+    max_history_tokens: int = 4000
+    context_window: int | None = None
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -219,8 +231,13 @@ class AgentEngineConfig:
             ("include_history_messages", 0, MAX_HISTORY),
             ("timeout_seconds", 1, 3600),
             ("max_tool_calls", 1, 100),
+            ("max_tokens", 1, 1_000_000),
+            ("max_history_tokens", 0, 10_000_000),
+            ("context_window", 16, 100_000_000),
         ):
             value = getattr(self, name)
+            if value is None and name in ("max_tokens", "context_window"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InvalidInput(
                     f"AgentEngineConfig {name} must be a whole number from {low} to {high} "

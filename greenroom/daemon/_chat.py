@@ -10,7 +10,14 @@ from typing import Any, TextIO
 import anyio
 
 from .._errors import InvalidInput
-from ..chat import CHAT_DB, ConversationNotFound, SQLiteChatStore, open_assistant, task_server
+from ..chat import (
+    CHAT_DB,
+    AgentEngineConfig,
+    ConversationNotFound,
+    SQLiteChatStore,
+    open_assistant,
+    task_server,
+)
 from ..chat._types import check_id
 
 PROMPT = "you> "
@@ -63,6 +70,9 @@ async def run_chat(
     mcp_url: str | None,
     mcp_command: str | None,
     timeout: float | None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    context_window: int | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
     interactive: bool | None = None,
@@ -73,10 +83,18 @@ async def run_chat(
     check_id("--user", user)
     if conversation is not None:
         check_id("--conversation", conversation)
+    settings: dict[str, Any] = {"max_tokens": max_tokens, "context_window": context_window}
+    if max_tokens is None:
+        del settings["max_tokens"]  # the engine's default bound
+    if temperature is not None:
+        settings["temperature"] = temperature
+    config = AgentEngineConfig(**settings)
     model = _model(base_url, model_name)
     mcp = _mcp(mcp_url, mcp_command)
     try:
-        async with open_assistant(data_dir, model=model, mcp=mcp, timeout=timeout) as assistant:
+        async with open_assistant(
+            data_dir, model=model, mcp=mcp, config=config, timeout=timeout
+        ) as assistant:
             if conversation is None:
                 conversation = await assistant.runner.new_conversation(user)
                 print(f"greenroom: new conversation {conversation} (resume it with --conversation)", file=err)

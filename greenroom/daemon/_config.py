@@ -14,6 +14,8 @@
     model = "gpt-4o-mini"       # for every agent with LLM phases, unless its pool names one
     api_key_env = "OPENAI_API_KEY"   # the key is read from this variable, never from the file
     timeout = 60
+    max_tokens = 1024           # optional: the longest reply a call may generate
+    temperature = 0.2           # optional: the server's default otherwise
 
     [limits]                    # sizes the task graph accepts (greenroom.messages.TaskLimits)
     max_task_bytes = 1048576
@@ -23,6 +25,7 @@
 
     [chat]                      # the assistant behind POST /v1/chat
     model = "scripted"          # offline; or a model on the [llm] server
+    max_tokens = 1024           # temperature = 0 (spec 002); context_window = N if known
 
     [tracing]                   # OpenTelemetry: pip install 'greenroom[otel]'
     enabled = false
@@ -49,6 +52,8 @@ from ..messages import RecordError, TaskLimits, convert
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
 
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
 SCRIPTED = "scripted"
 """A pool's ``model`` value that keeps the agent's own (offline, scripted) model."""
@@ -75,6 +80,10 @@ class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
     max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
     """Requests in flight to the server at once, across all agents (default: unbounded)."""
+    max_tokens: Tokens | None = None
+    """The longest reply one call may generate (default: the server's own limit)."""
+    temperature: Temperature | None = None
+    """Sampling temperature of the agents' calls (default: the server's)."""
 
 
 class ApiConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -96,6 +105,13 @@ class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``"scripted"``: the offline rule-based model; else a model on the ``[llm]`` server."""
     timeout: Seconds = 30.0
     """Seconds per chat request, waiting for the conversation's turn included."""
+    temperature: Temperature = 0.0
+    """Spec 002's engine setting: task management wants the same answer every time."""
+    max_tokens: Tokens | None = 1024
+    """The longest reply one model call may generate."""
+    context_window: Annotated[int, msgspec.Meta(ge=16, le=100_000_000)] | None = None
+    """The model's context window in tokens, if known (the history is fitted into it;
+    without it, the window is learned from the server's first context-overflow error)."""
 
 
 class TracingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -167,11 +167,15 @@ class AgentHost:
 
     def _give_model(self, agent: BaseAgent, agent_type: str) -> None:
         """Put the agent's LLM phases on the ``[llm]`` server's model for its type (one
-        client per model name, shared by every agent using it)."""
+        client per model name, shared by every agent using it). An agent without LLM
+        phases keeps none: ``[llm] model`` is for the agents that have them; only a pool
+        that names a model for such an agent is refused (the setting would do nothing)."""
         name = model_for(self.config, agent_type)
         if name is None:
             return
         if agent.llm is None:
+            if self.config.agents[agent_type].model is None:
+                return
             raise ConfigError(
                 f"config: agent type {agent_type!r} ({type(agent).__name__}) has no LLM phases, so "
                 f'model {name!r} would not be used; set agents.{agent_type}.model = "scripted" or '
@@ -197,6 +201,8 @@ class AgentHost:
                 timeout=llm.timeout,
                 max_retries=llm.max_retries,
                 max_in_flight=llm.max_in_flight,
+                max_tokens=llm.max_tokens,
+                temperature=llm.temperature,
             )
         return model
 

@@ -106,7 +106,15 @@ class DaemonService:
         return tail_events(self.host.db, after=after, follow=follow, last=last)
 
     async def _open_chat(self) -> Any:
-        from ..chat import CHAT_DB, AgentRunner, LLMAgentEngine, MCPToolExecutor, SQLiteChatStore, task_server
+        from ..chat import (
+            CHAT_DB,
+            AgentEngineConfig,
+            AgentRunner,
+            LLMAgentEngine,
+            MCPToolExecutor,
+            SQLiteChatStore,
+            task_server,
+        )
 
         host = self.host
         chat = self.config.chat
@@ -124,7 +132,10 @@ class DaemonService:
         else:
             model = host.model_named(chat.model)
         tools = await self._stack.enter_async_context(MCPToolExecutor(task_server(store)))
-        engine = LLMAgentEngine(model, tools, log=host.log)
+        settings = AgentEngineConfig(
+            temperature=chat.temperature, max_tokens=chat.max_tokens, context_window=chat.context_window
+        )
+        engine = LLMAgentEngine(model, tools, config=settings, log=host.log)
         runner = await AgentRunner.spawn(host.system, engine, store, timeout=chat.timeout)
         self._stack.push_async_callback(runner.aclose)
         return runner

@@ -262,7 +262,7 @@ class HarnessActor(Actor):
             self.prompt_tokens += usage.prompt_tokens
             self.completion_tokens += usage.completion_tokens
             tool_calls = reply.tool_calls
-            pending.append(ChatMessage("assistant", reply.text or None, tool_calls))
+            pending.append(ChatMessage("assistant", reply.text, tool_calls))
             for call in tool_calls:
                 record, content = await self._run_tool(
                     call.id, call.name, call.arguments, call.arguments_error, allowed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,7 +35,11 @@ class Tool:
     ``args``: a ``msgspec.Struct`` type the model's arguments are converted to (an
     error names the field and the value; the tool is not called) and whose JSON Schema
     is offered to the model; ``fn`` then receives one instance. Without ``args``, ``fn``
-    receives the arguments as keyword arguments. ``fn`` may be async; a plain function
+    receives the arguments as keyword arguments, checked against its signature the same
+    way: its parameters, their annotations and defaults are the schema the model is
+    offered (a model shown an empty schema guesses, and every call fails). Only a
+    function taking ``**kwargs`` (or whose annotations msgspec cannot describe) is
+    offered an open object. ``fn`` may be async; a plain function
     runs inline on the event loop, so keep it quick (or wrap it in
     ``anyio.to_thread.run_sync`` yourself). Its return value must encode as JSON.
     """
@@ -62,25 +67,65 @@ class Tool:
         self.args = args
         self.risk = risk
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._keywords = _signature_struct(name, fn) if args is None else None
+        self._spec = ToolSpec(self.name, self.description, self._parameters())
+
+    def _parameters(self) -> dict[str, Any]:
+        shape = self.args if self.args is not None else self._keywords
+        if shape is None:
+            return {"type": "object", "properties": {}}
+        schema = msgspec.json.schema(shape)
+        parameters = schema["$defs"][schema["$ref"].rsplit("/", 1)[1]] if "$ref" in schema else schema
+        parameters = {k: v for k, v in parameters.items() if k != "title"}
+        parameters.setdefault("properties", {})
+        return parameters
 
     def spec(self) -> ToolSpec:
         """The tool as offered to a model."""
-        if self.args is None:
-            parameters: dict[str, Any] = {"type": "object", "properties": {}}
-        else:
-            schema = msgspec.json.schema(self.args)
-            parameters = schema["$defs"][schema["$ref"].rsplit("/", 1)[1]] if "$ref" in schema else schema
-            parameters = {k: v for k, v in parameters.items() if k != "title"}
-        return ToolSpec(self.name, self.description, parameters)
+        return self._spec
 
     def validate(self, arguments: dict[str, Any]) -> Any:
         """The arguments as ``fn`` takes them; ``RecordError`` naming the field if bad."""
-        if self.args is None:
+        where = f"tool {self.name!r} arguments"
+        if self.args is not None:
+            return convert(arguments, self.args, where)
+        if self._keywords is None:
             return arguments
-        return convert(arguments, self.args, f"tool {self.name!r} arguments")
+        checked = convert(arguments, self._keywords, where)
+        return {field: getattr(checked, field) for field in checked.__struct_fields__}
 
     async def call(self, validated: Any) -> Any:
         result = self.fn(**validated) if self.args is None else self.fn(validated)
         if self.is_async:
             result = await result
         return result
+
+
+def _signature_struct(name: str, fn: Callable[..., Any]) -> type[msgspec.Struct] | None:
+    """A struct of ``fn``'s keyword parameters (annotation, default), or ``None`` when
+    its signature cannot be one (``*args``/``**kwargs``, positional-only parameters, an
+    annotation msgspec cannot describe as JSON)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an unresolvable annotation: the parameters are then untyped
+        hints = {}
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            return None
+        kind = hints.get(parameter.name, Any)
+        if parameter.default is parameter.empty:
+            fields.append((parameter.name, kind))
+        else:
+            fields.append((parameter.name, kind, parameter.default))
+    fields.sort(key=len)  # msgspec wants the required fields first
+    try:
+        shape = msgspec.defstruct(f"{name}_arguments", fields, forbid_unknown_fields=True)
+        msgspec.json.schema(shape)
+    except (TypeError, ValueError):
+        return None
+    return shape

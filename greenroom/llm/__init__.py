@@ -6,11 +6,12 @@ SDK; :class:`ScriptedModel` answers from a script, for offline runs and tests;
 does. They raise only the errors in this package for provider trouble.
 """
 
-from ._errors import BadRequest, ModelError, RateLimited, TimedOut, Unavailable
+from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel, retry_after_seconds
 from ._protocol import ChatModel, ClosingModel
 from ._rules import RuleBasedModel
 from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
+from ._tokens import TokenGauge
 
 __all__ = [
     "API_KEY_ENV",
@@ -19,6 +20,7 @@ __all__ = [
     "BadRequest",
     "ChatModel",
     "ClosingModel",
+    "ContextTooLong",
     "ModelError",
     "OpenAIChatModel",
     "RateLimited",
@@ -26,6 +28,7 @@ __all__ = [
     "ScriptExhausted",
     "ScriptedModel",
     "TimedOut",
+    "TokenGauge",
     "Unavailable",
     "estimate_usage",
     "retry_after_seconds",

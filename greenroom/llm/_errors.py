@@ -37,3 +37,22 @@ class Unavailable(ModelError):
 class BadRequest(ModelError):
     """The provider refused the request itself (4xx other than 429: bad parameters,
     unknown model, refused credentials). Retrying the same request will not help."""
+
+
+class ContextTooLong(BadRequest):
+    """The request (history, tools and the reply's room) does not fit the model's
+    context window. ``limit``: the window in tokens and ``requested``: what the request
+    needed, when the server said (``None`` otherwise). Retrying the same request will
+    not help; a shorter one may."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 400,
+        limit: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.limit = limit
+        self.requested = requested

@@ -7,6 +7,7 @@ import email.utils
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +19,7 @@ import openai
 
 from .._checks import check_int, check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
-from ._errors import BadRequest, ModelError, RateLimited, TimedOut, Unavailable
+from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
 
@@ -32,9 +33,30 @@ NO_KEY = "no-key"
 
 _RETRIED_STATUSES = frozenset({408, 500, 502, 503, 504})
 
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long"
+    r"|exceeds? (the )?(available )?context",
+    re.IGNORECASE,
+)
+"""How servers say a request does not fit the model's window (OpenAI, vLLM and
+llama-cpp-python: ``context_length_exceeded``; llama.cpp: ``exceed_context_size_error``;
+Ollama: "exceeds the context length")."""
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context (?:window|size|length) of) (\d+)", re.I)
+_CONTEXT_REQUESTED = re.compile(r"(?:requested|resulted in) (\d+) tokens", re.IGNORECASE)
+_INVALID_REQUEST = re.compile(
+    r"validation error|input should be|field required|invalid[ _]request|is not valid|unprocessable",
+    re.IGNORECASE,
+)
+"""A 500 whose text says the request itself was invalid (llama-cpp-python answers a body
+its schema refuses with a 500 carrying pydantic's "validation error"): sending the same
+body again cannot succeed, so it is not retried."""
+
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    # ``content`` is always a string: an assistant turn that only calls tools goes as "",
+    # never null (llama-cpp-python's server refuses a null with a 500; OpenAI takes both)
+    content = message.content
+    wire: dict[str, Any] = {"role": message.role, "content": "" if content is None else content}
     if message.tool_calls:
         wire["tool_calls"] = [
             {
@@ -119,6 +141,32 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _context_too_long(model: str, status: int, text: str, body: object) -> ContextTooLong:
+    """The overflow error, with the window and the request's size when the server gave
+    them (in its text, or as llama.cpp's ``n_ctx`` / ``n_prompt_tokens``)."""
+    fields = body if isinstance(body, dict) else {}
+
+    def number(key: str, pattern: re.Pattern[str]) -> int | None:
+        value = fields.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        found = pattern.search(text)
+        return int(found.group(1)) if found else None
+
+    limit = number("n_ctx", _CONTEXT_LIMIT)
+    requested = number("n_prompt_tokens", _CONTEXT_REQUESTED)
+    sizes = "".join(
+        [f" (needed {requested} tokens" if requested else "", f" of {limit}" if limit and requested else ""]
+    )
+    sizes += ")" if requested else (f" (the window is {limit} tokens)" if limit else "")
+    return ContextTooLong(
+        f"{model}: the request does not fit the model's context window{sizes} (HTTP {status}): {text[:300]}",
+        status=status,
+        limit=limit,
+        requested=requested,
+    )
+
+
 class OpenAIChatModel(ClosingModel):
     """A chat model behind an OpenAI-compatible endpoint.
 
@@ -199,6 +247,8 @@ class OpenAIChatModel(ClosingModel):
             raise ValueError(
                 f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}"
             )
+        self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
+        self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
         self._clients = [self._make_client(base_url) for _ in range(self.pools)]
         self._client = self._clients[0]
@@ -249,7 +299,9 @@ class OpenAIChatModel(ClosingModel):
             params["temperature"] = temperature
         max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
         if max_tokens is not None:
-            params["max_tokens"] = max_tokens
+            params[self._tokens_field] = max_tokens
+        if self._no_temperature:
+            params.pop("temperature", None)
         if self.max_in_flight is not None:
             admission = self._admission
             if admission is None:
@@ -274,6 +326,8 @@ class OpenAIChatModel(ClosingModel):
             except openai.APITimeoutError:
                 raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
             except openai.APIStatusError as error:
+                if self._adapt(error, params):
+                    continue  # the same request in the form this model takes: not a retry
                 wait, failure = self._judge_status(error, attempt)
             except openai.APIConnectionError as error:
                 wait = self._backoff(attempt)
@@ -292,13 +346,50 @@ class OpenAIChatModel(ClosingModel):
             logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
             await anyio.sleep(wait)
 
+    def _adapt(self, error: openai.APIStatusError, params: dict[str, Any]) -> bool:
+        """OpenAI's reasoning models refuse ``max_tokens`` (they take
+        ``max_completion_tokens``) and any ``temperature`` but their default. Such a 400
+        changes ``params`` for this call and every later one; True when it did."""
+        if error.status_code != 400 or error.code not in ("unsupported_parameter", "unsupported_value"):
+            return False
+        if (
+            error.param == "max_tokens"
+            and "max_tokens" in params
+            and "max_completion_tokens" in error.message
+        ):
+            self._tokens_field = "max_completion_tokens"
+            params["max_completion_tokens"] = params.pop("max_tokens")
+        elif error.param == "temperature" and "temperature" in params:
+            self._no_temperature = True
+            del params["temperature"]
+        else:
+            return False
+        logger.warning(
+            "%s: the server refused %r for this model; it is sent as the model takes it from now on",
+            self.model,
+            error.param,
+        )
+        return True
+
     def _backoff(self, attempt: int) -> float:
         return min(self.max_retry_wait, 0.5 * 2.0**attempt) * (1 + random.random() / 4)
 
     def _judge_status(self, error: openai.APIStatusError, attempt: int) -> tuple[float | None, ModelError]:
         """``(wait before retrying or None, the error to raise if not retrying)``."""
         status = error.status_code
-        detail = self._redact(str(error.message))[:300]
+        text = self._redact(str(error.message))
+        detail = text[:300]
+        if status not in (401, 403, 429) and (
+            error.code in ("context_length_exceeded", "exceed_context_size_error")
+            or error.type == "exceed_context_size_error"
+            or (status <= 500 and _CONTEXT_OVERFLOW.search(text) is not None)
+        ):
+            return None, _context_too_long(self.model, status, text, error.body)
+        if status == 500 and (error.type == "invalid_request_error" or _INVALID_REQUEST.search(text)):
+            return None, BadRequest(
+                f"{self.model}: the server refused the request as invalid (HTTP {status}): {detail}",
+                status=status,
+            )
         if status == 429:
             asked = retry_after_seconds(error.response.headers)
             wait = asked if asked is not None else self._backoff(attempt)

@@ -117,6 +117,64 @@ def test_a_kill_between_the_journal_and_the_log_loses_no_event(tmp_path: Path, b
         assert all(e.origin is not None for e in events)
 
 
+_ORIGIN_IN_PAYLOAD = """
+import sys
+sys.path.insert(0, {tests!r})
+import anyio
+from _support import open_node
+from greenroom.agents import AgentRuntime
+from greenroom.messages import AgentResult, AgentTask, Submit
+
+async def main():
+    async with open_node({data_dir!r}) as node:
+        await node.supervisor.ask(Submit([AgentTask(id=f"t{{i}}", type="w") for i in range(32)]))
+        runtime = AgentRuntime("a1", "w", supervisor=node.supervisor, log=node.log)
+        for _ in range(32):
+            task = await runtime.claim_task()
+            await runtime.complete_task(task.id, AgentResult(task_id=task.id, outcome="done"))
+        # an agent's own event, last in the log, whose payload has an "origin" key
+        await runtime.emit("AGENT_UPDATE", "t0", {{"message": "hi", "origin": [1, 2]}})
+        print("committed", flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_origin_key_in_a_payload_never_makes_recovery_send_events_twice(
+    tmp_path: Path, backend: str
+) -> None:
+    """The log's position comes from its own field of each event, never from the bytes of
+    a payload: an agent's event with an ``origin`` key, last before a SIGKILL, once made the
+    restart send every journal batch again (every completion logged twice)."""
+    data_dir = tmp_path / "data"
+    script = _ORIGIN_IN_PAYLOAD.format(tests=str(TESTS), data_dir=str(data_dir))
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, backend], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = "", ""
+    try:
+        assert process.stdout is not None
+        out = process.stdout.readline()
+    finally:
+        process.send_signal(signal.SIGKILL)
+        _, err = process.communicate(timeout=30)
+    assert out.strip() == "committed", err
+    before = events_of(data_dir)
+    assert before[-1].payload == {"message": "hi", "origin": [1, 2]} and before[-1].origin is None
+
+    async def restart() -> None:
+        async with open_node(data_dir) as node:
+            await node.log.ask(OutboxPosition())
+
+    anyio.run(restart, backend=backend)
+    events = events_of(data_dir)
+    assert count(events, TASK_COMPLETED) == {f"t{i}": 1 for i in range(32)}
+    assert count(events, AGENT_RESULT) == {f"t{i}": 1 for i in range(32)}
+    assert len(events) == len(before)  # the log had everything: nothing was sent again
+
+
 async def test_tasks_requeued_after_a_dead_process_are_logged(tmp_path: Path) -> None:
     async with open_node(tmp_path) as node:
         await node.supervisor.ask(Submit([AgentTask(id="t1", type="w")]))

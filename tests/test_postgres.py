@@ -659,6 +659,40 @@ def test_two_daemons_on_one_database_share_the_work_from_the_cli(pg_url: str, tm
     assert "tasks: 120 total · completed 120" in status.stdout and "***" not in pg_url
 
 
+def test_status_and_stop_reach_the_daemon_of_the_data_dir_with_the_store_exported(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """With ``GREENROOM_STORE`` exported (the README's own step), ``status`` and ``stop``
+    beside a running daemon answer through that daemon, not from the database as if none
+    ran: the daemon serving the data dir comes first."""
+    anyio.run(_upgrade, pg_url)
+    data_dir = tmp_path / "node"
+    config = tmp_path / "d.toml"
+    config.write_text('[agents.step]\nagent = "crash_agents:StepAgent"\n')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_STORE": pg_url,
+           "GREENROOM_TEST_ACKS": str(tmp_path / "acks.log")}  # fmt: skip
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--quiet", "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (data_dir / "daemon.json").exists():  # the daemon says where its API is
+            assert daemon.poll() is None, daemon.communicate()
+            assert time.monotonic() < deadline, "the daemon wrote no daemon.json in 60 s"
+            time.sleep(0.05)
+        status = _cli("status", "--data-dir", str(data_dir), GREENROOM_STORE=pg_url)
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith("daemon: running"), status.stdout
+        stopped = _cli("stop", "--data-dir", str(data_dir), GREENROOM_STORE=pg_url)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "asked the daemon at http://127.0.0.1:" in stopped.stderr
+        _, err = daemon.communicate(timeout=60)
+        assert daemon.returncode == 0, err
+    finally:
+        _stop_all([daemon])
+
+
 def _count(url: str, status: str) -> int:
     import psycopg
 

@@ -59,21 +59,22 @@ class Target:
 
 
 def _locate(data_dir: str | None, url: str | None, token: str | None, store: str | None = None) -> Target:
+    """Where a command goes: ``--url``; else the daemon serving the data dir (whatever
+    store it runs on: it is the one to ask, and the only one that can stop); else, with
+    no daemon, the database ``store`` names, or the data dir's files."""
     if store is not None:
         from ..postgres import check_url
 
         check_url(store)
-        if url is None:
-            return Target(data_dir, store=store)
     if url is not None:
         return Target(data_dir, url, token or os.environ.get(TOKEN_ENV))
     try:
         path = resolve_data_dir(data_dir, create=False)
     except InvalidInput:
-        return Target(data_dir)  # the file path reports the missing data dir
+        return Target(data_dir, store=store)  # the file path reports the missing data dir
     found = find_daemon(path)
     if found is None:
-        return Target(data_dir)
+        return Target(data_dir, store=store)
     info, admin = found
     return Target(data_dir, info.url, token or admin)
 

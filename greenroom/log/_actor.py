@@ -98,14 +98,26 @@ def recover_tail(path: Path) -> tuple[int, int]:
     return last_seq, cut
 
 
+class _Origin(msgspec.Struct):
+    """An event line's own ``origin`` field, and nothing else of it (a payload's keys are
+    inside ``payload``: never read as the event's)."""
+
+    origin: tuple[int, int] | None = None
+
+
+_origin_decoder = msgspec.json.Decoder(_Origin)
+
+
 def last_origin(path: Path) -> tuple[int, int] | None:
     """The ``origin`` of the last outbox event in the file (``None``: there is none),
-    reading back from the end. Blocking; run after :func:`recover_tail`."""
+    reading back from the end. Each line's own field decides, never a payload's bytes:
+    a line is decoded (its ``origin`` only) when it holds the text an origin makes.
+    Blocking; run after :func:`recover_tail`."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return None
-    marker = b'"origin":['
+    marker = b'"origin":['  # every event with an origin has it; a payload may too
     with path.open("rb") as file:
         end = size
         carry = b""
@@ -117,7 +129,12 @@ def last_origin(path: Path) -> tuple[int, int] | None:
             carry = lines[0] if start > 0 else b""  # maybe the tail of a line that starts earlier
             for line in reversed(lines if start == 0 else lines[1:]):
                 if marker in line:
-                    return decode_json(line, Event, "event").origin
+                    try:
+                        origin = _origin_decoder.decode(line).origin
+                    except msgspec.DecodeError:
+                        origin = decode_json(line, Event, "event").origin  # names the bad line
+                    if origin is not None:
+                        return origin
             end = start
     return None
 

@@ -672,7 +672,8 @@ def test_status_and_stop_reach_the_daemon_of_the_data_dir_with_the_store_exporte
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_STORE": pg_url,
            "GREENROOM_TEST_ACKS": str(tmp_path / "acks.log")}  # fmt: skip
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--quiet", "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--quiet",
+         "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:

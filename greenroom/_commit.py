@@ -22,18 +22,26 @@ Messages that arrive during the write form the next batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ._checks import check_int
 from ._threads import run_blocking
-from .actors import PendingReply
 
 T = TypeVar("T")
 
-Answer = Callable[[PendingReply, T], None]
+
+class Owed(Protocol):
+    """A reply a batch owes: a ``PendingReply``, or any object answered the same way."""
+
+    def succeed(self, value: Any) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
 
 
-def _succeed(pending: PendingReply, value: Any) -> None:
+Answer = Callable[[Owed, T], None]
+
+
+def _succeed(pending: Owed, value: Any) -> None:
     pending.succeed(value)
 
 
@@ -44,12 +52,12 @@ class GroupCommit(Generic[T]):
 
     def __init__(self, max_batch: int = 4096) -> None:
         self.max_batch = check_int("GroupCommit", "max_batch", max_batch)
-        self._waiting: list[tuple[PendingReply | None, T]] = []
+        self._waiting: list[tuple[Owed | None, T]] = []
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def add(self, pending: PendingReply | None, value: T) -> None:
+    def add(self, pending: Owed | None, value: T) -> None:
         """Owe ``value`` to ``pending`` (``None``: a told message, nothing to answer,
         but still part of the batch) once the batch is durable."""
         self._waiting.append((pending, value))
@@ -65,7 +73,7 @@ class GroupCommit(Generic[T]):
         *,
         stopped: Callable[[], BaseException],
         answer: Answer[T] | None = None,
-    ) -> list[tuple[PendingReply | None, T]]:
+    ) -> list[tuple[Owed | None, T]]:
         """Write the batch (``write()``, blocking, in a worker thread; ``None``: nothing
         to write), then answer each reply (``answer(pending, value)``, default
         ``pending.succeed(value)``). Returns the batch.

@@ -52,6 +52,11 @@ class StorageError(DataError):
         self.errno = errno
 
 
+class StoreUnavailable(StorageError):
+    """The store could not be reached (a database away or restarting). Nothing of the
+    request happened; the same request may be sent again once it is back."""
+
+
 _HINTS = {
     28: " (the disk is full)",
     30: " (the file system is read-only)",

@@ -1,4 +1,5 @@
-"""Shared helpers: a node (log actor + supervisor actor) on a data dir, and polling."""
+"""Shared helpers: the embedded store's actors on a data dir (a node: log actor +
+supervisor actor), and polling."""
 
 from __future__ import annotations
 
@@ -12,9 +13,22 @@ from typing import Any
 import anyio
 
 from greenroom import ActorRef, ActorSystem
+from greenroom.embedded import FileEventStore, FileTaskStore
 from greenroom.log import LogActor, NarratorCapability
 from greenroom.messages import AgentTask, GetTask, TaskStatus
 from greenroom.supervisor import SupervisorActor
+
+
+def file_log(data_dir: Path | str | None = None, **options: Any) -> LogActor:
+    """A log actor on ``<data_dir>/events.jsonl``."""
+    return LogActor(FileEventStore(data_dir), **options)
+
+
+def file_supervisor(data_dir: Path | str | None = None, **options: Any) -> SupervisorActor:
+    """A supervisor on ``<data_dir>``'s task graph (``lease_check_interval`` for the
+    actor, the rest for the :class:`FileTaskStore`)."""
+    interval = options.pop("lease_check_interval", None)
+    return SupervisorActor(FileTaskStore(data_dir, **options), lease_check_interval=interval)
 
 
 @dataclass
@@ -30,9 +44,9 @@ class Node:
 async def open_node(data_dir: Path | None = None, **supervisor_options: Any) -> AsyncIterator[Node]:
     narrator = NarratorCapability()
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(data_dir, narrator=narrator), name="log")
+        log = await system.spawn(lambda: file_log(data_dir, narrator=narrator), name="log")
         supervisor = await system.spawn(
-            lambda: SupervisorActor(data_dir, log=log, **supervisor_options), name="sup"
+            lambda: file_supervisor(data_dir, log=log, **supervisor_options), name="sup"
         )
         node = Node(system, supervisor, log, Path(data_dir) if data_dir else Path(), narrator)
         yield node

@@ -11,7 +11,8 @@ from _support import open_node, wait_for_status
 
 from greenroom import ActorRef
 from greenroom.agents import AgentActor, AgentRuntime, BaseAgent, TaskFailed
-from greenroom.log import PolicyError, read_events
+from greenroom.embedded import read_events
+from greenroom.log import PolicyError
 from greenroom.messages import (
     AGENT_RESULT,
     AGENT_UPDATE,

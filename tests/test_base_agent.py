@@ -15,9 +15,9 @@ from _support import Node, eventually, open_node
 
 import greenroom.agents._base
 from greenroom.agents import AgentRuntime, BaseAgent, HarnessSetup, PhaseResult, artifact_filename
+from greenroom.embedded import read_events
 from greenroom.harness import HarnessActor, Tool
 from greenroom.llm import ScriptedModel
-from greenroom.log import read_events
 from greenroom.messages import HARNESS_PHASE, AgentResult, AgentTask, ChatReply, Submit, ToolCall, Usage
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import eventually
+from _support import eventually, file_log
 
 from greenroom import ActorRef, ActorSystem
 from greenroom._errors import InvalidInput
@@ -31,10 +31,10 @@ from greenroom.chat import (
     task_server,
 )
 from greenroom.chat import _replies as replies
-from greenroom.chat._store import StoredMessage
+from greenroom.embedded import read_events
 from greenroom.llm import ChatModel, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
-from greenroom.log import LogActor, read_events
 from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall
+from greenroom.store import StoredMessage
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ def open_chat(
         store = SQLiteChatStore(tmp_path / "chat.sqlite3", clock=lambda: now[0])
         try:
             async with MCPToolExecutor(task_server(store)) as tools, ActorSystem() as system:
-                log = await system.spawn(lambda: LogActor(tmp_path), name="log")
+                log = await system.spawn(lambda: file_log(tmp_path), name="log")
                 engine = LLMAgentEngine(
                     model or RuleBasedModel(), tools, config=config, log=log, clock=lambda: now[0]
                 )

@@ -203,12 +203,12 @@ def test_a_read_command_leaves_a_torn_journal_end_for_the_owner(tmp_path: Path) 
 def test_a_bug_is_one_line_and_the_traceback_only_with_debug(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import greenroom.daemon._commands as commands
+    from greenroom.embedded import EmbeddedStore
 
-    def broken(data_dir: str | None) -> list[object]:
+    def broken(self: EmbeddedStore) -> list[object]:
         raise KeyError("internal-state")
 
-    monkeypatch.setattr(commands, "read_tasks", broken)
+    monkeypatch.setattr(EmbeddedStore, "_load", broken)
     assert main(["tasks", "list", "--data-dir", str(tmp_path)]) == 70
     err = capsys.readouterr().err
     assert "internal error (KeyError" in err and "this is a bug in greenroom" in err

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from greenroom.daemon import ConfigError, load_config
-from greenroom.log import read_events
+from greenroom.embedded import GraphFiles, read_events
 from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, TaskStatus
-from greenroom.supervisor import GraphStore
 
 TESTS = Path(__file__).parent
 
@@ -89,11 +88,11 @@ def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_pa
         assert process.stderr is not None
         process.stderr.close()
     assert kills == 4
-    tasks_mid = {t.id: t for t in GraphStore(data_dir).load()[0]}
+    tasks_mid = {t.id: t for t in GraphFiles(data_dir).load()[0]}
     assert any(t.status is not TaskStatus.COMPLETED for t in tasks_mid.values())  # the kills cut work short
     final = greenroom("run", "--config", str(config), "--until-idle", "--quiet", data_dir=data_dir)
     assert final.returncode == 0, final.stderr
-    tasks, _ = GraphStore(data_dir).load()
+    tasks, _ = GraphFiles(data_dir).load()
     assert sorted(t.id for t in tasks) == sorted(ids)  # each task exactly once in the graph
     assert all(t.status is TaskStatus.COMPLETED for t in tasks)
     events = read_events(data_dir / "events.jsonl")  # every line parses (it raises otherwise)
@@ -161,7 +160,7 @@ def test_sigterm_stops_cleanly_and_the_cli_works_beside_a_running_daemon(tmp_pat
             process.wait()
     assert process.returncode == 0, err
     assert "stopped by SIGTERM" in out
-    tasks, _ = GraphStore(data_dir).load()
+    tasks, _ = GraphFiles(data_dir).load()
     assert not [t for t in tasks if t.status is TaskStatus.IN_PROGRESS]  # finished or handed back
     assert 0 < sum(t.status is TaskStatus.COMPLETED for t in tasks) < len(tasks)
     assert all(t.attempt <= 1 for t in tasks)  # handing back does not use up an attempt
@@ -174,7 +173,7 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "16 task(s) completed this run" in done.stdout
     assert "seeded 16 example task(s)" in done.stderr
-    tasks, _ = GraphStore(tmp_path).load()
+    tasks, _ = GraphFiles(tmp_path).load()
     final = next(t for t in tasks if t.id.endswith("final-review"))
     assert final.status is TaskStatus.COMPLETED and final.result is not None
     assert final.result.artifacts["words"] > 0  # it read its dependencies' results
@@ -337,7 +336,7 @@ def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> 
     assert server.seen[1].body["messages"][-2]["content"] == ""  # the tool-call turn: never null
     assert {seen.headers["authorization"] for seen in server.seen} == {"Bearer sk-test-secret"}
     assert "sk-test-secret" not in done.stdout + done.stderr
-    task = GraphStore(data_dir).load(owner=False)[0][0]
+    task = GraphFiles(data_dir).load(owner=False)[0][0]
     assert task.status is TaskStatus.COMPLETED and task.result is not None
     assert task.result.artifacts["facts"] == ["fact one", "fact two"]
 
@@ -358,7 +357,7 @@ def test_agents_without_llm_phases_run_beside_an_llm_section_unless_a_model_is_n
     assert added.returncode == 0, added.stderr
     done = greenroom("run", "--config", str(config), "--until-idle", "--quiet", "--no-api", data_dir=data_dir)
     assert done.returncode == 0, done.stderr
-    assert GraphStore(data_dir).load(owner=False)[0][0].status is TaskStatus.COMPLETED
+    assert GraphFiles(data_dir).load(owner=False)[0][0].status is TaskStatus.COMPLETED
     config.write_text(config.read_text() + 'model = "m"\n')
     named = greenroom(
         "run", "--config", str(config), "--until-idle", "--quiet", "--no-api", data_dir=data_dir
@@ -413,7 +412,7 @@ def test_sigterm_right_after_the_first_claims_is_a_graceful_stop(tmp_path: Path)
             process.wait()
     assert process.returncode == 0, err
     assert "stopped by SIGTERM" in out
-    tasks, _ = GraphStore(data_dir).load(owner=False)
+    tasks, _ = GraphFiles(data_dir).load(owner=False)
     assert not [t for t in tasks if t.status is TaskStatus.IN_PROGRESS]
     assert all(t.attempt <= 1 for t in tasks)
 
@@ -499,7 +498,7 @@ def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tm
         deaths += 1
         assert deaths <= 3, "the poison task was not stopped at max_crashes"
     assert deaths == 3
-    graph = {t.id: t for t in GraphStore(data_dir).load(owner=False)[0]}
+    graph = {t.id: t for t in GraphFiles(data_dir).load(owner=False)[0]}
     poison = graph.pop("poison")
     assert poison.status is TaskStatus.FAILED and poison.crashes == 3
     assert poison.error is not None and "a poison task?" in poison.error.reason
@@ -599,5 +598,5 @@ def test_a_full_disk_stops_the_daemon_with_one_line_and_loses_nothing(tmp_path: 
     assert last.startswith("greenroom: error: cannot write ") and "File too large" in last
     again = greenroom("run", "--until-idle", "--quiet", data_dir=data_dir)
     assert again.returncode == 0, again.stderr
-    tasks, _ = GraphStore(data_dir).load(owner=False)
+    tasks, _ = GraphFiles(data_dir).load(owner=False)
     assert tasks and all(t.status is TaskStatus.COMPLETED for t in tasks)

@@ -9,19 +9,12 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import eventually, open_node
+from _support import eventually, file_log, open_node
 
 from greenroom import Actor, ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
-from greenroom.log import (
-    EventLogError,
-    LogActor,
-    NarratorCapability,
-    PolicyError,
-    read_events,
-    surfacing_flag,
-    tail_events,
-)
+from greenroom.embedded import EventLogError, FileEventStore, read_events, tail_events
+from greenroom.log import LogActor, NarratorCapability, PolicyError, surfacing_flag
 from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, NARRATION, Append, Event, Subscribe
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +23,7 @@ pytestmark = pytest.mark.anyio
 async def test_concurrent_appends_get_gapless_seqs_in_file_order(tmp_path: Path) -> None:
     acked: list[Event] = []
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
 
         async def agent(index: int) -> None:
             for i in range(50):
@@ -51,7 +44,7 @@ async def test_concurrent_appends_get_gapless_seqs_in_file_order(tmp_path: Path)
 
 async def test_agent_events_are_forced_internal(tmp_path: Path) -> None:
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         event = await log.ask(Append(type=AGENT_RESULT, payload={"outcome": "ok"}, visibility="user"))
     assert event.visibility == "internal"
     assert read_events(tmp_path / "events.jsonl")[0].visibility == "internal"
@@ -60,7 +53,7 @@ async def test_agent_events_are_forced_internal(tmp_path: Path) -> None:
 async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Path) -> None:
     narrator = NarratorCapability()
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path, narrator=narrator))
+        log = await system.spawn(lambda: file_log(tmp_path, narrator=narrator))
         with pytest.raises(PolicyError) as refused:
             await log.ask(Append(type=NARRATION, payload={"text": "hi"}, visibility="user"))
         assert refused.value.policy_error == "narrator_only"
@@ -80,7 +73,7 @@ async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Pa
 
 async def test_unencodable_payload_is_refused_with_nothing_appended(tmp_path: Path) -> None:
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         with pytest.raises(ValueError, match="cannot be stored as JSON"):
             await log.ask(Append(type="X", payload={"obj": object()}))
         event = await log.ask(Append(type="X", payload={"fine": 1}))
@@ -92,14 +85,14 @@ async def test_torn_last_line_is_cut_on_start_and_seq_continues(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         for i in range(3):
             await log.ask(Append(type="X", payload={"i": i}))
     path = tmp_path / "events.jsonl"
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"seq":4,"ts":1.0,"type":"X","payl')  # a crash mid-append
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         event = await log.ask(Append(type="Y"))
     assert event.seq == 4
     assert "cut 34 bytes of a torn last line" in caplog.text
@@ -113,7 +106,7 @@ async def test_garbled_complete_last_line_is_an_error_and_nothing_is_cut(tmp_pat
     path.write_bytes(content)
     async with ActorSystem() as system:
         with pytest.raises(EventLogError, match=r"line 2 \(the last complete line\) is not a valid event"):
-            await system.spawn(lambda: LogActor(tmp_path))
+            await system.spawn(lambda: file_log(tmp_path))
     assert path.read_bytes() == content  # a complete line is damage to look at, never cut
 
 
@@ -126,9 +119,9 @@ async def test_corrupt_line_in_the_middle_is_reported_by_readers(tmp_path: Path)
 
 async def test_second_log_actor_on_the_same_dir_is_refused(tmp_path: Path) -> None:
     async with ActorSystem() as system:
-        await system.spawn(lambda: LogActor(tmp_path))
+        await system.spawn(lambda: file_log(tmp_path))
         with pytest.raises(DataDirBusy, match="the event log"):
-            await system.spawn(lambda: LogActor(tmp_path))
+            await system.spawn(lambda: file_log(tmp_path))
 
 
 class Collector(Actor):
@@ -182,7 +175,7 @@ async def test_malformed_appends_are_refused_with_nothing_appended(
     tmp_path: Path, append: Append, message: str
 ) -> None:
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         first = await log.ask(Append(type="X", payload={"kept": True}))
         with pytest.raises(ValueError) as refused:
             await log.ask(append)
@@ -195,8 +188,13 @@ async def test_malformed_appends_are_refused_with_nothing_appended(
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
-        (lambda: LogActor(max_batch=0), ValueError, "LogActor max_batch must be an int >= 1, got 0"),
-        (lambda: LogActor(narrator="narrator"), TypeError, "must be a NarratorCapability, got 'narrator'"),
+        (lambda: LogActor(FileEventStore(), max_batch=0), ValueError, "max_batch must be an int >= 1, got 0"),
+        (
+            lambda: LogActor(FileEventStore(), narrator="x"),
+            TypeError,
+            "must be a NarratorCapability, got 'x'",
+        ),
+        (lambda: LogActor("/tmp"), TypeError, "LogActor store must be an EventStore, got '/tmp'"),
     ],
 )
 async def test_bad_log_actor_arguments(build: Any, error: type[Exception], message: str) -> None:
@@ -209,7 +207,7 @@ async def test_policy_verdicts_hold_when_remembered_and_after_the_memory_is_clea
     judged; a remembered verdict, and one made again after the memory filled up and
     was cleared, must be the verdict a fresh check gives."""
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         for _ in range(2):  # the second time, both verdicts come from memory
             with pytest.raises(PolicyError) as refused:
                 await log.ask(Append(type="X", payload={"display_to_user": 1, "note": "n"}))

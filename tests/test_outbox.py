@@ -19,10 +19,11 @@ import anyio
 import pytest
 from _support import eventually, open_node
 
-import greenroom.log._actor as log_actor
+import greenroom.embedded._events as log_actor
 from greenroom import Actor
 from greenroom.agents import AgentRuntime
-from greenroom.log import read_events
+from greenroom.embedded import GraphFiles, read_events
+from greenroom.embedded._outbox import Outbox, OutboxBatch
 from greenroom.messages import (
     AGENT_RESULT,
     TASK_COMPLETED,
@@ -36,8 +37,6 @@ from greenroom.messages import (
     OutboxPosition,
     Submit,
 )
-from greenroom.supervisor import GraphStore
-from greenroom.supervisor._outbox import Outbox, OutboxBatch
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +58,7 @@ _BLOCKED_LOG = """
 import sys, time
 sys.path.insert(0, {tests!r})
 import anyio
-import greenroom.log._actor as log_actor
+import greenroom.embedded._events as log_actor
 from greenroom import Actor
 from _support import open_node
 from greenroom.agents import AgentRuntime
@@ -291,12 +290,12 @@ def test_restore_sends_only_what_the_log_lacks() -> None:
 
 
 def test_compaction_keeps_the_events_the_log_has_not_confirmed(tmp_path: Path) -> None:
-    store = GraphStore(tmp_path)
+    store = GraphFiles(tmp_path)
     store.load()
     seq = store.append([AgentTask(id="t", type="w")], [ev("a"), ev("b")])
     store.compact([AgentTask(id="t", type="w")], [OutboxBatch(seq, 1, [ev("b")])])
     assert store.journal_bytes == 0
-    again = GraphStore(tmp_path)
+    again = GraphFiles(tmp_path)
     again.load()
     assert [(b.seq, b.first, [e.type for e in b.events]) for b in again.outbox] == [(seq, 1, ["b"])]
     again.close()

@@ -7,12 +7,13 @@ from typing import Any
 
 import anyio
 import pytest
+from _support import file_log
 
 from greenroom import ActorSystem
 from greenroom._errors import InvalidInput
+from greenroom.embedded import read_events
 from greenroom.harness import RiskLevel
 from greenroom.llm import ScriptedModel
-from greenroom.log import LogActor, read_events
 from greenroom.messages import OutboxPosition
 from greenroom.pipeline import (
     AGENT_COMPLETED,
@@ -157,7 +158,7 @@ async def test_llm_mode_parses_json_checks_fields_routes_and_logs(tmp_path: Path
         temperature=0.2,
     )
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(tmp_path))
+        log = await system.spawn(lambda: file_log(tmp_path))
         agent = Agent(config, llm=model, events=log)
         order: list[str] = []
 

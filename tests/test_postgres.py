@@ -23,6 +23,7 @@ from greenroom import ActorSystem
 from greenroom.actors import ActorStopped
 from greenroom.agents import AgentRuntime, BaseAgent
 from greenroom.agents._actor import AgentActor
+from greenroom.log import LogActor
 from greenroom.messages import (
     AgentError,
     AgentResult,
@@ -47,22 +48,30 @@ from greenroom.postgres import (
     DatabaseError,
     DataRefused,
     EventCursor,
+    PostgresEventStore,
     PostgresGraph,
-    PostgresLogActor,
-    PostgresSupervisorActor,
+    PostgresTaskStore,
     SchemaError,
     check,
     current_version,
+    read_events,
     redact,
     upgrade,
 )
-from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, SupervisorActor, UnknownTask
 
 pytestmark = pytest.mark.anyio
 
 
 def task(task_id: str, type_: str = "w", **fields: Any) -> AgentTask:
     return AgentTask(id=task_id, type=type_, **fields)
+
+
+def pg_supervisor(db: Database, **options: Any) -> SupervisorActor:
+    """A supervisor on ``db``'s task graph (``lease_check_interval`` for the actor, the
+    rest for the :class:`PostgresTaskStore`)."""
+    interval = options.pop("lease_check_interval", None)
+    return SupervisorActor(PostgresTaskStore(db, **options), lease_check_interval=interval)
 
 
 @asynccontextmanager
@@ -257,7 +266,7 @@ async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_p
                 for n in range(8):
                     writers.start_soon(submitter, n)
             done.set()
-        stored = await db.run(lambda c: graph.read_events(c, 0))
+        stored = await db.run(lambda c: read_events(c, 0))
         assert seen == sorted(seen) == [e.seq for e in stored]  # in order, each once, none missed
         assert len(stored) == 80
 
@@ -399,8 +408,8 @@ class Quick(BaseAgent):
 async def node(url: str, name: str, agents: int, **options: Any) -> AsyncIterator[Any]:
     """One daemon's actors on the shared database: the supervisor, the log, ``agents`` agents."""
     async with Database(url, max_size=12) as db, ActorSystem() as system:
-        log = await system.spawn(lambda: PostgresLogActor(db), name="log")
-        supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, **options), name="supervisor")
+        log = await system.spawn(lambda: LogActor(PostgresEventStore(db)), name="log")
+        supervisor = await system.spawn(lambda: pg_supervisor(db, **options), name="supervisor")
         refs = []
         for index in range(agents):
             runtime = AgentRuntime(f"{name}-{index}", "q", 5.0, supervisor=supervisor, log=log)
@@ -427,7 +436,7 @@ async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str
     by_node = {t.result.artifacts["by"][0] for t in tasks if t.result is not None}
     assert by_node == {"a", "b"}  # both daemons took work
     async with Database(pg_url) as db:
-        events = await db.run(lambda c: PostgresGraph().read_events(c, 0))
+        events = await db.run(lambda c: read_events(c, 0))
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     results = [e for e in events if e.type == "AGENT_RESULT"]
     updates = [e for e in events if e.type == "AGENT_UPDATE" and e.payload["message"] == "working"]
@@ -450,7 +459,7 @@ async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str
 async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: str) -> None:
     async with _ready(pg_url) as db:
         async with ActorSystem() as system:
-            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            supervisor = await system.spawn(lambda: pg_supervisor(db, workers=1), name="supervisor")
             await supervisor.ask(Submit([task(f"t{i}") for i in range(20)]))
             grants: list[Any] = []
 
@@ -472,7 +481,7 @@ async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: 
 async def test_requests_sent_before_stop_are_answered_and_a_parked_claim_is_told(pg_url: str) -> None:
     async with _ready(pg_url) as db:
         async with ActorSystem() as system:
-            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            supervisor = await system.spawn(lambda: pg_supervisor(db, workers=1), name="supervisor")
             await supervisor.ask(Submit([task(f"t{i}") for i in range(30)]))
             for i in range(30):
                 assert isinstance(await supervisor.ask(Claim(f"a{i}", "w")), Granted)
@@ -536,7 +545,7 @@ async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request
         with pytest.raises(DataRefused, match="cannot store this"):  # any other value PostgreSQL refuses
             await db.run(lambda c: c.execute("SELECT %s::text", ("a\x00b",)))
         async with ActorSystem() as system:
-            supervisor = await system.spawn(lambda: PostgresSupervisorActor(db, workers=1), name="supervisor")
+            supervisor = await system.spawn(lambda: pg_supervisor(db, workers=1), name="supervisor")
             await supervisor.ask(Submit([task(f"t{i}") for i in range(6)]))
             for i in range(6):
                 await supervisor.ask(Claim(f"a{i}", "w"))
@@ -577,7 +586,7 @@ async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request
 
 async def test_an_event_postgresql_cannot_store_fails_only_its_own_append(pg_url: str) -> None:
     async with _ready(pg_url) as db, ActorSystem() as system:
-        log = await system.spawn(lambda: PostgresLogActor(db), name="log")
+        log = await system.spawn(lambda: LogActor(PostgresEventStore(db)), name="log")
         answers: dict[int, Any] = {}
 
         async def append(i: int) -> None:
@@ -592,7 +601,7 @@ async def test_an_event_postgresql_cannot_store_fails_only_its_own_append(pg_url
                 tg.start_soon(append, i)
         assert isinstance(answers.pop(2), DataRefused)
         assert sorted(event.task_id for event in answers.values()) == ["t0", "t1", "t3", "t4"]
-        stored = await db.run(lambda c: PostgresGraph().read_events(c, 0))
+        stored = await db.run(lambda c: read_events(c, 0))
         assert sorted(e.task_id for e in stored) == ["t0", "t1", "t3", "t4"]
         await log.stop()
 
@@ -779,7 +788,7 @@ def test_four_daemons_killed_twenty_times_lose_nothing_and_never_share_a_task(
         async with Database(pg_url) as db:
             graph = PostgresGraph()
             tasks = await db.run(graph.list_tasks)
-            events = await db.run(lambda c: graph.read_events(c, 0, 10_000_000))
+            events = await db.run(lambda c: read_events(c, 0, 10_000_000))
         assert len(tasks) == 10_000 and all(t.status is TaskStatus.COMPLETED for t in tasks)  # 0 lost
         holder: dict[str, str | None] = {}
         completions: dict[str, int] = {}
@@ -856,8 +865,8 @@ def test_postgresql_restarted_mid_run_loses_nothing_acknowledged(
 
 async def test_the_chat_store_on_postgresql_keeps_the_embedded_stores_rules(pg_url: str) -> None:
     from greenroom.chat import ConversationNotFound
-    from greenroom.chat._store import StoredMessage, StoredPending
     from greenroom.postgres import PostgresChatStore
+    from greenroom.store import StoredMessage, StoredPending
 
     async with _ready(pg_url) as db:
         store = PostgresChatStore(db)

@@ -36,9 +36,8 @@ import pytest
 
 from greenroom.chat import CHAT_DECISION, CHAT_TOOL
 from greenroom.chat import _replies as replies
-from greenroom.log import read_events
+from greenroom.embedded import GraphFiles, read_events
 from greenroom.messages import TaskStatus
-from greenroom.supervisor import GraphStore
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("GREENROOM_REAL_LLM") != "1",
@@ -145,7 +144,7 @@ def test_a_seeded_daemon_through_llama_cpp_python(llama_server: str, tmp_path: P
         "--until-idle", "--quiet", "--backend", backend, "--no-api",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    tasks, _ = GraphStore(data_dir).load(owner=False)
+    tasks, _ = GraphFiles(data_dir).load(owner=False)
     assert len(tasks) == 7 and all(t.status is TaskStatus.COMPLETED for t in tasks), [
         (t.id, t.status, t.error) for t in tasks
     ]

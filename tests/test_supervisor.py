@@ -11,11 +11,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from _support import open_node, wait_for_status
+from _support import file_supervisor, open_node, wait_for_status
 
 from greenroom import ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
 from greenroom.actors import PendingReply
+from greenroom.embedded import GraphFileError, GraphFiles
 from greenroom.messages import (
     AgentError,
     AgentResult,
@@ -36,8 +37,6 @@ from greenroom.messages import (
     TaskStatus,
 )
 from greenroom.supervisor import (
-    GraphFileError,
-    GraphStore,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
@@ -74,7 +73,7 @@ async def test_200_agents_racing_for_2000_tasks_never_share_one(tmp_path: Path) 
     assert sorted(claims) == sorted(f"t{i}" for i in range(2000))
     assert all(len(owners) == 1 for owners in claims.values())
     assert len({owner for owners in claims.values() for owner in owners}) > 1
-    tasks, _ = GraphStore(tmp_path).load()  # what is on disk agrees
+    tasks, _ = GraphFiles(tmp_path).load()  # what is on disk agrees
     assert len(tasks) == 2000
     assert all(
         t.status is TaskStatus.COMPLETED and t.owner == claims[t.id][0] and t.attempt == 1 for t in tasks
@@ -180,15 +179,15 @@ async def test_a_grant_whose_asker_gives_up_while_it_is_written_is_handed_back(
     """The asker is cancelled while the batch that grants it a task is being fsynced:
     the task must not sit IN_PROGRESS under an owner who never heard of it."""
     writing, release = threading.Event(), threading.Event()
-    real_append = GraphStore.append
+    real_append = GraphFiles.append
 
-    def append_held_while_granting(store: GraphStore, changed: list[AgentTask], events: Any = None) -> int:
+    def append_held_while_granting(store: GraphFiles, changed: list[AgentTask], events: Any = None) -> int:
         if not release.is_set() and any(t.status is TaskStatus.IN_PROGRESS for t in changed):
             writing.set()
             release.wait(10)
         return real_append(store, changed, events)
 
-    monkeypatch.setattr(GraphStore, "append", append_held_while_granting)
+    monkeypatch.setattr(GraphFiles, "append", append_held_while_granting)
     async with open_node(tmp_path) as node:
         await node.supervisor.ask(Submit([task("t1")]))
         async with anyio.create_task_group() as tg:
@@ -286,7 +285,7 @@ async def test_cancel_marks_dependents(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("batch", "message"),
     [
-        ([task("dup"), task("dup")], "task 'dup': field 'id' is already taken"),
+        ([task("dup"), task("dup")], "task 'dup': field 'id' appears twice in the batch"),
         ([task("x", depends_on=["ghost"])], "task 'x': field 'depends_on' is not a known task (got 'ghost')"),
         ([task("x", depends_on=["x"])], "field 'depends_on' names the task itself"),
         (
@@ -306,7 +305,7 @@ async def test_bad_submissions_are_refused_and_change_nothing(
             await node.supervisor.ask(Submit([task("ok-one"), *batch]))
         listed = await node.supervisor.ask(ListTasks())
     assert [t.id for t in listed] == ["existing"]  # all or none: "ok-one" was not added
-    assert [t.id for t in GraphStore(tmp_path).load()[0]] == ["existing"]
+    assert [t.id for t in GraphFiles(tmp_path).load()[0]] == ["existing"]
 
 
 async def test_duplicate_of_an_existing_task_is_refused(tmp_path: Path) -> None:
@@ -322,7 +321,7 @@ async def test_second_owner_of_a_data_dir_gets_a_clear_error(tmp_path: Path) -> 
         await node.supervisor.ask(Submit([task("kept")]))
         async with ActorSystem() as other:
             with pytest.raises(DataDirBusy, match=f"in use by another process \\(pid {os.getpid()}"):
-                await other.spawn(lambda: SupervisorActor(tmp_path))
+                await other.spawn(lambda: file_supervisor(tmp_path))
         assert (await node.supervisor.ask(GetTask("kept"))).id == "kept"
 
 
@@ -348,7 +347,7 @@ async def test_compaction_folds_the_journal_into_the_snapshot(tmp_path: Path) ->
         journal = (tmp_path / "tasks.graph.journal").stat().st_size
         snapshot = (tmp_path / "tasks.graph.json").stat().st_size
         assert snapshot > 2000 and journal < snapshot  # compacted at least once while running
-    tasks, report = GraphStore(tmp_path).load()
+    tasks, report = GraphFiles(tmp_path).load()
     assert sorted(t.id for t in tasks) == sorted(f"t{i}" for i in range(60))
     assert report.journal_batches == 0  # a clean stop folds the rest in too
 
@@ -378,7 +377,7 @@ async def test_corrupt_graph_file_is_a_clear_error_and_never_overwritten(
     journal.write_bytes(b'{"seq": 2, "tasks": []}\n{"seq": 3, "tas')  # even a torn tail is left alone
     async with ActorSystem() as system:
         with pytest.raises(GraphFileError) as failed:
-            await system.spawn(lambda: SupervisorActor(tmp_path))
+            await system.spawn(lambda: file_supervisor(tmp_path))
     assert str(graph) in str(failed.value) and problem in str(failed.value)
     assert graph.read_bytes() == content
     assert journal.read_bytes() == b'{"seq": 2, "tasks": []}\n{"seq": 3, "tas'
@@ -408,22 +407,27 @@ async def test_corrupt_line_inside_the_journal_stops_the_load(tmp_path: Path) ->
     journal.write_bytes(content)
     async with ActorSystem() as system:
         with pytest.raises(GraphFileError, match=r"tasks\.graph\.journal, line 2: bad journal batch"):
-            await system.spawn(lambda: SupervisorActor(tmp_path))
+            await system.spawn(lambda: file_supervisor(tmp_path))
     assert journal.read_bytes() == content
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"lease_seconds": 0}, "SupervisorActor lease_seconds must be a positive number of seconds, got 0"),
+        ({"lease_seconds": 0}, "FileTaskStore lease_seconds must be a positive number of seconds, got 0"),
         ({"lease_seconds": float("nan")}, "lease_seconds must be a positive number of seconds, got nan"),
         ({"lease_check_interval": -1}, "lease_check_interval must be a positive number of seconds, got -1"),
-        ({"max_batch": "10"}, "SupervisorActor max_batch must be an int >= 1, got '10'"),
+        ({"max_batch": "10"}, "FileTaskStore max_batch must be an int >= 1, got '10'"),
     ],
 )
 async def test_bad_supervisor_arguments_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        SupervisorActor(**options)  # type: ignore[arg-type]
+        file_supervisor(**options)
+
+
+def test_a_supervisor_needs_a_task_store() -> None:
+    with pytest.raises(TypeError, match="SupervisorActor store must be a TaskStore, got '/tmp'"):
+        SupervisorActor("/tmp")  # type: ignore[arg-type]
 
 
 async def test_unknown_message_is_refused_and_the_supervisor_keeps_running(tmp_path: Path) -> None:

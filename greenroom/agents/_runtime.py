@@ -26,7 +26,7 @@ from ..messages import (
     NoWork,
     Release,
 )
-from ..supervisor import result_payload
+from ..store import result_payload
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 

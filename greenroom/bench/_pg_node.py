@@ -1,7 +1,7 @@
 """One "daemon" of the PostgreSQL graph benchmark, in its own process:
 ``python -m greenroom.bench._pg_node URL AGENTS CYCLES BACKEND BATCH``.
 
-It opens a pool, starts a ``PostgresSupervisorActor`` (``batch_size=BATCH``) and ``AGENTS``
+It opens a pool, starts a supervisor on a ``PostgresTaskStore`` (``batch_size=BATCH``) and ``AGENTS``
 agent loops (claim, complete), prints ``ready``, waits for a line on stdin, runs until its agents have done
 ``CYCLES`` cycles between them (or the graph is empty), and prints
 ``{"started", "finished", "cycles"}`` (wall-clock seconds) as JSON.
@@ -17,13 +17,14 @@ import anyio
 
 from ..actors import ActorSystem
 from ..messages import AgentResult, Claim, Complete, Granted
-from ..postgres import Database, PostgresSupervisorActor
+from ..postgres import Database, PostgresTaskStore
+from ..supervisor import SupervisorActor
 
 
 async def main(url: str, agents: int, cycles: int, batch: int) -> dict[str, float]:
     async with Database(url, max_size=16) as db, ActorSystem() as system:
         supervisor = await system.spawn(
-            lambda: PostgresSupervisorActor(db, workers=16, batch_size=batch), name="supervisor"
+            lambda: SupervisorActor(PostgresTaskStore(db, workers=16, batch_size=batch)), name="supervisor"
         )
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)

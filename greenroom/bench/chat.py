@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -170,7 +171,10 @@ async def _http(
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-http-") as tmp:
         try:
             async with open_assistant(tmp, model=model, timeout=600) as assistant:
-                supervisor = await assistant.system.spawn(lambda: SupervisorActor(tmp), name="supervisor")
+                backend = assistant.backend
+                supervisor = await assistant.system.spawn(
+                    lambda: SupervisorActor(backend.task_store(log=None)), name="supervisor"
+                )
                 extra = []
                 items = []
                 for index in range(conversations):
@@ -183,8 +187,8 @@ async def _http(
                 stop = anyio.Event()
                 parts = ServiceParts(
                     supervisor=supervisor,
-                    events_path=assistant.data_dir / "events.jsonl",
-                    tokens=TokenStore(assistant.data_dir, extra=extra),
+                    events=lambda after, follow, last: backend.events(after=after, follow=follow, last=last),
+                    tokens=TokenStore(Path(tmp), extra=extra),
                     status=_no_status,
                     stop=stop.set,
                     chat=assistant.runner,

@@ -22,8 +22,9 @@ from typing import Any
 import anyio
 
 from ..actors import ActorRef, ActorSystem
+from ..embedded import FileTaskStore, GraphFiles
 from ..messages import AgentResult, AgentTask, Claim, Complete, Granted
-from ..supervisor import GraphStore, SupervisorActor
+from ..supervisor import SupervisorActor
 from . import report_per_backend, time_threads
 
 HELP = "task graph: claim+complete cycles/s vs lock-read-rewrite per claim"
@@ -34,14 +35,15 @@ TARGET_SCALING = 2.0
 
 def _seed(data_dir: Path, size: int) -> None:
     tasks = [AgentTask(id=f"t{i:07d}", type="work", order=i + 1) for i in range(size)]
-    store = GraphStore(data_dir)
-    store.compact(tasks)
+    GraphFiles(data_dir).compact(tasks)
 
 
 async def _greenroom_cycles(data_dir: Path, cycles: int, agents: int) -> float:
     result_for: dict[str, AgentResult] = {}
     async with ActorSystem() as system:
-        supervisor = await system.spawn(lambda: SupervisorActor(data_dir, recover_orphans=False), name="sup")
+        supervisor = await system.spawn(
+            lambda: SupervisorActor(FileTaskStore(data_dir, recover_orphans=False)), name="sup"
+        )
         per_agent = cycles // agents
         done = 0
 

@@ -28,7 +28,8 @@ import anyio
 import msgspec
 
 from ..actors import ActorSystem
-from ..log import LogActor, read_events
+from ..embedded import FileEventStore, read_events
+from ..log import LogActor
 from ..messages import AGENT_UPDATE, Append
 from . import report_per_backend, time_threads
 
@@ -42,13 +43,13 @@ class _MeasuredLog(LogActor):
     batches: list[int]
 
     async def _flush(self) -> None:
-        self.batches.append(len(self._buffer))
+        self.batches.append(len(self._batch))
         await super()._flush()
 
 
 async def _greenroom(data_dir: Path, agents: int, each: int, batches: list[int]) -> float:
     def make() -> LogActor:
-        log = _MeasuredLog(data_dir)
+        log = _MeasuredLog(FileEventStore(data_dir))
         log.batches = batches
         return log
 

@@ -214,7 +214,7 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
             for stream in (process.stdout, process.stderr):
                 if stream is not None:
                     stream.close()
-        from ..log import read_events
+        from ..embedded import read_events
 
         stored = read_events(data / "events.jsonl")
         by_id = {task["id"]: task for task in listed}
@@ -250,7 +250,7 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
 
 
 def status_seq(data: Path) -> int:
-    from ..log import read_events
+    from ..embedded import read_events
 
     events = read_events(data / "events.jsonl")
     return events[-1].seq if events else 0

@@ -5,13 +5,14 @@ child of a long-lived runner actor) under a deadline; :class:`LLMAgentEngine` de
 any ``ChatModel`` and calls the task tools through a :class:`ToolExecutor` — an MCP client
 (:class:`MCPToolExecutor`) on the MCP server :func:`task_server` serves, in-process by
 default, or any MCP server by URL or command. The user's tasks and conversations live in a
-:class:`ChatStore` (:class:`SQLiteChatStore` under the data dir by default).
+:class:`ChatStore` (``greenroom.store``; ``Store.chat_store()`` of the daemon's backend).
 """
 
+from ..embedded import CHAT_DB, SQLiteChatStore
+from ..store import ChatStore, ConversationNotFound, TaskRow
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
 from ._runner import AgentRunner, ChatRequestActor, ChatRunnerActor
-from ._store import CHAT_DB, ChatStore, ConversationNotFound, SQLiteChatStore, TaskRow
 from ._tools import TASK_TOOLS, USER_META, MCPToolExecutor, ToolExecutor, ToolResult, task_server
 from ._types import (
     CONSTITUTION,

@@ -6,31 +6,30 @@ What ``greenroom chat`` runs, and the short way to embed it::
         conversation = await assistant.runner.new_conversation("alice")
         reply = await assistant.say("alice", conversation, "add buy milk")
 
-It opens the store (``<data dir>/chat.sqlite3``), the MCP tool connection (the in-process
-task server by default, or ``mcp``: a URL or ``mcp.StdioServerParameters``), an actor
-system with the log actor (``<data dir>/events.jsonl``, so ``greenroom events tail``
-shows the decision and tool logs) and the runner; leaving the block closes them in
-reverse order. The model defaults to the offline :class:`RuleBasedModel`; whoever passes
-a model closes it.
+It opens the backend's chat store (``<data dir>/chat.sqlite3`` by default; or ``store``, an
+open ``greenroom.store.Store``, such as a shared PostgreSQL one), the MCP tool connection
+(the in-process task server by default, or ``mcp``: a URL or
+``mcp.StdioServerParameters``), an actor system with the log actor on the backend's event
+log (so ``greenroom events tail`` shows the decision and tool logs) and the runner;
+leaving the block closes them in reverse order. The model defaults to the offline
+:class:`RuleBasedModel`; whoever passes a model closes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from .._files import resolve_data_dir
 from ..actors import ActorSystem
+from ..embedded import EmbeddedStore
 from ..llm import ChatModel, RuleBasedModel
 from ..log import LogActor
+from ..store import ChatStore, Store
 from ._engine import LLMAgentEngine
 from ._runner import AgentRunner
-from ._store import CHAT_DB, SQLiteChatStore
 from ._tools import MCPToolExecutor, task_server
 from ._types import AgentContext, AgentEngineConfig, AgentResult
 
@@ -38,10 +37,10 @@ from ._types import AgentContext, AgentEngineConfig, AgentResult
 @dataclass
 class Assistant:
     runner: AgentRunner
-    store: SQLiteChatStore
+    store: ChatStore
     tools: MCPToolExecutor
     system: ActorSystem
-    data_dir: Path
+    backend: Store
 
     async def say(self, user_id: str, conversation_id: str, message: str) -> AgentResult:
         """One request (see ``AgentRunner.run``); the history comes from the store."""
@@ -52,27 +51,25 @@ class Assistant:
 async def open_assistant(
     data_dir: str | Path | None = None,
     *,
+    store: Store | None = None,
     model: ChatModel | None = None,
     mcp: Any = None,
     config: AgentEngineConfig | None = None,
     timeout: float | None = None,
 ) -> AsyncIterator[Assistant]:
-    path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
-    store = SQLiteChatStore(path / CHAT_DB)
-    try:
-        async with (
-            MCPToolExecutor(mcp if mcp is not None else task_server(store)) as tools,
-            ActorSystem() as system,
-        ):
-            log = await system.spawn(lambda: LogActor(path), name="log")
-            engine = LLMAgentEngine(
-                model if model is not None else RuleBasedModel(), tools, config=config, log=log
-            )
-            runner = await AgentRunner.spawn(system, engine, store, timeout=timeout)
-            try:
-                yield Assistant(runner, store, tools, system, path)
-            finally:
-                await runner.aclose()
-                await log.stop()
-    finally:
-        await store.aclose()
+    async with AsyncExitStack() as stack:
+        backend = store if store is not None else await stack.enter_async_context(EmbeddedStore(data_dir))
+        chat = backend.chat_store()
+        stack.push_async_callback(chat.aclose)
+        server = mcp if mcp is not None else task_server(chat)
+        tools = await stack.enter_async_context(MCPToolExecutor(server))
+        system = await stack.enter_async_context(ActorSystem())
+        log = await system.spawn(lambda: LogActor(backend.event_store()), name="log")
+        chat_model = model if model is not None else RuleBasedModel()
+        engine = LLMAgentEngine(chat_model, tools, config=config, log=log)
+        runner = await AgentRunner.spawn(system, engine, chat, timeout=timeout)
+        try:
+            yield Assistant(runner, chat, tools, system, backend)
+        finally:
+            await runner.aclose()
+            await log.stop()

@@ -31,9 +31,9 @@ import anyio
 
 from .. import _tracing
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
+from ..store import ChatStore, StoredMessage, StoredPending
 from . import _replies as replies
 from ._engine import LLMAgentEngine, is_confirmation
-from ._store import ChatStore, StoredMessage, StoredPending
 from ._types import (
     AgentContext,
     AgentResult,

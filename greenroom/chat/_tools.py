@@ -26,7 +26,7 @@ import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 
 from ..messages import ToolSpec
-from ._store import ChatStore, TaskRow
+from ..store import ChatStore, TaskRow
 
 USER_META = "dev.greenroom/user_id"
 """The ``_meta`` key that carries the authenticated user id to the tool server."""

@@ -10,15 +10,9 @@ from typing import Any, TextIO
 import anyio
 
 from .._errors import InvalidInput
-from ..chat import (
-    CHAT_DB,
-    AgentEngineConfig,
-    ConversationNotFound,
-    SQLiteChatStore,
-    open_assistant,
-    task_server,
-)
+from ..chat import AgentEngineConfig, ConversationNotFound, open_assistant, task_server
 from ..chat._types import check_id
+from ..embedded import EmbeddedStore
 
 PROMPT = "you> "
 
@@ -140,11 +134,13 @@ async def serve_mcp(data_dir: str | None, http: str | None = None, *, err: TextI
     """Serve the task tools until the client closes stdio (or, with ``http``
     ``HOST:PORT``, over streamable HTTP at ``/mcp`` until interrupted). The user id comes
     in each request's ``_meta``; calls without one are refused."""
-    from .._files import resolve_data_dir
-
     address = None if http is None else _address(http)
-    path = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
-    store = SQLiteChatStore(path / CHAT_DB)
+    async with EmbeddedStore(data_dir) as backend:
+        await _serve_tools(backend.chat_store(), address, err)
+    return 0
+
+
+async def _serve_tools(store: Any, address: tuple[str, int] | None, err: TextIO) -> None:
     try:
         server = task_server(store)
         if address is None:
@@ -155,7 +151,6 @@ async def serve_mcp(data_dir: str | None, http: str | None = None, *, err: TextI
             await _serve_http(server.streamable_http_app(host=host), host, port)
     finally:
         await store.aclose()
-    return 0
 
 
 def _address(text: str) -> tuple[str, int]:

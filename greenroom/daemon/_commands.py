@@ -11,8 +11,7 @@ import signal
 import sys
 import time
 import uuid
-from contextlib import AsyncExitStack, aclosing
-from functools import partial
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,12 +20,8 @@ import msgspec
 from anyio.abc import TaskStatus as StartStatus
 
 from .._errors import InvalidInput
-from .._files import OwnerLock, resolve_data_dir
-from ..actors import ActorSystem
 from ..agents.examples import example_graph
-from ..log import EVENTS_FILE, LogActor, read_events, tail_events
 from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStatus, convert
-from ..supervisor import GraphStore, SupervisorActor
 from ._config import ConfigError, DaemonConfig, StoreConfig, default_config, load_config
 from ._host import AgentHost
 from ._service import DaemonService
@@ -152,7 +147,7 @@ async def run_daemon(
     err: TextIO = sys.stderr,
 ) -> int:
     config: DaemonConfig = load_config(config_path) if config_path else default_config()
-    if store is not None:
+    if store is not None:  # --store (or $GREENROOM_STORE) over the config's [store] url
         from ..postgres import check_url
 
         config = msgspec.structs.replace(config, store=StoreConfig(check_url(store), config.store.pool_size))
@@ -202,8 +197,9 @@ async def _serve(
             if api and config.api.enabled:
                 service = await stack.enter_async_context(DaemonService(host, stop, listen=listen))
             before = host.initial_stats
+            shown = "" if host.store.where == str(host.data_dir) else f" · store {host.store.where}"
             print(
-                f"greenroom: serving {host.data_dir}{_store_shown(config)} · {before.total} task(s) · "
+                f"greenroom: serving {host.data_dir}{shown} · {before.total} task(s) · "
                 "agents: "
                 + ", ".join(f"{t} x{p.concurrency}" for t, p in config.agents.items())
                 + (f" · API {service.url}" if service else ""),
@@ -254,14 +250,6 @@ async def _serve(
     return 0
 
 
-def _store_shown(config: DaemonConfig) -> str:
-    if config.store.url is None:
-        return ""
-    from ..postgres import redact
-
-    return f" · store {redact(config.store.url)}"
-
-
 def check_listen(text: str) -> None:
     from ..service import parse_address
 
@@ -274,18 +262,6 @@ async def _stop_when_idle(host: AgentHost, stop: anyio.Event) -> None:
 
 
 # -- greenroom tasks ----------------------------------------------------------------------
-
-
-def read_tasks(data_dir: str | None) -> list[AgentTask]:
-    """The graph as on disk, for a read-only command: never creates, cuts or locks
-    anything for writing (a shared lock excludes an owner while it reads). Blocking."""
-    path = resolve_data_dir(data_dir, create=False)
-    lock = OwnerLock(path / "tasks.graph.lock", "the task graph")
-    lock.acquire_shared()
-    try:
-        return GraphStore(path).load(owner=False)[0]
-    finally:
-        lock.release()
 
 
 def parse_task_flags(
@@ -338,17 +314,6 @@ def parse_task_file(path: str) -> list[AgentTask]:
         raise CommandError(f"{path!r} is nested too deeply") from None
 
 
-async def add_tasks(data_dir: str | None, tasks: list[AgentTask]) -> list[AgentTask]:
-    """Submit through a short-lived supervisor (all or none), with the events logged."""
-    async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(data_dir), name="log")
-        supervisor = await system.spawn(lambda: SupervisorActor(data_dir, log=log), name="supervisor")
-        stored: list[AgentTask] = await supervisor.ask(Submit(tasks), timeout=None)
-        await supervisor.stop()  # its lifecycle events reach the log before the log stops
-        await log.stop()
-        return stored
-
-
 def task_table(tasks: list[AgentTask]) -> str:
     rows = [("ID", "TYPE", "STATUS", "PRI", "ATTEMPT", "OWNER")]
     for task in sorted(tasks, key=lambda t: t.order):
@@ -377,37 +342,6 @@ def format_event(event: Event) -> str:
     if len(payload) > 160:
         payload = payload[:157] + "..."
     return f"{event.seq:>7} {when} {event.visibility:<8} {event.type}{task}{who} {payload}"
-
-
-async def tail(
-    data_dir: str | None,
-    *,
-    after: int,
-    last: int | None,
-    follow: bool,
-    as_json: bool,
-    out: TextIO = sys.stdout,
-) -> int:
-    """Print events (``--last N`` only the newest N); ``--follow`` keeps printing until
-    interrupted (Ctrl-C ends it; the CLI exits 130). Works while a daemon writes: the
-    log is append-only, so no lock is needed."""
-    path = await anyio.to_thread.run_sync(partial(resolve_data_dir, data_dir, create=False)) / EVENTS_FILE
-    if last is not None:
-        existing = await anyio.to_thread.run_sync(read_events, path)
-        shown = [event for event in existing if event.seq > after][-last:] if last else []
-        for event in shown:
-            print(
-                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
-            )
-        if not follow:
-            return 0
-        after = max([after, *(event.seq for event in existing[-1:])])
-    async with aclosing(tail_events(path, after_seq=after, follow=follow)) as events:
-        async for event in events:
-            print(
-                msgspec.json.encode(event).decode() if as_json else format_event(event), file=out, flush=True
-            )
-    return 0
 
 
 def decode_status(text: str) -> TaskStatus:

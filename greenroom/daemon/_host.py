@@ -1,8 +1,10 @@
 """``AgentHost``: one actor system with the log actor, the supervisor and the agent pools.
 
-``async with AgentHost(config, data_dir) as host:`` spawns them (the supervisor and the
-log actor take their OS locks: a second host on the same data dir fails at once
-with ``DataDirBusy``). Leaving the block runs :meth:`shutdown`.
+``async with AgentHost(config, data_dir) as host:`` opens the backend (the config's
+``[store]``, or the ``store`` given: see :func:`choose_store`), spawns the log actor and the
+supervisor on it (on the files, they take their OS locks: a second host on the same data
+dir fails at once with ``DataDirBusy``) and the agents. Leaving the block runs
+:meth:`shutdown`, then closes the backend.
 """
 
 from __future__ import annotations
@@ -11,21 +13,21 @@ import logging
 import math
 import os
 import re
-import socket
-import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import anyio
 
-from .._errors import StorageError
-from .._files import replace_durably, resolve_data_dir
+from .._errors import StorageError, StoreUnavailable
+from .._files import resolve_data_dir
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..log import LogActor, NarratorCapability
 from ..messages import GraphStats, Stats, StopGranting
+from ..store import Store
 from ..supervisor import SupervisorActor
+from ._backend import choose_store
 from ._config import ConfigError, DaemonConfig, agent_class, model_for
 
 logger = logging.getLogger("greenroom.daemon")
@@ -33,28 +35,14 @@ logger = logging.getLogger("greenroom.daemon")
 
 def _decide(error: Exception) -> Directive:
     """The host's actors restart after a failure, except when the disk refuses a durable
-    write: nothing can make progress then, so the daemon stops and says why."""
-    return Directive.ESCALATE if isinstance(error, StorageError) else Directive.RESTART
+    write: nothing can make progress then, so the daemon stops and says why. (A database
+    out of reach is not that: its requests fail and are retried until it is back.)"""
+    if isinstance(error, StorageError) and not isinstance(error, StoreUnavailable):
+        return Directive.ESCALATE
+    return Directive.RESTART
 
 
 _STRATEGY = SupervisorStrategy(decider=_decide)
-
-NODE_FILE = "node.id"
-
-
-def _node_id(data_dir: Path) -> str:
-    """This data dir's node name on a shared database (made once, then kept): with the
-    pid it names the agents' owner ids, so a restarted daemon recognises the tasks its
-    previous process was running. Blocking."""
-    path = data_dir / NODE_FILE
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        text = ""
-    if not re.fullmatch(r"[A-Za-z0-9.-]{1,80}-[0-9a-f]{8}", text):
-        text = f"{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())[:60]}-{uuid.uuid4().hex[:8]}"
-        replace_durably(path, (text + "\n").encode())
-    return text
 
 
 class AgentHost:
@@ -63,6 +51,7 @@ class AgentHost:
         config: DaemonConfig,
         data_dir: str | os.PathLike[str] | None = None,
         *,
+        store: Store | None = None,
         narrator: NarratorCapability | None = None,
         instance: str | None = None,
     ) -> None:
@@ -71,10 +60,14 @@ class AgentHost:
         self.data_dir: Path
         """The data dir, absolute and created: set on entering (resolving it touches the
         file system, so it happens in a worker thread, not in the constructor)."""
+        self.store: Store = (
+            store
+            if store is not None
+            else choose_store(config.store.url, data_dir, pool_size=config.store.pool_size)
+        )
+        """The backend: everything durable goes through it."""
         self.narrator = narrator
-        self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
-        self.db: Any = None
-        """The PostgreSQL pool when ``config.store.url`` names one (several daemons share it)."""
+        self.instance = instance or ""
         self.system = ActorSystem(
             shutdown_timeout=max(config.shutdown_grace, 1.0), supervisor_strategy=_STRATEGY
         )
@@ -84,6 +77,7 @@ class AgentHost:
         self.models: dict[str, Any] = {}
         """The ``[llm]`` server's clients by model name (closed at shutdown)."""
         self._stopped = False
+        self._store_open = False
         self.initial_stats: GraphStats
         """The graph's counts when the supervisor had loaded it, before any agent started."""
         self.final_stats: GraphStats | None = None
@@ -91,11 +85,8 @@ class AgentHost:
 
     async def __aenter__(self) -> AgentHost:
         self.data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
-        if self.config.store.url is not None:
-            from ..postgres import Database
-
-            self.db = Database(self.config.store.url, max_size=self.config.store.pool_size)
-            await self.db.__aenter__()
+        await self.store.__aenter__()
+        self._store_open = True
         await self.system.__aenter__()
         try:
             await self._start()
@@ -104,38 +95,30 @@ class AgentHost:
                 for model in self.models.values():
                     await model.aclose()
             await self.system.__aexit__(type(error), error, error.__traceback__)
-            await self._close_db()
+            await self._close_store()
             raise
         return self
 
-    async def _close_db(self) -> None:
-        db, self.db = self.db, None
-        if db is not None:
-            await db.__aexit__(None, None, None)
+    async def _close_store(self) -> None:
+        if self._store_open:
+            self._store_open = False
+            with anyio.CancelScope(shield=True):
+                await self.store.__aexit__(None, None, None)
 
     async def _spawn_stores(self) -> None:
-        config = self.config
-        data_dir = self.data_dir
-        if self.db is not None:
-            from ..postgres import PostgresLogActor, PostgresSupervisorActor
-
-            db = self.db
-            node = await anyio.to_thread.run_sync(_node_id, self.data_dir)
-            self.instance = instance = f"{node}:{os.getpid()}"
-            self.log = await self.system.spawn(
-                lambda: PostgresLogActor(db, narrator=self.narrator), name="log"
-            )
-            self.supervisor = await self.system.spawn(
-                lambda: PostgresSupervisorActor(
-                    db, lease_seconds=config.lease_seconds, limits=config.limits, node=node, instance=instance
-                ),
-                name="supervisor",
-            )
-            return
-        self.log = await self.system.spawn(lambda: LogActor(data_dir, narrator=self.narrator), name="log")
+        config, store = self.config, self.store
+        self.instance = self.instance or await store.instance()
+        instance = self.instance
+        narrator = self.narrator
+        self.log = await self.system.spawn(
+            lambda: LogActor(store.event_store(), narrator=narrator), name="log"
+        )
+        log = self.log
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
-                data_dir, lease_seconds=config.lease_seconds, log=self.log, limits=config.limits
+                store.task_store(
+                    log=log, lease_seconds=config.lease_seconds, limits=config.limits, instance=instance
+                )
             ),
             name="supervisor",
         )
@@ -274,5 +257,5 @@ class AgentHost:
             try:
                 result = await self.system.__aexit__(exc_type, exc, tb)
             finally:
-                await self._close_db()
+                await self._close_store()
         return result

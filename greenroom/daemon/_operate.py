@@ -13,29 +13,34 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 import msgspec
 
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
-from ..actors import ActorSystem
+from ..actors import ActorRef, ActorSystem
 from ..log import LogActor
-from ..messages import AgentTask, Cancel, TaskStatus
+from ..messages import AgentTask, Cancel, Submit, TaskStatus
 from ..service import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
+from ..store import Store
 from ..supervisor import SupervisorActor
 from . import _commands as files
+from ._backend import choose_store
 
 TOKEN_ENV = "GREENROOM_TOKEN"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where a command goes: ``url`` + ``token`` (the API), or the files of ``data_dir``."""
+    """Where a command goes: ``url`` + ``token`` (a daemon's API), or the backend (the
+    PostgreSQL database ``store`` names, else the files of ``data_dir``)."""
 
     data_dir: str | None
     url: str | None = None
@@ -44,18 +49,16 @@ class Target:
     """A PostgreSQL URL: with no daemon to ask, work on that database instead of the files."""
 
     @property
-    def store_shown(self) -> str:
-        from ..postgres import redact
-
-        return redact(self.store or "")
-
-    @property
     def remote(self) -> bool:
         return self.url is not None
 
     def client(self) -> ServiceClient:
         assert self.url is not None
         return ServiceClient(self.url, self.token)
+
+    def backend(self, *, create: bool = False) -> Store:
+        """The backend to work on with no daemon (``create``: make a missing data dir)."""
+        return choose_store(self.store, self.data_dir, pool_size=2, create=create)
 
 
 def _locate(data_dir: str | None, url: str | None, token: str | None, store: str | None = None) -> Target:
@@ -71,7 +74,7 @@ def _locate(data_dir: str | None, url: str | None, token: str | None, store: str
     try:
         path = resolve_data_dir(data_dir, create=False)
     except InvalidInput:
-        return Target(data_dir, store=store)  # the file path reports the missing data dir
+        return Target(data_dir, store=store)  # the backend reports the missing data dir
     found = find_daemon(path)
     if found is None:
         return Target(data_dir, store=store)
@@ -86,14 +89,17 @@ async def locate(
     return await anyio.to_thread.run_sync(_locate, data_dir, url, token, store)
 
 
-async def _on_database(store: str, fn: Any) -> Any:
-    """``fn(graph, connection)`` in one transaction on the ``store`` database."""
-    from ..postgres import Database, PostgresGraph, check
-
-    async with Database(store, max_size=2) as db:
-        await db.run(check)
-        graph = PostgresGraph()
-        return await db.run(lambda connection: fn(graph, connection))
+async def _on_node(target: Target, fn: Callable[[ActorRef], Awaitable[T]]) -> T:
+    """``fn(supervisor)`` with a short-lived log actor and supervisor on the backend (the
+    same ones a daemon runs: every rule and event as there), stopped after."""
+    async with target.backend(create=True) as store, ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(store.event_store()), name="log")
+        supervisor = await system.spawn(lambda: SupervisorActor(store.task_store(log=log)), name="supervisor")
+        try:
+            return await fn(supervisor)
+        finally:
+            await supervisor.stop()  # its lifecycle events reach the log before the log stops
+            await log.stop()
 
 
 def _refused(error: ServiceError) -> InvalidInput:
@@ -105,10 +111,9 @@ def _refused(error: ServiceError) -> InvalidInput:
 
 
 async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
-    if target.store is not None and not target.remote:
-        return await _on_database(target.store, lambda graph, c: graph.submit(c, tasks))  # type: ignore[no-any-return]
+    """Submit, all or none, with the events logged."""
     if not target.remote:
-        return await files.add_tasks(target.data_dir, tasks)
+        return await _on_node(target, lambda supervisor: supervisor.ask(Submit(tasks), timeout=None))
     async with target.client() as api:
         try:
             return await api.submit(tasks)
@@ -118,20 +123,9 @@ async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
 
 async def list_tasks(target: Target, status: str | None, agent_type: str | None) -> list[AgentTask]:
     wanted = files.decode_status(status) if status is not None else None
-    if target.store is not None and not target.remote:
-        return await _on_database(  # type: ignore[no-any-return]
-            target.store, lambda graph, c: graph.list_tasks(c, wanted, agent_type)
-        )
     if not target.remote:
-        found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
-        return sorted(
-            (
-                t
-                for t in found
-                if (wanted is None or t.status is wanted) and (agent_type is None or t.type == agent_type)
-            ),
-            key=lambda t: t.order,
-        )
+        async with target.backend() as store:
+            return await store.read_tasks(wanted, agent_type)
     async with target.client() as api:
         try:
             return await api.list_tasks(wanted.value if wanted else None, agent_type)
@@ -140,14 +134,9 @@ async def list_tasks(target: Target, status: str | None, agent_type: str | None)
 
 
 async def show_task(target: Target, task_id: str) -> AgentTask:
-    if target.store is not None and not target.remote:
-        return await _on_database(target.store, lambda graph, c: graph.get(c, task_id))  # type: ignore[no-any-return]
     if not target.remote:
-        found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
-        for task in found:
-            if task.id == task_id:
-                return task
-        raise files.CommandError(f"no task with id {task_id!r}")
+        async with target.backend() as store:
+            return await store.read_task(task_id)
     async with target.client() as api:
         try:
             return await api.get_task(task_id)
@@ -156,26 +145,14 @@ async def show_task(target: Target, task_id: str) -> AgentTask:
 
 
 async def cancel_task(target: Target, task_id: str, reason: str | None) -> AgentTask:
-    if target.store is not None and not target.remote:
-        why = reason or "cancelled from the command line"
-        return await _on_database(target.store, lambda graph, c: graph.cancel(c, task_id, why))  # type: ignore[no-any-return]
-    if target.remote:
-        async with target.client() as api:
-            try:
-                return await api.cancel(task_id, reason)
-            except ServiceError as error:
-                raise _refused(error) from None
-    async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(target.data_dir), name="log")
-        supervisor = await system.spawn(lambda: SupervisorActor(target.data_dir, log=log), name="supervisor")
+    why = reason or "cancelled from the command line"
+    if not target.remote:
+        return await _on_node(target, lambda supervisor: supervisor.ask(Cancel(task_id, why), timeout=None))
+    async with target.client() as api:
         try:
-            task: AgentTask = await supervisor.ask(
-                Cancel(task_id, reason or "cancelled from the command line"), timeout=None
-            )
-        finally:
-            await supervisor.stop()
-            await log.stop()
-        return task
+            return await api.cancel(task_id, reason)
+        except ServiceError as error:
+            raise _refused(error) from None
 
 
 # -- events -----------------------------------------------------------------------------
@@ -184,27 +161,26 @@ async def cancel_task(target: Target, task_id: str, reason: str | None) -> Agent
 async def tail(
     target: Target, *, after: int, last: int | None, follow: bool, as_json: bool, out: TextIO = sys.stdout
 ) -> int:
-    if target.store is not None and not target.remote:
-        from ..postgres import Database, tail_events
+    """Print events (``last``: only the newest ``last``); ``follow`` keeps printing until
+    interrupted (Ctrl-C ends it; the CLI exits 130). Works while a daemon writes."""
 
-        async with (
-            Database(target.store, max_size=2) as db,
-            aclosing(tail_events(db, after=after, follow=follow, last=last)) as stream,
-        ):
-            async for event in stream:
-                line = msgspec.json.encode(event).decode() if as_json else files.format_event(event)
-                print(line, file=out, flush=True)
-        return 0
+    def show(event: Any) -> None:
+        line = msgspec.json.encode(event).decode() if as_json else files.format_event(event)
+        print(line, file=out, flush=True)
+
     if not target.remote:
-        return await files.tail(
-            target.data_dir, after=after, last=last, follow=follow, as_json=as_json, out=out
-        )
+        async with (
+            target.backend() as store,
+            aclosing(store.events(after=after, follow=follow, last=last)) as stored,
+        ):
+            async for event in stored:
+                show(event)
+        return 0
     async with target.client() as api:
         try:
             async with api.events(after=after, follow=follow, last=last) as events:
                 async for event in events:
-                    line = msgspec.json.encode(event).decode() if as_json else files.format_event(event)
-                    print(line, file=out, flush=True)
+                    show(event)
         except ServiceError as error:
             raise _refused(error) from None
     return 0
@@ -214,7 +190,7 @@ async def tail(
 
 
 async def status(target: Target) -> dict[str, Any]:
-    """The daemon's status document; with no daemon, what the files say."""
+    """The daemon's status document; with no daemon, what the backend says."""
     if target.remote:
         async with target.client() as api:
             try:
@@ -222,19 +198,11 @@ async def status(target: Target) -> dict[str, Any]:
             except ServiceError as error:
                 raise _refused(error) from None
         return {"running": True, "url": target.url, **document}
-    if target.store is not None:
-        counts, _, total = await _on_database(target.store, lambda graph, c: graph.stats(c))
-        return {
-            "running": False,
-            "data_dir": target.store_shown,
-            "tasks": {"total": total, "by_status": counts},
-        }
-    path = await anyio.to_thread.run_sync(partial(resolve_data_dir, target.data_dir, create=False))
-    found = await anyio.to_thread.run_sync(files.read_tasks, target.data_dir)
-    by_status: dict[str, int] = {}
-    for task in found:
-        by_status[task.status.value] = by_status.get(task.status.value, 0) + 1
-    return {"running": False, "data_dir": str(path), "tasks": {"total": len(found), "by_status": by_status}}
+    async with target.backend() as store:
+        stats = await store.read_stats()
+        where = store.where
+    tasks = {"total": stats.total, "by_status": stats.by_status}
+    return {"running": False, "data_dir": where, "tasks": tasks}
 
 
 def format_status(document: dict[str, Any]) -> str:

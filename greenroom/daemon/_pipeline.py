@@ -10,8 +10,8 @@ import anyio
 import msgspec
 
 from .._errors import InvalidInput
-from .._files import resolve_data_dir
 from ..actors import ActorSystem
+from ..embedded import EmbeddedStore
 from ..log import LogActor
 from ..pipeline import PipelineResult, load_pipeline
 from ..pipeline._build import open_pipeline
@@ -70,11 +70,10 @@ async def run_pipeline(
         model = OpenAIChatModel(
             config.model.model, base_url=config.model.base_url, timeout=config.model.timeout
         )
-    folder = await anyio.to_thread.run_sync(resolve_data_dir, data_dir)
     results: list[tuple[int, PipelineResult]] = []
     try:
-        async with ActorSystem() as system:
-            log = await system.spawn(lambda: LogActor(folder), name="log")
+        async with EmbeddedStore(data_dir) as store, ActorSystem() as system:
+            log = await system.spawn(lambda: LogActor(store.event_store()), name="log")
             async with (
                 open_pipeline(system, config, model=model, events=log) as pipeline,
                 anyio.create_task_group() as tg,

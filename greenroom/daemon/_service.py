@@ -1,8 +1,8 @@
 """``DaemonService``: the HTTP API of a running daemon, over its ``AgentHost``.
 
 ``async with DaemonService(host, stop) as service:`` binds the API's socket, opens the
-chat assistant (its store ``chat.sqlite3``, its MCP tools in-process, a runner actor in
-the host's system, its events through the host's log actor), makes a local admin token
+chat assistant (its store from the host's backend, its MCP tools in-process, a runner
+actor in the host's system, its events through the host's log actor), makes a local admin token
 and writes ``daemon.json`` + ``admin.token`` (mode 0600) into the data dir, so the CLI on
 this machine finds the daemon. :meth:`run` serves until ``stop`` is set, then lets the
 requests in flight finish (a few seconds at most). Leaving the block removes the two
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
@@ -24,7 +25,7 @@ import msgspec
 from .. import __version__
 from .._files import replace_durably
 from ..llm import ChatModel, RuleBasedModel
-from ..messages import GraphStats
+from ..messages import Event, GraphStats
 from ..service import (
     ADMIN_TOKEN_FILE,
     DAEMON_FILE,
@@ -89,42 +90,25 @@ class DaemonService:
         runner = await self._open_chat() if self.config.chat.enabled else None
         self.parts = ServiceParts(
             supervisor=host.supervisor,
-            events_path=host.data_dir / "events.jsonl",
+            events=self._events,
             tokens=tokens,
             status=self.status,
             stop=self._stop_requested,
             chat=runner,
             max_body_bytes=self.config.api.max_body_bytes,
-            event_source=self._pg_events if host.db is not None else None,
         )
         info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
         await anyio.to_thread.run_sync(self._write_files, info, token)
 
-    def _pg_events(self, after: int, follow: bool, last: int | None) -> Any:
-        from ..postgres import tail_events
-
-        return tail_events(self.host.db, after=after, follow=follow, last=last)
+    def _events(self, after: int, follow: bool, last: int | None) -> AsyncGenerator[Event, None]:
+        return self.host.store.events(after=after, follow=follow, last=last)
 
     async def _open_chat(self) -> Any:
-        from ..chat import (
-            CHAT_DB,
-            AgentEngineConfig,
-            AgentRunner,
-            LLMAgentEngine,
-            MCPToolExecutor,
-            SQLiteChatStore,
-            task_server,
-        )
+        from ..chat import AgentEngineConfig, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
 
         host = self.host
         chat = self.config.chat
-        store: Any
-        if host.db is not None:  # shared by every daemon on the database
-            from ..postgres import PostgresChatStore
-
-            store = PostgresChatStore(host.db)
-        else:
-            store = SQLiteChatStore(host.data_dir / CHAT_DB)
+        store = host.store.chat_store()  # on PostgreSQL: shared by every daemon on the database
         self._stack.push_async_callback(store.aclose)
         model: ChatModel
         if chat.model == SCRIPTED or self.config.llm is None:

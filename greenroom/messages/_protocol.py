@@ -57,10 +57,13 @@ class Fail(msgspec.Struct, frozen=True):
 
 
 class Release(msgspec.Struct, frozen=True):
-    """Hand an unfinished task back (shutdown): PENDING again, the attempt not counted."""
+    """Hand an unfinished task back (shutdown): PENDING again, the attempt not counted.
+    ``attempt``: only if the task is still in that attempt (a grant handed back must not
+    end a later one)."""
 
     task_id: str
     agent_id: str
+    attempt: int | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True):

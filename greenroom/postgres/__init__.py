@@ -1,13 +1,19 @@
-"""PostgreSQL stores (several daemons sharing one task graph and one event log): the
-connection pool, the versioned schema, and the task graph's transactions. psycopg 3's
-sync API on worker threads, so the same code runs on asyncio and trio."""
+"""The PostgreSQL backend: several daemons sharing one task graph, one event log and the
+chat assistant's data. psycopg 3's sync API on worker threads, so the same code runs on
+asyncio and trio.
+
+:class:`PostgresStore` is the backend; its parts are :class:`PostgresTaskStore`,
+:class:`PostgresEventStore` and :class:`PostgresChatStore` (peers of the embedded ones),
+over a :class:`Database` pool and a versioned schema (:func:`upgrade`).
+"""
 
 from ._chat import PostgresChatStore
 from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
-from ._graph import CHANNEL, EventCursor, PostgresGraph
-from ._log import PostgresLogActor, tail_events
+from ._events import EventCursor, PostgresEventStore, read_events, tail_events
+from ._graph import CHANNEL, PostgresGraph
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
-from ._supervisor import PostgresSupervisorActor
+from ._store import PostgresStore
+from ._tasks import PostgresTaskStore
 
 __all__ = [
     "CHANNEL",
@@ -18,13 +24,15 @@ __all__ = [
     "DatabaseError",
     "EventCursor",
     "PostgresChatStore",
+    "PostgresEventStore",
     "PostgresGraph",
-    "PostgresLogActor",
-    "PostgresSupervisorActor",
+    "PostgresStore",
+    "PostgresTaskStore",
     "SchemaError",
     "check",
     "check_url",
     "current_version",
+    "read_events",
     "redact",
     "tail_events",
     "upgrade",

@@ -1,13 +1,13 @@
-"""``PostgresChatStore``: the chat assistant's data (users' tasks, conversations, pending
-confirmations) in PostgreSQL, shared by every daemon, behind the chat layer's
-``ChatStore`` interface.
+"""``PostgresChatStore``: the chat assistant's data (users' tasks, conversations and pending
+confirmations) in PostgreSQL's ``greenroom_chat`` schema, shared by every daemon — the
+PostgreSQL peer of the embedded SQLite store, behind ``greenroom.store.ChatStore``.
 
-It runs the embedded store's statements — the same rules, one transaction per call — in
-the ``greenroom_chat`` schema on the daemon's pool. One conversation is served one request
+Each call is one transaction on the backend's pool. One conversation is served one request
 at a time across all hosts: a request holds the conversation's row for its deadline
 (``busy_by`` / ``busy_until``, taken with a conditional ``UPDATE``), so a request on
 another host waits for it, and a host that dies mid-request frees it when the deadline
-passes.
+passes. Two requests creating the same conversation, or appending to it, never both win:
+the primary keys decide (``ON CONFLICT``), and the loser is told.
 """
 
 from __future__ import annotations
@@ -16,71 +16,242 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..chat._store import SQLiteChatStore, TaskRow
+import msgspec
+
+from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from ._db import Database
 
 T = TypeVar("T")
 
-
-class _Adapted:
-    """A psycopg connection that takes the embedded store's ``?`` placeholders."""
-
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        return self.connection.execute(sql.replace("?", "%s"), params)
+_TASK = "id, title, description, completed, created_at, updated_at"
+_encoder = msgspec.json.Encoder()
 
 
-class PostgresChatStore(SQLiteChatStore):
+def _row(row: tuple[Any, ...]) -> TaskRow:
+    return TaskRow(
+        id=row[0],
+        title=row[1],
+        description=row[2],
+        completed=bool(row[3]),
+        created_at=row[4],
+        updated_at=row[5],
+    )
+
+
+def _owner(connection: Any, conversation_id: str, *, lock: bool = False) -> str | None:
+    row = connection.execute(
+        "SELECT user_id FROM greenroom_chat.conversations WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+        (conversation_id,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+class PostgresChatStore:
+    """The chat data on ``db`` (the backend's pool; not closed here). ``clock``: the wall
+    clock rows are stamped with."""
+
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
-        super().__init__("unused", clock=clock)
         self.db = db
+        self.clock = clock
 
-    async def _run(self, fn: Callable[[Any], T], *, write: bool = True) -> T:
-        def call(connection: Any) -> T:
-            connection.execute("SET LOCAL search_path TO greenroom_chat")
-            return fn(_Adapted(connection))
+    async def _run(self, fn: Callable[[Any], T]) -> T:
+        return await self.db.run(fn)
 
-        return await self.db.run(call)
+    # -- tasks ------------------------------------------------------------------------
 
     async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
         now = self.clock()
-
-        def add(db: Any) -> TaskRow:
-            (task_id,) = db.execute(
-                "INSERT INTO tasks (user_id, title, description, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) RETURNING id",
+        row = await self._run(
+            lambda c: c.execute(
+                f"INSERT INTO greenroom_chat.tasks (user_id, title, description, created_at, updated_at) "
+                f"VALUES (%s, %s, %s, %s, %s) RETURNING {_TASK}",
                 (user_id, title, description, now, now),
             ).fetchone()
-            return TaskRow(id=task_id, title=title, description=description, created_at=now, updated_at=now)
+        )
+        return _row(row)
 
-        return await self._run(add)
+    async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]:
+        where = {"all": "", "pending": " AND completed = 0", "completed": " AND completed = 1"}[status]
+        rows = await self._run(
+            lambda c: c.execute(
+                f"SELECT {_TASK} FROM greenroom_chat.tasks WHERE user_id = %s{where} ORDER BY id", (user_id,)
+            ).fetchall()
+        )
+        return [_row(row) for row in rows]
 
-    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
-        """Take the conversation for ``seconds`` unless another holder has it now."""
+    async def update_task(
+        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+    ) -> TaskRow | None:
+        now = self.clock()
+        row = await self._run(
+            lambda c: c.execute(
+                "UPDATE greenroom_chat.tasks SET title = coalesce(%s, title), "
+                "description = coalesce(%s, description), updated_at = %s "
+                f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                (title, description, now, user_id, task_id),
+            ).fetchone()
+        )
+        return None if row is None else _row(row)
+
+    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        now = self.clock()
+        row = await self._run(
+            lambda c: c.execute(
+                "UPDATE greenroom_chat.tasks SET completed = 1, updated_at = %s "
+                f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                (now, user_id, task_id),
+            ).fetchone()
+        )
+        return None if row is None else _row(row)
+
+    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        row = await self._run(
+            lambda c: c.execute(
+                f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                (user_id, task_id),
+            ).fetchone()
+        )
+        return None if row is None else _row(row)
+
+    # -- conversations ----------------------------------------------------------------
+
+    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
         now = self.clock()
 
-        def hold(db: Any) -> bool:
-            row = db.execute(
-                "UPDATE conversations SET busy_by = ?, busy_until = ? WHERE id = ? "
-                "AND (busy_by IS NULL OR busy_until < ? OR busy_by = ?) RETURNING id",
+        def open_(c: Any) -> None:
+            if create:
+                c.execute(
+                    "INSERT INTO greenroom_chat.conversations (id, user_id, created_at) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (conversation_id, user_id, now),
+                )
+            if _owner(c, conversation_id) != user_id:
+                raise ConversationNotFound(conversation_id)
+
+        await self._run(open_)
+
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        rows = await self._run(
+            lambda c: c.execute(
+                "SELECT m.role, m.content, m.tool_calls, m.created_at FROM greenroom_chat.messages m "
+                "JOIN greenroom_chat.conversations v ON v.id = m.conversation_id "
+                "WHERE m.conversation_id = %s AND v.user_id = %s ORDER BY m.seq DESC LIMIT %s",
+                (conversation_id, user_id, limit),
+            ).fetchall()
+        )
+        return [
+            StoredMessage(
+                role="user" if role == "user" else "assistant",
+                content=content,
+                created_at=created_at,
+                tool_calls=None if calls is None else msgspec.json.decode(calls),
+            )
+            for role, content, calls, created_at in reversed(rows)
+        ]
+
+    async def save_turn(
+        self,
+        user_id: str,
+        conversation_id: str,
+        messages: list[StoredMessage],
+        pending: StoredPending | None,
+    ) -> None:
+        def save(c: Any) -> None:
+            # the conversation's row locked: two turns of one conversation number in turn
+            if _owner(c, conversation_id, lock=True) != user_id:
+                raise ConversationNotFound(conversation_id)
+            (last,) = c.execute(
+                "SELECT coalesce(max(seq), 0) FROM greenroom_chat.messages WHERE conversation_id = %s",
+                (conversation_id,),
+            ).fetchone()
+            rows = [
+                (
+                    conversation_id,
+                    last + offset,
+                    message.role,
+                    message.content,
+                    None if message.tool_calls is None else _encoder.encode(message.tool_calls).decode(),
+                    message.created_at,
+                )
+                for offset, message in enumerate(messages, 1)
+            ]
+            if rows:
+                with c.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO greenroom_chat.messages "
+                        "(conversation_id, seq, role, content, tool_calls, created_at) "
+                        "VALUES (%s, %s, %s, %s, %s, %s)",
+                        rows,
+                    )
+            c.execute(
+                "DELETE FROM greenroom_chat.pending_actions WHERE conversation_id = %s", (conversation_id,)
+            )
+            if pending is not None:
+                c.execute(
+                    "INSERT INTO greenroom_chat.pending_actions "
+                    "(conversation_id, tool_name, parameters, title, expires_at) VALUES (%s, %s, %s, %s, %s)",
+                    (
+                        conversation_id,
+                        pending.tool_name,
+                        _encoder.encode(pending.parameters).decode(),
+                        pending.title,
+                        pending.expires_at,
+                    ),
+                )
+
+        await self._run(save)
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
+        row = await self._run(
+            lambda c: c.execute(
+                "SELECT p.tool_name, p.parameters, p.title, p.expires_at "
+                "FROM greenroom_chat.pending_actions p "
+                "JOIN greenroom_chat.conversations v ON v.id = p.conversation_id "
+                "WHERE p.conversation_id = %s AND v.user_id = %s",
+                (conversation_id, user_id),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return StoredPending(
+            tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
+        )
+
+    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
+        row = await self._run(
+            lambda c: c.execute(
+                "DELETE FROM greenroom_chat.pending_actions WHERE conversation_id = %s AND tool_name = %s "
+                "AND parameters = %s AND conversation_id IN "
+                "(SELECT id FROM greenroom_chat.conversations WHERE user_id = %s) RETURNING conversation_id",
+                (
+                    conversation_id,
+                    expected.tool_name,
+                    _encoder.encode(expected.parameters).decode(),
+                    user_id,
+                ),
+            ).fetchone()
+        )
+        return row is not None
+
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+        now = self.clock()
+        row = await self._run(
+            lambda c: c.execute(
+                "UPDATE greenroom_chat.conversations SET busy_by = %s, busy_until = %s WHERE id = %s "
+                "AND (busy_by IS NULL OR busy_until < %s OR busy_by = %s) RETURNING id",
                 (holder, now + seconds, conversation_id, now, holder),
             ).fetchone()
-            return row is not None
-
-        return await self._run(hold)
+        )
+        return row is not None
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
-        def let_go(db: Any) -> None:
-            db.execute(
-                "UPDATE conversations SET busy_by = NULL, busy_until = NULL WHERE id = ? AND busy_by = ?",
+        await self._run(
+            lambda c: c.execute(
+                "UPDATE greenroom_chat.conversations SET busy_by = NULL, busy_until = NULL "
+                "WHERE id = %s AND busy_by = %s",
                 (conversation_id, holder),
             )
-
-        await self._run(let_go)
+        )
 
     async def aclose(self) -> None:
-        """The pool is the daemon's: nothing to close here."""
+        """The pool is the backend's: nothing to close here."""

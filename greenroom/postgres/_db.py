@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .._errors import InvalidInput, StorageError
+from .._errors import InternalError, InvalidInput, StoreUnavailable
 
 logger = logging.getLogger("greenroom.postgres")
 
@@ -45,8 +45,10 @@ def check_url(url: str) -> str:
     return url
 
 
-class DatabaseError(StorageError):
-    """PostgreSQL refused or could not be reached; the message names the server (no password)."""
+class DatabaseError(StoreUnavailable):
+    """PostgreSQL could not be reached or failed the transaction (away, restarting, out of
+    connections, a server fault); nothing of it happened. The message names the server
+    (no password)."""
 
 
 class DataRefused(InvalidInput):
@@ -56,7 +58,8 @@ class DataRefused(InvalidInput):
 
 class ConflictError(DatabaseError):
     """The transaction was rolled back by a conflict with another (a deadlock, a
-    serialization failure): nothing of it happened, and the same request may be retried."""
+    serialization failure, a row another transaction wrote first): nothing of it happened,
+    and the same request may be retried."""
 
 
 class Database:
@@ -117,12 +120,23 @@ class Database:
                     return fn(connection)
                 with connection.transaction():
                     return fn(connection)
-        except psycopg.DataError as error:  # class 22: the data, not the server
-            raise DataRefused(f"PostgreSQL cannot store this: {_first_line(error)}") from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:  # away, restarting, cut off
-            if (getattr(error, "sqlstate", None) or "").startswith("40"):  # a deadlock, a serialization error
-                raise ConflictError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
-            raise DatabaseError(f"PostgreSQL at {redact(self.url)}: {_first_line(error)}") from None
+        except psycopg.Error as error:
+            raise self.mapped(error) from None
+
+    def mapped(self, error: Exception) -> Exception:
+        """A psycopg error as greenroom's: every class has a home, so no caller ever sees
+        a raw one (a worker that did would stop answering)."""
+        import psycopg
+
+        where = f"PostgreSQL at {redact(self.url)}: {_first_line(error)}"
+        state = getattr(error, "sqlstate", None) or ""
+        if isinstance(error, psycopg.DataError):  # class 22: the data, not the server
+            return DataRefused(f"PostgreSQL cannot store this: {_first_line(error)}")
+        if state.startswith("40") or isinstance(error, psycopg.IntegrityError):
+            return ConflictError(where)  # a deadlock, a serialization failure, a row written first
+        if isinstance(error, psycopg.ProgrammingError | psycopg.NotSupportedError):
+            return InternalError(f"greenroom sent PostgreSQL a statement it refused (a bug): {where}")
+        return DatabaseError(where)  # away, restarting, cut off, out of connections, a server fault
 
     async def run(self, fn: Callable[[Any], T], *, single: bool = False) -> T:
         """``fn(connection)`` in one transaction, on a worker thread (see the module doc
@@ -136,7 +150,7 @@ class Database:
 
         try:
             return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
-        except psycopg.OperationalError as error:
+        except psycopg.Error as error:
             raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None
 
 

@@ -38,14 +38,25 @@ from ..messages import (
     AgentError,
     AgentResult,
     AgentTask,
-    Event,
     TaskLimits,
     TaskStatus,
-    Visibility,
 )
-from ..supervisor import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
-from ..supervisor._graph import check_submission, poison_reason, requeued_after_death
-from ..supervisor._outbox import result_payload, transition_payload
+from ..store import (
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    UnknownTask,
+    check_submission,
+    dependency_failed,
+    in_dependency_order,
+    lease_expired,
+    poison_reason,
+    requeued_after_death,
+    result_payload,
+    transition_payload,
+)
+from ._events import insert_events
 
 CHANNEL = "greenroom_runnable"
 SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
@@ -99,42 +110,9 @@ class PostgresGraph:
 
     def _emit(self, connection: Any, events: list[EventRow]) -> None:
         if events:
-            self.append(connection, [(kind, task_id, agent_id, "internal", payload)
-                                     for kind, task_id, agent_id, payload in events])  # fmt: skip
-
-    def append(
-        self, connection: Any, items: list[tuple[str, str | None, str | None, Visibility, dict[str, Any]]]
-    ) -> list[Event]:
-        """Append events ``(type, task_id, agent_id, visibility, payload)`` (already held to
-        the visibility policy) in this transaction; returns them stored, with their ``seq``.
-
-        No lock is taken: each row's ``seq`` comes from a sequence and its ``xid`` is the
-        writing transaction's, so transactions commit in parallel; :class:`EventCursor`
-        reads them in ``seq`` order without skipping one still being committed."""
-        now = self.clock()
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload) "
-                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
-                [
-                    (now, kind, task_id, agent_id, visibility, _json(payload))
-                    for kind, task_id, agent_id, visibility, payload in items
-                ],
-                returning=True,
-            )
-            seqs = [row[0] for _ in cursor.results() for row in cursor.fetchall()]
-        return [
-            Event(
-                seq=seq,
-                ts=now,
-                type=kind,
-                visibility=visibility,
-                task_id=task_id,
-                agent_id=agent_id,
-                payload=payload,
-            )
-            for seq, (kind, task_id, agent_id, visibility, payload) in zip(seqs, items, strict=True)
-        ]
+            now = self.clock()
+            insert_events(connection, [(now, kind, task_id, agent_id, "internal", payload)
+                                       for kind, task_id, agent_id, payload in events])  # fmt: skip
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:
@@ -184,7 +162,7 @@ class PostgresGraph:
             _storable(task)
         taken = connection.execute("SELECT id FROM gr_tasks WHERE id = ANY(%s)", (list(batch),)).fetchone()
         if taken is not None:
-            raise InvalidSubmission(taken[0], "id", taken[0], "is already taken")
+            raise DuplicateTask(taken[0])
         outside = sorted({dep for task in tasks for dep in task.depends_on if dep not in batch})
         known: dict[str, str] = {}
         if outside:
@@ -204,7 +182,7 @@ class PostgresGraph:
             "SELECT nextval('gr_task_order') FROM generate_series(1, %s)", (len(tasks),)
         )]  # fmt: skip
         failed: dict[str, str] = {}  # task id -> the dependency that can never complete
-        for task in _in_dependency_order(batch):
+        for task in in_dependency_order(batch):
             for dep in task.depends_on:
                 status = known.get(dep)
                 if (status is not None and status in FINAL and status != "COMPLETED") or dep in failed:
@@ -218,9 +196,10 @@ class PostgresGraph:
             unmet = sum(1 for dep in task.depends_on if dep in batch or known.get(dep) != "COMPLETED")
             if task.id in failed:
                 dep = failed[task.id]
-                why = f"dependency {dep!r} is {known.get(dep, 'DEPENDENCY_FAILED')}"
                 task = msgspec.structs.replace(
-                    task, status=TaskStatus.DEPENDENCY_FAILED, error=AgentError(reason=why)
+                    task,
+                    status=TaskStatus.DEPENDENCY_FAILED,
+                    error=dependency_failed(dep, known.get(dep, "DEPENDENCY_FAILED")),
                 )
             task = msgspec.structs.replace(task, created_at=now, updated_at=now, order=order)
             stored.append(task)
@@ -232,11 +211,19 @@ class PostgresGraph:
             elif unmet == 0:
                 runnable.add(task.type)
         with connection.cursor() as cursor:
+            # another submission of the same id may commit between the check above and this
+            # insert (two daemons, two API requests): the row written first wins, this
+            # batch is refused whole (raising rolls the transaction back)
             cursor.executemany(
                 "INSERT INTO gr_tasks (id, type, status, priority, ord, attempt, max_attempts, unmet, "
-                "created_at, updated_at, doc) VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s, %s::jsonb)",
+                "created_at, updated_at, doc) VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s, %s::jsonb) "
+                "ON CONFLICT (id) DO NOTHING RETURNING id",
                 rows,
+                returning=True,
             )
+            inserted = {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+            if len(inserted) < len(rows):
+                raise DuplicateTask(next(row[0] for row in rows if row[0] not in inserted))
             deps = [(dep, task.id) for task in tasks for dep in task.depends_on]
             if deps:
                 cursor.executemany("INSERT INTO gr_deps (dep_id, task_id) VALUES (%s, %s)", deps)
@@ -513,21 +500,24 @@ class PostgresGraph:
         events: list[EventRow] = []
         for dependent_id, cause in rows:
             dependent = self._locked(connection, dependent_id)
-            why = f"dependency {cause!r} is {status if cause == task_id else 'DEPENDENCY_FAILED'}"
             dependent = msgspec.structs.replace(
                 dependent,
                 status=TaskStatus.DEPENDENCY_FAILED,
                 owner=None,
                 lease_expires_at=None,
-                error=AgentError(reason=why),
+                error=dependency_failed(cause, status if cause == task_id else "DEPENDENCY_FAILED"),
                 updated_at=now,
             )
             self._write(connection, dependent)
             events.append(self._transition_event(TASK_FAILED, dependent))
         return events
 
-    def release(self, connection: Any, task_id: str, agent_id: str) -> AgentTask:
+    def release(self, connection: Any, task_id: str, agent_id: str, attempt: int | None = None) -> AgentTask:
+        """The owner hands the task back unfinished: PENDING again, the attempt refunded.
+        ``attempt``: only that attempt (a grant handed back must not end a later one)."""
         task = self._owned(connection, task_id, agent_id, "release")
+        if attempt is not None and task.attempt != attempt:
+            raise InvalidTransition(task_id, f"{task.status.value} in attempt {task.attempt}", "release")
         task = msgspec.structs.replace(task, status=TaskStatus.PENDING, owner=None, attempt=task.attempt - 1,
                                        lease_expires_at=None, updated_at=self.clock())  # fmt: skip
         self._write(connection, task)
@@ -589,80 +579,8 @@ class PostgresGraph:
         ended = []
         for row in rows:
             task = _task(row)
-            why = f"lease expired (owner {task.owner!r}, attempt {task.attempt})"
-            ended.append(self._end_attempt(connection, task, AgentError(reason=why, retryable=True), None))
+            ended.append(self._end_attempt(connection, task, lease_expired(task), None))
         return ended
-
-    def read_events(self, connection: Any, after: int, limit: int = 10_000) -> list[Event]:
-        """Every event with ``seq > after`` committed so far, in ``seq`` order (for tests and
-        a quiet log; a reader following a busy log uses :class:`EventCursor`)."""
-        cursor = EventCursor(after)
-        events: list[Event] = []
-        while len(events) < limit:
-            batch = cursor.read(connection, limit - len(events))
-            if not batch:
-                if cursor.waiting:  # a hole noted just now: look again, past it if its writer is gone
-                    batch = cursor.read(connection, limit - len(events))
-                if not batch:
-                    return events
-            events.extend(batch)
-        return events
-
-
-class EventCursor:
-    """Reads ``gr_events`` in ``seq`` order, each event once, while writers commit in
-    parallel.
-
-    A sequence hands out ``seq`` before the writing transaction commits, so ``seq`` 10 may
-    become visible after ``seq`` 11. The cursor therefore stops at a gap; the missing
-    numbers belong to transactions running when the gap was first seen (their ``xid`` is
-    below the snapshot's ``xmax`` then), so once every one of those has ended
-    (``pg_snapshot_xmin`` reached that ``xmax``) a gap still open was an aborted
-    transaction's, and the cursor moves past it. Events are never skipped and never
-    repeated; ``seq`` may have holes (aborted appends), never an event out of order."""
-
-    def __init__(self, after: int = 0) -> None:
-        self.after = after
-        self._gap_xmax: int | None = None
-
-    @property
-    def waiting(self) -> bool:
-        """At a hole whose writer may still commit."""
-        return self._gap_xmax is not None
-
-    def read(self, connection: Any, limit: int = 1000) -> list[Event]:
-        rows = connection.execute(
-            "SELECT seq, ts, type, task_id, agent_id, visibility, payload, "
-            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-            "pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
-            "FROM gr_events WHERE seq > %s ORDER BY seq LIMIT %s",
-            (self.after, limit),
-        ).fetchall()
-        events: list[Event] = []
-        for seq, ts, kind, task_id, agent_id, visibility, payload, xmin, xmax in rows:
-            if seq != self.after + 1:  # a hole: an append in flight, or one that was rolled back
-                if self._gap_xmax is None:
-                    self._gap_xmax = int(xmax)
-                    break
-                if int(xmin) < self._gap_xmax:
-                    break  # a transaction that may hold the missing seq is still running
-            self._gap_xmax = None
-            self.after = seq
-            events.append(
-                msgspec.convert(
-                    {
-                        "seq": seq,
-                        "ts": ts,
-                        "type": kind,
-                        "task_id": task_id,
-                        "agent_id": agent_id,
-                        "visibility": visibility,
-                        "payload": payload,
-                    },
-                    Event,
-                )
-            )
-        return events
 
 
 _NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
@@ -696,15 +614,3 @@ def _like(text: str) -> str:
 
 def _prefixed(alias: str) -> str:
     return ", ".join(f"{alias}.{name.strip()}" for name in _COLUMNS.split(","))
-
-
-def _json(value: Any) -> Any:
-    from psycopg.types.json import Jsonb
-
-    return Jsonb(value, dumps=lambda v: _encode(v).decode())
-
-
-def _in_dependency_order(batch: dict[str, AgentTask]) -> list[AgentTask]:
-    from ..supervisor._graph import _topological
-
-    return _topological(batch)

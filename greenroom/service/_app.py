@@ -32,8 +32,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -46,7 +44,6 @@ from starlette.routing import Route
 from .. import _tracing
 from .._errors import MISSING, InvalidInput, shown
 from ..actors import ActorRef, ActorStopped
-from ..log import read_events, tail_events
 from ..messages import AgentTask, Cancel, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._tokens import Principal, Scope, TokenStore
 
@@ -63,14 +60,13 @@ class ServiceParts:
     ``chat`` is an ``AgentRunner`` (``None``: the chat endpoints answer 404)."""
 
     supervisor: ActorRef
-    events_path: Path
+    events: Callable[[int, bool, int | None], AsyncGenerator[Event, None]]
+    """Where ``/v1/events`` reads (``after``, ``follow``, ``last``): the backend's events."""
     tokens: TokenStore
     status: Callable[[], Awaitable[dict[str, Any]]]
     stop: Callable[[], None]
     chat: Any = None
     max_body_bytes: int = 4 << 20
-    event_source: Callable[[int, bool, int | None], AsyncGenerator[Event, None]] | None = None
-    """Where ``/v1/events`` reads (``after``, ``follow``, ``last``); ``None``: ``events_path``."""
     started: float = field(default_factory=time.time)
 
 
@@ -304,11 +300,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             after = max(after, int(last_id))
         follow = request.query_params.get("follow", "1") not in ("0", "false", "no")
         last = _query_int(request, "last", -1, 0, 10_000_000) if "last" in request.query_params else None
-        source = (
-            _stream(parts.event_source(after, follow, last))
-            if parts.event_source is not None
-            else _event_stream(parts.events_path, after, follow, last)
-        )
+        source = _stream(parts.events(after, follow, last))
         return StreamingResponse(
             source,
             media_type="text/event-stream",
@@ -415,20 +407,4 @@ async def _stream(events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
     yield b": greenroom events\n\n"
     async with aclosing(events) as stream:
         async for event in stream:
-            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
-
-
-async def _event_stream(path: Path, after: int, follow: bool, last: int | None) -> AsyncIterator[bytes]:
-    """Each event as ``id: SEQ`` + ``data: JSON``. Ends (without ``follow``) at the
-    current end. ``last``: only the newest ``last`` events stored so far, then new ones."""
-    yield b": greenroom events\n\n"
-    if last is not None:
-        stored = await anyio.to_thread.run_sync(partial(read_events, path, after_seq=after))
-        for event in stored[max(0, len(stored) - last) :] if last else ():
-            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
-        if not follow:
-            return
-        after = max([after, *(event.seq for event in stored[-1:])])
-    async with aclosing(tail_events(path, after_seq=after, follow=follow, poll_interval=0.1)) as events:
-        async for event in events:
             yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))

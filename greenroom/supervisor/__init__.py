@@ -1,31 +1,22 @@
-"""The task-graph owner: an actor that holds the graph in memory, is the only writer of
-``tasks.graph.json``, and grants claims by message."""
+"""The task-graph owner: one actor that grants claims by message and keeps the graph in a
+``TaskStore`` (files under a data dir, or PostgreSQL; see ``greenroom.store``)."""
 
-from ._actor import SupervisorActor
-from ._errors import (
-    GraphFileError,
+from ..store import (
+    DuplicateTask,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
     TaskGraphError,
     UnknownTask,
 )
-from ._graph import TaskGraph
-from ._outbox import result_payload
-from ._store import GRAPH_FILE, JOURNAL_FILE, GraphStore, LoadReport
+from ._actor import SupervisorActor
 
 __all__ = [
-    "GRAPH_FILE",
-    "JOURNAL_FILE",
-    "GraphFileError",
-    "GraphStore",
+    "DuplicateTask",
     "InvalidSubmission",
     "InvalidTransition",
-    "LoadReport",
     "NotOwner",
     "SupervisorActor",
-    "TaskGraph",
     "TaskGraphError",
     "UnknownTask",
-    "result_payload",
 ]

@@ -1,4 +1,4 @@
-"""``GraphStore``: the task graph on disk, a snapshot plus an fsynced journal.
+"""``GraphFiles``: the embedded task graph on disk, a snapshot plus an fsynced journal.
 
 ``tasks.graph.json`` is a snapshot ``{"format", "seq", "tasks"}``; ``tasks.graph.journal``
 holds one JSON line per committed batch, ``{"seq", "tasks": [changed tasks]}``. The
@@ -12,7 +12,7 @@ last newline) is cut off when the owner loads, and reported; a read-only load sk
 changes nothing. A complete line that does not validate is never cut: it stops the load,
 naming the line, with the files untouched (it is damage to look at, not a torn write).
 
-All methods block: the supervisor actor calls them in a worker thread (``anyio.to_thread``,
+All methods block: the file task store calls them in a worker thread (``anyio.to_thread``,
 or ``_threads.run_blocking`` for the commit).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from .._errors import storage_error
+from .._errors import DataError, storage_error
 from .._files import (
     append_durably,
     open_for_append,
@@ -33,11 +33,15 @@ from .._files import (
     truncate_durably,
 )
 from ..messages import AgentTask, OutboxEvent, RecordError, decode_json
-from ._errors import GraphFileError
-from ._graph import find_cycle
+from ..store import find_cycle
 from ._outbox import OutboxBatch
 
 logger = logging.getLogger("greenroom.supervisor")
+
+
+class GraphFileError(DataError):
+    """The task graph on disk cannot be loaded; the files were left exactly as found."""
+
 
 FORMAT = "greenroom.tasks/1"
 GRAPH_FILE = "tasks.graph.json"
@@ -77,7 +81,9 @@ class LoadReport(msgspec.Struct):
 _encoder = msgspec.json.Encoder()
 
 
-class GraphStore:
+class GraphFiles:
+    """``tasks.graph.json`` and ``tasks.graph.journal`` of one data dir."""
+
     def __init__(self, data_dir: Path, *, compact_min_bytes: int = 1 << 20) -> None:
         self.data_dir = data_dir
         self.graph_path = data_dir / GRAPH_FILE

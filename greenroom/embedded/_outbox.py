@@ -1,4 +1,4 @@
-"""``Outbox``: the task graph's events on their way from the journal to the event log.
+"""``Outbox``: the embedded task graph's events on their way from its journal to the log.
 
 The journal is the source of truth: each committed batch carries the events its
 transitions caused. Once a batch is durable its events are sent to the log actor as
@@ -18,35 +18,10 @@ exactly one event.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
-from ..messages import AGENT_RESULT, AgentError, AgentResult, AgentTask, AppendBatch, OutboxEvent
+from ..messages import AppendBatch, OutboxEvent
 
 Origin = tuple[int, int]
-
-
-def result_payload(result: AgentResult | AgentError) -> dict[str, Any]:
-    """The payload of the ``AGENT_RESULT`` event of a completion or a failed attempt."""
-    if isinstance(result, AgentError):
-        return {"outcome": "failed", "reason": result.reason, "retryable": result.retryable}
-    return {
-        "outcome": result.outcome,
-        "artifacts": result.artifacts,
-        "notes": result.notes,
-        "next_actions": result.next_actions,
-    }
-
-
-def transition_payload(task: AgentTask) -> dict[str, Any]:
-    """The payload of a task-graph transition's event (``TASK_CLAIMED``, ``TASK_FAILED``...)."""
-    payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
-    if task.error is not None and task.status.value != "COMPLETED":
-        payload["reason"] = task.error.reason
-    return payload
-
-
-def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:
-    return OutboxEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))
 
 
 class OutboxBatch:

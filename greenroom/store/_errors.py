@@ -1,9 +1,9 @@
-"""Refusals from the task graph. Each is a ``ValueError`` naming the task and the reason;
-a refused request changes nothing."""
+"""Refusals from the task graph, whatever its store. Each is a ``ValueError`` naming the
+task and the reason; a refused request changes nothing."""
 
 from __future__ import annotations
 
-from .._errors import DataError, InvalidInput
+from .._errors import InvalidInput
 
 
 class TaskGraphError(InvalidInput):
@@ -45,5 +45,9 @@ class InvalidSubmission(TaskGraphError):
         )
 
 
-class GraphFileError(DataError):
-    """The task graph on disk cannot be loaded; the files were left exactly as found."""
+class DuplicateTask(InvalidSubmission):
+    """A submitted id is taken by a task the graph already holds (or one submitted at the
+    same moment by another caller): a conflict, not a malformed batch. Nothing was added."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id, "id", task_id, "is already taken")

@@ -1,9 +1,10 @@
-"""``TaskGraph``: the tasks in memory, their indexes, and every state transition.
+"""``TaskGraph``: the embedded store's tasks in memory, their indexes, and every transition.
 
-Pure and synchronous: no I/O, no clock of its own (``now`` is passed in). The
-supervisor actor is its only user; each method either applies a whole change and
-records the changed tasks (``take_changes``) and lifecycle events (``take_events``),
-or raises a :class:`TaskGraphError` and changes nothing.
+Pure and synchronous: no I/O, no clock of its own (``now`` is passed in). The file task
+store is its only user; each method either applies a whole change and records the
+changed tasks (``take_changes``) and lifecycle events (``take_events``), or raises a
+:class:`TaskGraphError` and changes nothing. The rules it applies are the ones every
+store obeys (``greenroom.store``).
 
 Indexes, so that a claim costs O(log n) whatever the graph's size: a heap of
 runnable tasks per agent type (priority, then submission order), the count of
@@ -18,7 +19,6 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable
 
-import msgspec
 from msgspec.structs import replace
 
 from ..messages import (
@@ -34,7 +34,19 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ._errors import InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+from ..store import (
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    UnknownTask,
+    check_submission,
+    dependency_failed,
+    in_dependency_order,
+    lease_expired,
+    poison_reason,
+    requeued_after_death,
+)
 
 PENDING = TaskStatus.PENDING
 IN_PROGRESS = TaskStatus.IN_PROGRESS
@@ -168,7 +180,7 @@ class TaskGraph:
         batch = check_submission(tasks, self.limits)
         for task in tasks:
             if task.id in self.tasks:
-                raise InvalidSubmission(task.id, "id", task.id, "is already taken")
+                raise DuplicateTask(task.id)
             for dep in task.depends_on:
                 if dep not in self.tasks and dep not in batch:
                     raise InvalidSubmission(task.id, "depends_on", dep, "is not a known task")
@@ -176,7 +188,7 @@ class TaskGraph:
         base = self.next_order
         position = {task.id: i for i, task in enumerate(tasks)}
         self.next_order += len(tasks)
-        for task in _topological(batch):
+        for task in in_dependency_order(batch):
             task = replace(task, created_at=now, updated_at=now, order=base + position[task.id])
             self._put(task, TASK_SUBMITTED)
             for dep in task.depends_on:
@@ -273,9 +285,12 @@ class TaskGraph:
         self._cascade(task.id, now)
         return task
 
-    def release(self, task_id: str, agent_id: str, now: float) -> AgentTask:
-        """The owner hands the task back unfinished: PENDING again, the attempt refunded."""
+    def release(self, task_id: str, agent_id: str, now: float, attempt: int | None = None) -> AgentTask:
+        """The owner hands the task back unfinished: PENDING again, the attempt refunded.
+        ``attempt``: only that attempt (a grant handed back must not end a later one)."""
         task = self._owned(task_id, agent_id, "release")
+        if attempt is not None and task.attempt != attempt:
+            raise InvalidTransition(task_id, f"{task.status.value} in attempt {task.attempt}", "release")
         self._stopped_running(task_id)
         task = self._put(
             replace(
@@ -331,7 +346,7 @@ class TaskGraph:
                 task,
                 status=DEPENDENCY_FAILED,
                 lease_expires_at=None,
-                error=AgentError(reason=f"dependency {upstream!r} is {status}"),
+                error=dependency_failed(upstream, status),
                 updated_at=now,
             ),
             TASK_FAILED,
@@ -349,8 +364,7 @@ class TaskGraph:
         for task_id in expired:
             task = self.tasks[task_id]
             if not orphaned:
-                why = f"lease expired (owner {task.owner!r}, attempt {task.attempt})"
-                ended.append(self._end_attempt(task, AgentError(reason=why, retryable=True), now))
+                ended.append(self._end_attempt(task, lease_expired(task), now))
                 continue
             crashes = task.crashes + 1
             if crashes >= self.limits.max_crashes:
@@ -372,29 +386,6 @@ def _random_rank() -> int:
     return random.getrandbits(48)
 
 
-def poison_reason(task: AgentTask, crashes: int) -> str:
-    return (
-        f"its process died while running it {crashes} times (max_crashes): a poison task? "
-        f"(last owner {task.owner!r})"
-    )
-
-
-def requeued_after_death(task: AgentTask, now: float) -> AgentTask:
-    """``task`` (in progress when its process died) PENDING again: the attempt refunded,
-    the death counted in ``crashes``."""
-    why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
-    return replace(
-        task,
-        status=PENDING,
-        owner=None,
-        attempt=task.attempt - 1,
-        crashes=task.crashes + 1,
-        lease_expires_at=None,
-        error=AgentError(reason=why, retryable=True),
-        updated_at=now,
-    )
-
-
 def _pop(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> AgentTask | None:
     """The best PENDING task of ``heap``, removed (stale entries dropped on the way)."""
     while heap:
@@ -411,94 +402,3 @@ def _top(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -
             return True
         heapq.heappop(heap)
     return False
-
-
-def _payload_bytes(task: AgentTask) -> int:
-    """``input``, ``context`` and ``metadata`` as JSON; empty ones cost nothing to check."""
-    size = 0
-    for part in (task.input, task.context, task.metadata):
-        if part:
-            size += len(_encode(part))
-    return size
-
-
-_encode = msgspec.json.encode
-
-
-def check_submission(tasks: list[AgentTask], limits: TaskLimits) -> dict[str, AgentTask]:
-    """What a batch must be on its own, whatever the store: sizes within ``limits``, ids
-    unique, nothing but PENDING fields set, no dependency twice or on itself, no cycle
-    (existing tasks cannot depend on new ones, so a cycle lies within the batch). Returns
-    the batch by id; the store then checks ids and dependencies against what it holds."""
-    batch: dict[str, AgentTask] = {}
-    max_bytes = limits.max_task_bytes
-    for task in tasks:
-        size = _payload_bytes(task)
-        if size > max_bytes:
-            raise InvalidSubmission(
-                task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({max_bytes})"
-            )
-        if task.id in batch:
-            raise InvalidSubmission(task.id, "id", task.id, "is already taken")
-        for field, value, expected in (
-            ("status", task.status, PENDING),
-            ("owner", task.owner, None),
-            ("attempt", task.attempt, 0),
-            ("crashes", task.crashes, 0),
-            ("result", task.result, None),
-        ):
-            if value != expected:
-                raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
-        if len(set(task.depends_on)) != len(task.depends_on):
-            raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
-        if task.id in task.depends_on:
-            raise InvalidSubmission(task.id, "depends_on", task.id, "names the task itself")
-        batch[task.id] = task
-    found = find_cycle(batch)
-    if found is not None:
-        raise InvalidSubmission(found[0], "depends_on", found[1], "closes a dependency cycle")
-    return batch
-
-
-def find_cycle(tasks: dict[str, AgentTask]) -> tuple[str, str] | None:
-    """A dependency edge ``(task, dep)`` that closes a cycle among ``tasks``, or ``None``.
-    Dependencies outside ``tasks`` are ignored. Iterative: any depth."""
-    state: dict[str, int] = {}
-    for root in tasks:
-        if root in state:
-            continue
-        stack = [(root, iter(tasks[root].depends_on))]
-        state[root] = 1
-        while stack:
-            node, deps = stack[-1]
-            for dep in deps:
-                if dep not in tasks:
-                    continue
-                if state.get(dep) == 1:
-                    return node, dep
-                if dep not in state:
-                    state[dep] = 1
-                    stack.append((dep, iter(tasks[dep].depends_on)))
-                    break
-            else:
-                state[node] = 2
-                stack.pop()
-    return None
-
-
-def _topological(batch: dict[str, AgentTask]) -> list[AgentTask]:
-    done: set[str] = set()
-    ordered: list[AgentTask] = []
-    for root in batch:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in done:
-                continue
-            if expanded:
-                done.add(node)
-                ordered.append(batch[node])
-                continue
-            stack.append((node, True))
-            stack.extend((dep, False) for dep in batch[node].depends_on if dep in batch and dep not in done)
-    return ordered

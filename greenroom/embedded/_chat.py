@@ -1,11 +1,9 @@
-"""The chat runner's data: users' tasks, conversations and pending confirmations.
+"""``SQLiteChatStore``: the chat assistant's data in one SQLite file under the data dir —
+the embedded peer of the PostgreSQL chat store, behind ``greenroom.store.ChatStore``.
 
-``ChatStore`` is the interface the chat layer owns; ``SQLiteChatStore`` is the embedded
-implementation (stdlib ``sqlite3`` in WAL mode, one file under the data dir). A shared
-database can stand beside it behind the same interface. Every call runs off the event
-loop (in a worker thread), each as one transaction: a call either happens whole or not
-at all. Cancelling a caller never leaves a half-written row; the call it started
-finishes in its thread.
+Stdlib ``sqlite3`` in WAL mode. Every call runs off the event loop (in a worker thread),
+each as one transaction: a call either happens whole or not at all. Cancelling a caller
+never leaves a half-written row; the call it started finishes in its thread.
 """
 
 from __future__ import annotations
@@ -15,12 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 
-from .._errors import InvalidInput
+from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
 
 T = TypeVar("T")
 
@@ -59,87 +57,6 @@ CREATE TABLE IF NOT EXISTS pending_actions (
     expires_at REAL NOT NULL
 );
 """
-
-
-class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One of a user's tasks. ``number`` is its position in the user's list (1-based),
-    what a person sees; ``id`` is the store's key and is never shown."""
-
-    id: int
-    title: str
-    description: str = ""
-    completed: bool = False
-    created_at: float = 0.0
-    updated_at: float = 0.0
-
-
-class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["user", "assistant"]
-    content: str
-    created_at: float
-    tool_calls: list[dict[str, Any]] | None = None
-
-
-class StoredPending(msgspec.Struct, frozen=True, kw_only=True):
-    """A confirmation the user was asked for: exactly this call, once, before it expires."""
-
-    tool_name: str
-    parameters: dict[str, Any]
-    title: str
-    expires_at: float
-
-
-class ConversationNotFound(InvalidInput):
-    """No conversation with that id belongs to this user (nothing was changed)."""
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(
-            f"no conversation {conversation_id!r} for this user",
-            field="conversation_id",
-            value=conversation_id,
-        )
-
-
-@runtime_checkable
-class ChatStore(Protocol):
-    """What the chat layer needs from a database. Every call is one transaction."""
-
-    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow: ...
-
-    async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]: ...
-
-    async def update_task(
-        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
-    ) -> TaskRow | None: ...
-
-    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None: ...
-
-    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None: ...
-
-    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None: ...
-
-    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]: ...
-
-    async def save_turn(
-        self,
-        user_id: str,
-        conversation_id: str,
-        messages: list[StoredMessage],
-        pending: StoredPending | None,
-    ) -> None: ...
-
-    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None: ...
-
-    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool: ...
-
-    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
-        """Take the conversation for one request across every process sharing the store
-        (``False``: another holder has it now); the runner serves it one request at a time."""
-        ...
-
-    async def let_go_conversation(self, conversation_id: str, holder: str) -> None: ...
-
-    async def aclose(self) -> None: ...
 
 
 _encoder = msgspec.json.Encoder()

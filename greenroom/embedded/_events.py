@@ -1,0 +1,190 @@
+"""``FileEventStore``: the event log as ``<data dir>/events.jsonl`` — the embedded peer of
+the PostgreSQL event store.
+
+One JSON line per event, appended by one log actor: a batch is numbered (``seq`` starts at
+1 and has no gaps), written with one ``write`` and one ``fsync``, and only then
+acknowledged, so ``seq`` order is file order. On open a torn end (bytes after the last
+newline: an append a crash cut short, never acknowledged) is cut off and reported, never
+parsed as data; a complete line that is not a valid event stops the open with an error
+naming it, and nothing is cut. The OS lock is held from :meth:`open` to :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import msgspec
+from msgspec.structs import replace
+
+from .._errors import storage_error
+from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
+from .._threads import run_blocking
+from ..messages import Event, RecordError, decode_json
+from ..store import Origin
+from ._reader import EVENTS_FILE, EventLogError
+
+logger = logging.getLogger("greenroom.log")
+
+_TAIL_READ = 1 << 16
+_encoder = msgspec.json.Encoder()
+
+
+def recover_tail(path: Path) -> tuple[int, int]:
+    """Find the last event's ``seq``; cut a torn end (bytes after the last newline: an
+    append a crash cut short, never acknowledged). Returns ``(last_seq, bytes_cut)``.
+    A complete last line that is not a valid event is damage, not a torn write: it
+    raises :class:`EventLogError` naming the line, and nothing is cut. Blocking."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0, 0
+    with path.open("rb") as file:
+        start = max(0, size - _TAIL_READ)
+        while True:
+            file.seek(start)
+            data = file.read()
+            lines_end = data.rfind(b"\n") + 1
+            complete = data[:lines_end]
+            # the last complete line, if we read back far enough to see its start
+            body = complete[:-1]
+            line_start = body.rfind(b"\n") + 1
+            if line_start > 0 or start == 0 or not body:
+                break
+            start = max(0, start - _TAIL_READ * 4)
+    good_end = start + lines_end
+    last_seq = 0
+    if body:
+        try:
+            last_seq = decode_json(body[line_start:], Event, "event").seq
+        except RecordError as error:
+            with path.open("rb") as file:
+                number = file.read(start + line_start).count(b"\n") + 1
+            raise EventLogError(
+                f"{path}, line {number} (the last complete line) is not a valid event: "
+                f"{error}; nothing was changed: restore the file or remove the line by hand"
+            ) from None
+    cut = size - good_end
+    if cut:
+        truncate_durably(path, good_end)
+    return last_seq, cut
+
+
+class _Origin(msgspec.Struct):
+    """An event line's own ``origin`` field, and nothing else of it (a payload's keys are
+    inside ``payload``: never read as the event's)."""
+
+    origin: tuple[int, int] | None = None
+
+
+_origin_decoder = msgspec.json.Decoder(_Origin)
+
+
+def last_origin(path: Path) -> tuple[int, int] | None:
+    """The ``origin`` of the last outbox event in the file (``None``: there is none),
+    reading back from the end. Each line's own field decides, never a payload's bytes:
+    a line is decoded (its ``origin`` only) when it holds the text an origin makes.
+    Blocking; run after :func:`recover_tail`."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    marker = b'"origin":['  # every event with an origin has it; a payload may too
+    with path.open("rb") as file:
+        end = size
+        carry = b""
+        while end > 0:
+            start = max(0, end - _TAIL_READ)
+            file.seek(start)
+            chunk = file.read(end - start) + carry
+            lines = chunk.split(b"\n")
+            carry = lines[0] if start > 0 else b""  # maybe the tail of a line that starts earlier
+            for line in reversed(lines if start == 0 else lines[1:]):
+                if marker in line:
+                    try:
+                        origin = _origin_decoder.decode(line).origin
+                    except msgspec.DecodeError:
+                        origin = decode_json(line, Event, "event").origin  # names the bad line
+                    if origin is not None:
+                        return origin
+            end = start
+    return None
+
+
+class FileEventStore:
+    """``events.jsonl`` of ``data_dir`` (default ``$STREAMING_LLM_DATA_DIR`` or
+    ``~/.local/share/greenroom``)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
+        self._data_dir_arg = data_dir
+        self.seq = 0
+        """The last event's number."""
+        self.torn_bytes = 0
+        """Bytes cut off the end at open: a write a crash interrupted."""
+        self._fd: int | None = None
+        self._lock: OwnerLock | None = None
+
+    async def open(self) -> Origin | None:
+        data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+        self.path = data_dir / EVENTS_FILE
+        lock = OwnerLock(data_dir / "events.lock", "the event log")
+        await anyio.to_thread.run_sync(lock.acquire)
+        self._lock = lock
+        try:
+            self.seq, self.torn_bytes = await anyio.to_thread.run_sync(recover_tail, self.path)
+            if self.torn_bytes:
+                logger.warning(
+                    "%s: cut %d bytes of a torn last line (a crash cut the append short; never acknowledged)",
+                    self.path,
+                    self.torn_bytes,
+                )
+            position = await anyio.to_thread.run_sync(last_origin, self.path)
+            self._fd = await anyio.to_thread.run_sync(open_for_append, self.path)
+        except BaseException:
+            lock.release()
+            self._lock = None
+            raise
+        return position
+
+    async def write(self, events: Sequence[Event]) -> list[Event | ValueError]:
+        """Number and encode the batch, then append it with one ``fsync`` (in a worker
+        thread; a cancelled caller does not abandon it). A payload that cannot be encoded
+        as JSON keeps its event out and takes no number."""
+        out: list[Event | ValueError] = []
+        lines: list[bytes] = []
+        seq = self.seq
+        for event in events:
+            numbered = replace(event, seq=seq + 1)
+            try:
+                lines.append(_encoder.encode(numbered) + b"\n")
+            except (TypeError, msgspec.EncodeError) as error:
+                out.append(ValueError(f"event payload cannot be stored as JSON: {error}"))
+                continue
+            seq += 1
+            out.append(numbered)
+        if lines:
+            fd = self._fd
+            assert fd is not None, "FileEventStore.write before open"
+            data = b"".join(lines)
+            path = self.path
+
+            def append() -> None:
+                try:
+                    append_durably(fd, data)
+                except OSError as error:
+                    raise storage_error(path, error) from None
+
+            await run_blocking(append)
+            self.seq = seq
+        return out
+
+    async def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()

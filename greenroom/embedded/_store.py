@@ -1,0 +1,152 @@
+"""``EmbeddedStore``: the default backend — files and SQLite under one data dir, no server.
+
+``tasks.graph.json`` + its journal (the task graph, :class:`FileTaskStore`),
+``events.jsonl`` (the event log, :class:`FileEventStore`) and ``chat.sqlite3`` (the chat
+assistant, :class:`SQLiteChatStore`). One daemon owns a data dir at a time (OS locks);
+readers (``read_tasks``, ``events``) take no lock a writer would wait on, and never write.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import anyio
+
+from .._files import OwnerLock, resolve_data_dir
+from ..actors import ActorRef
+from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ..store import ChatStore, EventStore, TaskStore, UnknownTask
+from ._chat import CHAT_DB, SQLiteChatStore
+from ._events import FileEventStore
+from ._graph import TaskGraph
+from ._journal import GraphFiles
+from ._reader import EVENTS_FILE, read_events, tail_events
+from ._tasks import FileTaskStore
+
+
+class EmbeddedStore:
+    """The files of ``data_dir`` (default ``$STREAMING_LLM_DATA_DIR`` or
+    ``~/.local/share/greenroom``). ``create``: make the data dir if it is missing
+    (``False`` for a command that only reads: a missing one is an ``InvalidInput``).
+    ``compact_min_bytes``: the journal's size before it is folded into the snapshot."""
+
+    shared = False
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        compact_min_bytes: int = 1 << 20,
+    ) -> None:
+        self._data_dir_arg = data_dir
+        self._create = create
+        self.compact_min_bytes = compact_min_bytes
+        self.data_dir: Path
+        self.where = "" if data_dir is None else str(data_dir)
+
+    async def __aenter__(self) -> Self:
+        self.data_dir = await anyio.to_thread.run_sync(
+            partial(resolve_data_dir, self._data_dir_arg, create=self._create)
+        )
+        self.where = str(self.data_dir)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"EmbeddedStore({self.where!r})"
+
+    async def instance(self) -> str:
+        return f"{socket.gethostname()}-{os.getpid()}"
+
+    # -- the parts ------------------------------------------------------------------------
+
+    def task_store(
+        self,
+        *,
+        log: ActorRef | None,
+        lease_seconds: float = 30.0,
+        limits: TaskLimits | None = None,
+        instance: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> TaskStore:
+        return FileTaskStore(
+            self.data_dir,
+            log=log,
+            lease_seconds=lease_seconds,
+            limits=limits,
+            compact_min_bytes=self.compact_min_bytes,
+            clock=clock,
+        )
+
+    def event_store(self) -> EventStore:
+        return FileEventStore(self.data_dir)
+
+    def chat_store(self) -> ChatStore:
+        return SQLiteChatStore(self.data_dir / CHAT_DB)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def events(
+        self, *, after: int = 0, follow: bool = False, last: int | None = None
+    ) -> AsyncGenerator[Event, None]:
+        path = self.data_dir / EVENTS_FILE
+        if last is not None:
+            stored = await anyio.to_thread.run_sync(partial(read_events, path, after_seq=after))
+            for event in stored[max(0, len(stored) - last) :] if last else ():
+                yield event
+            if not follow:
+                return
+            after = max([after, *(event.seq for event in stored[-1:])])
+        async with aclosing(tail_events(path, after_seq=after, follow=follow, poll_interval=0.1)) as events:
+            async for event in events:
+                yield event
+
+    def _load(self) -> list[AgentTask]:
+        """The graph as on disk: never creates, cuts or locks anything for writing (a
+        shared lock excludes an owner while it reads). Blocking."""
+        lock = OwnerLock(self.data_dir / "tasks.graph.lock", "the task graph")
+        lock.acquire_shared()
+        try:
+            return GraphFiles(self.data_dir).load(owner=False)[0]
+        finally:
+            lock.release()
+
+    async def read_tasks(
+        self, status: TaskStatus | None = None, agent_type: str | None = None
+    ) -> list[AgentTask]:
+        found = await anyio.to_thread.run_sync(self._load)
+        return sorted(
+            (
+                task
+                for task in found
+                if (status is None or task.status is status)
+                and (agent_type is None or task.type == agent_type)
+            ),
+            key=lambda task: task.order,
+        )
+
+    async def read_task(self, task_id: str) -> AgentTask:
+        for task in await anyio.to_thread.run_sync(self._load):
+            if task.id == task_id:
+                return task
+        raise UnknownTask(task_id)
+
+    async def read_stats(self) -> GraphStats:
+        tasks = await anyio.to_thread.run_sync(self._load)
+        graph = TaskGraph(tasks, now=time.time())
+        return GraphStats(
+            by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
+        )

@@ -1,0 +1,383 @@
+"""``FileTaskStore``: the task graph in memory, made durable in ``tasks.graph.json`` plus an
+fsynced journal — the embedded peer of the PostgreSQL task store.
+
+Group commit: each request is applied to the graph in memory (:class:`TaskGraph`) as it
+is taken and its answer is kept; at :meth:`flush` (the supervisor's mailbox is drained, or
+``max_batch`` answers wait) every change of the batch is written as one journal line with
+one ``fsync``, and only then is the batch answered. A claim that finds nothing is answered
+at once (nothing to make durable). If the write fails, the batch's askers get the error
+and the store is broken: the supervisor fails, and its restart reloads what is on disk.
+
+The outbox: the events a batch's transitions cause (``TASK_*``, and the ``AGENT_RESULT``
+of a ``Complete`` or ``Fail``) are written in the same journal line, then sent to the log
+actor (``AppendBatch``, waiting for mailbox room, never dropped), each tagged with its
+origin. The journal is the source of truth: on open the store asks the log how far it got
+and sends what it lacks, so after any crash every committed transition has exactly one
+event. The journal is compacted only once the log has every event in it.
+
+The OS lock on the data dir is held from :meth:`open` to :meth:`close`; on a clean close
+the journal is folded into ``tasks.graph.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .._checks import check_int, check_seconds
+from .._commit import GroupCommit
+from .._files import OwnerLock, resolve_data_dir
+from .._threads import run_blocking
+from ..actors import ActorRef, ActorStopped
+from ..messages import (
+    AppendBatch,
+    Cancel,
+    Claim,
+    Complete,
+    Fail,
+    GetTask,
+    GraphStats,
+    Heartbeat,
+    ListTasks,
+    OutboxDelivered,
+    OutboxEvent,
+    OutboxLost,
+    OutboxPosition,
+    Release,
+    Stats,
+    Submit,
+    TaskLimits,
+    TaskStatus,
+)
+from ..store import ExpireLeases, GraphOwner, Reply, TaskGraphError, result_event, transition_payload
+from ._graph import TaskGraph
+from ._journal import GraphFiles
+from ._outbox import Outbox
+
+logger = logging.getLogger("greenroom.supervisor")
+
+
+class FileTaskStore:
+    """The task graph of ``data_dir`` (default ``$STREAMING_LLM_DATA_DIR`` or
+    ``~/.local/share/greenroom``).
+
+    ``log``: the log actor the outbox's events go to (it must be running before the
+    store opens; ``None``: events are kept in the journal only). ``recover_orphans``: on
+    open, end every attempt left IN_PROGRESS (agents talk to the supervisor in its own
+    process, and the lock proves the previous one is gone) instead of waiting for their
+    leases: the death is not charged as an attempt, and a task that was running each time
+    its process died (``limits.max_crashes``) fails as a poison task. ``clock``: the wall
+    clock leases are stamped with.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        log: ActorRef | None = None,
+        lease_seconds: float = 30.0,
+        limits: TaskLimits | None = None,
+        max_batch: int = 4096,
+        compact_min_bytes: int = 1 << 20,
+        recover_orphans: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._data_dir_arg = data_dir
+        self.log = log
+        self.lease_seconds = check_seconds("FileTaskStore", "lease_seconds", lease_seconds)
+        self.limits = limits or TaskLimits()
+        self.max_batch = check_int("FileTaskStore", "max_batch", max_batch)
+        self.compact_min_bytes = compact_min_bytes
+        self.recover_orphans = recover_orphans
+        self.clock = clock
+        self.graph = TaskGraph(limits=self.limits)
+        self._owner: GraphOwner | None = None
+        self._commits: GroupCommit[Any] = GroupCommit(self.max_batch)
+        self._outbox: list[OutboxEvent] = []
+        """The events of the batch being built (written with it)."""
+        self._sending: Outbox | None = None
+        """The committed events on their way to the log (with a log only)."""
+        self._resend: list[AppendBatch] = []
+        self._lock: OwnerLock | None = None
+        self._files: GraphFiles | None = None
+        self._broken = False
+
+    # -- opening and closing ------------------------------------------------------------
+
+    async def open(self, owner: GraphOwner) -> None:
+        self._owner = owner
+        data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+        self.data_dir: Path = data_dir
+        lock = OwnerLock(data_dir / "tasks.graph.lock", "the task graph")
+        await anyio.to_thread.run_sync(lock.acquire)
+        self._lock = lock
+        files = GraphFiles(data_dir, compact_min_bytes=self.compact_min_bytes)
+        try:
+            tasks, _ = await anyio.to_thread.run_sync(files.load)
+            self._files = files
+            self.graph = graph = TaskGraph(
+                tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits
+            )
+            if self.log is not None:
+                self._sending = Outbox(owner.context.ref)
+                await self._redeliver(files)
+            if self.recover_orphans:
+                self._recover(graph)
+                self._take_events(None)
+                await self._write_and_deliver()
+        except BaseException:
+            self._files = None
+            files.close()
+            lock.release()
+            self._lock = None
+            raise
+        graph.became_runnable.clear()  # nothing can be parked yet
+
+    def _recover(self, graph: TaskGraph) -> None:
+        orphans = graph.expire_leases(self.clock(), orphaned=True)
+        if not orphans:
+            return
+        poisoned = [t.id for t in orphans if t.status is TaskStatus.FAILED]
+        if len(orphans) > len(poisoned):
+            logger.warning(
+                "supervisor: %d task(s) were IN_PROGRESS for a process that stopped; they are queued "
+                "again, not charged an attempt, and run one suspect at a time",
+                len(orphans) - len(poisoned),
+            )
+        if poisoned:
+            logger.error(
+                "supervisor: failed %d task(s) as poison (running each time their process died, "
+                "max_crashes %d): %s",
+                len(poisoned),
+                self.limits.max_crashes,
+                ", ".join(poisoned[:10]) + (" ..." if len(poisoned) > 10 else ""),
+            )
+
+    async def _redeliver(self, files: GraphFiles) -> None:
+        """Send the log the committed events it lacks (a crash came between a commit and
+        the log's write): it says how far it got, so nothing is sent twice."""
+        assert self.log is not None and self._sending is not None
+        try:
+            position = await self.log.ask(OutboxPosition(), timeout=None)
+        except ActorStopped:
+            logger.warning("supervisor: the log actor is stopped; the events wait in the journal")
+            return
+        sends = self._sending.restore(position, files.outbox)
+        if sends:
+            logger.warning(
+                "supervisor: the event log lacks %d committed event(s); appending them",
+                sum(len(message.events) for message in sends),
+            )
+        for message in sends:
+            await self._send_to_log(message)
+
+    async def close(self) -> None:
+        files = self._files
+        if files is not None and not self._broken:
+            try:
+                await self.flush()  # answer what was handled; normally empty by now
+            except Exception:
+                logger.exception("supervisor: the final commit failed")
+        self._files = None
+        if self._commits:
+            owner = self._owner
+            stopped = ActorStopped(owner.context.ref, "stopped") if owner is not None else None
+            self._commits.fail_all(stopped or RuntimeError("the task store is closed"))
+        if files is not None:
+            try:
+                # a broken store's memory is ahead of its disk: only what is on disk is kept
+                if files.journal_bytes and not self._broken:
+                    await self._wait_for_log()
+                    await anyio.to_thread.run_sync(
+                        files.compact, list(self.graph.tasks.values()), self._unconfirmed()
+                    )
+            except OSError:
+                logger.exception("supervisor: folding the journal into %s failed", files.graph_path)
+            finally:
+                files.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _unconfirmed(self) -> list[Any]:
+        return self._sending.unconfirmed() if self._sending is not None else []
+
+    async def _wait_for_log(self) -> None:
+        """Before folding the journal: let the log confirm what it was sent (what it has
+        not is kept in the snapshot's outbox, so this is only tidiness)."""
+        if self.log is None or self._sending is None or not len(self._sending):
+            return
+        try:
+            with anyio.move_on_after(5):
+                position = await self.log.ask(OutboxPosition(), timeout=None)
+                if position is not None:
+                    self._sending.confirmed(position)
+        except ActorStopped:
+            pass
+
+    # -- requests -----------------------------------------------------------------------
+
+    @property
+    def unflushed(self) -> bool:
+        return bool(self._commits) or bool(self._outbox)
+
+    @property
+    def batch_full(self) -> bool:
+        return len(self._commits) >= self.max_batch
+
+    def request(self, message: Any, reply: Reply) -> None:
+        try:
+            value = self._apply(message)
+        except TaskGraphError as error:
+            reply.fail(error)
+            return
+        if value is _NOTHING_READY:
+            reply.succeed(None)  # a claim that found nothing: no change to make durable
+        else:
+            self._commits.add(reply, value)
+            self._take_events(message)
+        graph = self.graph
+        if graph.became_runnable and self._owner is not None:
+            types = set(graph.became_runnable)
+            graph.became_runnable.clear()
+            self._owner.runnable(types)
+
+    def _apply(self, message: Any) -> Any:
+        graph = self.graph
+        now = self.clock()
+        kind = type(message)
+        if kind is Claim:
+            task = graph.claim(message.agent_id, message.agent_type, now, self.lease_seconds)
+            return _NOTHING_READY if task is None else task
+        if kind is Heartbeat:
+            return graph.heartbeat(message.task_id, message.agent_id, now, self.lease_seconds)
+        if kind is Complete:
+            return graph.complete(message.task_id, message.agent_id, message.result, now)
+        if kind is Fail:
+            return graph.fail(message.task_id, message.agent_id, message.error, now)
+        if kind is Submit:
+            return graph.submit(message.tasks, now)
+        if kind is GetTask:
+            return graph.get(message.task_id)
+        if kind is ListTasks:
+            return [
+                task
+                for task in graph.tasks.values()
+                if (message.status is None or task.status is message.status)
+                and (message.type is None or task.type == message.type)
+            ]
+        if kind is Release:
+            return graph.release(message.task_id, message.agent_id, now, message.attempt)
+        if kind is Cancel:
+            return graph.cancel(message.task_id, message.reason, now)
+        if kind is Stats:
+            return GraphStats(
+                by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
+            )
+        if kind is ExpireLeases:
+            for task in graph.expire_leases(now):
+                logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+            return None
+        if kind is OutboxDelivered:
+            if self._sending is not None:
+                self._sending.confirmed(message.origin)
+            return None
+        if kind is OutboxLost:
+            if self._sending is not None:
+                resend = self._sending.lost(message.position)
+                if resend:
+                    logger.warning(
+                        "supervisor: the event log lost %d batch(es) of events in a failed write; sending "
+                        "them again",
+                        len(resend),
+                    )
+                self._resend.extend(resend)
+            return None
+        raise TaskGraphError(f"the supervisor does not handle {kind.__name__} messages")
+
+    def _take_events(self, message: Any) -> None:
+        """Move the events of what was just applied into the batch's outbox, in order:
+        the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
+        outbox = self._outbox
+        for kind, task in self.graph.take_events():
+            outbox.append(OutboxEvent(kind, task.id, task.owner, transition_payload(task)))
+        if isinstance(message, Complete):
+            outbox.append(result_event(message.task_id, message.agent_id, message.result))
+        elif isinstance(message, Fail):
+            outbox.append(result_event(message.task_id, message.agent_id, message.error))
+
+    # -- making it durable --------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Make the batch's changes and events durable (one write, one fsync), answer
+        it, then hand its events to the log."""
+        files = self._files
+        assert files is not None
+        changed = self.graph.take_changes()
+        events, self._outbox = self._outbox, []
+        written: list[int] = []
+
+        def write() -> None:
+            written.append(files.append(changed, events))
+
+        owner = self._owner
+        assert owner is not None
+        try:
+            await self._commits.commit(
+                write if changed or events else None,
+                stopped=lambda: ActorStopped(owner.context.ref, "stopped"),
+            )
+        except BaseException:
+            self._broken = True
+            raise  # the owner fails; its restart reloads the graph from disk
+        if events and written:
+            await self._deliver(written[0], events)
+        if self._resend:
+            resend, self._resend = self._resend, []
+            for message in resend:
+                await self._send_to_log(message)
+        if files.wants_compaction:
+            try:
+                await run_blocking(files.compact, list(self.graph.tasks.values()), self._unconfirmed())
+            except BaseException:
+                self._broken = True
+                raise
+
+    async def _write_and_deliver(self) -> None:
+        """A commit with no replies (recovery at open): write, then deliver."""
+        files = self._files
+        assert files is not None
+        changed = self.graph.take_changes()
+        events, self._outbox = self._outbox, []
+        if not changed and not events:
+            return
+        seq = await anyio.to_thread.run_sync(files.append, changed, events)
+        if events:
+            await self._deliver(seq, events)
+
+    async def _deliver(self, seq: int, events: list[OutboxEvent]) -> None:
+        """Send a durable batch's events to the log (kept until it confirms them)."""
+        if self._sending is not None:
+            await self._send_to_log(self._sending.send(seq, events))
+
+    async def _send_to_log(self, message: AppendBatch) -> None:
+        """Wait for room in the log's mailbox: an event is never dropped. A stopped log
+        leaves the events in the journal (or the snapshot) for the next start."""
+        assert self.log is not None
+        try:
+            await self.log.send(message)
+        except ActorStopped:
+            logger.warning(
+                "supervisor: the log actor is stopped; %d event(s) of batch %d wait in the journal",
+                len(message.events),
+                message.seq,
+            )
+
+
+_NOTHING_READY: Any = object()

@@ -1,0 +1,158 @@
+"""``PostgresStore``: the backend several daemons share — one PostgreSQL database holding
+the task graph, the event log and the chat assistant's data.
+
+Each daemon still has a data dir of its own (its tokens, its API address, and its node
+name: ``node.id``, made once and kept, so a restarted daemon recognises the tasks its
+previous process was running). The database's schema must be this greenroom's
+(``greenroom db upgrade``); the password comes from the environment (``PGPASSWORD``) or
+the URL, and is never shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import anyio
+
+from .._files import replace_durably, resolve_data_dir
+from ..actors import ActorRef
+from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ..store import ChatStore, EventStore, TaskStore
+from ._chat import PostgresChatStore
+from ._db import Database, check_url, redact
+from ._events import PostgresEventStore, tail_events
+from ._graph import PostgresGraph
+from ._schema import check
+from ._tasks import PostgresTaskStore
+
+NODE_FILE = "node.id"
+
+
+def node_id(data_dir: Path) -> str:
+    """This data dir's node name on a shared database (made once, then kept): with the
+    pid it names the agents' owner ids, so a restarted daemon recognises the tasks its
+    previous process was running. Blocking."""
+    path = data_dir / NODE_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if not re.fullmatch(r"[A-Za-z0-9.-]{1,80}-[0-9a-f]{8}", text):
+        text = f"{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())[:60]}-{uuid.uuid4().hex[:8]}"
+        replace_durably(path, (text + "\n").encode())
+    return text
+
+
+class PostgresStore:
+    """The database at ``url`` (``postgresql://user@host/db``). ``data_dir``: this
+    process's own data dir (its node name; ``None``: the default one, made if missing —
+    commands that only read never need it). ``pool_size``: connections kept to the
+    server (its transactions run on them at once). ``workers``, ``batch_size``: see
+    :class:`PostgresTaskStore`."""
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        pool_size: int = 16,
+        workers: int = 8,
+        batch_size: int = 64,
+    ) -> None:
+        self.url = check_url(url)
+        self.where = redact(url)
+        self._data_dir_arg = data_dir
+        self.pool_size = pool_size
+        self.workers = workers
+        self.batch_size = batch_size
+        self.db = Database(url, max_size=pool_size)
+        self.node: str | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.where!r})"
+
+    async def __aenter__(self) -> Self:
+        await self.db.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.db.__aexit__(exc_type, exc, tb)
+
+    async def instance(self) -> str:
+        if self.node is None:
+            data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
+            self.node = await anyio.to_thread.run_sync(node_id, data_dir)
+        return f"{self.node}:{os.getpid()}"
+
+    # -- the parts ------------------------------------------------------------------------
+
+    def task_store(
+        self,
+        *,
+        log: ActorRef | None,
+        lease_seconds: float = 30.0,
+        limits: TaskLimits | None = None,
+        instance: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> TaskStore:
+        """The graph writes its own events, in each transition's transaction: ``log`` is
+        not needed. With ``instance`` (see :meth:`instance`), the tasks this node's
+        previous process was running are recovered at open."""
+        return PostgresTaskStore(
+            self.db,
+            lease_seconds=lease_seconds,
+            limits=limits,
+            workers=self.workers,
+            batch_size=self.batch_size,
+            node=None if instance is None else instance.rpartition(":")[0],
+            instance=instance,
+            clock=clock,
+        )
+
+    def event_store(self) -> EventStore:
+        return PostgresEventStore(self.db)
+
+    def chat_store(self) -> ChatStore:
+        return PostgresChatStore(self.db)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def events(
+        self, *, after: int = 0, follow: bool = False, last: int | None = None
+    ) -> AsyncGenerator[Event, None]:
+        stream = tail_events(self.db, after=after, follow=follow, last=last)
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            await stream.aclose()
+
+    async def read_tasks(
+        self, status: TaskStatus | None = None, agent_type: str | None = None
+    ) -> list[AgentTask]:
+        graph = PostgresGraph()
+        await self.db.run(check)
+        return await self.db.run(lambda c: graph.list_tasks(c, status, agent_type))
+
+    async def read_task(self, task_id: str) -> AgentTask:
+        graph = PostgresGraph()
+        await self.db.run(check)
+        return await self.db.run(lambda c: graph.get(c, task_id))
+
+    async def read_stats(self) -> GraphStats:
+        graph = PostgresGraph()
+        await self.db.run(check)
+        counts, runnable, total = await self.db.run(graph.stats)
+        return GraphStats(by_status=counts, runnable_types=runnable, total=total)

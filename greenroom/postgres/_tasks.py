@@ -1,0 +1,458 @@
+"""``PostgresTaskStore``: the task graph in PostgreSQL, shared by every daemon pointed at it —
+the PostgreSQL peer of the embedded file task store, behind the one supervisor actor.
+
+Requests wait here, queued by kind, until one of ``workers`` helpers (actors, children of
+the supervisor) is free; each runs a batch on a pool connection in a worker thread, then
+takes the next one from the queue. Claims of one type, and completions, that queued up
+meanwhile go together — up to ``batch_size`` in one statement, so one commit (one
+``fsync``) serves them all — and any other request is a transaction of its own
+(:class:`PostgresGraph`). Every claim and every completion is still atomic: in a batch,
+each one's row, events and dependents change in the same statement; a completion the
+batch could not make is tried alone, which says why, and a batch that meets a conflict (a
+deadlock with another node's batch) or a value PostgreSQL refuses runs one request at a
+time. Batching costs no latency: a request that finds a free worker runs at once, alone.
+
+Every request is answered, whatever a statement raises: a refusal, a ``DatabaseError``
+(PostgreSQL away: the asker retries), or — for an error nobody foresaw — an
+``InternalError``, logged with its traceback; the worker lives on.
+
+Tasks that became ready anywhere are announced with ``NOTIFY greenroom_runnable``: a
+listener (another helper) waits for them on a connection of its own, one second at a time
+in a worker thread, and tells the supervisor, which tries its parked claims again; in
+case a notification was missed (the connection dropped), parked claims are tried again at
+every lease check too. Lease reclaims run at every lease check on every node; each
+expired row is won by one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+
+from .._checks import check_int, check_seconds
+from .._errors import GreenroomError, InternalError, InvalidInput
+from ..actors import Actor, ActorRef, ActorStopped
+from ..messages import (
+    Cancel,
+    Claim,
+    Complete,
+    Fail,
+    GetTask,
+    GraphStats,
+    Heartbeat,
+    ListTasks,
+    Release,
+    Stats,
+    Submit,
+    TaskLimits,
+)
+from ..store import ExpireLeases, GraphOwner, Reply, TaskGraphError, TasksRunnable
+from ._db import ConflictError, Database, DatabaseError, DataRefused
+from ._graph import CHANNEL, PostgresGraph
+from ._schema import check
+
+logger = logging.getLogger("greenroom.postgres")
+
+T = TypeVar("T")
+
+
+class _Job:
+    __slots__ = ("message", "reply")
+
+    def __init__(self, message: Any, reply: Reply) -> None:
+        self.message = message
+        self.reply = reply
+
+
+class _Batch:
+    """For a worker: claims of one type, or completions, or one other request."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs: list[_Job]) -> None:
+        self.jobs = jobs
+
+
+_LISTEN = object()
+_HANDLED = (
+    Claim,
+    Heartbeat,
+    Complete,
+    Fail,
+    Release,
+    Cancel,
+    Submit,
+    GetTask,
+    ListTasks,
+    Stats,
+    ExpireLeases,
+)
+
+
+class PostgresTaskStore:
+    """The task graph on ``db`` (whose schema must be this greenroom's).
+
+    ``node`` (stable per data dir) and ``instance`` (``node:pid``): with both, the tasks
+    this node's previous process was running are recovered at open (re-queued uncharged,
+    or failed as poison at ``limits.max_crashes``); other nodes' tasks are left to their
+    leases. ``listen``: wait for other nodes' news of ready work (off: only lease checks).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        lease_seconds: float = 30.0,
+        limits: TaskLimits | None = None,
+        workers: int = 8,
+        batch_size: int = 64,
+        listen: bool = True,
+        node: str | None = None,
+        instance: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.lease_seconds = check_seconds("PostgresTaskStore", "lease_seconds", lease_seconds)
+        self.limits = limits or TaskLimits()
+        self.workers = check_int("PostgresTaskStore", "workers", workers)
+        self.batch_size = check_int("PostgresTaskStore", "batch_size", batch_size)
+        self.graph = PostgresGraph(limits=self.limits, clock=clock)
+        self.listen = listen
+        self.node = node
+        self.instance = instance
+        self.owner: GraphOwner | None = None
+        self._idle: list[ActorRef] = []
+        self._queued: dict[Any, deque[_Job]] = {}
+        """Requests waiting for a worker, by batch key, the oldest key first."""
+        self._away_since: float | None = None
+        """When PostgreSQL stopped answering (``None``: it answers)."""
+
+    # -- opening and closing ------------------------------------------------------------
+
+    async def open(self, owner: GraphOwner) -> None:
+        self.owner = owner
+        await self.db.run(check)  # a database without our schema is refused before any work
+        if self.node is not None and self.instance is not None:
+            node, instance = self.node, self.instance
+            recovered = await self.db.run(lambda c: self.graph.recover_orphans(c, node, instance))
+            poisoned = [t.id for t in recovered if t.status.value == "FAILED"]
+            if len(recovered) > len(poisoned):
+                logger.warning(
+                    "supervisor: %d task(s) were IN_PROGRESS for this node's previous process; they are "
+                    "queued again, not charged an attempt",
+                    len(recovered) - len(poisoned),
+                )
+            if poisoned:
+                logger.error(
+                    "supervisor: failed %d task(s) as poison (running each time their process died): %s",
+                    len(poisoned),
+                    ", ".join(poisoned[:10]),
+                )
+        context = owner.context
+        for index in range(self.workers):
+            self._idle.append(
+                await context.spawn(lambda: _GraphWorker(self), name=f"{context.ref.name}.db{index}")
+            )
+        if self.listen:
+            listener = await context.spawn(
+                lambda: _Listener(self.db, context.ref), name=f"{context.ref.name}.listen"
+            )
+            listener.tell(_LISTEN)
+
+    async def close(self) -> None:
+        """The workers have stopped: run what is still queued here (a claim is answered
+        ``None``: nothing is handed out while stopping)."""
+        queued, self._queued = list(self._queued.values()), {}
+        for jobs in queued:
+            if isinstance(jobs[0].message, Claim):
+                for job in jobs:
+                    job.reply.succeed(None)
+            elif not isinstance(jobs[0].message, ExpireLeases):
+                await _run(self, list(jobs))
+
+    # -- requests -----------------------------------------------------------------------
+
+    unflushed = False
+    batch_full = False
+
+    async def flush(self) -> None:
+        """Nothing to do: a request goes to a worker as it is taken."""
+
+    def request(self, message: Any, reply: Reply) -> None:
+        if not isinstance(message, _HANDLED):
+            reply.fail(TaskGraphError(f"the supervisor does not handle {type(message).__name__} messages"))
+            return
+        if isinstance(message, ExpireLeases) and self.owner is not None:
+            self.owner.runnable(None)  # a notification may have been missed: try the parked claims
+        key: Any = (
+            ("claim", message.agent_type) if isinstance(message, Claim)
+            else Complete if isinstance(message, Complete)
+            else object()
+        )  # fmt: skip
+        self._queued.setdefault(key, deque()).append(_Job(message, reply))
+        self._dispatch()
+
+    def _take(self) -> list[_Job] | None:
+        """The oldest key's waiting requests (up to ``batch_size``), or ``None``."""
+        if not self._queued:
+            return None
+        key = next(iter(self._queued))
+        waiting = self._queued.pop(key)
+        batch = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
+        if waiting:
+            self._queued[key] = waiting  # behind the other keys: each kind gets its turn
+        return batch
+
+    def _dispatch(self) -> None:
+        """Give each idle worker a batch."""
+        while self._idle and self._queued:
+            worker = self._idle.pop()
+            batch = self._take()
+            assert batch is not None
+            try:
+                worker.tell(_Batch(batch))
+            except ActorStopped:  # a worker stopped by itself (a bug): its batch goes to another
+                self._queued = {object(): deque(batch), **self._queued}
+
+    def worker_free(self, worker: ActorRef) -> list[_Job] | None:
+        """Called by a worker that finished a batch, synchronously (the workers are the
+        supervisor's hands, on its event loop, and nothing awaits in between): the next
+        batch, so that a busy daemon never waits a mailbox hop between transactions, or
+        ``None`` with the worker marked idle."""
+        batch = self._take()
+        if batch is None:
+            self._idle.append(worker)
+        return batch
+
+    # -- PostgreSQL away and back -------------------------------------------------------
+
+    def database_failed(self, error: DatabaseError) -> None:
+        """Say once that PostgreSQL is away; each request meanwhile fails and is retried."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            logger.error("supervisor: %s; requests fail and are retried until it is back", error)
+
+    def database_answered(self) -> None:
+        if self._away_since is not None:
+            away = time.monotonic() - self._away_since
+            self._away_since = None
+            logger.warning("supervisor: PostgreSQL answers again after %.1fs away", away)
+
+
+class _GraphWorker(Actor):
+    """Runs one batch at a time (one transaction, or one per request where a batch
+    cannot be one), on a pool connection in a worker thread, then the next one waiting
+    in the store's queue, until none is left."""
+
+    def __init__(self, store: PostgresTaskStore) -> None:
+        self.store = store
+
+    async def receive(self, batch: _Batch) -> None:
+        jobs: list[_Job] | None = batch.jobs
+        while jobs is not None:
+            await _run(self.store, jobs)
+            jobs = self.store.worker_free(self.context.ref)
+
+
+async def _run(store: PostgresTaskStore, jobs: list[_Job]) -> None:
+    """Run and answer ``jobs`` (of one batch key). Whatever is raised, every request still
+    waiting is answered: with the error if greenroom's, else with an ``InternalError`` (a
+    bug, logged with its traceback); a cancellation answers them ``ActorStopped``."""
+    try:
+        await _run_jobs(store, jobs)
+    except Exception as error:
+        logger.exception("supervisor: a batch of %d request(s) failed unexpectedly", len(jobs))
+        failure = (
+            error
+            if isinstance(error, GreenroomError)
+            else InternalError(f"the task store failed: {type(error).__name__}: {error}")
+        )
+        for job in jobs:
+            if job.reply.wanted:
+                job.reply.fail(failure)
+    except BaseException:
+        owner = store.owner
+        stopped: BaseException = (
+            ActorStopped(owner.context.ref, "stopped") if owner is not None else RuntimeError("stopped")
+        )
+        for job in jobs:
+            if job.reply.wanted:
+                job.reply.fail(stopped)
+        raise
+
+
+async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
+    first = jobs[0].message
+    if isinstance(first, ExpireLeases):
+        try:
+            expired = await store.db.run(store.graph.expire_leases)
+        except DatabaseError as error:
+            store.database_failed(error)
+            return
+        store.database_answered()
+        for task in expired:
+            logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+        for job in jobs:
+            job.reply.succeed(None)
+    elif isinstance(first, Claim):
+        await _claims(store, [job for job in jobs if job.reply.wanted])
+    elif isinstance(first, Complete):
+        await _completions(store, jobs)
+    else:
+        for job in jobs:
+            await _answer(store, job.reply, partial(_call, store, job.message))
+
+
+async def _answer(store: PostgresTaskStore, reply: Reply, call: Callable[[], Awaitable[Any]]) -> None:
+    """``reply`` with what ``await call()`` returns, or the refusal it raises."""
+    try:
+        value = await call()
+    except (InvalidInput, DatabaseError) as error:
+        _failed(store, [reply], error)
+        return
+    store.database_answered()
+    reply.succeed(value)
+
+
+def _failed(store: PostgresTaskStore, replies: list[Reply], error: Exception) -> None:
+    if isinstance(error, DatabaseError) and not isinstance(error, ConflictError):
+        store.database_failed(error)
+    else:  # a refusal or a conflict: PostgreSQL answered
+        store.database_answered()
+    for reply in replies:
+        reply.fail(error)
+
+
+async def _call(store: PostgresTaskStore, message: Any) -> Any:
+    """One request other than a claim or a completion, in its own transaction."""
+    graph, db, lease = store.graph, store.db, store.lease_seconds
+    if isinstance(message, Heartbeat):
+        return await db.run(lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease))
+    if isinstance(message, Fail):
+        return await db.run(lambda c: graph.fail(c, message.task_id, message.agent_id, message.error))
+    if isinstance(message, Release):
+        return await db.run(lambda c: graph.release(c, message.task_id, message.agent_id, message.attempt))
+    if isinstance(message, Cancel):
+        return await db.run(lambda c: graph.cancel(c, message.task_id, message.reason))
+    if isinstance(message, Submit):
+        return await db.run(lambda c: graph.submit(c, message.tasks))
+    if isinstance(message, GetTask):
+        return await db.run(lambda c: graph.get(c, message.task_id))
+    if isinstance(message, ListTasks):
+        return await db.run(lambda c: graph.list_tasks(c, message.status, message.type))
+    counts, runnable, total = await db.run(graph.stats)
+    return GraphStats(by_status=counts, runnable_types=runnable, total=total)
+
+
+async def _batch(
+    store: PostgresTaskStore,
+    jobs: list[_Job],
+    statement: Callable[[Any], list[T]],
+    one_by_one: Callable[[PostgresTaskStore, list[_Job]], Awaitable[None]],
+) -> list[T] | None:
+    """``statement`` (one statement for all ``jobs``), or ``None`` once the jobs are
+    answered otherwise: after a conflict (a deadlock with another node's batch) or a value
+    PostgreSQL refused, each runs alone through ``one_by_one``, so it fails one request
+    only; after any other failure all fail (their askers retry)."""
+    try:
+        result = await store.db.run(statement, single=True)
+    except (ConflictError, DataRefused) as error:
+        if len(jobs) > 1:
+            for job in jobs:
+                await one_by_one(store, [job])
+        else:
+            _failed(store, [jobs[0].reply], error)
+        return None
+    except (InvalidInput, DatabaseError) as error:
+        _failed(store, [job.reply for job in jobs], error)
+        return None
+    store.database_answered()
+    return result
+
+
+async def _claims(store: PostgresTaskStore, jobs: list[_Job]) -> None:
+    """Claims of one type in one statement; each answered with its task or ``None``."""
+    if not jobs:
+        return
+    graph, lease = store.graph, store.lease_seconds
+    claims: list[Claim] = [job.message for job in jobs]
+    agents = [claim.agent_id for claim in claims]
+    tasks = await _batch(
+        store, jobs, lambda c: graph.claim_many(c, agents, claims[0].agent_type, lease), _claims
+    )
+    if tasks is None:
+        return
+    for job, task in zip(jobs, tasks, strict=True):
+        job.reply.succeed(task)
+
+
+async def _completions(store: PostgresTaskStore, jobs: list[_Job]) -> None:
+    """The usual completions in one statement; one that changed nothing (not the owner,
+    too large a result) goes through the full path, which says why."""
+    graph = store.graph
+    completes: list[Complete] = [job.message for job in jobs]
+    items = [(m.task_id, m.agent_id, m.result) for m in completes]
+    done = await _batch(store, jobs, lambda c: graph.complete_many(c, items), _completions)
+    if done is None:
+        return
+    for job, message, task in zip(jobs, completes, done, strict=True):
+        if task is not None:
+            job.reply.succeed(task)
+            continue
+        fallback = partial(_complete_alone, graph, message)
+        await _answer(store, job.reply, partial(store.db.run, fallback))
+
+
+def _complete_alone(graph: PostgresGraph, message: Complete, connection: Any) -> Any:
+    """A completion the batch left unchanged, in a transaction of its own (it says why)."""
+    return graph.complete(connection, message.task_id, message.agent_id, message.result, at_once=False)
+
+
+class _Listener(Actor):
+    """Waits for ``NOTIFY greenroom_runnable`` on a connection of its own (one second
+    at a time in a worker thread) and tells the supervisor which types became ready."""
+
+    def __init__(self, db: Database, supervisor: ActorRef) -> None:
+        self.db = db
+        self.supervisor = supervisor
+        self.connection: Any = None
+
+    async def on_stop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await anyio.to_thread.run_sync(connection.close)
+
+    def _wait(self) -> set[str]:
+        if self.connection is None:
+            self.connection = self.db.connect()
+            self.connection.execute(f"LISTEN {CHANNEL}")
+        return {notice.payload for notice in self.connection.notifies(timeout=1.0, stop_after=256)}
+
+    async def receive(self, message: Any) -> None:
+        try:
+            types = await anyio.to_thread.run_sync(self._wait)
+        except Exception as error:  # psycopg's errors, from the thread; nothing awaited here can be cancelled
+            logger.warning(
+                "supervisor: lost the notification connection (%s); reconnecting", type(error).__name__
+            )
+            connection, self.connection = self.connection, None
+            if connection is not None:
+                await anyio.to_thread.run_sync(connection.close)
+            try:
+                self.supervisor.tell(TasksRunnable(None))  # a notification may have been missed
+            except ActorStopped:
+                return
+            await anyio.sleep(1.0)
+            types = set()
+        try:
+            if types:
+                self.supervisor.tell(TasksRunnable(frozenset(types)))
+            self.context.ref.tell(_LISTEN)
+        except ActorStopped:
+            return  # stopping: no more waiting

@@ -1,0 +1,76 @@
+"""The storage seam: what every backend implements, and the rules every one obeys.
+
+- :class:`Store`: one backend (``greenroom.embedded.EmbeddedStore``, files and SQLite under
+  a data dir; ``greenroom.postgres.PostgresStore``, one database several daemons share),
+  chosen once, asked for its parts.
+- Its parts, one interface per capability, each owned by the layer that uses it:
+  :class:`TaskStore` (the supervisor actor's), :class:`EventStore` (the log actor's),
+  :class:`ChatStore` (the chat runner's).
+- The task rules (:func:`check_submission`, the reasons a task carries, the payloads of
+  its events) and refusals (:class:`TaskGraphError` and its kinds), the same on every
+  backend.
+
+A third backend implements :class:`Store` and the three parts, obeys the rules, and passes
+the contract suite (``tests/test_store_contract.py``); nothing else changes.
+"""
+
+from ._chat import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ._errors import (
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    TaskGraphError,
+    UnknownTask,
+)
+from ._events import EventStore, Origin
+from ._rules import (
+    FINAL,
+    bound_report,
+    check_submission,
+    dependency_failed,
+    find_cycle,
+    in_dependency_order,
+    lease_expired,
+    poison_reason,
+    requeued_after_death,
+    result_event,
+    result_payload,
+    transition_payload,
+)
+from ._store import Store
+from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
+
+__all__ = [
+    "FINAL",
+    "ChatStore",
+    "ConversationNotFound",
+    "DuplicateTask",
+    "EventStore",
+    "ExpireLeases",
+    "GraphOwner",
+    "InvalidSubmission",
+    "InvalidTransition",
+    "NotOwner",
+    "Origin",
+    "Reply",
+    "Store",
+    "StoredMessage",
+    "StoredPending",
+    "TaskGraphError",
+    "TaskRow",
+    "TaskStore",
+    "TasksRunnable",
+    "UnknownTask",
+    "bound_report",
+    "check_submission",
+    "dependency_failed",
+    "find_cycle",
+    "in_dependency_order",
+    "lease_expired",
+    "poison_reason",
+    "requeued_after_death",
+    "result_event",
+    "result_payload",
+    "transition_payload",
+]

@@ -1,0 +1,129 @@
+"""``ChatStore``: the chat assistant's data — users' tasks, conversations and pending
+confirmations — and the records it is kept in.
+
+The chat runner owns this interface; the embedded store (SQLite under the data dir) and
+the PostgreSQL one (shared by several daemons) implement it. Every call is one
+transaction: it happens whole or not at all, and a cancelled caller never leaves half a
+row (the call it started finishes on its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from .._errors import InvalidInput
+
+
+class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One of a user's tasks. ``number`` is its position in the user's list (1-based),
+    what a person sees; ``id`` is the store's key and is never shown."""
+
+    id: int
+    title: str
+    description: str = ""
+    completed: bool = False
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: float
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class StoredPending(msgspec.Struct, frozen=True, kw_only=True):
+    """A confirmation the user was asked for: exactly this call, once, before it expires."""
+
+    tool_name: str
+    parameters: dict[str, Any]
+    title: str
+    expires_at: float
+
+
+class ConversationNotFound(InvalidInput):
+    """No conversation with that id belongs to this user (nothing was changed)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(
+            f"no conversation {conversation_id!r} for this user",
+            field="conversation_id",
+            value=conversation_id,
+        )
+
+
+@runtime_checkable
+class ChatStore(Protocol):
+    """What the chat layer needs from a database. Every call is one transaction, and a
+    user only ever reaches their own tasks and conversations: another user's id finds
+    nothing (``None``, ``[]``, :class:`ConversationNotFound`) and changes nothing."""
+
+    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
+        """A new task of the user's, not completed; its ``id`` is new in the store."""
+        ...
+
+    async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]:
+        """The user's tasks (``"all"``, ``"pending"`` or ``"completed"``), oldest first."""
+        ...
+
+    async def update_task(
+        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+    ) -> TaskRow | None:
+        """Change what is given; the task as it is now, or ``None`` (not the user's)."""
+        ...
+
+    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        """Mark it completed; the task, or ``None`` (not the user's)."""
+        ...
+
+    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+        """Remove it; the task as it was, or ``None`` (not the user's)."""
+        ...
+
+    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
+        """Make sure the conversation is the user's: create it (``create``), or raise
+        :class:`ConversationNotFound` (also for another user's conversation)."""
+        ...
+
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        """The conversation's last ``limit`` messages, oldest first (``[]``: not the user's)."""
+        ...
+
+    async def save_turn(
+        self,
+        user_id: str,
+        conversation_id: str,
+        messages: list[StoredMessage],
+        pending: StoredPending | None,
+    ) -> None:
+        """Append a request's messages and set (or clear, with ``None``) its pending
+        confirmation, all in one transaction; :class:`ConversationNotFound` if the
+        conversation is not the user's."""
+        ...
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
+        """The confirmation the user was asked for in this conversation, if any."""
+        ...
+
+    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
+        """Remove the pending confirmation if it is still exactly ``expected``: ``True``
+        for the one caller that took it (across every process sharing the store)."""
+        ...
+
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+        """Take the conversation for one request for at most ``seconds`` across every
+        process sharing the store (``False``: another holder has it now). A store one
+        process owns may always answer ``True``: its runner already serves a conversation
+        one request at a time."""
+        ...
+
+    async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
+        """Give back a hold ``holder`` has (nothing if it has none)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store holds (a pool it was given stays open)."""
+        ...

@@ -1,0 +1,41 @@
+"""``EventStore``: where the event log is kept, behind the one log actor.
+
+The log actor (``greenroom.log.LogActor``) applies the visibility policy, batches the
+appends waiting in its mailbox and answers each once it is durable; its ``EventStore``
+numbers and writes a batch. The embedded store appends lines to ``events.jsonl`` with
+one ``fsync``; the PostgreSQL store inserts rows numbered by a sequence in one commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..messages import Event
+
+Origin = tuple[int, int]
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """The event log's storage, written by one actor, one batch at a time."""
+
+    async def open(self) -> Origin | None:
+        """Take the log (lock, recover a torn end); returns the ``origin`` of the last
+        outbox event it holds (``None``: none), from each event's own field. Raises
+        ``DataError`` for a damaged or busy log, leaving it as found."""
+        ...
+
+    async def write(self, events: Sequence[Event]) -> list[Event | ValueError]:
+        """Store ``events`` (their ``seq`` is 0; the store numbers them, in order) durably,
+        in one go. Returns each one stored, with its ``seq`` — or the ``ValueError`` that
+        kept it out (a payload the store cannot hold), which takes no number.
+
+        Raises ``StorageError`` when the batch could not be written: nothing of it is
+        acknowledged (``StoreUnavailable``: the store was out of reach, try again later).
+        Cancelled, the write still finishes or fails on its own; its result is dropped."""
+        ...
+
+    async def close(self) -> None:
+        """Release the log. Idempotent."""
+        ...

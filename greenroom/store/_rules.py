@@ -1,0 +1,201 @@
+"""The task rules every store obeys, whatever it keeps the graph in.
+
+A submission is checked here first (:func:`check_submission`); the store then checks the
+ids and dependencies against what it holds. The texts of the reasons a task carries
+(a lease that expired, a dependency that failed, a process that died under it, a poison
+task) and the payloads of the events a transition causes are made here, so that a task
+and its events read the same on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec.structs import replace
+
+from ..messages import (
+    AGENT_RESULT,
+    AgentError,
+    AgentResult,
+    AgentTask,
+    Complete,
+    Fail,
+    OutboxEvent,
+    TaskLimits,
+    TaskStatus,
+)
+from ._errors import InvalidSubmission
+
+FINAL = frozenset(status for status in TaskStatus if status.final)
+"""The statuses a task never leaves."""
+
+_encode = msgspec.json.encode
+
+
+def _payload_bytes(task: AgentTask) -> int:
+    """``input``, ``context`` and ``metadata`` as JSON; empty ones cost nothing to check."""
+    size = 0
+    for part in (task.input, task.context, task.metadata):
+        if part:
+            size += len(_encode(part))
+    return size
+
+
+def check_submission(tasks: list[AgentTask], limits: TaskLimits) -> dict[str, AgentTask]:
+    """What a batch must be on its own, whatever the store: sizes within ``limits``, ids
+    unique, nothing but PENDING fields set, no dependency twice or on itself, no cycle
+    (existing tasks cannot depend on new ones, so a cycle lies within the batch). Returns
+    the batch by id; the store then checks ids (:class:`DuplicateTask`) and dependencies
+    against what it holds."""
+    batch: dict[str, AgentTask] = {}
+    max_bytes = limits.max_task_bytes
+    for task in tasks:
+        size = _payload_bytes(task)
+        if size > max_bytes:
+            raise InvalidSubmission(
+                task.id, "input", f"{size} bytes", f"is larger than max_task_bytes ({max_bytes})"
+            )
+        if task.id in batch:
+            raise InvalidSubmission(task.id, "id", task.id, "appears twice in the batch")
+        for field, value, expected in (
+            ("status", task.status, TaskStatus.PENDING),
+            ("owner", task.owner, None),
+            ("attempt", task.attempt, 0),
+            ("crashes", task.crashes, 0),
+            ("result", task.result, None),
+        ):
+            if value != expected:
+                raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
+        if len(set(task.depends_on)) != len(task.depends_on):
+            raise InvalidSubmission(task.id, "depends_on", task.depends_on, "lists a task twice")
+        if task.id in task.depends_on:
+            raise InvalidSubmission(task.id, "depends_on", task.id, "names the task itself")
+        batch[task.id] = task
+    found = find_cycle(batch)
+    if found is not None:
+        raise InvalidSubmission(found[0], "depends_on", found[1], "closes a dependency cycle")
+    return batch
+
+
+def find_cycle(tasks: dict[str, AgentTask]) -> tuple[str, str] | None:
+    """A dependency edge ``(task, dep)`` that closes a cycle among ``tasks``, or ``None``.
+    Dependencies outside ``tasks`` are ignored. Iterative: any depth."""
+    state: dict[str, int] = {}
+    for root in tasks:
+        if root in state:
+            continue
+        stack = [(root, iter(tasks[root].depends_on))]
+        state[root] = 1
+        while stack:
+            node, deps = stack[-1]
+            for dep in deps:
+                if dep not in tasks:
+                    continue
+                if state.get(dep) == 1:
+                    return node, dep
+                if dep not in state:
+                    state[dep] = 1
+                    stack.append((dep, iter(tasks[dep].depends_on)))
+                    break
+            else:
+                state[node] = 2
+                stack.pop()
+    return None
+
+
+def in_dependency_order(batch: dict[str, AgentTask]) -> list[AgentTask]:
+    """The batch's tasks, each after the batch's tasks it depends on (no cycle: checked)."""
+    done: set[str] = set()
+    ordered: list[AgentTask] = []
+    for root in batch:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in done:
+                continue
+            if expanded:
+                done.add(node)
+                ordered.append(batch[node])
+                continue
+            stack.append((node, True))
+            stack.extend((dep, False) for dep in batch[node].depends_on if dep in batch and dep not in done)
+    return ordered
+
+
+# -- what a task says about how its attempt ended -----------------------------------------
+
+
+def lease_expired(task: AgentTask) -> AgentError:
+    """The failure of an attempt whose lease ran out (retried while attempts remain)."""
+    return AgentError(reason=f"lease expired (owner {task.owner!r}, attempt {task.attempt})", retryable=True)
+
+
+def dependency_failed(upstream: str, status: str) -> AgentError:
+    """Why a task can never run: ``upstream`` (one of its dependencies) ended ``status``."""
+    return AgentError(reason=f"dependency {upstream!r} is {status}")
+
+
+def poison_reason(task: AgentTask, crashes: int) -> str:
+    return (
+        f"its process died while running it {crashes} times (max_crashes): a poison task? "
+        f"(last owner {task.owner!r})"
+    )
+
+
+def requeued_after_death(task: AgentTask, now: float) -> AgentTask:
+    """``task`` (in progress when its process died) PENDING again: the attempt refunded,
+    the death counted in ``crashes``."""
+    why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
+    return replace(
+        task,
+        status=TaskStatus.PENDING,
+        owner=None,
+        attempt=task.attempt - 1,
+        crashes=task.crashes + 1,
+        lease_expires_at=None,
+        error=AgentError(reason=why, retryable=True),
+        updated_at=now,
+    )
+
+
+def bound_report(message: Complete | Fail, limits: TaskLimits) -> Complete | Fail:
+    """An agent's report within the limits: a long failure reason cut (as stored and
+    logged, so ``AGENT_RESULT`` holds the same text), an oversized result turned into a
+    failed attempt that says why (the task, not the daemon, pays for it)."""
+    if isinstance(message, Fail):
+        error = limits.clip(message.error)
+        return message if error is message.error else Fail(message.task_id, message.agent_id, error)
+    size = len(_encode(message.result))
+    if size <= limits.max_result_bytes:
+        return message
+    reason = f"the result is {size} bytes, larger than max_result_bytes ({limits.max_result_bytes})"
+    return Fail(message.task_id, message.agent_id, AgentError(reason=reason))
+
+
+# -- the events a transition causes ---------------------------------------------------------
+
+
+def result_payload(result: AgentResult | AgentError) -> dict[str, Any]:
+    """The payload of the ``AGENT_RESULT`` event of a completion or a failed attempt."""
+    if isinstance(result, AgentError):
+        return {"outcome": "failed", "reason": result.reason, "retryable": result.retryable}
+    return {
+        "outcome": result.outcome,
+        "artifacts": result.artifacts,
+        "notes": result.notes,
+        "next_actions": result.next_actions,
+    }
+
+
+def transition_payload(task: AgentTask) -> dict[str, Any]:
+    """The payload of a task-graph transition's event (``TASK_CLAIMED``, ``TASK_FAILED``...)."""
+    payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
+    if task.error is not None and task.status is not TaskStatus.COMPLETED:
+        payload["reason"] = task.error.reason
+    return payload
+
+
+def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:
+    """The ``AGENT_RESULT`` event of an agent's report."""
+    return OutboxEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))

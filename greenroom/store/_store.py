@@ -1,0 +1,90 @@
+"""``Store``: one backend — everything greenroom keeps durably, chosen once.
+
+The embedded store (``greenroom.embedded.EmbeddedStore``: files and SQLite under a data
+dir) and the PostgreSQL store (``greenroom.postgres.PostgresStore``: one database several
+daemons share) are peers behind this interface, the way httpx's transports are. Whoever
+starts greenroom (the daemon, the CLI, a test, an embedding app) opens one and asks it
+for what it needs; nothing else knows which one it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from ..actors import ActorRef
+from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ._chat import ChatStore
+from ._events import EventStore
+from ._tasks import TaskStore
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A backend, opened with ``async with``. Its parts (a ``TaskStore`` for the
+    supervisor actor, an ``EventStore`` for the log actor, a ``ChatStore``) are made on
+    demand, each new, so an actor restarted by its supervisor gets a fresh one."""
+
+    where: str
+    """Where it keeps things, fit to print (a path; a URL without its password)."""
+
+    shared: bool
+    """Several processes may use it at once (then owner ids name the node)."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    async def instance(self) -> str:
+        """This process's name in the owner ids of the tasks its agents run."""
+        ...
+
+    def task_store(
+        self,
+        *,
+        log: ActorRef | None,
+        lease_seconds: float = 30.0,
+        limits: TaskLimits | None = None,
+        instance: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> TaskStore:
+        """The task graph's storage for a supervisor actor. ``log``: the log actor the
+        graph's events reach when the store does not write them itself. ``instance``:
+        this process's name (see :meth:`instance`), so a restart recognises the tasks its
+        previous process was running."""
+        ...
+
+    def event_store(self) -> EventStore:
+        """The event log's storage for a log actor."""
+        ...
+
+    def chat_store(self) -> ChatStore:
+        """The chat assistant's data."""
+        ...
+
+    def events(
+        self, *, after: int = 0, follow: bool = False, last: int | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """The events with ``seq > after`` in order (``last``: only the newest ``last`` of
+        those stored now); with ``follow``, then every new one until cancelled. Never one
+        twice, never one skipped. Readable while a daemon writes, from any process."""
+        ...
+
+    async def read_tasks(
+        self, status: TaskStatus | None = None, agent_type: str | None = None
+    ) -> list[AgentTask]:
+        """The tasks as stored, in submission order (for commands run with no daemon);
+        writes nothing."""
+        ...
+
+    async def read_task(self, task_id: str) -> AgentTask:
+        """One task as stored (``UnknownTask`` if none); writes nothing."""
+        ...
+
+    async def read_stats(self) -> GraphStats:
+        """The tasks' counts as stored; writes nothing."""
+        ...

@@ -15,7 +15,7 @@ from greenroom import Actor, ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
 from greenroom.embedded import EventLogError, FileEventStore, read_events, tail_events
 from greenroom.log import LogActor, NarratorCapability, PolicyError, surfacing_flag
-from greenroom.messages import AGENT_RESULT, AGENT_UPDATE, NARRATION, Append, Event, Subscribe
+from greenroom.messages import AGENT_UPDATE, NARRATION, Append, Event, Subscribe
 
 pytestmark = pytest.mark.anyio
 
@@ -42,14 +42,6 @@ async def test_concurrent_appends_get_gapless_seqs_in_file_order(tmp_path: Path)
     assert all(json.loads(line)["seq"] for line in lines)
 
 
-async def test_agent_events_are_forced_internal(tmp_path: Path) -> None:
-    async with ActorSystem() as system:
-        log = await system.spawn(lambda: file_log(tmp_path))
-        event = await log.ask(Append(type=AGENT_RESULT, payload={"outcome": "ok"}, visibility="user"))
-    assert event.visibility == "internal"
-    assert read_events(tmp_path / "events.jsonl")[0].visibility == "internal"
-
-
 async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Path) -> None:
     narrator = NarratorCapability()
     async with ActorSystem() as system:
@@ -69,16 +61,6 @@ async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Pa
         with pytest.raises(PolicyError):
             await log.ask(Append(type=AGENT_UPDATE, payload={"render_to_user": True}, capability=narrator))
     assert [e.seq for e in read_events(tmp_path / "events.jsonl")] == [1]
-
-
-async def test_unencodable_payload_is_refused_with_nothing_appended(tmp_path: Path) -> None:
-    async with ActorSystem() as system:
-        log = await system.spawn(lambda: file_log(tmp_path))
-        with pytest.raises(ValueError, match="cannot be stored as JSON"):
-            await log.ask(Append(type="X", payload={"obj": object()}))
-        event = await log.ask(Append(type="X", payload={"fine": 1}))
-    assert event.seq == 1
-    assert len(read_events(tmp_path / "events.jsonl")) == 1
 
 
 async def test_torn_last_line_is_cut_on_start_and_seq_continues(

@@ -143,6 +143,12 @@ async def test_tasks_submit_all_or_none_list_page_show_cancel(tmp_path: Path) ->
             assert [t["id"] for t in page["tasks"]] == ["t2", "t3"]
             single = await http.post("/v1/tasks", json={"id": "one", "type": "w"})
             assert single.status_code == 201 and single.json()["tasks"][0]["id"] == "one"
+            again = await http.post("/v1/tasks", json={"id": "one", "type": "w"})  # the id is taken
+            assert again.status_code == 409
+            assert again.json()["error"] | {"message": ""} == {
+                "status": 409, "code": "conflict", "message": "", "field": "id", "value": "'one'"
+            }  # fmt: skip
+            assert "'one'" in again.json()["error"]["message"]
         assert [t.id for t in await api.list_tasks(agent_type="w")] == ["t1", "t3", "one"]
         assert (await api.get_task("t2")).status is TaskStatus.PENDING
         cancelled = await api.cancel("t2", "not needed")

@@ -102,14 +102,13 @@ def error_response(error: ApiError) -> Response:
 
 
 def _as_api_error(error: Exception) -> ApiError:
-    from ..chat import ConversationNotFound
-    from ..supervisor import InvalidTransition, UnknownTask
+    from ..store import ConversationNotFound, DuplicateTask, InvalidTransition, UnknownTask
 
     if isinstance(error, ApiError):
         return error
     if isinstance(error, UnknownTask | ConversationNotFound):
         return ApiError(404, "not_found", str(error), field=error.field, value=error.value)
-    if isinstance(error, InvalidTransition):
+    if isinstance(error, InvalidTransition | DuplicateTask):
         return ApiError(409, "conflict", str(error), field=error.field, value=error.value)
     if isinstance(error, InvalidInput):
         value = None if error.value is MISSING else error.value

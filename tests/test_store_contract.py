@@ -1,0 +1,716 @@
+"""The store contract: every behaviour of the task graph, the event log and the chat store,
+written once and run on every backend (the files, PostgreSQL) and both event loops.
+
+A backend that passes this file keeps greenroom's promises; backend-specific matters
+(the files' torn tails and locks, PostgreSQL's schema, pool and parallel writers) are
+tested beside their code (``test_supervisor.py``, ``test_log.py``, ``test_postgres.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import pytest
+from _stores import open_node
+from _support import eventually, wait_for_status
+
+from greenroom import Actor, ActorRef
+from greenroom.actors import ActorStopped, PendingReply
+from greenroom.log import PolicyError
+from greenroom.messages import (
+    AGENT_RESULT,
+    AGENT_UPDATE,
+    NARRATION,
+    TASK_CLAIMED,
+    TASK_COMPLETED,
+    TASK_SUBMITTED,
+    AgentError,
+    AgentResult,
+    AgentTask,
+    Append,
+    Cancel,
+    Claim,
+    Complete,
+    Event,
+    Fail,
+    GetTask,
+    Granted,
+    Heartbeat,
+    ListTasks,
+    NoWork,
+    Release,
+    Stats,
+    StopGranting,
+    Submit,
+    Subscribe,
+    TaskLimits,
+    TaskStatus,
+)
+from greenroom.store import (
+    ConversationNotFound,
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    Store,
+    StoredMessage,
+    StoredPending,
+    TaskGraphError,
+    UnknownTask,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def task(task_id: str, type_: str = "w", **fields: Any) -> AgentTask:
+    return AgentTask(id=task_id, type=type_, **fields)
+
+
+def done(task_id: str, **fields: Any) -> AgentResult:
+    return AgentResult(task_id=task_id, **fields)
+
+
+async def stored_events(store: Store, after: int = 0) -> list[Event]:
+    async with aclosing(store.events(after=after)) as events:
+        return [event async for event in events]
+
+
+# -- submitting -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "field", "message"),
+    [
+        ([task("dup"), task("dup")], "id", "task 'dup': field 'id' appears twice in the batch"),
+        ([task("x", depends_on=["ghost"])], "depends_on",
+         "field 'depends_on' is not a known task (got 'ghost')"),
+        ([task("x", depends_on=["x"])], "depends_on", "field 'depends_on' names the task itself"),
+        ([task("c1", depends_on=["c2"]), task("c2", depends_on=["c1"])], "depends_on",
+         "closes a dependency cycle"),
+        ([task("s", status=TaskStatus.COMPLETED)], "status", "task 's': field 'status' must be"),
+        ([task("o", owner="me")], "owner", "task 'o': field 'owner' must be None on submit (got 'me')"),
+        ([task("big", input={"x": "y" * 5000})], "input",
+         "field 'input' is larger than max_task_bytes (4096)"),
+        ([task("existing")], "id", "task 'existing': field 'id' is already taken"),
+    ],
+)  # fmt: skip
+async def test_a_bad_submission_is_refused_whole_naming_the_field(
+    backend: Store, batch: list[AgentTask], field: str, message: str
+) -> None:
+    async with open_node(backend, limits=TaskLimits(max_task_bytes=4096)) as node:
+        await node.supervisor.ask(Submit([task("existing", input={"v": 1})]))
+        with pytest.raises(InvalidSubmission) as refused:
+            await node.supervisor.ask(Submit([task("ok-one"), *batch]))
+        assert refused.value.field == field and message in str(refused.value)
+        listed = await node.supervisor.ask(ListTasks())
+    assert [(t.id, t.input) for t in listed] == [("existing", {"v": 1})]  # all or none, nothing overwritten
+    assert [t.id for t in await backend.read_tasks()] == ["existing"]
+
+
+async def test_the_same_id_submitted_at_once_is_added_once_and_the_other_is_a_conflict(
+    backend: Store,
+) -> None:
+    """Two submitters (two API requests, two daemons) race with one id, twenty times: one
+    wins, the other is told the id is taken (``DuplicateTask``), and the graph keeps
+    serving — a failure mid-request must never leave an ask unanswered or a worker lost."""
+    async with open_node(backend) as node:
+        for round_ in range(20):
+            outcomes: list[Any] = []
+
+            async def submit(n: int, round_: int = round_, outcomes: list[Any] = outcomes) -> None:
+                try:
+                    stored = await node.supervisor.ask(
+                        Submit([task(f"same{round_}", input={"n": n})]), timeout=20
+                    )
+                    outcomes.append(stored[0].input["n"])
+                except DuplicateTask as taken:
+                    outcomes.append(taken)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(submit, 1)
+                tg.start_soon(submit, 2)
+            winners = [o for o in outcomes if isinstance(o, int)]
+            losers = [o for o in outcomes if isinstance(o, DuplicateTask)]
+            assert len(winners) == len(losers) == 1, outcomes
+            assert losers[0].field == "id" and f"same{round_}" in str(losers[0])
+            assert (await node.supervisor.ask(GetTask(f"same{round_}"), timeout=20)).input == {
+                "n": winners[0]
+            }
+        assert (await node.supervisor.ask(Stats(), timeout=20)).total == 20
+
+
+async def test_tasks_are_listed_and_counted_in_submission_order(backend: Store) -> None:
+    async with open_node(backend) as node:
+        await node.supervisor.ask(Submit([task("b"), task("a", type_="v"), task("c", depends_on=["b"])]))
+        await node.supervisor.ask(Submit([task("d", priority=5)]))
+        listed = await node.supervisor.ask(ListTasks())
+        assert [t.id for t in listed] == ["b", "a", "c", "d"]
+        assert [t.order for t in listed] == sorted(t.order for t in listed)
+        assert [t.id for t in await node.supervisor.ask(ListTasks(type="v"))] == ["a"]
+        stats = await node.supervisor.ask(Stats())
+        assert (stats.total, stats.by_status["PENDING"], stats.runnable_types) == (4, 4, ["v", "w"])
+        with pytest.raises(UnknownTask, match="no task with id 'nope'"):
+            await node.supervisor.ask(GetTask("nope"))
+    assert [t.id for t in await backend.read_tasks(agent_type="w")] == ["b", "c", "d"]
+    assert (await backend.read_task("c")).depends_on == ["b"]
+    assert (await backend.read_stats()).total == 4
+    with pytest.raises(UnknownTask):
+        await backend.read_task("nope")
+
+
+# -- claiming -------------------------------------------------------------------------------
+
+
+async def test_claims_go_by_type_then_priority_then_submission_order(backend: Store) -> None:
+    async with open_node(backend) as node:
+        await node.supervisor.ask(
+            Submit([task("a"), task("b", priority=2), task("c"), task("d", priority=2), task("e", type_="v")])
+        )
+        got = []
+        while isinstance(reply := await node.supervisor.ask(Claim("x", "w")), Granted):
+            got.append(reply.task.id)
+            assert (reply.task.owner, reply.task.attempt, reply.task.status) == (
+                "x",
+                1,
+                TaskStatus.IN_PROGRESS,
+            )
+        assert got == ["b", "d", "a", "c"]
+        assert (await node.supervisor.ask(Claim("y", "v"))).task.id == "e"
+        assert await node.supervisor.ask(Claim("y", "v")) == NoWork()
+
+
+async def test_many_agents_racing_never_share_a_task(backend: Store) -> None:
+    claims: dict[str, list[str]] = {}
+    async with open_node(backend) as node:
+        await node.supervisor.ask(Submit([task(f"t{i}") for i in range(300)]))
+
+        async def agent(agent_id: str) -> None:
+            while isinstance(reply := await node.supervisor.ask(Claim(agent_id, "w")), Granted):
+                claims.setdefault(reply.task.id, []).append(agent_id)
+                await node.supervisor.ask(Complete(reply.task.id, agent_id, done(reply.task.id)))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(agent, f"a{i}")
+    assert sorted(claims) == sorted(f"t{i}" for i in range(300))
+    assert all(len(owners) == 1 for owners in claims.values())
+    stored = await backend.read_tasks()
+    assert all(t.status is TaskStatus.COMPLETED and t.owner == claims[t.id][0] for t in stored)
+
+
+async def test_a_waiting_claim_is_parked_until_work_of_its_type_arrives(backend: Store) -> None:
+    async with open_node(backend) as node:
+        answers: list[Any] = []
+        sent = anyio.Event()
+
+        async def wait_for_work(agent: str) -> None:
+            sent.set()  # an ask is in the mailbox before its first checkpoint
+            answers.append(await node.supervisor.ask(Claim(agent, "w", wait=True), timeout=20))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_work, "idle")
+            await sent.wait()  # what is sent from now on is handled after the claim
+            await node.supervisor.ask(Submit([task("other", type_="v")]))  # not its type
+            assert answers == []
+            await node.supervisor.ask(Submit([task("new")]))
+        assert isinstance(answers[0], Granted) and (answers[0].task.id, answers[0].task.owner) == (
+            "new",
+            "idle",
+        )
+
+
+async def test_stop_granting_answers_parked_and_later_claims_with_no_work(backend: Store) -> None:
+    async with open_node(backend) as node:
+        answers: list[Any] = []
+        sent = anyio.Event()
+
+        async def parked() -> None:
+            sent.set()
+            answers.append(await node.supervisor.ask(Claim("idle", "w", wait=True), timeout=20))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parked)
+            await sent.wait()
+            await node.supervisor.ask(StopGranting())
+        assert answers == [NoWork(closing=True)]
+        await node.supervisor.ask(Submit([task("late")]))
+        assert await node.supervisor.ask(Claim("late", "w")) == NoWork(closing=True)
+        node.supervisor.tell(Claim("teller", "w"))  # told: refused (a grant nobody would hear)
+        assert (await node.supervisor.ask(GetTask("late"))).status is TaskStatus.PENDING
+
+
+async def test_requests_sent_before_stop_are_answered_and_a_parked_claim_is_told(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task(f"t{i}") for i in range(20)]))
+        for i in range(20):
+            assert isinstance(await sup.ask(Claim(f"a{i}", "w")), Granted)
+        answers: dict[str, Any] = {}
+        sent = 0
+
+        async def parked() -> None:
+            nonlocal sent
+            sent += 1  # an ask is in the mailbox before its first checkpoint
+            try:
+                answers["parked"] = await sup.ask(Claim("late", "nothing", wait=True), timeout=20)
+            except ActorStopped as stopped:
+                answers["parked"] = stopped
+
+        async def complete(i: int) -> None:
+            nonlocal sent
+            sent += 1
+            answers[f"t{i}"] = await sup.ask(Complete(f"t{i}", f"a{i}", done(f"t{i}")), timeout=20)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parked)
+            for i in range(20):
+                tg.start_soon(complete, i)
+            await eventually(lambda: sent == 21)
+            await sup.stop()
+    # parked by then: ActorStopped; still being tried on a pool when the stop came: NoWork(closing)
+    told = answers.pop("parked")
+    assert isinstance(told, ActorStopped) or told == NoWork(closing=True)
+    assert {key: t.status for key, t in answers.items()} == {f"t{i}": TaskStatus.COMPLETED for i in range(20)}
+    assert (await backend.read_stats()).by_status["COMPLETED"] == 20
+
+
+async def test_a_grant_whose_asker_was_cancelled_as_it_arrived_is_handed_back(
+    backend: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asker is cancelled and its grant filled in before it resumed to notice: the
+    supervisor is told (``if_lost``) and hands the task back at once (the attempt
+    refunded), instead of leaving it IN_PROGRESS under an owner who never had it."""
+    scope = anyio.CancelScope()
+    real_succeed = PendingReply.succeed
+
+    def cancel_the_asker_then_succeed(self: PendingReply, value: object, **kwargs: Any) -> None:
+        if isinstance(value, Granted):
+            scope.cancel()
+        real_succeed(self, value, **kwargs)
+
+    monkeypatch.setattr(PendingReply, "succeed", cancel_the_asker_then_succeed)
+    got: list[object] = []
+    async with open_node(backend, lease_seconds=300) as node:  # a lease far beyond the test
+        await node.supervisor.ask(Submit([task("t1")]))
+        with scope:
+            got.append(await node.supervisor.ask(Claim("quitter", "w", wait=True), timeout=30))
+        assert got == [] and scope.cancelled_caught
+        back = await wait_for_status(node.supervisor, "t1", TaskStatus.PENDING)
+        assert (back.owner, back.attempt) == (None, 0)
+        monkeypatch.setattr(PendingReply, "succeed", real_succeed)
+        granted = await node.supervisor.ask(Claim("keeper", "w"))
+        assert isinstance(granted, Granted) and (granted.task.id, granted.task.attempt) == ("t1", 1)
+
+
+# -- owners, leases, failures ---------------------------------------------------------------
+
+
+async def test_only_the_owner_may_report_and_failures_retry_until_attempts_are_spent(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("r", max_attempts=2), task("child", depends_on=["r"]),
+                              task("grand", depends_on=["child"])]))  # fmt: skip
+        assert (await sup.ask(Claim("a", "w"))).task.id == "r"  # only r is ready
+        assert await sup.ask(Claim("b", "w")) == NoWork()
+        with pytest.raises(NotOwner, match="agent 'b' does not own task 'r'"):
+            await sup.ask(Heartbeat("r", "b"))
+        with pytest.raises(UnknownTask):
+            await sup.ask(Heartbeat("nope", "a"))
+        beat = await sup.ask(Heartbeat("r", "a"))
+        assert beat.owner == "a" and beat.lease_expires_at is not None
+        retried = await sup.ask(Fail("r", "a", AgentError(reason="flaky", retryable=True)))
+        assert (retried.status, retried.owner, retried.attempt) == (TaskStatus.PENDING, None, 1)
+        with pytest.raises(InvalidTransition, match="cannot complete task 'r': it is PENDING"):
+            await sup.ask(Complete("r", "a", done("r")))
+        assert (await sup.ask(Claim("a", "w"))).task.attempt == 2
+        final = await sup.ask(Fail("r", "a", AgentError(reason="again", retryable=True)))
+        assert (final.status, final.attempt) == (TaskStatus.FAILED, 2)  # attempts spent
+        child, grand = await sup.ask(GetTask("child")), await sup.ask(GetTask("grand"))
+        assert child.status is grand.status is TaskStatus.DEPENDENCY_FAILED
+        assert child.error is not None and child.error.reason == "dependency 'r' is FAILED"
+        assert grand.error is not None and grand.error.reason == "dependency 'child' is DEPENDENCY_FAILED"
+        late = await sup.ask(Submit([task("late", depends_on=["r"])]))  # can never run either
+        assert late[0].status is TaskStatus.DEPENDENCY_FAILED
+        assert await sup.ask(Claim("a", "w")) == NoWork()
+
+
+async def test_a_release_hands_the_task_back_uncharged_only_for_its_attempt(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t")]))
+        await sup.ask(Claim("a", "w"))
+        with pytest.raises(InvalidTransition):  # a hand-back of an older attempt ends nothing
+            await sup.ask(Release("t", "a", attempt=7))
+        back = await sup.ask(Release("t", "a", attempt=1))
+        assert (back.status, back.owner, back.attempt) == (TaskStatus.PENDING, None, 0)
+        assert (await sup.ask(Claim("b", "w"))).task.attempt == 1
+
+
+async def test_an_expired_lease_is_reclaimed_and_the_old_owner_refused(backend: Store) -> None:
+    async with open_node(backend, lease_seconds=0.2, lease_check_interval=0.05) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("job"), task("once", max_attempts=1), task("after", depends_on=["once"])]))
+        first = await sup.ask(Claim("crashed", "w"))
+        assert (first.task.id, first.task.attempt) == ("job", 1)
+        await sup.ask(Claim("crashed", "w"))  # "once", never to be heard of again
+        # the first agent never heartbeats again: the lease runs out and the task comes back
+        second = await sup.ask(Claim("rescuer", "w", wait=True), timeout=20)
+        assert (second.task.id, second.task.attempt, second.task.owner) == ("job", 2, "rescuer")
+        assert (
+            second.task.error is not None
+            and "lease expired (owner 'crashed', attempt 1)" in second.task.error.reason
+        )
+        with pytest.raises((NotOwner, InvalidTransition)):  # the first owner lost it for good
+            await sup.ask(Complete("job", "crashed", done("job")))
+        finished = await sup.ask(Complete("job", "rescuer", done("job")))
+        assert (finished.status, finished.attempt) == (TaskStatus.COMPLETED, 2)
+        await wait_for_status(sup, "once", TaskStatus.FAILED)  # no attempt left
+        assert (await sup.ask(GetTask("after"))).status is TaskStatus.DEPENDENCY_FAILED
+
+
+async def test_dependencies_release_dependents_in_order(backend: Store) -> None:
+    order: list[str] = []
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        # a diamond: top -> (left, right) -> bottom; listed out of order on purpose
+        await sup.ask(Submit([task("bottom", depends_on=["left", "right"]), task("left", depends_on=["top"]),
+                              task("right", depends_on=["top"]), task("top")]))  # fmt: skip
+        while True:
+            ready = []
+            while isinstance(reply := await sup.ask(Claim("a", "w")), Granted):
+                ready.append(reply.task.id)
+            if not ready:
+                break
+            for task_id in sorted(ready):
+                order.append(task_id)
+                await sup.ask(Complete(task_id, "a", done(task_id)))
+        await sup.ask(Submit([task("on-done", depends_on=["top"])]))  # on a completed one: ready at once
+        assert (await sup.ask(Claim("a", "w"))).task.id == "on-done"
+    assert order == ["top", "left", "right", "bottom"]
+
+
+async def test_cancel_cascades_to_dependents_and_a_final_task_cannot_be_cancelled(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("p"), task("q", depends_on=["p"]), task("r", depends_on=["q"])]))
+        cancelled = await sup.ask(Cancel("p", reason="not needed"))
+        assert cancelled.status is TaskStatus.CANCELLED and cancelled.error is not None
+        assert cancelled.error.reason == "not needed"
+        q, r = await sup.ask(GetTask("q")), await sup.ask(GetTask("r"))
+        assert (q.status, r.status) == (TaskStatus.DEPENDENCY_FAILED, TaskStatus.DEPENDENCY_FAILED)
+        assert q.error is not None and q.error.reason == "dependency 'p' is CANCELLED"
+        with pytest.raises(InvalidTransition, match="cannot cancel task 'p': it is CANCELLED"):
+            await sup.ask(Cancel("p"))
+        assert await sup.ask(Claim("a", "w")) == NoWork()
+
+
+async def test_reports_are_bounded_by_the_limits(backend: Store) -> None:
+    """A long failure reason is cut before it is stored or logged; an oversized result
+    fails the attempt, saying why."""
+    limits = TaskLimits(max_result_bytes=2048, max_error_chars=200)
+    async with open_node(backend, limits=limits) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("r", max_attempts=2), task("huge")]))
+        await sup.ask(Claim("a", "w"))
+        failed = await sup.ask(Fail("r", "a", AgentError(reason="y" * 100_000, retryable=True)))
+        assert failed.error is not None and len(failed.error.reason) <= 200
+        assert failed.error.reason.endswith("more characters cut: max_error_chars]")
+        await sup.ask(Claim("b", "w"))
+        await sup.ask(Claim("b", "w"))
+        huge = await sup.ask(Complete("huge", "b", done("huge", notes="z" * 5000)))
+        assert huge.status is TaskStatus.FAILED and huge.result is None
+        assert huge.error is not None and "larger than max_result_bytes (2048)" in huge.error.reason
+        await eventually(lambda: _has(backend, AGENT_RESULT, "huge"))
+    results = [e for e in await stored_events(backend) if e.type == AGENT_RESULT]
+    assert all(len(e.payload.get("reason", "")) <= 200 for e in results)
+
+
+async def _has(store: Store, kind: str, task_id: str) -> bool:
+    return any(e.type == kind and e.task_id == task_id for e in await stored_events(store))
+
+
+async def test_a_message_it_does_not_know_is_refused_and_it_keeps_serving(backend: Store) -> None:
+    async with open_node(backend) as node:
+        await node.supervisor.ask(Submit([task("kept")]))
+        with pytest.raises(TaskGraphError, match="does not handle str messages"):
+            await node.supervisor.ask("claim please")
+        assert (await node.supervisor.ask(GetTask("kept"))).id == "kept"
+        stored = await node.supervisor.ask(GetTask("kept"))
+    assert not gc.is_tracked(stored)  # a big graph is not walked by every full collection
+
+
+# -- a process that died --------------------------------------------------------------------
+
+
+async def test_a_dead_process_s_task_is_requeued_uncharged_and_a_poison_task_is_failed(
+    backend: Store,
+) -> None:
+    """A restart recognises what its previous process was running: the task is PENDING
+    again, the attempt refunded and the death counted in ``crashes``; a task running each
+    time its process died (``max_crashes``) is FAILED as a poison task, with the reason.
+    ("Processes" here are instances of one node: ``node-1:<n>``.)"""
+    limits = TaskLimits(max_crashes=3)
+    async with open_node(backend, limits=limits, instance="node-1:1") as node:
+        await node.supervisor.ask(Submit([task("poison"), task("done"), task("innocent")]))
+        for agent in ("a@node-1:1", "b@node-1:1", "c@node-1:1"):
+            await node.supervisor.ask(Claim(agent, "w"))
+        await node.supervisor.ask(Complete("done", "b@node-1:1", done("done")))
+    for process in (2, 3):  # the poison task is running each time its process dies
+        async with open_node(backend, limits=limits, instance=f"node-1:{process}") as node:
+            sup = node.supervisor
+            poison = await sup.ask(GetTask("poison"))
+            assert (poison.status, poison.attempt, poison.owner, poison.crashes) == (
+                TaskStatus.PENDING, 0, None, process - 1
+            )  # fmt: skip
+            assert poison.error is not None and "owner's process stopped" in poison.error.reason
+            while (await sup.ask(GetTask("poison"))).status is TaskStatus.PENDING:
+                granted = await sup.ask(Claim(f"a@node-1:{process}", "w"))
+                assert isinstance(granted, Granted)
+                # suspects run one at a time: an innocent never runs beside the poison
+                assert await sup.ask(Claim(f"b@node-1:{process}", "w")) == NoWork()
+                if granted.task.id != "poison":
+                    await sup.ask(Complete(granted.task.id, f"a@node-1:{process}", done(granted.task.id)))
+    async with open_node(backend, limits=limits, instance="node-1:4") as node:
+        sup = node.supervisor
+        poison = await sup.ask(GetTask("poison"))  # failed at this start
+        while isinstance(granted := await sup.ask(Claim("a@node-1:4", "w")), Granted):
+            await sup.ask(Complete(granted.task.id, "a@node-1:4", done(granted.task.id)))
+        finished, innocent = await sup.ask(GetTask("done")), await sup.ask(GetTask("innocent"))
+    assert (poison.status, poison.crashes) == (TaskStatus.FAILED, 3)
+    assert poison.error is not None and "died while running it 3 times (max_crashes)" in poison.error.reason
+    assert finished.status is TaskStatus.COMPLETED and finished.crashes == 0
+    assert (innocent.status, innocent.attempt, innocent.crashes) == (TaskStatus.COMPLETED, 1, 1)
+
+
+# -- events of the task graph ---------------------------------------------------------------
+
+
+async def test_every_transition_has_its_events_once_in_order(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("a"), task("b")]))
+        await sup.ask(Claim("x", "w"))
+        await sup.ask(Complete("a", "x", done("a", outcome="fine", notes="n")))
+        await eventually(lambda: _has(backend, AGENT_RESULT, "a"))
+    events = await stored_events(backend)
+    assert [e.seq for e in events] == sorted(e.seq for e in events) and len({e.seq for e in events}) == len(
+        events
+    )
+    kinds = [(e.type, e.task_id) for e in events]
+    assert kinds == [(TASK_SUBMITTED, "a"), (TASK_SUBMITTED, "b"), (TASK_CLAIMED, "a"),
+                     (TASK_COMPLETED, "a"), (AGENT_RESULT, "a")]  # fmt: skip
+    claimed, result = events[2], events[4]
+    assert claimed.payload == {"status": "IN_PROGRESS", "attempt": 1} and claimed.agent_id == "x"
+    assert result.payload == {"outcome": "fine", "artifacts": {}, "notes": "n", "next_actions": []}
+    assert all(e.visibility == "internal" for e in events)
+
+
+# -- the event log ----------------------------------------------------------------------------
+
+
+async def test_appends_are_numbered_in_order_and_read_back_from_any_point(backend: Store) -> None:
+    async with open_node(backend) as node:
+        replies: list[Event] = []
+
+        async def agent(n: int) -> None:
+            for i in range(20):
+                replies.append(await node.log.ask(Append(AGENT_UPDATE, {"n": n, "i": i}, f"t{n}", f"a{n}")))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(agent, n)
+    events = await stored_events(backend)
+    assert sorted(e.seq for e in replies) == [e.seq for e in events]  # each acknowledged one is stored
+    for n in range(5):  # each agent's events in the order it sent them
+        assert [e.payload["i"] for e in events if e.agent_id == f"a{n}"] == list(range(20))
+    middle = events[49].seq
+    assert [e.seq for e in await stored_events(backend, after=middle)] == [e.seq for e in events[50:]]
+    async with aclosing(backend.events(after=0, last=3)) as last:
+        assert [e.seq for e in [e async for e in last]] == [e.seq for e in events[-3:]]
+
+
+async def test_the_visibility_policy_holds_on_every_store(backend: Store) -> None:
+    async with open_node(backend) as node:
+        forced = await node.log.ask(Append(AGENT_UPDATE, {"message": "hi"}, "t", "a", visibility="user"))
+        assert forced.visibility == "internal"  # agent events are always internal
+        with pytest.raises(PolicyError) as refused:
+            await node.log.ask(Append(NARRATION, {"text": "hello"}, visibility="user"))
+        assert refused.value.policy_error == "narrator_only"
+        with pytest.raises(PolicyError) as refused:
+            await node.log.ask(Append(AGENT_UPDATE, {"show_to_user": True}, "t", "a"))
+        assert refused.value.policy_error == "user_visible_payload"
+        with pytest.raises(ValueError, match="cannot be stored as JSON"):
+            await node.log.ask(Append(AGENT_UPDATE, {"bad": object()}, "t", "a"))
+        shown = await node.log.ask(
+            Append(NARRATION, {"text": "hello"}, visibility="user", capability=node.narrator)
+        )
+        assert shown.visibility == "user"
+    assert [(e.type, e.visibility) for e in await stored_events(backend)] == [
+        (AGENT_UPDATE, "internal"), (NARRATION, "user")
+    ]  # fmt: skip
+
+
+class _Collector(Actor):
+    def __init__(self, seen: list[Event]) -> None:
+        self.seen = seen
+
+    async def receive(self, message: Any) -> None:
+        self.seen.append(message)
+
+
+async def test_a_subscriber_gets_each_event_once_it_is_durable_and_a_stopped_one_is_dropped(
+    backend: Store,
+) -> None:
+    async with open_node(backend) as node:
+        seen: list[Event] = []
+        watcher: ActorRef = await node.system.spawn(lambda: _Collector(seen))
+        gone: ActorRef = await node.system.spawn(lambda: _Collector([]))
+        await node.log.ask(Subscribe(watcher))
+        await node.log.ask(Subscribe(gone))
+        await gone.stop()
+        for i in range(3):
+            await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"))
+        await eventually(lambda: len(seen) == 3)
+        assert [e.payload["i"] for e in seen] == [0, 1, 2] and all(e.seq > 0 for e in seen)
+        assert node.log.is_alive  # the stopped subscriber did not trouble it
+    assert [e.seq for e in seen] == [e.seq for e in await stored_events(backend)]
+
+
+async def test_appends_sent_before_the_log_stops_are_written_and_answered(backend: Store) -> None:
+    async with open_node(backend) as node:
+        answers: list[Any] = []
+        sent = 0
+
+        async def append(i: int) -> None:
+            nonlocal sent
+            sent += 1  # an ask is in the mailbox before its first checkpoint
+            answers.append(await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"), timeout=20))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(append, i)
+            await eventually(lambda: sent == 50)
+            await node.log.stop()
+    assert len(answers) == 50 and all(isinstance(a, Event) for a in answers)  # written and answered
+    assert sorted(e.seq for e in answers) == [e.seq for e in await stored_events(backend)]
+
+
+async def test_a_stop_that_does_not_wait_still_writes_and_answers_what_the_log_took(backend: Store) -> None:
+    """``stop(now=True)``: the queued appends are dropped (their asks fail with
+    ``ActorStopped``), but one the log had already taken into its batch is written and
+    answered — never left unanswered (its asker would wait for its timeout). A log takes
+    up to 256 messages (the system's ``throughput``) before it yields, so with 1,000 sent
+    the stop lands while some are taken and not yet written."""
+    async with open_node(backend) as node:
+        answers: list[Any] = []
+        sent = 0
+
+        async def append(i: int) -> None:
+            nonlocal sent
+            sent += 1
+            try:
+                answers.append(await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"), timeout=20))
+            except ActorStopped as dropped:
+                answers.append(dropped)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(1000):
+                tg.start_soon(append, i)
+            await eventually(lambda: sent == 1000)
+            await eventually(lambda: node.log.queued < 1000)  # it has taken some
+            await node.log.stop(now=True)
+    written = [a for a in answers if isinstance(a, Event)]
+    assert len(answers) == 1000 and written  # every ask answered, none left to time out
+    assert sorted(e.seq for e in written) == [e.seq for e in await stored_events(backend)]
+
+
+async def test_following_the_log_sees_new_events_as_they_come(backend: Store) -> None:
+    async with open_node(backend) as node:
+        await node.log.ask(Append(AGENT_UPDATE, {"i": 0}, "t", "a"))
+        got: list[Event] = []
+
+        async def follow() -> None:
+            async with aclosing(backend.events(after=0, follow=True)) as events:
+                async for event in events:
+                    got.append(event)
+                    if len(got) == 3:
+                        return
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await eventually(lambda: len(got) == 1)
+                for i in (1, 2):
+                    await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"))
+    assert [e.payload["i"] for e in got] == [0, 1, 2]
+
+
+# -- the chat store -----------------------------------------------------------------------------
+
+
+async def test_the_chat_store_keeps_users_apart(backend: Store) -> None:
+    chat = backend.chat_store()
+    try:
+        milk = await chat.add_task("alice", "buy milk", "2 litres")
+        bread = await chat.add_task("alice", "bread")
+        theirs = await chat.add_task("bob", "bob's")
+        assert len({milk.id, bread.id, theirs.id}) == 3 and not milk.completed
+        assert [t.title for t in await chat.list_tasks("alice")] == ["buy milk", "bread"]
+        assert await chat.complete_task("bob", milk.id) is None  # not bob's
+        assert await chat.update_task("bob", milk.id, title="mine") is None
+        assert await chat.delete_task("bob", milk.id) is None
+        completed = await chat.complete_task("alice", milk.id)
+        assert completed is not None and completed.completed
+        updated = await chat.update_task("alice", bread.id, title="rye bread")
+        assert updated is not None and (updated.title, updated.description) == ("rye bread", "")
+        assert [t.title for t in await chat.list_tasks("alice", "completed")] == ["buy milk"]
+        assert [t.title for t in await chat.list_tasks("alice", "pending")] == ["rye bread"]
+        deleted = await chat.delete_task("alice", bread.id)
+        assert deleted is not None and deleted.title == "rye bread"
+        assert [t.title for t in await chat.list_tasks("alice")] == ["buy milk"]
+        assert [t.title for t in await chat.list_tasks("bob")] == ["bob's"]
+    finally:
+        await chat.aclose()
+
+
+async def test_conversations_keep_their_turns_and_confirmations(backend: Store) -> None:
+    chat = backend.chat_store()
+    try:
+        await chat.open_conversation("alice", "c1", create=True)
+        await chat.open_conversation("alice", "c1", create=True)  # again: still hers
+        with pytest.raises(ConversationNotFound) as refused:
+            await chat.open_conversation("bob", "c1", create=True)
+        assert refused.value.field == "conversation_id"
+        with pytest.raises(ConversationNotFound):
+            await chat.open_conversation("alice", "nope", create=False)
+        pending = StoredPending(tool_name="delete_task", parameters={"task_id": 1}, title="x", expires_at=9e9)
+        for n in range(3):
+            turn = [StoredMessage(role="user", content=f"q{n}", created_at=float(n)),
+                    StoredMessage(role="assistant", content=f"a{n}", created_at=float(n),
+                                  tool_calls=[{"tool_name": "t", "n": n}])]  # fmt: skip
+            await chat.save_turn("alice", "c1", turn, pending if n == 2 else None)
+        history = await chat.load_history("alice", "c1", 3)
+        assert [m.content for m in history] == ["a1", "q2", "a2"]  # the last three, oldest first
+        assert history[-1].tool_calls == [{"tool_name": "t", "n": 2}]
+        assert await chat.load_history("bob", "c1", 10) == []
+        with pytest.raises(ConversationNotFound):
+            await chat.save_turn("bob", "c1", [], None)
+        assert await chat.load_pending("alice", "c1") == pending
+        assert await chat.load_pending("bob", "c1") is None
+        taken = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+
+                async def take() -> None:
+                    taken.append(await chat.take_pending("alice", "c1", pending))
+
+                tg.start_soon(take)
+        assert sorted(taken) == [False, False, False, True]  # exactly one taker
+        assert await chat.load_pending("alice", "c1") is None
+        assert await chat.hold_conversation("c1", "me", 30.0)
+        await chat.let_go_conversation("c1", "me")
+    finally:
+        await chat.aclose()

@@ -26,12 +26,11 @@ from greenroom.chat import (
     AgentRunner,
     LLMAgentEngine,
     MCPToolExecutor,
-    SQLiteChatStore,
     ToolResult,
     task_server,
 )
 from greenroom.chat import _replies as replies
-from greenroom.embedded import read_events
+from greenroom.embedded import SQLiteChatStore, read_events
 from greenroom.llm import ChatModel, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
 from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall
 from greenroom.store import StoredMessage
@@ -774,7 +773,7 @@ def run_greenroom(*args: str, stdin: str = "") -> Any:
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "greenroom", *args], input=stdin, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "greenroom", *args], input=stdin, capture_output=True, text=True, timeout=100
     )
 
 

@@ -26,7 +26,7 @@ def greenroom(*args: str, data_dir: Path, **kwargs: object) -> subprocess.Comple
         [sys.executable, "-m", "greenroom", *args, "--data-dir", str(data_dir)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=100,
         env=_env(data_dir),
         **kwargs,  # type: ignore[call-overload]
     )
@@ -325,7 +325,7 @@ def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> 
         done = subprocess.run(
             [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--until-idle", "--quiet",
              "--data-dir", str(data_dir)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=100,
             env={**_env(data_dir), "GREENROOM_TEST_KEY": "sk-test-secret"},
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -590,7 +590,7 @@ def test_a_full_disk_stops_the_daemon_with_one_line_and_loses_nothing(tmp_path: 
     full = subprocess.run(
         [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--seed-example", "100",
          "--until-idle", "--quiet"],
-        capture_output=True, text=True, timeout=120, env=_env(data_dir), preexec_fn=small_files,
+        capture_output=True, text=True, timeout=100, env=_env(data_dir), preexec_fn=small_files,
     )  # fmt: skip
     assert full.returncode == 1, full.stderr
     assert "Traceback" not in full.stderr

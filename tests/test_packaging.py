@@ -16,7 +16,7 @@ def test_the_sdist_holds_the_package_tests_and_docs_only(tmp_path: Path) -> None
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=100,
     )
     assert done.returncode == 0, done.stderr
     (archive,) = tmp_path.glob("greenroom-*.tar.gz")

@@ -203,7 +203,7 @@ def run_greenroom(*args: str) -> Any:
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "greenroom", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "greenroom", *args], capture_output=True, text=True, timeout=100
     )
 
 

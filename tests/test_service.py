@@ -320,3 +320,14 @@ def test_a_short_soak_loses_nothing_and_answers_no_5xx(backend: str) -> None:
     assert figures["tasks_acknowledged"] > 0 and figures["events_seen"] > 0
     assert figures["requests"]["chat"] > 0 and figures["requests"]["tasks"] > 0
     assert soak.ok(figures), soak.format_table(figures)
+
+
+def test_a_store_out_of_reach_is_503_and_a_taken_id_409() -> None:
+    from greenroom._errors import StoreUnavailable
+    from greenroom.service._app import _as_api_error
+    from greenroom.store import DuplicateTask
+
+    away = _as_api_error(StoreUnavailable("PostgreSQL at postgresql://u:***@h/d: connection refused"))
+    assert (away.status, away.code) == (503, "unavailable") and "try again" in str(away)
+    taken = _as_api_error(DuplicateTask("t1"))
+    assert (taken.status, taken.code, taken.field, taken.value) == (409, "conflict", "id", "t1")

@@ -8,7 +8,6 @@ default, or any MCP server by URL or command. The user's tasks and conversations
 :class:`ChatStore` (``greenroom.store``; ``Store.chat_store()`` of the daemon's backend).
 """
 
-from ..embedded import CHAT_DB, SQLiteChatStore
 from ..store import ChatStore, ConversationNotFound, TaskRow
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
@@ -29,7 +28,6 @@ from ._types import (
 )
 
 __all__ = [
-    "CHAT_DB",
     "CHAT_DECISION",
     "CHAT_TOOL",
     "CONSTITUTION",
@@ -51,7 +49,6 @@ __all__ = [
     "MCPToolExecutor",
     "MessageHistory",
     "PendingAction",
-    "SQLiteChatStore",
     "TaskRow",
     "ToolCall",
     "ToolCallRecord",

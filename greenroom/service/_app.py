@@ -42,7 +42,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import _tracing
-from .._errors import MISSING, InvalidInput, shown
+from .._errors import MISSING, InvalidInput, StoreUnavailable, shown
 from ..actors import ActorRef, ActorStopped
 from ..messages import AgentTask, Cancel, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._tokens import Principal, Scope, TokenStore
@@ -117,6 +117,8 @@ def _as_api_error(error: Exception) -> ApiError:
         return ApiError(504, "timeout", str(error) or "the request took too long and was stopped")
     if isinstance(error, ActorStopped):
         return ApiError(503, "stopping", "the daemon is stopping; try again once it is back")
+    if isinstance(error, StoreUnavailable):
+        return ApiError(503, "unavailable", f"the store is out of reach; try again ({error})")
     return ApiError(500, "internal", "greenroom failed to answer (a bug: see the daemon's log)")
 
 

@@ -8,7 +8,7 @@ greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show 
 greenroom tasks cancel ID [--reason TEXT]                  greenroom status [--json]    greenroom stop
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
 greenroom tokens add --user U --scope chat|tasks|admin     greenroom tokens list | revoke ID
-greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M]
+greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M] [--store URL]
                [--max-tokens N] [--temperature T] [--context-window N] [--backend B]
 greenroom mcp serve                                         (the task tools, MCP over stdio)
 greenroom pipeline run (PIPELINE.toml | --example) (--input TEXT ... | --inputs FILE) [--json]
@@ -225,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
         "--context-window", type=_count(16, 100_000_000), help="the model's context window in tokens"
     )
     chat.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    store(chat, "the tasks and conversations in this PostgreSQL database")
 
     mcp = commands.add_parser("mcp", help="serve the task tools to MCP clients")
     mcp_commands = mcp.add_subparsers(dest="action", metavar="ACTION")
@@ -232,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     data_dir(serve)
     serve.add_argument("--http", metavar="HOST:PORT", help="serve over streamable HTTP at /mcp instead")
     serve.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    store(serve, "the tasks in this PostgreSQL database")
 
     pipeline = commands.add_parser("pipeline", help="run inputs through a configured pipeline of stages")
     pipeline_commands = pipeline.add_subparsers(dest="action", metavar="ACTION")
@@ -244,6 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     prun.add_argument("--input", action="append", dest="inputs", metavar="TEXT", help="repeatable")
     prun.add_argument("--inputs", dest="inputs_file", metavar="FILE", help="one input per line")
     prun.add_argument("--json", action="store_true", help="one JSON object per envelope")
+    store(prun, "the events in this PostgreSQL database")
 
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
@@ -477,13 +480,16 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 temperature=args.temperature,
                 context_window=args.context_window,
+                store=args.store,
             ),
             backend=args.backend,
         )
     if args.command == "mcp" and args.action == "serve":
         from .daemon import _chat
 
-        return anyio.run(_chat.serve_mcp, args.data_dir, args.http, backend=args.backend)
+        return anyio.run(
+            lambda: _chat.serve_mcp(args.data_dir, args.http, store=args.store), backend=args.backend
+        )
     if args.command == "pipeline" and args.action == "run":
         from .daemon import _pipeline
 
@@ -495,6 +501,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 inputs_file=args.inputs_file,
                 data_dir=args.data_dir,
                 as_json=args.json,
+                store=args.store,
             )
         )
     if args.command == "bench" and args.suite == "actors":

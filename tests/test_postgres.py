@@ -933,3 +933,25 @@ def test_a_poison_task_on_postgresql_is_failed_and_its_neighbours_are_not_charge
         if t["status"] != "COMPLETED" or t["attempt"] != 1
     ]
     assert "failed 1 task(s) as poison" in done.stderr
+
+
+def test_greenroom_chat_keeps_its_tasks_in_the_shared_database_with_store(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The backend is chosen once for every command: ``greenroom chat --store`` (or
+    ``$GREENROOM_STORE``) talks to the same tasks every daemon on the database serves."""
+    anyio.run(_upgrade, pg_url)
+    said = _cli(
+        "chat", "--data-dir", str(tmp_path), "--user", "alice", "-m", "add buy milk", GREENROOM_STORE=pg_url
+    )
+    assert said.returncode == 0, said.stderr
+    assert "Added 'buy milk'" in said.stdout
+    assert not (tmp_path / "chat.sqlite3").exists()  # nothing went to the files
+
+    async def listed() -> list[str]:
+        from greenroom.postgres import PostgresChatStore
+
+        async with Database(pg_url) as db:
+            return [t.title for t in await PostgresChatStore(db).list_tasks("alice")]
+
+    assert anyio.run(listed) == ["buy milk"]

@@ -12,7 +12,7 @@ import anyio
 from .._errors import InvalidInput
 from ..chat import AgentEngineConfig, ConversationNotFound, open_assistant, task_server
 from ..chat._types import check_id
-from ..embedded import EmbeddedStore
+from ._backend import choose_store
 
 PROMPT = "you> "
 
@@ -67,6 +67,7 @@ async def run_chat(
     max_tokens: int | None = None,
     temperature: float | None = None,
     context_window: int | None = None,
+    store: str | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
     interactive: bool | None = None,
@@ -83,12 +84,14 @@ async def run_chat(
     if temperature is not None:
         settings["temperature"] = temperature
     config = AgentEngineConfig(**settings)
+    backend = choose_store(store, data_dir)
     model = _model(base_url, model_name)
     mcp = _mcp(mcp_url, mcp_command)
     try:
-        async with open_assistant(
-            data_dir, model=model, mcp=mcp, config=config, timeout=timeout
-        ) as assistant:
+        async with (
+            backend,
+            open_assistant(store=backend, model=model, mcp=mcp, config=config, timeout=timeout) as assistant,
+        ):
             if conversation is None:
                 conversation = await assistant.runner.new_conversation(user)
                 print(f"greenroom: new conversation {conversation} (resume it with --conversation)", file=err)
@@ -130,12 +133,14 @@ async def run_chat(
             await model.aclose()
 
 
-async def serve_mcp(data_dir: str | None, http: str | None = None, *, err: TextIO = sys.stderr) -> int:
+async def serve_mcp(
+    data_dir: str | None, http: str | None = None, *, store: str | None = None, err: TextIO = sys.stderr
+) -> int:
     """Serve the task tools until the client closes stdio (or, with ``http``
     ``HOST:PORT``, over streamable HTTP at ``/mcp`` until interrupted). The user id comes
     in each request's ``_meta``; calls without one are refused."""
     address = None if http is None else _address(http)
-    async with EmbeddedStore(data_dir) as backend:
+    async with choose_store(store, data_dir) as backend:
         await _serve_tools(backend.chat_store(), address, err)
     return 0
 

@@ -11,11 +11,11 @@ import msgspec
 
 from .._errors import InvalidInput
 from ..actors import ActorSystem
-from ..embedded import EmbeddedStore
 from ..log import LogActor
 from ..pipeline import PipelineResult, load_pipeline
 from ..pipeline._build import open_pipeline
 from ..pipeline.examples import EXAMPLE
+from ._backend import choose_store
 
 
 def _inputs(inputs: list[str] | None, inputs_file: str | None) -> list[str]:
@@ -57,6 +57,7 @@ async def run_pipeline(
     inputs_file: str | None,
     data_dir: str | None,
     as_json: bool,
+    store: str | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
     if (path is None) == (not example):
@@ -72,8 +73,8 @@ async def run_pipeline(
         )
     results: list[tuple[int, PipelineResult]] = []
     try:
-        async with EmbeddedStore(data_dir) as store, ActorSystem() as system:
-            log = await system.spawn(lambda: LogActor(store.event_store()), name="log")
+        async with choose_store(store, data_dir) as backend, ActorSystem() as system:
+            log = await system.spawn(lambda: LogActor(backend.event_store()), name="log")
             async with (
                 open_pipeline(system, config, model=model, events=log) as pipeline,
                 anyio.create_task_group() as tg,

@@ -183,3 +183,45 @@ def test_a_forked_child_starts_with_no_workers_and_a_free_lock(monkeypatch: pyte
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(_threads._idle) == 1  # the parent's worker is still there
+
+
+_FIRST_USE_IN_THREADS = """
+import sys, threading
+import msgspec
+from greenroom.messages import AgentTask, Event
+
+sys.setswitchinterval(1e-6)  # pass the GIL between threads as often as it can be
+barrier = threading.Barrier(16)
+task = {"id": "t1", "type": "w", "status": "IN_PROGRESS", "owner": "a@n:1", "attempt": 1,
+        "result": {"task_id": "t1", "outcome": "ok"}, "error": {"reason": "r"}, "depends_on": ["t0"]}
+event = {"seq": 1, "ts": 1.0, "type": "TASK_CLAIMED", "payload": {"status": "IN_PROGRESS"}}
+
+def work():
+    barrier.wait()  # every thread's first conversion at once, like a pool's first rows
+    for _ in range(100):
+        msgspec.convert(dict(task), AgentTask)
+        msgspec.convert(dict(event), Event)
+
+threads = [threading.Thread(target=work) for _ in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("ok")
+"""
+
+
+def test_message_types_are_ready_before_many_threads_convert_them_at_once() -> None:
+    """msgspec builds a type's decoding information on first use, not thread-safely: 16
+    threads converting their first ``AgentTask`` at once crashed the process (SIGSEGV) —
+    what killed PostgreSQL daemons whose pool threads converted their first rows together.
+    Importing ``greenroom.messages`` builds every message type's information first."""
+    import subprocess
+    import sys
+
+    for _ in range(5):
+        done = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", _FIRST_USE_IN_THREADS],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-3000:]

@@ -80,7 +80,7 @@ class _Origin(msgspec.Struct):
     origin: tuple[int, int] | None = None
 
 
-_origin_decoder = msgspec.json.Decoder(_Origin)
+_origin_decoder = msgspec.json.Decoder(_Origin)  # built at import: see prepare_types
 
 
 def last_origin(path: Path) -> tuple[int, int] | None:

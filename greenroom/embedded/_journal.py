@@ -32,7 +32,7 @@ from .._files import (
     replace_durably,
     truncate_durably,
 )
-from ..messages import AgentTask, OutboxEvent, RecordError, decode_json
+from ..messages import AgentTask, OutboxEvent, RecordError, decode_json, prepare_types
 from ..store import find_cycle
 from ._outbox import OutboxBatch
 
@@ -79,6 +79,7 @@ class LoadReport(msgspec.Struct):
 
 
 _encoder = msgspec.json.Encoder()
+prepare_types(GraphFile, JournalBatch)  # decoded in worker threads
 
 
 class GraphFiles:

@@ -4,6 +4,8 @@ msgspec Structs only: no behaviour, no I/O. ``RecordError`` (a ``ValueError``) n
 the field and the value when a record from outside does not validate.
 """
 
+import msgspec
+
 from ._chat import (
     ChatMessage,
     ChatReply,
@@ -15,7 +17,7 @@ from ._chat import (
     ToolSpec,
     Usage,
 )
-from ._codec import MISSING, RecordError, convert, decode_json
+from ._codec import MISSING, RecordError, convert, decode_json, prepare_types
 from ._events import (
     AGENT_EVENTS,
     AGENT_RESULT,
@@ -111,4 +113,15 @@ __all__ = [
     "Visibility",
     "convert",
     "decode_json",
+    "prepare_types",
 ]
+
+# every message type, prepared for decoding before any worker thread decodes one (see
+# prepare_types): the stores convert rows and read files in worker threads
+prepare_types(
+    *(
+        value
+        for value in list(globals().values())
+        if isinstance(value, type) and issubclass(value, msgspec.Struct)
+    )
+)

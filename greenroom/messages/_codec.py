@@ -80,3 +80,20 @@ def decode_json(data: bytes | str, kind: type[T], what: str) -> T:
     except msgspec.DecodeError as error:
         raise RecordError(what, "", None, f"is not valid JSON: {error}") from None
     return convert(raw, kind, what)
+
+
+def prepare_types(*kinds: Any) -> None:
+    """Build msgspec's decoding information for ``kinds`` now, on this thread.
+
+    msgspec builds a type's information lazily, the first time the type is converted or
+    decoded, and that build is not thread-safe: it runs Python code (reading the class's
+    annotations), so the GIL can pass to another thread building the same type, and the
+    two corrupt each other (a segmentation fault: daemons on PostgreSQL, whose pool
+    threads convert their first rows to ``AgentTask`` all at once, died this way). Every
+    module whose types worker threads decode prepares them when it is imported, before any
+    thread can. A type msgspec cannot decode is left alone (it would fail anyway)."""
+    for kind in kinds:
+        try:
+            msgspec.json.Decoder(kind)
+        except TypeError:
+            continue

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import msgspec
 
 from .._errors import InvalidInput
+from ..messages import prepare_types
 
 
 class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,3 +128,6 @@ class ChatStore(Protocol):
     async def aclose(self) -> None:
         """Release what the store holds (a pool it was given stays open)."""
         ...
+
+
+prepare_types(TaskRow, StoredMessage, StoredPending)  # read in the stores' worker threads

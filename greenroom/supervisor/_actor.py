@@ -71,12 +71,13 @@ class _GrantLost(msgspec.Struct, frozen=True):
 
 
 class _Told:
-    """The reply of a told request: nothing to answer; a refusal is logged."""
+    """The reply of a told request: nothing to answer; a refusal is logged (``level``)."""
 
-    __slots__ = ("kind",)
+    __slots__ = ("kind", "level")
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, level: int = logging.WARNING) -> None:
         self.kind = kind
+        self.level = level
 
     @property
     def wanted(self) -> bool:
@@ -86,7 +87,7 @@ class _Told:
         pass
 
     def fail(self, error: BaseException) -> None:
-        logger.warning("supervisor: refused a told %s: %s", self.kind, error)
+        logger.log(self.level, "supervisor: refused a told %s: %s", self.kind, error)
 
 
 class _ClaimReply:
@@ -184,7 +185,8 @@ class SupervisorActor(Actor):
             self.runnable(message.types)
         elif kind is _GrantLost:
             release = Release(message.task_id, message.owner, attempt=message.attempt)
-            store.request(release, _Told("hand-back of a lost grant"))
+            # refused only if the attempt ended meanwhile (its lease, a cancel): nothing to hand back
+            store.request(release, _Told("hand-back of a lost grant", logging.INFO))
         elif kind is StopGranting:
             self._stop_granting()
         else:
@@ -255,7 +257,8 @@ class SupervisorActor(Actor):
         assert task.owner is not None
         logger.info("supervisor: %r was granted to %r, who stopped waiting; handed back", task.id, task.owner)
         self.store.request(
-            Release(task.id, task.owner, attempt=task.attempt), _Told("hand-back of an unwanted grant")
+            Release(task.id, task.owner, attempt=task.attempt),
+            _Told("hand-back of an unwanted grant", logging.INFO),
         )
 
     def _hand_back_later(self, task: AgentTask) -> Callable[[], None]:

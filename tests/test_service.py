@@ -176,12 +176,15 @@ async def test_tasks_submit_all_or_none_list_page_show_cancel(tmp_path: Path) ->
         ("GET", "/v1/tasks?after=-1", b"", 400, "after"),
         ("POST", "/v1/tasks/x/cancel", b'{"reason": 7}', 400, "reason"),
         ("GET", "/v1/events?after=abc", b"", 400, "after"),
+        ("GET", "/v1/events?after=" + "9" * 30, b"", 400, "after"),
+        ("POST", "/v1/tasks", b'{"id": "caf\xe9 \xff", "type": "w"}', 400, "body"),  # not UTF-8
+        ("POST", "/v1/chat", b'{"message": "caf\xe9 \xff"}', 400, "body"),
     ],
 )  # fmt: skip
 async def test_bad_input_is_400_naming_the_field(
     tmp_path: Path, method: str, path: str, body: bytes, status: int, field: str
 ) -> None:
-    async with running(tmp_path) as daemon, daemon.http("ops") as http:
+    async with running(tmp_path) as daemon, daemon.http("root") as http:
         await http.post("/v1/tasks", json={"id": "kept", "type": "w"})
         response = await http.request(method, path, content=body)
         assert response.status_code == status, response.text
@@ -189,6 +192,36 @@ async def test_bad_input_is_400_naming_the_field(
         assert error["field"] == field and error["status"] == status and error["message"]
         listed = (await http.get("/v1/tasks")).json()["tasks"]
         assert [t["id"] for t in listed] == ["kept"] and listed[0]["status"] == "PENDING"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/nope", 404, "not_found"),
+        ("GET", "/v1/tasks/..%2F..%2Fx/cancel/more", 404, "not_found"),
+        ("GET", "/", 404, "not_found"),
+        ("DELETE", "/v1/tasks", 405, "method_not_allowed"),
+        ("PUT", "/v1/stop", 405, "method_not_allowed"),
+    ],
+)
+async def test_every_answer_has_the_one_error_shape_even_with_no_route(
+    tmp_path: Path, method: str, path: str, status: int, code: str
+) -> None:
+    async with running(tmp_path) as daemon, daemon.http("ops") as http:
+        response = await http.request(method, path)
+    assert response.status_code == status and response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert (error["status"], error["code"]) == (status, code) and error["message"]
+    if status == 405:
+        assert response.headers["allow"]  # the methods the path takes
+
+
+async def test_a_last_event_id_is_range_checked_like_after(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon, daemon.http("ops") as http:
+        huge = await http.get("/v1/events", params={"follow": "0"}, headers={"Last-Event-ID": "1" + "0" * 30})
+        odd = await http.get("/v1/events", params={"follow": "0"}, headers={"Last-Event-ID": "-5"})
+    for response in (huge, odd):
+        assert response.status_code == 400 and response.json()["error"]["field"] == "Last-Event-ID"
 
 
 async def test_a_body_above_the_limit_is_413_before_it_is_read(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import anyio
 import msgspec
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -50,6 +51,8 @@ from ._tokens import Principal, Scope, TokenStore
 logger = logging.getLogger("greenroom.service")
 
 MAX_PAGE = 1000
+MAX_SEQ = 2**62
+"""The largest sequence number a reader may resume after (``?after=``, ``Last-Event-ID``)."""
 
 
 @dataclass
@@ -210,6 +213,10 @@ async def _body(request: Request, parts: ServiceParts, *, required: bool = True)
         return msgspec.json.decode(data)
     except msgspec.DecodeError as error:
         raise ApiError(400, "invalid_input", f"the body is not valid JSON: {error}", field="body") from None
+    except UnicodeDecodeError as error:  # bytes inside a JSON string that are not UTF-8
+        raise ApiError(
+            400, "invalid_input", f"the body is not valid UTF-8 (byte {error.start})", field="body"
+        ) from None
     except RecursionError:
         raise ApiError(400, "invalid_input", "the body is nested too deeply", field="body") from None
 
@@ -293,11 +300,11 @@ def create_app(parts: ServiceParts) -> Starlette:
 
     async def events(request: Request, principal: Principal | None) -> Response:
         last_id = request.headers.get("last-event-id")
-        after = _query_int(request, "after", 0, 0, 2**62)
+        after = _query_int(request, "after", 0, 0, MAX_SEQ)
         if last_id is not None:
-            if not last_id.isdigit():
-                raise ApiError(400, "invalid_input", "Last-Event-ID must be a sequence number",
-                               field="Last-Event-ID", value=last_id)  # fmt: skip
+            if not (last_id.isascii() and last_id.isdigit()) or int(last_id) > MAX_SEQ:
+                wanted = f"Last-Event-ID must be a sequence number from 0 to {MAX_SEQ}"
+                raise ApiError(400, "invalid_input", wanted, field="Last-Event-ID", value=last_id)
             after = max(after, int(last_id))
         follow = request.query_params.get("follow", "1") not in ("0", "false", "no")
         last = _query_int(request, "last", -1, 0, 10_000_000) if "last" in request.query_params else None
@@ -387,7 +394,23 @@ def create_app(parts: ServiceParts) -> Starlette:
     def route(path: str, scope: Scope | None, handler: Handler, method: str = "GET") -> Route:
         return Route(path, _endpoint(parts, scope, handler, f"{method} {path}"), methods=[method])
 
+    async def no_route(request: Request, error: Exception) -> Response:
+        """A path no route has (404), or a method it does not take (405): the one shape."""
+        assert isinstance(error, HTTPException)
+        status = error.status_code
+        if status == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+            response = error_response(ApiError(405, "method_not_allowed", message))
+        elif status == 404:
+            response = error_response(ApiError(404, "not_found", f"no endpoint {request.url.path}"))
+        else:
+            response = error_response(ApiError(status, "http_error", str(error.detail)))
+        for name, value in (error.headers or {}).items():
+            response.headers[name] = value  # Allow: the methods a path takes
+        return response
+
     return Starlette(
+        exception_handlers={HTTPException: no_route},
         routes=[
             route("/v1/health", None, health),
             route("/v1/status", "tasks", status),
@@ -400,7 +423,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/chat/conversations/{conversation_id}", "chat", conversation),
             route("/v1/chat/tasks", "chat", chat_tasks),
             route("/v1/stop", "admin", stop, "POST"),
-        ]
+        ],
     )
 
 

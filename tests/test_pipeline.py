@@ -3,13 +3,16 @@ resume without re-running effects, crashes that fail the envelope, many in fligh
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio
 import pytest
+from _support import eventually
 
 from greenroom import ActorSystem
 from greenroom._errors import InvalidInput
+from greenroom.actors import ActorStopped
 from greenroom.pipeline import (
     Agent,
     AgentConfig,
@@ -109,7 +112,7 @@ async def test_a_stage_error_ends_the_envelope_with_the_reason() -> None:
     assert "unknown outcome 'maybe'" in (result.error or "")
 
 
-async def test_a_crashing_stage_fails_its_envelope_and_is_restarted() -> None:
+async def test_a_stage_that_raises_fails_that_envelope_and_keeps_serving() -> None:
     crashes = {"n": 0}
 
     async with ActorSystem() as system:
@@ -123,7 +126,7 @@ async def test_a_crashing_stage_fails_its_envelope_and_is_restarted() -> None:
                 raise RuntimeError("a bug in a hook")
             return env
 
-        # a hook that raises inside the stage actor but outside the agent's own handling
+        # a bug inside the stage actor but outside the agent's own handling
         real_step = type(original)._step
 
         async def step(self: Any, hop: Any) -> None:
@@ -132,14 +135,96 @@ async def test_a_crashing_stage_fails_its_envelope_and_is_restarted() -> None:
 
         type(original)._step = step  # type: ignore[method-assign]
         try:
-            with pytest.raises(
-                PipelineError, match="stage 'executor' crashed: RuntimeError: a bug in a hook"
-            ):
+            with pytest.raises(PipelineError, match="stage 'executor' failed: RuntimeError: a bug in a hook"):
                 await pipeline.run("first")
-            result = await pipeline.run("second")  # the restarted stage takes the next envelope
+            result = await pipeline.run("second")  # the same stage takes the next envelope
         finally:
             type(original)._step = real_step  # type: ignore[method-assign]
+        assert pipeline.stages["executor"]._cell.actor is original  # not even restarted
     assert result.outcome is AgentOutcome.SUCCESS
+
+
+async def test_hooks_that_raise_or_return_none_fail_only_their_envelopes() -> None:
+    """A hook raising, a hook returning ``None`` after changing the envelope (natural in
+    Python): many envelopes within seconds fail or pass one by one, every ``run`` ends,
+    and the stages keep serving (once, four such within 5 s stopped the stage for good
+    and one caller waited forever)."""
+    seen: list[int] = []
+
+    def critic_hook(env: Envelope) -> None:  # changes the envelope in place, returns None
+        env.metadata["checked"] = True
+
+    def planner_hook(env: Envelope) -> Envelope:
+        n = int(env.raw_input)
+        seen.append(n)
+        if n % 2:
+            raise ValueError(f"odd input {n}")
+        return env
+
+    async with ActorSystem() as system:
+        stages = agents(lambda env: {"verdict": "ok"})
+        stages["planner"].pre_process = planner_hook
+        stages["critic"].pre_process = critic_hook
+        pipeline = await Pipeline.spawn(system, CONFIG, stages)
+        results: dict[int, Any] = {}
+
+        async def run(n: int) -> None:
+            results[n] = await pipeline.run(str(n))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for n in range(12):
+                    tg.start_soon(run, n)
+        assert all(ref.is_alive for ref in pipeline.stages.values())
+        later = await pipeline.run("100")
+    for n, result in results.items():
+        if n % 2:
+            assert result.outcome is AgentOutcome.ERROR and f"ValueError: odd input {n}" in (
+                result.error or ""
+            )
+        else:
+            assert result.outcome is AgentOutcome.SUCCESS and result.envelope.metadata["checked"] is True
+    assert later.outcome is AgentOutcome.SUCCESS and sorted(seen) == [*range(12), 100]
+
+
+async def test_no_envelope_waits_forever_for_a_stopped_stage() -> None:
+    """An envelope passed to a stopped stage fails at once; envelopes a stage dropped
+    (``stop(now=True)`` drops what waits in its mailbox) fail when the pipeline closes."""
+    holding, release = anyio.Event(), anyio.Event()
+
+    async def slow_critic(env: Envelope) -> dict[str, Any]:
+        holding.set()
+        await release.wait()
+        return {"verdict": "ok"}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
+        await pipeline.stages["critic"].stop()
+        with anyio.fail_after(10), pytest.raises(PipelineError, match="stage 'critic' is stopped"):
+            await pipeline.run("x")
+        await pipeline.aclose()
+
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
+        critic = pipeline.stages["critic"]
+        outcomes: list[Any] = []
+
+        async def run(text: str) -> None:
+            try:
+                outcomes.append(await pipeline.run(text))
+            except ActorStopped as stopped:
+                outcomes.append(stopped)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for text in ("a", "b", "c"):
+                    tg.start_soon(run, text)
+                await holding.wait()  # the critic holds one envelope ...
+                await eventually(lambda: critic.queued == 2)  # ... and two wait for it
+                tg.start_soon(partial(critic.stop, now=True))  # they are dropped
+                await eventually(lambda: not critic._cell.accepting)  # the stop is requested
+                release.set()  # the held one finishes; the stage stops
+                await pipeline.aclose()
+    assert sorted(type(o).__name__ for o in outcomes) == ["ActorStopped", "ActorStopped", "PipelineResult"]
 
 
 async def test_many_envelopes_are_in_flight_and_the_stages_overlap() -> None:
@@ -235,6 +320,14 @@ def test_a_bad_pipeline_file_or_no_input_is_one_line(tmp_path: Any) -> None:
     assert "Traceback" not in done.stderr
     empty = run_greenroom("pipeline", "run", "--example", "--data-dir", str(tmp_path))
     assert empty.returncode == 1 and "give --input TEXT" in empty.stderr
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_bytes(b"fine\ncaf\xe9 \xff\n")  # line 2 is not UTF-8: bad input, not a bug
+    garbled = run_greenroom(
+        "pipeline", "run", "--example", "--inputs", str(inputs), "--data-dir", str(tmp_path)
+    )
+    assert garbled.returncode == 1, garbled.stderr
+    assert f"--inputs {str(inputs)!r}, line 2: not valid UTF-8 (byte 4)" in garbled.stderr
+    assert "Traceback" not in garbled.stderr and "bug" not in garbled.stderr
 
 
 async def test_an_llm_stage_without_a_model_or_mock_is_refused(tmp_path: Any) -> None:

@@ -38,7 +38,10 @@ from greenroom.pipeline import (
 
 
 def test_outcomes_say_what_they_mean() -> None:
-    assert {o for o in AgentOutcome if o.is_terminal()} == {AgentOutcome.ERROR, AgentOutcome.TERMINATE}
+    # clarify and confirm end a run too (spec 004); resuming is a new run: pauses() tells them apart
+    assert {o for o in AgentOutcome if o.is_terminal()} == {
+        AgentOutcome.ERROR, AgentOutcome.TERMINATE, AgentOutcome.CLARIFY, AgentOutcome.CONFIRM
+    }  # fmt: skip
     assert {o for o in AgentOutcome if o.requires_loop()} == {AgentOutcome.LOOP_BACK, AgentOutcome.REPLAN}
     assert AgentOutcome.SUCCESS.is_success() and not AgentOutcome.ERROR.is_success()
     assert {o for o in AgentOutcome if o.pauses()} == {AgentOutcome.CLARIFY, AgentOutcome.CONFIRM}
@@ -86,6 +89,20 @@ def test_legacy_results_are_normalized() -> None:
         normalize_tool_result(5)
 
 
+def test_a_legacy_result_keeps_what_it_says() -> None:
+    listed = normalize_tool_result({"status": "success", "data": [1, 2]})  # data that is not an object
+    assert listed == StandardToolResult.success({"value": [1, 2]})
+    no_status = normalize_tool_result({"error": "quota exceeded"})  # an error without a status
+    assert no_status.status is ToolStatus.ERROR and no_status.error is not None
+    assert no_status.error.message == "quota exceeded"
+    for word, status in (("ok", ToolStatus.SUCCESS), ("completed", ToolStatus.SUCCESS),
+                         ("failed", ToolStatus.ERROR), ("FAILURE", ToolStatus.ERROR)):  # fmt: skip
+        assert normalize_tool_result({"status": word, "error": "e"}).status is status
+    assert ToolStatus.from_string("done") is ToolStatus.SUCCESS
+    with pytest.raises(InvalidInput, match="got 'maybe'"):
+        normalize_tool_result({"status": "maybe"})
+
+
 # -- config ------------------------------------------------------------------------------------
 
 
@@ -119,6 +136,32 @@ def test_a_bad_pipeline_file_is_refused_naming_the_problem(tmp_path: Path, text:
     path.write_text(text)
     with pytest.raises(InvalidInput, match=message.replace("[", "\\[").replace("]", "\\]")):
         load_pipeline(path)
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "value"),
+    [
+        (lambda: AgentConfig(name="Bad Name!"), "name", "Bad Name!"),
+        (lambda: AgentConfig(name="a", stage_order=-5), "stage_order", -5),
+        (lambda: AgentConfig(name="a", temperature=9.0), "temperature", 9.0),
+        (lambda: AgentConfig(name="a", default_next="Not A Stage"), "default_next", "Not A Stage"),
+        (lambda: PipelineConfig(stages=(AgentConfig(name="a"),), max_hops=-3), "max_hops", -3),
+        (lambda: PipelineConfig(stages=(AgentConfig(name="a"),), max_hops=0), "max_hops", 0),
+        (lambda: RoutingRule("Bad", "x", "a"), "condition", "Bad"),
+    ],
+)
+def test_configs_built_in_python_are_checked_like_files(build: Any, field: str, value: Any) -> None:
+    """The README builds pipelines in Python: the constructors refuse what the TOML
+    loader refuses, naming the field and the value."""
+    with pytest.raises(InvalidInput) as refused:
+        build()
+    assert (refused.value.field, refused.value.value) == (field, value)
+
+
+def test_a_stage_may_have_an_llm_and_tools() -> None:
+    """Spec 004 ranks the modes (mock, then LLM, then tools): both flags are allowed."""
+    both = AgentConfig(name="both", has_llm=True, has_tools=True, allowed_tools=("read",))
+    assert both.has_llm and both.has_tools
 
 
 def test_an_agent_refuses_a_missing_model_or_tool_executor() -> None:

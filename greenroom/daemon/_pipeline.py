@@ -22,14 +22,24 @@ def _inputs(inputs: list[str] | None, inputs_file: str | None) -> list[str]:
     texts = list(inputs or [])
     if inputs_file is not None:
         try:
-            lines = Path(inputs_file).read_text(encoding="utf-8").splitlines()
+            data = Path(inputs_file).read_bytes()
         except OSError as error:
             raise InvalidInput(
                 f"cannot read --inputs {inputs_file!r}: {error.strerror or error}",
                 field="--inputs",
                 value=inputs_file,
             ) from None
-        texts += [line.strip() for line in lines if line.strip()]
+        for number, raw in enumerate(data.splitlines(), 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as error:
+                raise InvalidInput(
+                    f"--inputs {inputs_file!r}, line {number}: not valid UTF-8 (byte {error.start + 1})",
+                    field="--inputs",
+                    value=inputs_file,
+                ) from None
+            if line:
+                texts.append(line)
     if not texts:
         raise InvalidInput("give --input TEXT (repeatable) or --inputs FILE", field="--input", value=None)
     return texts

@@ -4,7 +4,8 @@
 start (``hop_count`` + 1, an ``AGENT_STARTED`` event), the pre-process hook, the main
 processing, the required-output check, the output set in the envelope, the
 post-process hook, routing, and the completion record (an ``AGENT_COMPLETED`` event with
-status, duration and error). A stage with ``has_policies`` also holds its output to the
+status, duration and error). A hook may return the envelope or ``None`` (the envelope as
+it changed it in place). A stage with ``has_policies`` also holds its output to the
 visibility policy: an output that tries to surface text to the user (only the narrator
 may) fails the stage. Processing modes, in the spec's priority: the mock handler
 (``use_mock``), then the LLM (``has_llm``), then tools (``has_tools``), then the service
@@ -137,7 +138,7 @@ class Agent:
             )
         try:
             if self.pre_process is not None:
-                env = await _maybe_await(self.pre_process(env))
+                env = self._hooked(env, await _maybe_await(self.pre_process(env)), "pre_process")
             output = await self._main(env)
             if not isinstance(output, dict):
                 raise StageFailed(self.name, f"its output must be an object, got {type(output).__name__}")
@@ -150,7 +151,7 @@ class Agent:
                     raise StageFailed(self.name, f"output tries to reach the user ({flag})", field=flag)
             env.set_output(config.key, output)
             if self.post_process is not None:
-                env = await _maybe_await(self.post_process(env, output))
+                env = self._hooked(env, await _maybe_await(self.post_process(env, output)), "post_process")
             env.outcome, env.next_stage, env.question = self._route(output)
         except anyio.get_cancelled_exc_class():
             raise
@@ -171,6 +172,19 @@ class Agent:
         env.history.append(StageRecord(self.name, env.outcome.value, duration, None, summary))
         await self._completed(env, env.outcome.value, duration, None)
         return env
+
+    def _hooked(self, env: Envelope, returned: Any, hook: str) -> Envelope:
+        """What a hook hands on: the envelope it returned, or — returning ``None``, as a
+        function that changes its argument in place does — the envelope as it changed it."""
+        if returned is None:
+            return env
+        if not isinstance(returned, Envelope):
+            raise StageFailed(
+                self.name,
+                f"{hook} must return the envelope or None, got {type(returned).__name__}",
+                field=hook,
+            )
+        return returned
 
     # -- the processing modes ---------------------------------------------------------------
 

@@ -11,6 +11,7 @@ else ``default_next`` (``None``: the pipeline ends there).
 
 from __future__ import annotations
 
+import contextvars
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,10 +25,30 @@ Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
 """A stage, field or tool name: lowercase letters, digits, '_' or '-', 1-64 characters."""
 
 
+_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("checking", default=False)
+
+
+def _check_fields(record: msgspec.Struct, what: str) -> None:
+    """Hold a config built in Python to the same constraints as one read from a file
+    (msgspec checks ``Meta`` constraints only when it decodes or converts): round-trip it
+    through ``convert``, so a bad field is a ``RecordError`` naming it and its value. The
+    records it contains are checked by that same conversion."""
+    if _CHECKING.get():
+        return
+    token = _CHECKING.set(True)
+    try:
+        convert(msgspec.to_builtins(record), type(record), what)
+    finally:
+        _CHECKING.reset(token)
+
+
 class RoutingRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     condition: Name
     value: Any
     target: Name
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "routing rule")
 
 
 class AgentConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -49,12 +70,9 @@ class AgentConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
 
     def __post_init__(self) -> None:
-        if self.has_llm and self.has_tools:
-            raise InvalidInput(
-                f"stage {self.name!r}: has_llm and has_tools are exclusive (one processing mode per stage)",
-                field="has_tools",
-                value=True,
-            )
+        _check_fields(self, "stage config")
+        # has_llm and has_tools together are allowed: the LLM comes first (spec 004's
+        # priority table), the tools are for a stage whose model is mocked or absent
         if self.has_tools and not self.allowed_tools:
             raise InvalidInput(
                 f"stage {self.name!r}: has_tools needs allowed_tools", field="allowed_tools", value=[]
@@ -102,6 +120,7 @@ class PipelineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     model: ModelConfig | None = None
 
     def __post_init__(self) -> None:
+        _check_fields(self, "pipeline config")
         if not self.stages:
             raise InvalidInput("a pipeline needs at least one stage", field="stages", value=[])
         names = [stage.name for stage in self.stages]

@@ -31,8 +31,15 @@ class AgentOutcome(enum.Enum):
     PARTIAL = "partial"
 
     def is_terminal(self) -> bool:
-        """Ends the pipeline for this envelope (an error or an explicit terminate)."""
-        return self in (AgentOutcome.ERROR, AgentOutcome.TERMINATE)
+        """Ends this run of the pipeline for the envelope: an error, an explicit terminate,
+        or a question to the caller (``clarify``, ``confirm``: resuming is a new run;
+        :meth:`pauses` tells those apart)."""
+        return self in (
+            AgentOutcome.ERROR,
+            AgentOutcome.TERMINATE,
+            AgentOutcome.CLARIFY,
+            AgentOutcome.CONFIRM,
+        )
 
     def is_success(self) -> bool:
         return self in (AgentOutcome.SUCCESS, AgentOutcome.SKIP, AgentOutcome.PARTIAL)
@@ -52,15 +59,22 @@ class ToolStatus(enum.Enum):
 
     @classmethod
     def from_string(cls, value: Any) -> ToolStatus:
-        """Parse a status, case-insensitively; ``InvalidInput`` names the value."""
+        """Parse a status, case-insensitively, with the words legacy tools use for the two
+        (``ok``, ``completed``, ``done``; ``failed``, ``failure``); ``InvalidInput`` names
+        any other value."""
         if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
+            found = _STATUS_WORDS.get(value.strip().lower())
+            if found is not None:
+                return cls(found)
         raise InvalidInput(
             f"tool status must be 'success' or 'error' (got {shown(value)})", field="status", value=value
         )
+
+
+_STATUS_WORDS = {
+    **dict.fromkeys(("success", "succeeded", "ok", "completed", "complete", "done"), "success"),
+    **dict.fromkeys(("error", "failed", "failure", "fail"), "error"),
+}
 
 
 class IdempotencyClass(enum.Enum):
@@ -179,10 +193,11 @@ class ToolResultData:
 
 
 def normalize_tool_result(result: Any) -> StandardToolResult:
-    """Any legacy result as a ``StandardToolResult``: one already is; a dict with a
-    ``status`` is read as one (``error`` as a message or details); any other dict is a
-    success's data; an exception is a failure; ``None`` an empty success. Anything else
-    is ``InvalidInput``."""
+    """Any legacy result as a ``StandardToolResult``, keeping what it says: one already is;
+    a dict with a ``status`` is read as one (``error`` as a message or details; data that
+    is not an object kept as ``{"value": data}``); a dict with an ``error`` and no status
+    is a failure; any other dict is a success's data; an exception is a failure; ``None``
+    an empty success. Anything else is ``InvalidInput``."""
     if isinstance(result, StandardToolResult):
         return result
     if result is None:
@@ -190,11 +205,12 @@ def normalize_tool_result(result: Any) -> StandardToolResult:
     if isinstance(result, BaseException):
         return StandardToolResult.failure(ToolErrorDetails.from_exception(result))
     if isinstance(result, dict):
-        if "status" not in result:
+        if "status" not in result and result.get("error") in (None, False, ""):
             return StandardToolResult.success(result)
-        status = ToolStatus.from_string(result["status"])
+        status = ToolStatus.from_string(result["status"]) if "status" in result else ToolStatus.ERROR
         message = result.get("message") if isinstance(result.get("message"), str) else None
-        data = result.get("data") if isinstance(result.get("data"), dict) else {}
+        raw_data = result.get("data")
+        data = raw_data if isinstance(raw_data, dict) else ({} if raw_data is None else {"value": raw_data})
         if status is ToolStatus.SUCCESS:
             return StandardToolResult.success(data, message)
         error = result.get("error")

@@ -12,13 +12,16 @@ and resumes with :meth:`Pipeline.resume`), or when it would exceed ``max_hops``
 continues at the stage that paused it; a non-idempotent tool step that already ran is
 never run again.
 
-A stage actor that crashes fails the envelope it held with a clear error (never lost)
-and is restarted by its supervisor. Messages sent to a stopped pipeline fail with
-``ActorStopped``.
+A failure while a stage holds an envelope — a stage failing (``ERROR``), or a bug in a
+hook or a stage raising anything — fails that envelope only, with a clear error; the
+stage keeps serving the next one. No caller waits forever: an envelope passed to a stage
+that is stopped fails at once, and :meth:`Pipeline.aclose` fails every envelope still in
+flight (``ActorStopped``). Messages sent to a stopped pipeline fail with ``ActorStopped``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +32,12 @@ from ._config import PipelineConfig
 from ._contracts import AgentOutcome
 from ._envelope import Envelope
 
+logger = logging.getLogger("greenroom.pipeline")
+
 
 class PipelineError(GreenroomError):
-    """A stage actor crashed while it held the envelope (a bug in a hook or a stage)."""
+    """An envelope could not go on: a stage raised while it held it (a bug in a hook or a
+    stage), or the stage it was passed to is stopped."""
 
 
 @dataclass(slots=True)
@@ -81,16 +87,20 @@ class StageActor(Actor):
             hop = _Hop(message, reply)
         else:
             raise TypeError(f"StageActor does not handle {type(message).__name__} messages")
+        in_flight = self.pipeline._in_flight
+        in_flight[hop.reply] = None
         try:
             await self._step(hop)
-        except BaseException as error:
-            if isinstance(error, Exception):
-                hop.reply.fail(
-                    PipelineError(f"stage {self.agent.name!r} crashed: {type(error).__name__}: {error}")
-                )
-            else:
-                hop.reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
+        except Exception as error:  # the envelope's failure, not the stage's: it serves the next one
+            logger.error("pipeline: stage %r failed on an envelope", self.agent.name, exc_info=error)
+            failed = f"stage {self.agent.name!r} failed: {type(error).__name__}: {error}"
+            hop.reply.fail(PipelineError(failed))
+        except BaseException:
+            hop.reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
             raise
+        finally:
+            if not hop.reply.wanted:
+                in_flight.pop(hop.reply, None)
         return None
 
     async def _step(self, hop: _Hop) -> None:
@@ -125,7 +135,10 @@ class StageActor(Actor):
             )
             return
         hop.envelope = env
-        await pipeline.stages[env.next_stage].send(hop)  # the same hop: no allocation per stage
+        try:
+            await pipeline.stages[env.next_stage].send(hop)  # the same hop: no allocation per stage
+        except ActorStopped:
+            hop.reply.fail(PipelineError(f"stage {env.next_stage!r} is stopped; the envelope cannot go on"))
 
 
 class InterruptibleStageActor(StageActor):
@@ -150,6 +163,8 @@ class Pipeline:
         self.config = config
         self.stages: dict[str, ActorRef] = {}
         self._first = config.first.name
+        self._in_flight: dict[PendingReply, None] = {}
+        """The replies of envelopes on their way (a stage enters them; answered ones leave)."""
 
     @classmethod
     async def spawn(
@@ -215,5 +230,13 @@ class Pipeline:
         return result
 
     async def aclose(self) -> None:
-        for ref in self.stages.values():
-            await ref.stop()
+        """Stop the stages (each handles what it had accepted), then fail any envelope
+        still on its way (``ActorStopped``: its caller never waits forever)."""
+        try:
+            for ref in self.stages.values():
+                await ref.stop()
+        finally:
+            waiting, self._in_flight = list(self._in_flight), {}
+            for reply in waiting:
+                if reply.wanted:
+                    reply.fail(ActorStopped(self.stages[self._first], "the pipeline was closed"))

@@ -116,6 +116,42 @@ async def test_greetings_questions_and_off_topic_use_no_tools(tmp_path: Path) ->
     assert not bare.has_tool_calls and bare.response.endswith("?")
 
 
+async def test_every_decision_type_comes_from_what_the_model_means_not_punctuation(
+    tmp_path: Path,
+) -> None:
+    """A greeting that ends in "?" is a reply (RESPOND_ONLY); a question is the model
+    calling ``ask_clarification`` or a tool result that needs one ("which one?")."""
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        said = {}
+        for message in (
+            "hello",
+            "add call mom",
+            "add call dad",
+            "add",
+            "done call",
+            "delete call mom",
+        ):
+            said[message] = (await chat.say("alice", c, message)).response
+        await chat.log.ask(OutboxPosition())
+    decided = [
+        e.payload["decision_type"]
+        for e in read_events(tmp_path / "events.jsonl")
+        if e.type == CHAT_DECISION and e.payload["decision_type"] != "PENDING"
+    ]
+    assert decided == [
+        "RESPOND_ONLY",
+        "INVOKE_TOOL",
+        "INVOKE_TOOL",
+        "ASK_CLARIFICATION",
+        "ASK_CLARIFICATION",
+        "REQUEST_CONFIRMATION",
+    ]
+    assert said["hello"].endswith("?")  # a greeting with a question mark is still a reply
+    assert said["add"] == "What should the task be called?"
+    assert said["done call"].startswith("I found multiple tasks")
+
+
 async def test_delete_asks_first_and_yes_delete_runs_exactly_once(tmp_path: Path) -> None:
     async with open_chat(tmp_path) as chat:
         c = await chat.runner.new_conversation("alice")
@@ -604,6 +640,7 @@ async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: 
         "update_task",
         "complete_task",
         "delete_task",
+        "ask_clarification",
     }
     assert "user_id" not in json.dumps(first["tools"])
     second = server.seen[1].body

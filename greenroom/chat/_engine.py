@@ -12,6 +12,12 @@ texts, with ``error`` set; a failure after tools already ran says first what was
 (so nobody retries an add that happened), then that the rest failed. The decision-log
 event is completed at the end, with the failure's reason when there was one.
 
+The decision type follows what the model means, not the reply's punctuation: text is
+RESPOND_ONLY (a greeting ending in "?" too); a call to the engine's own
+``ask_clarification`` tool, or tool results that need the user to say more ("which
+one?", "more details?") with nothing done, are ASK_CLARIFICATION; tools that ran are
+INVOKE_TOOL; a delete is REQUEST_CONFIRMATION.
+
 The history sent is the last ``include_history_messages`` messages that fit
 ``max_history_tokens`` (estimated, calibrated by the server's counts) and the model's
 context window. A request the server says does not fit its window
@@ -60,6 +66,18 @@ CONFIRMED_TOOLS = frozenset({"delete_task"})
 _encoder = msgspec.json.Encoder()
 
 
+ASK_CLARIFICATION = "ask_clarification"
+ASK_SPEC = ToolSpec(
+    ASK_CLARIFICATION,
+    "Ask the user a question when you cannot tell which task operation they want, or which task.",
+    {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+)
+"""The engine's own tool: the model says it is asking (``ASK_CLARIFICATION``), rather than
+the engine guessing from a reply's punctuation (a greeting ends in "?" too)."""
+_ASKING_CODES = frozenset({"AMBIGUOUS", "INVALID_INPUT"})
+"""Tool results the engine answers with a question of its own ("which one?", "more details")."""
+
+
 def is_confirmation(message: str) -> bool:
     return " ".join(message.lower().split()).strip(" .!") == CONFIRMATION
 
@@ -102,8 +120,10 @@ class LLMAgentEngine:
     def _specs(self) -> tuple[ToolSpec, ...]:
         specs = getattr(self.tools, "tool_specs", None)
         if callable(specs):
-            return tuple(specs())
-        return tuple(ToolSpec(name) for name in self.tools.get_available_tools())
+            offered = tuple(specs())
+        else:
+            offered = tuple(ToolSpec(name) for name in self.tools.get_available_tools())
+        return (*offered, ASK_SPEC)
 
     async def process_message(self, context: DecisionContext) -> AgentDecision:
         """Decide what to do about ``context.message`` (see the module docstring)."""
@@ -235,6 +255,7 @@ class LLMAgentEngine:
         calls = done.calls
         tools_allowed = True
         limit_hit = False
+        asked = False  # a result the engine answers with a question ("which one?")
         for _ in range(config.max_iterations):
             request = ChatRequest(
                 tuple(messages),
@@ -247,6 +268,15 @@ class LLMAgentEngine:
             if not reply.tool_calls or not tools_allowed:
                 if records or limit_hit:
                     text = replies.combine(said, replies.TOO_MANY_CALLS if limit_hit else None)
+                    if asked and not any(r.result.get("success") for r in records):
+                        # every call that ran needs the user to say more: the turn asks
+                        return AgentDecision(
+                            DecisionType.ASK_CLARIFICATION,
+                            tool_calls=calls,
+                            clarification_question=text,
+                            response_text=text,
+                            records=records,
+                        )
                     return AgentDecision(
                         DecisionType.INVOKE_TOOL, tool_calls=calls, response_text=text, records=records
                     )
@@ -256,11 +286,20 @@ class LLMAgentEngine:
                     text = replies.CUT_OFF if reply.finish_reason == "length" else replies.NO_ANSWER
                     return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
                 text = replies.clean_text(reply.text)
-                if text.rstrip().endswith("?"):
-                    return AgentDecision(
-                        DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
-                    )
                 return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+            asking = next((call for call in reply.tool_calls if call.name == ASK_CLARIFICATION), None)
+            if asking is not None:  # the model asks the user: nothing else of this turn runs
+                question = replies.clean_text(str(asking.arguments.get("question") or ""))
+                if question == replies.SYSTEM_ERROR:
+                    question = replies.INVALID.format(what="what you have in mind")
+                text = replies.combine([*said, question]) if said else question
+                return AgentDecision(
+                    DecisionType.ASK_CLARIFICATION,
+                    tool_calls=calls or None,
+                    clarification_question=question,
+                    response_text=text,
+                    records=records,
+                )
             messages.append(ChatMessage("assistant", reply.text, reply.tool_calls))
             for call in reply.tool_calls:
                 if call.arguments_error is not None:  # malformed arguments: ask, do not guess
@@ -295,12 +334,14 @@ class LLMAgentEngine:
                     )
                     calls.append(ToolCall(call.name, _visible(call.arguments)))
                     said.append(replies.for_result(call.name, result))
+                asked = asked or (not result.success and result.error_code in _ASKING_CODES)
                 content = _encoder.encode(msgspec.structs.asdict(result)).decode()
                 messages.append(ChatMessage("tool", content, tool_call_id=call.id))
             if said and not records and not limit_hit:
-                # nothing ran (not found, ambiguous, bad arguments): say so now, not guess on
+                # nothing ran (not found, ambiguous, bad arguments): say so now, not guess on;
+                # "which one?" and "more details?" are the engine asking the user
                 text = replies.combine(said)
-                if text.endswith("?"):
+                if asked:
                     return AgentDecision(
                         DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
                     )

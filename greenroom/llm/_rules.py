@@ -9,8 +9,9 @@ chat path (engine, MCP, store, replies, logs) runs on it with no network:
 - ``done buy milk`` / ``complete buy milk`` / ``finish buy milk``        → ``complete_task``
 - ``delete buy milk`` / ``remove buy milk``                               → ``delete_task``
 - ``rename buy milk to buy oat milk``                                       → ``update_task``
-- a greeting → a greeting; ``add`` with nothing after it → a question; anything else →
-  a polite refusal (it only manages tasks).
+- a greeting → a greeting; ``add`` with nothing after it → a question (a call to
+  ``ask_clarification`` when the request offers it); anything else → a polite refusal
+  (it only manages tasks).
 
 Deterministic: the same request always gets the same reply. Usage is estimated from the
 text (about four characters a token).
@@ -78,6 +79,13 @@ class RuleBasedModel(ClosingModel):
             finish_reason="tool_calls",
         )
 
+    def _ask(self, question: str, names: set[str]) -> ChatReply:
+        """Ask the user: through ``ask_clarification`` when offered (the chat engine's
+        way of knowing a question from a greeting that ends in "?"), else as text."""
+        if "ask_clarification" in names:
+            return self._call("ask_clarification", question=question)
+        return ChatReply(text=question)
+
     def _decide(self, request: ChatRequest) -> ChatReply:
         last: ChatMessage | None = request.messages[-1] if request.messages else None
         if last is None:
@@ -92,13 +100,13 @@ class RuleBasedModel(ClosingModel):
             return self._call("update_task", title=_strip_quotes(match[1]), new_title=_strip_quotes(match[2]))
         if match := _ADD.match(text):
             title = _strip_quotes(match[1])
-            return self._call("add_task", title=title) if title else ChatReply(text=WHICH_TITLE)
+            return self._call("add_task", title=title) if title else self._ask(WHICH_TITLE, names)
         if match := _DELETE.match(text):
             title = _strip_quotes(match[1])
-            return self._call("delete_task", title=title) if title else ChatReply(text=WHICH_TASK)
+            return self._call("delete_task", title=title) if title else self._ask(WHICH_TASK, names)
         if match := _DONE.match(text):
             title = _strip_quotes(match[1])
-            return self._call("complete_task", title=title) if title else ChatReply(text=WHICH_TASK)
+            return self._call("complete_task", title=title) if title else self._ask(WHICH_TASK, names)
         if match := _LIST.match(text):
             rest = match[1].lower()
             status = "pending" if ("pending" in rest or "open" in rest or "to do" in rest) else "all"

@@ -3,6 +3,7 @@ engine, the MCP task tools, the SQLite store and the logs — on asyncio and tri
 
 from __future__ import annotations
 
+import logging
 import random
 import string
 from collections.abc import AsyncIterator, Callable
@@ -520,12 +521,14 @@ async def test_a_crashing_request_actor_is_counted_and_the_caller_gets_a_friendl
         (lambda c: ("alice", c, ""), "message"),
         (lambda c: ("alice", c, "x" * 5000), "message"),
         (lambda c: ("alice", c, "hi\x00there"), "message"),  # no store keeps a NUL as text
-        (lambda c: ("alice", "no-such-conversation", "hi"), "conversation_id"),
         (lambda c: ("bob", c, "hi"), "conversation_id"),  # alice's conversation
     ],
 )
-async def test_bad_requests_are_refused_naming_the_field(
-    tmp_path: Path, build: Callable[[str], tuple[str, str, str]], field: str
+async def test_bad_requests_are_refused_naming_the_field_and_are_no_crash(
+    tmp_path: Path,
+    build: Callable[[str], tuple[str, str, str]],
+    field: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with open_chat(tmp_path) as chat:
         c = await chat.runner.new_conversation("alice")
@@ -536,14 +539,71 @@ async def test_bad_requests_are_refused_naming_the_field(
             await chat.say(user, conversation, message)
         assert refused.value.field == field
         assert await chat.store.load_history("alice", c, 100) == before
+        actor = chat.runner.ref._cell.actor
+        assert actor is not None and actor.crashes == 0  # type: ignore[attr-defined]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_conversation_id_the_caller_names_is_opened_on_first_use(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spec 001's integration: the chat API owns its conversation ids and passes them in;
+    user ids are what identity providers issue."""
+    async with open_chat(tmp_path) as chat:
+        user, thread = "auth0|65f1c2ab", "thread/2026-11-23#7"
+        first = await chat.say(user, thread, "add buy milk")
+        second = await chat.say(user, thread, "show my tasks")
+        email = await chat.say("ann+work@example.com", "f47ac10b-58cc-4372-a567-0e02b2c3d479", "hello")
+        history = await chat.store.load_history(user, thread, 10)
+        with pytest.raises(InvalidInput) as refused:  # the id is now auth0|65f1c2ab's
+            await chat.say("mallory", thread, "show my tasks")
+        actor = chat.runner.ref._cell.actor
+        assert actor is not None and actor.crashes == 0  # type: ignore[attr-defined]
+    assert first.success and second.response == "Here are your tasks:\n1. ☐ buy milk"
+    assert email.success and email.response.startswith("Hi!")
+    assert [m.role for m in history] == ["user", "assistant"] * 2
+    assert refused.value.field == "conversation_id"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_context_takes_the_ids_and_times_a_chat_api_has() -> None:
+    context = AgentContext.from_request(
+        "google-oauth2|1029384756",
+        "conv:42",
+        [
+            {"role": "user", "content": "hi", "timestamp": "2026-11-23T10:00:00Z"},
+            {"role": "assistant", "content": "hello", "timestamp": "2026-11-23T10:00:01.250+01:00"},
+            {"role": "user", "content": "and?", "timestamp": "2026-11-23T10:00:02"},  # no zone: UTC
+        ],
+    )
+    stamps = [m.timestamp for m in context.message_history]
+    assert [s.isoformat() for s in stamps] == [
+        "2026-11-23T10:00:00+00:00",
+        "2026-11-23T10:00:01.250000+01:00",
+        "2026-11-23T10:00:02+00:00",
+    ]
+    assert AgentContext.from_request("Ann Lee", "c", []).user_id == "Ann Lee"
 
 
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (("", "c1", []), "user_id"),
-        (("alice bob", "c1", []), "user_id"),
-        (("alice", "c/1", []), "conversation_id"),
+        (("alice\nbob", "c1", []), "user_id"),
+        ((" alice", "c1", []), "user_id"),
+        (("alice\u200bbob", "c1", []), "user_id"),  # a zero-width space: a format character
+        (("a" * 257, "c1", []), "user_id"),
+        (("alice", "c\x001", []), "conversation_id"),
+        (("alice", "c\u20281", []), "conversation_id"),
+        (("alice", 7, []), "conversation_id"),
+        (
+            ("alice", "c1", [{"role": "user", "content": "x", "timestamp": "yesterday"}]),
+            "messages[0].timestamp",
+        ),
+        (
+            ("alice", "c1", [{"role": "user", "content": "x", "timestamp": 1700000000}]),
+            "messages[0].timestamp",
+        ),
         (("alice", "c1", [{"role": "system", "content": "x"}]), "messages[0].role"),
         (("alice", "c1", [{"role": "user", "content": 5}]), "messages[0].content"),
         (("alice", "c1", ["hello"]), "messages[0]"),
@@ -858,7 +918,7 @@ def test_greenroom_chat_sends_its_max_tokens_and_temperature_to_the_server(tmp_p
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--user", "a b"], "--user must be 1-128 letters"),
+        (["--user", " a"], "--user must not start or end with a space"),
         (["--conversation", "nope"], "--conversation 'nope' is not a conversation of user 'me'"),
         (["--mcp-url", "ftp://x"], "--mcp-url must be an http(s) URL"),
         (["--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),

@@ -297,6 +297,16 @@ async def test_chat_reaches_only_the_tokens_own_conversations_and_tasks(tmp_path
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "message"
             bad = await http.post("/v1/chat", json={"message": "hi", "user": "bob"})
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "user"
+            # the caller may name its own conversation: opened on its first message
+            named = await http.post("/v1/chat", json={"message": "hello", "conversation_id": "app/thread-9"})
+            assert named.status_code == 200 and named.json()["conversation_id"] == "app/thread-9"
+            kept = await http.get("/v1/chat/conversations/app/thread-9")
+            assert [m["role"] for m in kept.json()["messages"]] == ["user", "assistant"]
+            bad = await http.post("/v1/chat", json={"message": "hi", "conversation_id": "a\nb"})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "conversation_id"
+        async with daemon.http("bob") as http:
+            taken = await http.post("/v1/chat", json={"message": "hi", "conversation_id": "app/thread-9"})
+            assert taken.status_code == 404 and taken.json()["error"]["field"] == "conversation_id"
 
 
 async def test_status_reports_tasks_agents_mailboxes_and_uptime(tmp_path: Path) -> None:

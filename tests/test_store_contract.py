@@ -714,3 +714,29 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
         await chat.let_go_conversation("c1", "me")
     finally:
         await chat.aclose()
+
+
+async def test_a_conversation_the_caller_names_is_opened_on_first_use_and_held(backend: Store) -> None:
+    """Spec 001: the chat API names the conversation. On a shared store a request holds
+    the conversation across processes, so it must exist before the hold is taken."""
+    from greenroom import ActorSystem
+    from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+    from greenroom.llm import RuleBasedModel
+
+    chat = backend.chat_store()
+    try:
+        async with MCPToolExecutor(task_server(chat)) as tools, ActorSystem() as system:
+            runner = await AgentRunner.spawn(
+                system, LLMAgentEngine(RuleBasedModel(), tools), chat, timeout=30
+            )
+            with anyio.fail_after(20):
+                added = await runner.run(AgentContext.from_request("auth0|1", "app-7", []), "add buy milk")
+                shown = await runner.run(AgentContext.from_request("auth0|1", "app-7", []), "show my tasks")
+            with pytest.raises(ConversationNotFound):
+                await runner.run(AgentContext.from_request("auth0|2", "app-7", []), "hello")
+            await runner.aclose()
+        assert added.success and shown.response == "Here are your tasks:\n1. ☐ buy milk"
+        assert [m.role for m in await chat.load_history("auth0|1", "app-7", 10)] == ["user", "assistant"] * 2
+        assert await chat.hold_conversation("app-7", "someone", 30.0)  # let go after each request
+    finally:
+        await chat.aclose()

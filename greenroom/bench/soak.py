@@ -40,7 +40,7 @@ MALFORMED: list[tuple[str, bytes]] = [
     ("/v1/tasks", b"[" * 50_000 + b"]" * 50_000),
     ("/v1/tasks", b'{"id": "big", "type": "review", "input": {"t": "' + b"x" * 2_000_000 + b'"}}'),
     ("/v1/chat", b'{"message": 42}'),
-    ("/v1/chat", b'{"message": "hi", "conversation_id": "not-mine-' + b"z" * 10 + b'"}'),
+    ("/v1/chat", b'{"message": "hi", "conversation_id": "two\\nlines"}'),
 ]
 
 

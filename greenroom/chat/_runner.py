@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 
 from .. import _tracing
+from .._errors import InvalidInput
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
 from ..store import ChatStore, StoredMessage, StoredPending
 from . import _replies as replies
@@ -70,8 +71,20 @@ class _Run:
         self.message = message
 
 
+class _Refused:
+    """The request was bad input (``error``): an answer for its caller, not a crash."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: InvalidInput) -> None:
+        self.error = error
+
+
 class ChatRequestActor(Actor):
-    """One request, then it is stopped. Interruptible: its deadline cuts it short."""
+    """One request, then it is stopped. Interruptible: its deadline cuts it short.
+
+    A request refused as bad input (another user's conversation) is answered as such
+    (the caller gets the ``InvalidInput``); only a failure of greenroom's own is a crash."""
 
     interruptible = True
 
@@ -83,6 +96,12 @@ class ChatRequestActor(Actor):
     async def receive(self, message: Any) -> Any:
         if not isinstance(message, _Run):
             raise TypeError(f"ChatRequestActor does not handle {type(message).__name__} messages")
+        try:
+            return await self._request(message)
+        except InvalidInput as error:
+            return _Refused(error)
+
+    async def _request(self, message: _Run) -> AgentResult:
         context, text = message.context, message.message
         user, conversation = context.user_id, context.conversation_id
         store = self.store
@@ -241,7 +260,8 @@ class AgentRunner:
         return cls(ref, engine, store, deadline)
 
     async def new_conversation(self, user_id: str) -> str:
-        """Start a conversation for ``user_id``; returns its id."""
+        """Start a conversation for ``user_id``; returns its id. (``run`` also opens a
+        conversation the caller names on its first message.)"""
         check_id("user_id", user_id)
         conversation = uuid.uuid4().hex
         await self.store.open_conversation(user_id, conversation, create=True)
@@ -251,8 +271,10 @@ class AgentRunner:
         """Run one request: at most ``timeout`` seconds, then ``TimeoutError`` (the
         request actor is interrupted: the model and tool calls in flight are cancelled).
 
-        Raises ``InvalidInput`` for a bad message or an unknown conversation (nothing
-        stored changes). Every other failure is an ``AgentResult(success=False)`` with
+        The conversation is the caller's to name (spec 001: the chat API owns its ids): an
+        id this store has not seen is opened for ``context.user_id`` on its first message.
+        Raises ``InvalidInput`` for a bad message or another user's conversation (nothing
+        stored changes; not counted as a crash). Every other failure is an ``AgentResult(success=False)`` with
         the spec's friendly text. Cancelling the caller interrupts the request the same
         way.
         """
@@ -270,11 +292,15 @@ class AgentRunner:
         held = False
         try:
             with anyio.fail_after(self.timeout):
+                # opened before anything waits on it: a hold is taken on a stored conversation
+                await self.store.open_conversation(context.user_id, conversation, create=True)
                 child = await self.ref.ask(_Admit(conversation), timeout=None)
                 assert child is not None
                 await self._hold(conversation)
                 held = True
-                result: AgentResult = await child.ask(_Run(context, message), timeout=None)
+                result: AgentResult | _Refused = await child.ask(_Run(context, message), timeout=None)
+                if isinstance(result, _Refused):
+                    raise result.error
                 return result
         except TimeoutError:
             raise TimeoutError(
@@ -282,11 +308,9 @@ class AgentRunner:
             ) from None
         except anyio.get_cancelled_exc_class():
             raise
+        except InvalidInput:
+            raise
         except Exception as error:
-            from .._errors import InvalidInput
-
-            if isinstance(error, InvalidInput):
-                raise
             logger.error("chat: a request failed: %s", type(error).__name__, exc_info=error)
             return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
         finally:

@@ -13,7 +13,7 @@ Everything here is validated when built from outside (``AgentContext.from_reques
 from __future__ import annotations
 
 import enum
-import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -22,18 +22,56 @@ from .._errors import InvalidInput, shown
 
 MAX_MESSAGE_CHARS = 4000
 MAX_HISTORY = 1000
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
+MAX_ID_CHARS = 256
 
 
 def check_id(field_name: str, value: Any) -> str:
-    """A user or conversation id: 1-128 letters, digits or ``_.:@-``."""
-    if not isinstance(value, str) or not _ID.fullmatch(value):
+    """A user or conversation id as identity providers and chat apps issue them
+    (``auth0|123``, ``ann+work@example.com``, a UUID): 1-256 characters, none of them a
+    control or format character or a line break, no space at either end."""
+    if not isinstance(value, str) or not value:
         raise InvalidInput(
-            f"{field_name} must be 1-128 letters, digits or _.:@- (got {shown(value)})",
+            f"{field_name} must be non-empty text (got {shown(value)})", field=field_name, value=value
+        )
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidInput(
+            f"{field_name} is {len(value)} characters; at most {MAX_ID_CHARS} are accepted",
+            field=field_name,
+            value=f"<{len(value)} characters>",
+        )
+    for char in value:
+        if unicodedata.category(char)[0] == "C" or char in "\u2028\u2029":
+            raise InvalidInput(
+                f"{field_name} must not contain control characters (got {shown(value)})",
+                field=field_name,
+                value=value,
+            )
+    if value != value.strip():
+        raise InvalidInput(
+            f"{field_name} must not start or end with a space (got {shown(value)})",
             field=field_name,
             value=value,
         )
     return value
+
+
+def check_timestamp(field_name: str, value: Any) -> datetime:
+    """A message's time: a ``datetime`` or an ISO-8601 string (``2026-11-23T10:00:00Z``);
+    without a zone it is UTC."""
+    stamp = value
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            stamp = datetime.fromisoformat(value)
+        except ValueError:
+            stamp = None
+    if not isinstance(stamp, datetime):
+        raise InvalidInput(
+            f"{field_name} must be a datetime or an ISO-8601 time such as 2026-11-23T10:00:00Z "
+            f"(got {shown(value)})",
+            field=field_name,
+            value=value,
+        )
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 def check_message(value: Any, field_name: str = "message") -> str:
@@ -107,13 +145,8 @@ class AgentContext:
                     field=f"{where}.content",
                     value=content,
                 )
-            stamp = raw.get("timestamp", datetime.now(UTC))
-            if not isinstance(stamp, datetime):
-                raise InvalidInput(
-                    f"{where}.timestamp must be a datetime (got {shown(stamp)})",
-                    field=f"{where}.timestamp",
-                    value=stamp,
-                )
+            stamp = raw.get("timestamp")
+            stamp = datetime.now(UTC) if stamp is None else check_timestamp(f"{where}.timestamp", stamp)
             calls = raw.get("tool_calls")
             if calls is not None and not (
                 isinstance(calls, list) and all(isinstance(c, dict) for c in calls)

@@ -19,7 +19,8 @@ Endpoints (``/v1``)::
     POST /tasks/{id}/cancel           tasks     {"reason": "..."} (optional)
     GET  /events                      tasks     Server-Sent Events, resumed after ?after=SEQ or
                                               Last-Event-ID; ?follow=0 ends at the current end
-    POST /chat                        chat      {"message", "conversation_id"?} as the token's user
+    POST /chat                        chat      {"message", "conversation_id"?} as the token's user;
+                                              an id not seen before is opened (the caller's to name)
     GET  /chat/conversations/{id}     chat      that user's conversation only (another's: 404)
     GET  /chat/tasks                  chat      that user's tasks
     POST /stop                        admin     a graceful stop (202)
@@ -343,7 +344,6 @@ def create_app(parts: ServiceParts) -> Starlette:
             raise ApiError(400, "invalid_input", "conversation_id must be text", field="conversation_id",
                            value=conversation)  # fmt: skip
         context = AgentContext.from_request(principal.user, conversation, [])
-        await runner.store.open_conversation(principal.user, conversation, create=False)
         result = await runner.run(context, message)
         return _json(
             {
@@ -361,7 +361,9 @@ def create_app(parts: ServiceParts) -> Starlette:
     async def conversation(request: Request, principal: Principal | None) -> Response:
         assert principal is not None
         runner = _runner()
-        conversation_id = request.path_params["conversation_id"]
+        from ..chat._types import check_id
+
+        conversation_id = check_id("conversation_id", request.path_params["conversation_id"])
         await runner.store.open_conversation(principal.user, conversation_id, create=False)
         history = await runner.store.load_history(principal.user, conversation_id, MAX_PAGE)
         return _json(
@@ -420,7 +422,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),
             route("/v1/events", "tasks", events),
             route("/v1/chat", "chat", chat, "POST"),
-            route("/v1/chat/conversations/{conversation_id}", "chat", conversation),
+            route("/v1/chat/conversations/{conversation_id:path}", "chat", conversation),
             route("/v1/chat/tasks", "chat", chat_tasks),
             route("/v1/stop", "admin", stop, "POST"),
         ],

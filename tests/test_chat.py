@@ -661,7 +661,21 @@ async def test_the_decision_and_tool_logs_go_through_the_log_actor(tmp_path: Pat
         == tools[0].payload["decision_id"]
     )
     assert tools[0].payload["tool_name"] == "add_task" and tools[0].payload["success"] is True
+    assert tools[0].payload["result"]["title"] == "buy milk"  # spec 002's result: the tool's data
     assert all(e.visibility == "internal" and "alice" not in str(e.payload) for e in decisions + tools)
+
+
+async def test_a_long_tool_result_is_summarised_in_its_event(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        for n in range(200):
+            await chat.store.add_task("alice", f"task number {n} with a longish title")
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "show my tasks")
+        await chat.log.ask(OutboxPosition())
+        events = read_events(tmp_path / "events.jsonl")
+    (listed,) = [e.payload for e in events if e.type == CHAT_TOOL]
+    assert listed["result"]["truncated"] is True and listed["result"]["items"] == 200
+    assert listed["result"]["bytes"] > 8192
 
 
 async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: Path) -> None:

@@ -394,6 +394,7 @@ class LLMAgentEngine:
                 "decision_id": decision_id,
                 "tool_name": tool_name,
                 "parameters": visible,
+                "result": _logged(result.data),
                 "success": result.success,
                 "error_code": result.error_code,
                 "error_message": result.error,
@@ -410,6 +411,22 @@ class LLMAgentEngine:
             await self.log.send(Append(type=kind, payload=payload))
         except ActorStopped:
             logger.warning("chat: the log actor is stopped; a %s event was not logged", kind)
+
+
+MAX_LOGGED_RESULT = 8192
+"""Bytes of a tool's result a tool-invocation event carries; a larger one is summarised."""
+
+
+def _logged(data: Any) -> Any:
+    """The tool's result as its event carries it (spec 002's ``result``): the data itself,
+    or, past ``MAX_LOGGED_RESULT`` bytes (a long task list), how big it was."""
+    encoded = _encoder.encode(data)
+    if len(encoded) <= MAX_LOGGED_RESULT:
+        return data
+    summary: dict[str, Any] = {"truncated": True, "bytes": len(encoded)}
+    if isinstance(data, list):
+        summary["items"] = len(data)
+    return summary
 
 
 def _visible(parameters: dict[str, Any]) -> dict[str, Any]:

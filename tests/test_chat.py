@@ -189,6 +189,56 @@ async def test_two_concurrent_yes_delete_delete_once(tmp_path: Path) -> None:
     assert sum(r.has_tool_calls for r in results) == 1
 
 
+async def test_a_bulk_delete_asks_with_its_own_phrase_and_removes_exactly_what_it_named(
+    tmp_path: Path,
+) -> None:
+    """Spec 001's bulk operation: "That's a big action. Confirm with '[phrase]'." The
+    confirmation is bound to the tasks completed when it was asked, and runs once."""
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        for title in ("buy milk", "call mom", "write report"):
+            await chat.say("alice", c, f"add {title}")
+        await chat.say("alice", c, "done buy milk")
+        await chat.say("alice", c, "done call mom")
+        asked = await chat.say("alice", c, "delete all completed tasks")
+        (report,) = [t for t in await chat.store.list_tasks("alice") if t.title == "write report"]
+        await chat.store.complete_task("alice", report.id)  # completed after the question
+        reflex = await chat.say("alice", c, "yes delete")  # not the phrase: it is said, still asked
+        confirmed: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+
+                async def confirm() -> None:
+                    confirmed.append(await chat.say("alice", c, "Yes delete 2 tasks."))
+
+                tg.start_soon(confirm)
+        left = [t.title for t in await chat.store.list_tasks("alice")]
+        none_left = await chat.say("alice", c, "clear completed")
+    assert asked.response == (
+        "This removes your 2 completed tasks: 'buy milk', 'call mom'. "
+        "That's a big action. Confirm with 'yes delete 2 tasks'."
+    )
+    assert not asked.has_tool_calls
+    assert reflex.response == "To confirm, reply 'yes delete 2 tasks'. Anything else cancels it."
+    done = [r for r in confirmed if r.has_tool_calls]
+    assert len(done) == 1 and done[0].response == "I've removed 2 completed tasks from your list."
+    assert [r.response for r in confirmed if not r.has_tool_calls] == [replies.NOTHING_PENDING]
+    assert left == ["write report"]  # completed after the question: not removed
+    assert none_left.response == (
+        "This removes your 1 completed task: 'write report'. "
+        "That's a big action. Confirm with 'yes delete 1 task'."
+    )
+
+
+async def test_a_bulk_delete_with_nothing_completed_says_so(tmp_path: Path) -> None:
+    async with open_chat(tmp_path) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add buy milk")
+        said = await chat.say("alice", c, "delete all completed tasks")
+        tasks = await chat.store.list_tasks("alice")
+    assert said.response == "You have no completed tasks to remove." and len(tasks) == 1
+
+
 async def test_any_other_reply_cancels_and_a_confirmation_expires(tmp_path: Path) -> None:
     async with open_chat(tmp_path, config=AgentEngineConfig(confirmation_seconds=60)) as chat:
         c = await chat.runner.new_conversation("alice")
@@ -714,6 +764,7 @@ async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: 
         "update_task",
         "complete_task",
         "delete_task",
+        "delete_completed_tasks",
         "ask_clarification",
     }
     assert "user_id" not in json.dumps(first["tools"])
@@ -957,7 +1008,14 @@ async def test_tools_from_an_mcp_server_in_another_process_keep_users_apart(tmp_
     )
     async with MCPToolExecutor(server) as tools:
         assert tools.get_available_tools() == sorted(
-            ["add_task", "list_tasks", "update_task", "complete_task", "delete_task"]
+            [
+                "add_task",
+                "list_tasks",
+                "update_task",
+                "complete_task",
+                "delete_task",
+                "delete_completed_tasks",
+            ]
         )
         added = await tools.execute("add_task", {"title": "alice's", "user_id": "bob"}, "alice")
         bobs = await tools.execute("list_tasks", {}, "bob")

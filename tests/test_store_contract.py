@@ -676,6 +676,26 @@ async def test_the_chat_store_keeps_users_apart(backend: Store) -> None:
         await chat.aclose()
 
 
+async def test_many_tasks_are_deleted_in_one_transaction_only_the_users_own(backend: Store) -> None:
+    chat = backend.chat_store()
+    try:
+        done = [await chat.add_task("alice", f"done {n}") for n in range(3)]
+        for task in done:
+            await chat.complete_task("alice", task.id)
+        open_ = await chat.add_task("alice", "still to do")
+        bobs = await chat.add_task("bob", "bob's")
+        await chat.complete_task("bob", bobs.id)
+        ids = [t.id for t in done] + [open_.id, bobs.id, 10**9]
+        gone = await chat.delete_tasks("alice", ids, only_completed=True)
+        assert [t.title for t in gone] == ["done 0", "done 1", "done 2"] and all(t.completed for t in gone)
+        assert [t.title for t in await chat.list_tasks("alice")] == ["still to do"]
+        assert [t.title for t in await chat.list_tasks("bob")] == ["bob's"]  # never another user's
+        assert await chat.delete_tasks("alice", ids, only_completed=True) == []  # once only
+        assert [t.title for t in await chat.delete_tasks("alice", [open_.id])] == ["still to do"]
+    finally:
+        await chat.aclose()
+
+
 async def test_conversations_keep_their_turns_and_confirmations(backend: Store) -> None:
     chat = backend.chat_store()
     try:

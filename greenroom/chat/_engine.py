@@ -32,6 +32,7 @@ call and the tool call in flight are cancelled; nothing here is persisted.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from typing import Any
@@ -42,6 +43,7 @@ import msgspec
 from ..actors import ActorRef, ActorStopped
 from ..llm import ChatModel, ContextTooLong, ModelError, RateLimited, TokenGauge
 from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
+from ..store import StoredPending
 from . import _replies as replies
 from ._tools import ToolExecutor, ToolResult, match_task
 from ._types import (
@@ -60,7 +62,8 @@ logger = logging.getLogger("greenroom.chat")
 CHAT_DECISION = "CHAT_DECISION"
 CHAT_TOOL = "CHAT_TOOL"
 CONFIRMATION = "yes delete"
-CONFIRMED_TOOLS = frozenset({"delete_task"})
+BULK_DELETE = "delete_completed_tasks"
+CONFIRMED_TOOLS = frozenset({"delete_task", BULK_DELETE})
 """Tools that never run without the user's confirmation."""
 
 _encoder = msgspec.json.Encoder()
@@ -78,8 +81,29 @@ _ASKING_CODES = frozenset({"AMBIGUOUS", "INVALID_INPUT"})
 """Tool results the engine answers with a question of its own ("which one?", "more details")."""
 
 
-def is_confirmation(message: str) -> bool:
-    return " ".join(message.lower().split()).strip(" .!") == CONFIRMATION
+_ANY_CONFIRMATION = re.compile(r"yes delete(?: \d+ tasks?)?")
+
+
+def _said(message: str) -> str:
+    return " ".join(message.lower().split()).strip(" .!'\"")
+
+
+def confirmation_phrase(pending: PendingAction | StoredPending) -> str:
+    """What the user replies to confirm ``pending``: ``yes delete`` for one task; for a
+    bulk delete, the count too (``yes delete 3 tasks``), so a reflex does not confirm it."""
+    if pending.tool_name == BULK_DELETE:
+        count = len(pending.parameters.get("task_ids") or ())
+        return f"{CONFIRMATION} {count} {replies.tasks_word(count)}"
+    return CONFIRMATION
+
+
+def is_confirmation(message: str, pending: PendingAction | StoredPending | None = None) -> bool:
+    """``message`` confirms ``pending`` (its exact phrase); without one, ``message`` is
+    any confirmation phrase at all."""
+    said = _said(message)
+    if pending is None:
+        return _ANY_CONFIRMATION.fullmatch(said) is not None
+    return said == confirmation_phrase(pending)
 
 
 class LLMAgentEngine:
@@ -225,7 +249,7 @@ class LLMAgentEngine:
     async def _decide(self, context: DecisionContext, decision_id: str, done: _Done) -> AgentDecision:
         records = done.records
         pending = context.pending_confirmation
-        if pending is not None and is_confirmation(context.message):
+        if pending is not None and is_confirmation(context.message, pending):
             if pending.expires_at < self.clock():
                 return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.NOTHING_PENDING)
             result = await self._run_tool(
@@ -310,9 +334,13 @@ class LLMAgentEngine:
                 elif call.name in CONFIRMED_TOOLS:
                     ask = await self._confirmation(call.name, call.arguments, context.user_id)
                     if isinstance(ask, PendingAction):
-                        text = replies.combine(
-                            [*said, replies.CONFIRM_DELETE.format(title=replies.quote(ask.title))]
-                        )
+                        if ask.tool_name == BULK_DELETE:
+                            count = len(ask.parameters["task_ids"])
+                            titles = ask.title.split("\n")
+                            prompt = replies.confirm_bulk(count, titles, confirmation_phrase(ask))
+                        else:
+                            prompt = replies.CONFIRM_DELETE.format(title=replies.quote(ask.title))
+                        text = replies.combine([*said, prompt])
                         return AgentDecision(
                             DecisionType.REQUEST_CONFIRMATION,
                             tool_calls=calls or None,
@@ -359,6 +387,8 @@ class LLMAgentEngine:
     ) -> PendingAction | ToolResult:
         """Resolve the task a destructive call means, so the confirmation names it and
         is bound to exactly that task."""
+        if tool_name == BULK_DELETE:
+            return await self._bulk_confirmation(user_id)
         listing = await self.tools.execute("list_tasks", {"status": "all"}, user_id)
         if not listing.success or not isinstance(listing.data, list):
             return ToolResult(success=False, error="listing failed", error_code="SYSTEM_ERROR")
@@ -372,6 +402,24 @@ class LLMAgentEngine:
             tool_name,
             {"task_id": found["id"]},
             str(found.get("title", "")),
+            self.clock() + self.config.confirmation_seconds,
+        )
+
+    async def _bulk_confirmation(self, user_id: str) -> PendingAction | ToolResult:
+        """Bind a bulk delete to the completed tasks there are now: the confirmation
+        removes exactly those (not one completed after it was asked), once."""
+        listing = await self.tools.execute("list_tasks", {"status": "completed"}, user_id)
+        if not listing.success or not isinstance(listing.data, list):
+            return ToolResult(success=False, error="listing failed", error_code="SYSTEM_ERROR")
+        found = [t for t in listing.data if isinstance(t, dict) and isinstance(t.get("id"), int)]
+        if not found:
+            return ToolResult(
+                success=False, error="no completed tasks", error_code="NOT_FOUND", data={"none": "completed"}
+            )
+        return PendingAction(
+            BULK_DELETE,
+            {"task_ids": [t["id"] for t in found]},
+            "\n".join(str(t.get("title", "")) for t in found[:5]),  # what the prompt shows
             self.clock() + self.config.confirmation_seconds,
         )
 

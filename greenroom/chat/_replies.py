@@ -27,6 +27,11 @@ INVALID = "Could you provide more details about {what}?"
 SYSTEM_ERROR = "I'm having a bit of trouble right now. Please try again."
 CONFIRM_DELETE = "Do you really want to delete '{title}'? Reply 'yes delete' to confirm."
 CONFIRM_BULK = "That's a big action. Confirm with '{phrase}'."
+BULK_WHAT = "This removes your {count} completed {tasks}: {titles}."
+BULK_DELETED = "I've removed {count} completed {tasks} from your list."
+BULK_GONE = "Those tasks were already gone; nothing was removed."
+BULK_NOTHING = "You have no completed tasks to remove."
+EXACT_PHRASE = "To confirm, reply '{phrase}'. Anything else cancels it."
 LLM_FAILED = "I'm having trouble processing your request. Please try again."
 RATE_LIMITED = "I'm receiving too many requests. Please wait a moment."
 TOO_COMPLEX = "That request is too complex. Could you break it into smaller steps?"
@@ -90,6 +95,11 @@ def for_result(tool_name: str, result: ToolResult) -> str:
             {"title": "a new title", "description": "a new description"}.get(c, "changes") for c in changed
         ]
         return UPDATED.format(title=quote(data.get("title", "")), changes=" and ".join(words) or "changes")
+    if tool_name == "delete_completed_tasks" and isinstance(data, dict):
+        count = data.get("count")
+        if not isinstance(count, int) or count <= 0:
+            return BULK_GONE
+        return BULK_DELETED.format(count=count, tasks=tasks_word(count))
     if tool_name == "list_tasks" and isinstance(data, list):
         return task_list(data)
     return SYSTEM_ERROR
@@ -97,6 +107,8 @@ def for_result(tool_name: str, result: ToolResult) -> str:
 
 def for_error(result: ToolResult) -> str:
     data = result.data if isinstance(result.data, dict) else {}
+    if result.error_code == "NOT_FOUND" and data.get("none") == "completed":
+        return BULK_NOTHING
     if result.error_code == "NOT_FOUND":
         return NOT_FOUND.format(query=quote(data.get("query", "that")))
     if result.error_code == "AMBIGUOUS":
@@ -105,6 +117,20 @@ def for_error(result: ToolResult) -> str:
     if result.error_code == "INVALID_INPUT":
         return INVALID.format(what=_FIELDS.get(str(data.get("field")), "what you have in mind"))
     return SYSTEM_ERROR
+
+
+def tasks_word(count: int) -> str:
+    return "task" if count == 1 else "tasks"
+
+
+def confirm_bulk(count: int, titles: list[str], phrase: str) -> str:
+    """What a bulk delete of ``count`` tasks removes (``titles``: the first few), and the
+    phrase that confirms it (spec 001's prompt)."""
+    shown = ", ".join(f"'{quote(t, 40)}'" for t in titles[:5])
+    if count > len(titles[:5]):
+        shown += f" and {count - len(titles[:5])} more"
+    what = BULK_WHAT.format(count=count, tasks=tasks_word(count), titles=shown)
+    return short(f"{what} {CONFIRM_BULK.format(phrase=phrase)}")
 
 
 def task_list(tasks: list[Any]) -> str:

@@ -34,7 +34,7 @@ from .._errors import InvalidInput
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
 from ..store import ChatStore, StoredMessage, StoredPending
 from . import _replies as replies
-from ._engine import LLMAgentEngine, is_confirmation
+from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
 from ._types import (
     AgentContext,
     AgentResult,
@@ -108,10 +108,29 @@ class ChatRequestActor(Actor):
         await store.open_conversation(user, conversation, create=False)
         stored_pending = await store.load_pending(user, conversation)
         pending: PendingAction | None = None
+        live = stored_pending is not None and stored_pending.expires_at >= self.clock()
         if (
-            stored_pending is not None
+            live
+            and stored_pending is not None
             and is_confirmation(text)
-            and stored_pending.expires_at >= self.clock()
+            and not is_confirmation(text, stored_pending)
+        ):  # "yes delete" to "confirm with 'yes delete 3 tasks'": say the phrase, keep it asked
+            answer = replies.EXACT_PHRASE.format(phrase=confirmation_phrase(stored_pending))
+            now = self.clock()
+            await store.save_turn(
+                user,
+                conversation,
+                [
+                    StoredMessage(role="user", content=text, created_at=now),
+                    StoredMessage(role="assistant", content=answer, created_at=now),
+                ],
+                stored_pending,
+            )
+            return AgentResult(True, answer, [], None)
+        if (
+            live
+            and stored_pending is not None
+            and is_confirmation(text, stored_pending)
             and await store.take_pending(user, conversation, stored_pending)  # exactly one taker
         ):
             pending = PendingAction(

@@ -1,7 +1,8 @@
 """The task tools over MCP: the server that serves them, and the executor that calls them.
 
-``task_server(store)`` is an MCP server (the official SDK's ``MCPServer``) with five
-tools: ``add_task``, ``list_tasks``, ``update_task``, ``complete_task``, ``delete_task``.
+``task_server(store)`` is an MCP server (the official SDK's ``MCPServer``) with six
+tools: ``add_task``, ``list_tasks``, ``update_task``, ``complete_task``, ``delete_task``
+and ``delete_completed_tasks`` (a bulk operation, in one transaction).
 None of them takes a ``user_id`` argument: the caller's user id travels in the MCP
 request's metadata (``_meta["dev.greenroom/user_id"]``), set by the executor from the
 authenticated request, never by the model. A model that writes ``user_id`` into its
@@ -31,7 +32,16 @@ from ..store import ChatStore, TaskRow
 USER_META = "dev.greenroom/user_id"
 """The ``_meta`` key that carries the authenticated user id to the tool server."""
 
-TASK_TOOLS = ("add_task", "list_tasks", "update_task", "complete_task", "delete_task")
+TASK_TOOLS = (
+    "add_task",
+    "list_tasks",
+    "update_task",
+    "complete_task",
+    "delete_task",
+    "delete_completed_tasks",
+)
+MAX_BULK = 10_000
+"""The most tasks one bulk call names."""
 
 ErrorCode = Literal["NOT_FOUND", "AMBIGUOUS", "INVALID_INPUT", "UNAUTHORIZED", "SYSTEM_ERROR"]
 
@@ -113,7 +123,7 @@ async def _find(
 
 
 def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer:
-    """An MCP server (``mcp.server.mcpserver.MCPServer``) with the five task tools on ``store``.
+    """An MCP server (``mcp.server.mcpserver.MCPServer``) with the task tools on ``store``.
 
     The SDK's server calls ``logging.basicConfig`` when it is made; greenroom is embedded
     in other people's apps, so the root logger is left exactly as it was."""
@@ -218,6 +228,20 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
     ) -> dict[str, Any]:
         """Remove a task (the assistant asks the user to confirm first); by id or title."""
         return await on_found(ctx, task_id, title, store.delete_task)
+
+    @server.tool()
+    async def delete_completed_tasks(ctx: Context, task_ids: list[int] | None = None) -> dict[str, Any]:
+        """Remove all of the user's completed tasks, in one go (the assistant asks the user
+        to confirm first); ``task_ids`` limits it to those of them."""
+        user = user_of(ctx)
+        if user is None:
+            return _fail("UNAUTHORIZED", "no user")
+        if task_ids is None:
+            task_ids = [t.id for t in await store.list_tasks(user, "completed")]
+        elif len(task_ids) > MAX_BULK:
+            return _fail("INVALID_INPUT", f"at most {MAX_BULK} tasks at once", field="task_ids")
+        gone = await store.delete_tasks(user, task_ids, only_completed=True)
+        return _ok({"deleted": [_task_view(t) for t in gone], "count": len(gone)})
 
     return server
 

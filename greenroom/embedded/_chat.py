@@ -198,6 +198,22 @@ class SQLiteChatStore:
 
         return await self._run(delete)
 
+    async def delete_tasks(
+        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+    ) -> list[TaskRow]:
+        ids = sorted(set(task_ids))
+
+        def delete(db: sqlite3.Connection) -> list[TaskRow]:
+            gone = []
+            for task_id in ids:
+                task = self._one(db, user_id, task_id)
+                if task is not None and (task.completed or not only_completed):
+                    db.execute("DELETE FROM tasks WHERE user_id = ? AND id = ?", (user_id, task_id))
+                    gone.append(task)
+            return gone
+
+        return await self._run(delete)
+
     # -- conversations ----------------------------------------------------------------
 
     async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:

@@ -8,6 +8,7 @@ chat path (engine, MCP, store, replies, logs) runs on it with no network:
 - ``show my tasks`` / ``list`` / ``show pending`` / ``show completed``     → ``list_tasks``
 - ``done buy milk`` / ``complete buy milk`` / ``finish buy milk``        → ``complete_task``
 - ``delete buy milk`` / ``remove buy milk``                               → ``delete_task``
+- ``delete all completed tasks`` / ``clear completed``             → ``delete_completed_tasks``
 - ``rename buy milk to buy oat milk``                                       → ``update_task``
 - a greeting → a greeting; ``add`` with nothing after it → a question (a call to
   ``ask_clarification`` when the request offers it); anything else → a polite refusal
@@ -37,6 +38,11 @@ _LIST = re.compile(r"^\s*(?:please\s+)?(?:show|list|what are|what's on|display)\
 _DONE = re.compile(
     r"^\s*(?:please\s+)?(?:done|complete|finish(?:ed)?|mark|check off)\b[:\s]*"
     r"(.*?)(?:\s+as\s+(?:done|complete))?\s*$",
+    re.I,
+)
+_BULK = re.compile(
+    r"^\s*(?:please\s+)?(?:delete|remove|clear|drop)\s+(?:all\s+(?:of\s+)?)?(?:my\s+|the\s+)?"
+    r"(?:completed|done|finished)(?:\s+tasks?)?\s*$",
     re.I,
 )
 _DELETE = re.compile(r"^\s*(?:please\s+)?(?:delete|remove|drop)\b[:\s]*(.*)$", re.I)
@@ -101,6 +107,8 @@ class RuleBasedModel(ClosingModel):
         if match := _ADD.match(text):
             title = _strip_quotes(match[1])
             return self._call("add_task", title=title) if title else self._ask(WHICH_TITLE, names)
+        if _BULK.match(text) and "delete_completed_tasks" in names:
+            return self._call("delete_completed_tasks")
         if match := _DELETE.match(text):
             title = _strip_quotes(match[1])
             return self._call("delete_task", title=title) if title else self._ask(WHICH_TASK, names)

@@ -113,6 +113,19 @@ class PostgresChatStore:
         )
         return None if row is None else _row(row)
 
+    async def delete_tasks(
+        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+    ) -> list[TaskRow]:
+        ids = sorted(set(task_ids))
+        rows = await self._run(
+            lambda c: c.execute(
+                f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = ANY(%s) "
+                f"AND (completed = 1 OR NOT %s) RETURNING {_TASK}",
+                (user_id, ids, only_completed),
+            ).fetchall()
+        )
+        return sorted((_row(row) for row in rows), key=lambda task: task.id)
+
     # -- conversations ----------------------------------------------------------------
 
     async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:

@@ -84,6 +84,13 @@ class ChatStore(Protocol):
         """Remove it; the task as it was, or ``None`` (not the user's)."""
         ...
 
+    async def delete_tasks(
+        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+    ) -> list[TaskRow]:
+        """Remove those of ``task_ids`` that are the user's (and completed, with
+        ``only_completed``), in one transaction; the tasks removed, as they were, by id."""
+        ...
+
     async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
         """Make sure the conversation is the user's: create it (``create``), or raise
         :class:`ConversationNotFound` (also for another user's conversation)."""

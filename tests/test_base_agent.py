@@ -423,7 +423,9 @@ def test_a_harness_setup_takes_one_kind_of_budget_and_checks_it() -> None:
     from greenroom.harness import TokenBudget
 
     model = ScriptedModel([])
-    with pytest.raises(ValueError, match="budget \\(shared\\) or tokens_per_run \\(per run\\), not both"):
+    with pytest.raises(
+        ValueError, match="budget \\(shared\\) or tokens_per_run / cost_per_run \\(per run\\)"
+    ):
         HarnessSetup(model, budget=TokenBudget(10), tokens_per_run=10)
     with pytest.raises(ValueError, match="TokenBudget limit must be an int >= 0, got -1"):
         HarnessSetup(model, tokens_per_run=-1)

@@ -32,8 +32,9 @@ from greenroom.chat import (
 )
 from greenroom.chat import _replies as replies
 from greenroom.embedded import SQLiteChatStore, read_events
-from greenroom.llm import ChatModel, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
-from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall
+from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget
+from greenroom.llm import ChatModel, Price, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
+from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall, Usage
 from greenroom.store import StoredMessage
 
 pytestmark = pytest.mark.anyio
@@ -59,18 +60,25 @@ def open_chat(
     *,
     config: AgentEngineConfig | None = None,
     timeout: float | None = None,
+    store_class: type[SQLiteChatStore] = SQLiteChatStore,
+    **engine_options: Any,
 ) -> Any:
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def opened() -> AsyncIterator[Chat]:
         now = [1_000_000.0]
-        store = SQLiteChatStore(tmp_path / "chat.sqlite3", clock=lambda: now[0])
+        store = store_class(tmp_path / "chat.sqlite3", clock=lambda: now[0])
         try:
             async with MCPToolExecutor(task_server(store)) as tools, ActorSystem() as system:
                 log = await system.spawn(lambda: file_log(tmp_path), name="log")
                 engine = LLMAgentEngine(
-                    model or RuleBasedModel(), tools, config=config, log=log, clock=lambda: now[0]
+                    model or RuleBasedModel(),
+                    tools,
+                    config=config,
+                    log=log,
+                    clock=lambda: now[0],
+                    **engine_options,
                 )
                 runner = await AgentRunner.spawn(system, engine, store, timeout=timeout, clock=lambda: now[0])
                 yield Chat(runner, store, tools, system, log, tmp_path, now)
@@ -1100,3 +1108,185 @@ async def test_tools_from_an_mcp_server_over_streamable_http(tmp_path: Path, ser
             await process.wait()
         await process.aclose()
     assert added.success and daves.data == [] and [t["title"] for t in carols.data] == ["over http"]
+
+
+# -- one tool loop: the harness's budget, stop signal and sandbox ---------------------------
+
+SPENT = Usage(prompt_tokens=100, completion_tokens=50)
+
+
+def hello_at(price: Price | None = None) -> ScriptedModel:
+    return ScriptedModel(lambda request: ChatReply(text="Hi! How can I help?", usage=SPENT), price=price)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "money"])
+async def test_a_spent_budget_refuses_the_next_model_call_and_says_so(tmp_path: Path, kind: str) -> None:
+    # each call: 100 * 2 + 50 * 4 per million = 0.0004
+    budget = TokenBudget(150) if kind == "tokens" else TokenBudget(cost_limit=0.0004)
+    model = hello_at(Price(input=2.0, output=4.0))
+    async with open_chat(tmp_path, model, budget=budget) as chat:
+        c = await chat.runner.new_conversation("alice")
+        first = await chat.say("alice", c, "hello")
+        refused = await chat.say("alice", c, "hello again")
+        await chat.log.ask(OutboxPosition())
+        engine = chat.runner.engine
+    assert first.success and first.response == "Hi! How can I help?"
+    assert not refused.success and refused.response == replies.BUDGET_SPENT
+    assert len(model.requests) == 1  # the refused request never reached the model
+    assert (budget.spent, budget.cost) == (150, pytest.approx(0.0004))
+    assert engine.spend.as_dict() == {
+        "llm_calls": 1,
+        "prompt_tokens": 100,
+        "completion_tokens": 50,
+        "total_tokens": 150,
+        "cost": 0.0004,
+    }
+    decisions = [e.payload for e in read_events(tmp_path / "events.jsonl") if e.type == CHAT_DECISION]
+    outcomes = [d for d in decisions if d["decision_type"] != "PENDING"]
+    assert [(d["llm_calls"], d["total_tokens"], d["cost"]) for d in outcomes] == [(1, 150, 0.0004), (0, 0, 0)]
+    assert outcomes[1]["reason"] == "budget_exhausted" and outcomes[1]["outcome_category"] == "ERROR"
+
+
+async def test_chat_and_a_harness_share_one_budget(tmp_path: Path) -> None:
+    budget = TokenBudget(200)
+    async with open_chat(tmp_path, hello_at(), budget=budget) as chat:
+        c = await chat.runner.new_conversation("alice")
+        assert (await chat.say("alice", c, "hello")).success  # 150 spent
+        worker = ScriptedModel(lambda request: ChatReply(text="done", usage=Usage(70, 30)))
+        harness = await Harness.spawn(chat.system, worker, budget=budget)
+        first = await harness.run_bounded("work")  # 150 + 150 > 200, nothing in flight: alone
+        second = await harness.run_bounded("more work")
+        refused = await chat.say("alice", c, "hello again")
+        await harness.aclose()
+    assert (first.stop_reason, second.stop_reason) == ("done", "budget_exhausted")
+    assert refused.response == replies.BUDGET_SPENT
+    assert (budget.spent, budget.calls) == (250, 2)
+
+
+async def test_a_stop_before_a_request_starts_nothing(tmp_path: Path) -> None:
+    stop = StopSignal()
+    model = hello_at()
+    async with open_chat(tmp_path, model, stop=stop) as chat:
+        c = await chat.runner.new_conversation("alice")
+        stop.request()
+        stopped = await chat.say("alice", c, "add buy milk")
+        history = await chat.store.load_history("alice", c, 10)
+    assert not stopped.success and stopped.response == replies.STOPPED
+    assert model.requests == [] and history == []
+
+
+async def test_a_graceful_stop_lets_the_running_turn_finish_and_ends_before_the_next_model_call(
+    tmp_path: Path,
+) -> None:
+    stop = StopSignal()
+
+    def add_then_stop(request: ChatRequest) -> ChatReply:
+        stop.request()  # arrives while the model answers: this turn's tool still runs
+        return ChatReply(tool_calls=(ToolCall("a", "add_task", {"title": "buy milk"}),), usage=SPENT)
+
+    model = ScriptedModel(add_then_stop)
+    async with open_chat(tmp_path, model, stop=stop) as chat:
+        c = await chat.runner.new_conversation("alice")
+        result = await chat.say("alice", c, "add buy milk")
+        tasks = await chat.store.list_tasks("alice")
+    assert len(model.requests) == 1 and [t.title for t in tasks] == ["buy milk"]
+    assert not result.success and "buy milk" in result.response  # what was done, said first
+    assert result.response.endswith(replies.REST_FAILED.format(cause=replies.brief(replies.STOPPED)))
+
+
+class Stuck:
+    """A model whose call never ends by itself."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.cancelled = False
+
+    async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+        self.started.set()
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        raise AssertionError("not reached")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_immediate_stop_interrupts_a_chat_request_in_flight(tmp_path: Path) -> None:
+    stop = StopSignal()
+    model = Stuck()
+    got: list[Any] = []
+    async with open_chat(tmp_path, model, stop=stop) as chat:
+        c = await chat.runner.new_conversation("alice")
+
+        async def ask() -> None:
+            got.append(await chat.say("alice", c, "hello"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(10):
+                await model.started.wait()
+            stop.request(immediate=True)
+        history = await chat.store.load_history("alice", c, 10)
+        await eventually(lambda: not stop._harnesses)  # the request actor left the signal
+    assert model.cancelled and history == []  # the unfinished turn is not stored
+    assert not got[0].success and got[0].response == replies.STOPPED
+
+
+async def test_chat_tools_pass_the_sandbox_by_the_risk_their_server_declares(tmp_path: Path) -> None:
+    async with open_chat(tmp_path, sandbox=Sandbox(max_risk=RiskLevel.READ_ONLY)) as chat:
+        risks = {name: chat.tools.tool_risk(name) for name in chat.tools.get_available_tools()}
+        c = await chat.runner.new_conversation("alice")
+        await chat.store.add_task("alice", "call mom")
+        refused = await chat.say("alice", c, "add buy milk")
+        listed = await chat.say("alice", c, "show my tasks")
+        tasks = [t.title for t in await chat.store.list_tasks("alice")]
+    assert risks == {
+        "add_task": RiskLevel.WRITES,
+        "complete_task": RiskLevel.WRITES,
+        "delete_completed_tasks": RiskLevel.WRITES,
+        "delete_task": RiskLevel.WRITES,
+        "list_tasks": RiskLevel.READ_ONLY,
+        "update_task": RiskLevel.WRITES,
+    }
+    assert tasks == ["call mom"]  # the write was refused
+    record = refused.tool_calls[0]
+    assert record.tool_name == "add_task" and record.result["error_code"] == "SYSTEM_ERROR"
+    assert "risk" in record.result["error"]
+    assert listed.success and "call mom" in listed.response  # reading is allowed
+
+
+async def test_a_sandbox_rate_limit_bounds_chat_tool_calls(tmp_path: Path) -> None:
+    sandbox = Sandbox(tool_rate_limits={"add_task": (1, 3600.0)})
+    async with open_chat(tmp_path, sandbox=sandbox) as chat:
+        c = await chat.runner.new_conversation("alice")
+        await chat.say("alice", c, "add one")
+        limited = await chat.say("alice", c, "add two")
+        tasks = [t.title for t in await chat.store.list_tasks("alice")]
+    assert tasks == ["one"]
+    assert limited.tool_calls[0].result["error_code"] == "SYSTEM_ERROR"
+    assert "rate limit" in limited.tool_calls[0].result["error"]
+
+
+def test_a_tools_risk_comes_from_its_mcp_annotations() -> None:
+    from mcp.types import ToolAnnotations
+
+    from greenroom.chat._tools import risk_of
+
+    assert risk_of(None) is RiskLevel.WRITES  # unannotated: it may change things
+    assert risk_of(ToolAnnotations(read_only_hint=True)) is RiskLevel.READ_ONLY
+    assert risk_of(ToolAnnotations(read_only_hint=True, open_world_hint=True)) is RiskLevel.NETWORK
+    assert risk_of(ToolAnnotations(destructive_hint=True)) is RiskLevel.WRITES
+
+
+def test_an_engine_with_a_budget_in_money_needs_a_price() -> None:
+    with pytest.raises(
+        ValueError, match="LLMAgentEngine: the budget has a cost_limit, but the model has no price"
+    ):
+        LLMAgentEngine(RuleBasedModel(), BrokenTools("garbage"), budget=TokenBudget(cost_limit=1.0))
+    engine = LLMAgentEngine(
+        RuleBasedModel(), BrokenTools("garbage"), budget=TokenBudget(cost_limit=1.0), price=Price(1, 2)
+    )
+    assert engine.price == Price(1, 2)

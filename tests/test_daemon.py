@@ -63,7 +63,9 @@ def seed_chains(data_dir: Path, tmp_path: Path, chains: int, steps: int) -> list
 
 def test_daemon_killed_with_sigkill_repeatedly_loses_nothing_acknowledged(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    config = write_config(tmp_path / "greenroom.toml", concurrency=8)
+    # a kill is found at the restart (every attempt of a dead process), not by its lease;
+    # the lease only has to outlast a loaded machine's pauses, or a live attempt is charged
+    config = write_config(tmp_path / "greenroom.toml", concurrency=8, lease=10.0)
     ids = seed_chains(data_dir, tmp_path, chains=60, steps=6)
     acks_path = tmp_path / "acks.log"
     rng = random.Random(7)
@@ -211,6 +213,18 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
          "temperature = 2.5\n", "field 'llm.temperature' expected `float` <= 2.0 (got 2.5)"),
         ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[chat]\ncontext_window = 'big'\n",
          "field 'chat.context_window' expected `int | null`, got `str` (got 'big')"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[llm]\nbase_url = 'http://x/v1'\nmodel = 'm'\n"
+         "[llm.prices]\nm = { input = -1, output = 1 }\n",
+         "field 'llm.prices.m.input' expected `float` >= 0.0 (got -1)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[llm]\nbase_url = 'http://x/v1'\nmodel = 'm'\n"
+         "[llm.prices]\nm = { input = 1 }\n", "field 'llm.prices.m.output' is required"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[llm]\nbase_url = 'http://x/v1'\nmodel = 'm'\n"
+         "[llm.prices]\ngpt-4o = { input = 1, output = 2 }\n",
+         "field 'llm.prices' prices 'gpt-4o', a model nothing here uses (models used: m)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[chat]\nbudget_cost = 5\n",
+         "field 'chat.budget_cost' is 5, but chat's model 'scripted' has no price"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[chat]\nbudget_tokens = 0\n",
+         "field 'chat.budget_tokens' expected `int` >= 1 (got 0)"),
     ],
 )  # fmt: skip
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:

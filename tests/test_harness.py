@@ -672,3 +672,59 @@ async def test_phase_events_wait_for_room_in_a_full_log_and_are_never_dropped(sy
         gate.set()
     events = [m for m in seen if isinstance(m, Append) and m.type == HARNESS_PHASE]
     assert [e.payload["context_label"] for e in events] == [f"c{i}" for i in range(5)]
+
+
+# -- cost --------------------------------------------------------------------------------
+
+
+async def test_cost_by_the_models_price_is_in_run_summary_json_and_the_phase_events(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    from greenroom import Actor
+    from greenroom.llm import Price
+    from greenroom.messages import HARNESS_PHASE, Append
+
+    seen: list[Any] = []
+
+    class Recorder(Actor):
+        async def receive(self, message: Any) -> None:
+            seen.append(message)
+
+    log = await system.spawn(Recorder)
+    # USAGE is 30 prompt + 10 completion tokens: 30 * 2 + 10 * 4 = 100 per million each call
+    model = ScriptedModel([calls(("tool_a", {"q": "z"})), text("done")], price=Price(input=2.0, output=4.0))
+    summary = tmp_path / "run_summary.json"
+    harness = await spawn(system, model, summary_path=summary, log=log)
+    await harness.run_bounded("go")
+    await harness.aclose()
+    written = json.loads(summary.read_text())
+    assert written["llm_calls"] == 2 and written["cost"] == pytest.approx(0.0002)
+    phases = [m for m in seen if isinstance(m, Append) and m.type == HARNESS_PHASE]
+    assert len(phases) == 1 and phases[0].payload["cost"] == pytest.approx(0.0002)
+
+
+async def test_a_budget_in_money_ends_the_phase_once_spent(system: ActorSystem) -> None:
+    from greenroom.llm import Price
+
+    def keep_working(request: ChatRequest) -> ChatReply:
+        return calls(("tool_a", {"q": "again"}))
+
+    budget = TokenBudget(cost_limit=0.00015)  # each call costs 0.0001
+    model = ScriptedModel(keep_working, price=Price(input=2.0, output=4.0))
+    harness = await spawn(system, model, budget=budget)
+    result = await harness.run_bounded("go", max_iterations=50)
+    assert result.stop_reason == "budget_exhausted"
+    assert len(model.requests) == 2  # the second was admitted alone: the one that may overshoot
+    assert budget.cost == pytest.approx(0.0002) and budget.remaining_cost == 0.0
+
+
+async def test_a_harness_given_a_price_counts_by_it_rather_than_the_models(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    from greenroom.llm import Price
+
+    model = ScriptedModel([text("one")], price=Price(input=1000.0, output=1000.0))
+    summary = tmp_path / "run_summary.json"
+    harness = await spawn(system, model, summary_path=summary, price=Price(input=0.0, output=100.0))
+    await harness.run_bounded("go")
+    assert json.loads(summary.read_text())["cost"] == pytest.approx(0.001)  # 10 completion tokens

@@ -115,3 +115,53 @@ async def test_100_harness_actors_sharing_one_budget_overspend_by_at_most_one_ca
     assert len(model.requests) == budget.calls == budget.spent // 100
     assert {r.stop_reason for r in results} == {"budget_exhausted"} and len(results) == 200
     assert budget.in_flight == 0
+
+
+async def test_a_budget_in_money_admits_by_the_largest_call_cost_and_refuses_once_spent() -> None:
+    budget = TokenBudget(cost_limit=0.625)
+    first = admitted(budget.try_admit())
+    assert budget.try_admit() is False  # no call has cost anything yet: one at a time
+    first.spend(100, 0.25)
+    a = admitted(budget.try_admit())  # 0.25 + 0.25 reserved <= 0.625
+    assert a.reserved_cost == 0.25
+    assert budget.try_admit() is False  # 0.25 + 0.25 + 0.25 > 0.625: wait
+    a.spend(100, 0.25)
+    last = admitted(budget.try_admit())  # 0.5 + 0.25 > 0.625, nothing runs: admitted alone
+    last.spend(100, 0.25)
+    assert budget.cost == 0.75 and budget.exhausted and budget.remaining_cost == 0.0
+    assert budget.try_admit() is None
+    assert budget.spent == 300 and budget.remaining == float("inf")  # tokens: counted, no limit
+
+
+async def test_tokens_and_money_together_the_first_limit_reached_refuses() -> None:
+    budget = TokenBudget(1000, cost_limit=0.5)
+    admitted(budget.try_admit()).spend(100, 0.5)  # cheap in tokens, the money is spent
+    assert budget.exhausted and budget.try_admit() is None
+
+
+def test_a_bad_cost_limit_or_price_is_refused_naming_the_field() -> None:
+    from greenroom.harness import HarnessSetup
+    from greenroom.llm import Price
+
+    for bad in (-1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(ValueError, match=r"TokenBudget cost_limit must be a number >= 0"):
+            TokenBudget(cost_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Price input must be a number >= 0 \(per million tokens\), got -2"):
+        Price(input=-2, output=1)
+    with pytest.raises(ValueError, match=r"Price output must be a number >= 0.*got 'x'"):
+        Price(input=1, output="x")  # type: ignore[arg-type]
+    assert Price(input=2.5, output=10).cost(Usage(1_000_000, 100_000)) == 3.5
+    unpriced = ScriptedModel(["hi"])
+    with pytest.raises(
+        ValueError, match="HarnessSetup: the budget has a cost_limit, but the model has no price"
+    ):
+        HarnessSetup(unpriced, cost_per_run=1.0)
+    with pytest.raises(ValueError, match="HarnessSetup: the budget has a cost_limit"):
+        HarnessSetup(unpriced, budget=TokenBudget(cost_limit=1.0))
+    setup = HarnessSetup(unpriced, cost_per_run=1.0, price=Price(1, 1))  # a price given: fine
+    assert setup.budget_for_run().cost_limit == 1.0
+    with pytest.raises(ValueError, match="the model has no price"):
+        setup.use_model(ScriptedModel(["hi"]))  # nothing changes
+    assert setup.model is unpriced and setup.price == Price(1, 1)
+    setup.use_model(ScriptedModel(["hi"], price=Price(3, 4)))
+    assert setup.price == Price(3, 4)

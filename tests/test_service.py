@@ -16,9 +16,10 @@ import anyio
 import httpx2
 import msgspec
 import pytest
+from _support import eventually
 
 from greenroom.daemon import DaemonConfig
-from greenroom.daemon._config import AgentPoolConfig
+from greenroom.daemon._config import AgentPoolConfig, ChatConfig
 from greenroom.daemon._host import AgentHost
 from greenroom.daemon._service import DaemonService
 from greenroom.messages import TaskStatus
@@ -374,3 +375,73 @@ def test_a_store_out_of_reach_is_503_and_a_taken_id_409() -> None:
     assert (away.status, away.code) == (503, "unavailable") and "try again" in str(away)
     taken = _as_api_error(DuplicateTask("t1"))
     assert (taken.status, taken.code, taken.field, taken.value) == (409, "conflict", "id", "t1")
+
+
+async def test_chat_spend_and_its_budget_show_in_status(tmp_path: Path) -> None:
+    from greenroom.chat import _replies as replies
+
+    async with running(tmp_path, chat=ChatConfig(budget_tokens=1)) as daemon:
+        async with daemon.client("alice") as alice:
+            first = await alice.chat("hello")
+            refused = await alice.chat("show my tasks", first["conversation_id"])
+        async with daemon.client("root") as root:
+            status = await root.status()
+    assert first["success"] and not refused["success"]
+    assert refused["response"] == replies.BUDGET_SPENT
+    chat = status["chat"]
+    assert chat["llm_calls"] == 1 and chat["total_tokens"] > 1  # the one call admitted alone
+    assert chat["budget_tokens"] == 1 and chat["budget_exhausted"] is True
+    assert chat["cost"] == 0  # the scripted model has no price
+
+
+async def test_llm_prices_price_the_servers_models_and_chats_budget_in_money(tmp_path: Path) -> None:
+    from greenroom.daemon._config import LLMConfig, PriceConfig
+    from greenroom.llm import Price
+
+    llm = LLMConfig(
+        base_url="http://127.0.0.1:9/v1",  # never called here
+        model="m",
+        prices={"m": PriceConfig(input=0.15, output=0.6)},
+    )
+    async with running(tmp_path, llm=llm, chat=ChatConfig(model="m", budget_cost=2.5)) as daemon:
+        engine = daemon.service.parts.chat.engine
+        assert daemon.host.model_named("m").price == Price(0.15, 0.6)
+        assert engine.price == Price(0.15, 0.6) and engine.budget.cost_limit == 2.5
+        async with daemon.client("root") as root:
+            assert (await root.status())["chat"]["budget_cost"] == 2.5
+
+
+async def test_a_daemon_stopping_stops_its_chat_decisions(tmp_path: Path) -> None:
+    async with running(tmp_path) as daemon:
+        engine = daemon.service.parts.chat.engine
+        assert not engine.stop.requested
+        daemon.stop.set()
+        await eventually(lambda: engine.stop.requested)
+
+
+@pytest.mark.parametrize("who", ["alice", None])  # a 403 (wrong scope) and a 401 (no token)
+async def test_an_answer_sent_before_the_body_is_read_reaches_the_client_and_keeps_the_connection(
+    tmp_path: Path, who: str | None
+) -> None:
+    """A server that closes a connection with body bytes unread resets it, and the reset
+    can destroy the answer before the client reads it (the soak saw a ReadError for a
+    403). The body is read to its end first; the connection then serves the next request."""
+    body = b'{"tasks": [' + b" " * 1_000_000 + b"]}"
+    async with running(tmp_path) as daemon:
+        host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+        auth = f"Authorization: Bearer {daemon.tokens[who]}\r\n" if who else ""
+        head = (
+            f"POST /v1/tasks HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        received = b""
+        with anyio.fail_after(30):
+            async with await anyio.connect_tcp(host, int(port)) as stream:
+                await stream.send(head + body)
+                await stream.send(f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                while b'"ok"' not in received:
+                    received += await stream.receive()
+    first, _, rest = received.partition(b"\r\n")
+    assert first == (b"HTTP/1.1 403 " if who else b"HTTP/1.1 401 ") + first[13:]
+    assert b"connection: close" not in received.lower()
+    assert b"HTTP/1.1 200 " in rest  # the same connection answered the next request

@@ -12,7 +12,10 @@ open ``greenroom.store.Store``, such as a shared PostgreSQL one), the MCP tool c
 ``mcp.StdioServerParameters``), an actor system with the log actor on the backend's event
 log (so ``greenroom events tail`` shows the decision and tool logs) and the runner;
 leaving the block closes them in reverse order. The model defaults to the offline
-:class:`RuleBasedModel`; whoever passes a model closes it.
+:class:`RuleBasedModel`; whoever passes a model closes it. ``budget``, ``stop`` and
+``sandbox`` are the engine's (see :class:`LLMAgentEngine`): share a
+:class:`~greenroom.harness.TokenBudget` or a :class:`~greenroom.harness.StopSignal` with
+your agents' harnesses to bound or stop them all at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from ..actors import ActorSystem
 from ..embedded import EmbeddedStore
+from ..harness import Sandbox, StopSignal, TokenBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..log import LogActor
 from ..store import ChatStore, Store
@@ -56,6 +60,9 @@ async def open_assistant(
     mcp: Any = None,
     config: AgentEngineConfig | None = None,
     timeout: float | None = None,
+    budget: TokenBudget | None = None,
+    stop: StopSignal | None = None,
+    sandbox: Sandbox | None = None,
 ) -> AsyncIterator[Assistant]:
     async with AsyncExitStack() as stack:
         backend = store if store is not None else await stack.enter_async_context(EmbeddedStore(data_dir))
@@ -66,7 +73,9 @@ async def open_assistant(
         system = await stack.enter_async_context(ActorSystem())
         log = await system.spawn(lambda: LogActor(backend.event_store()), name="log")
         chat_model = model if model is not None else RuleBasedModel()
-        engine = LLMAgentEngine(chat_model, tools, config=config, log=log)
+        engine = LLMAgentEngine(
+            chat_model, tools, config=config, log=log, budget=budget, stop=stop, sandbox=sandbox
+        )
         runner = await AgentRunner.spawn(system, engine, chat, timeout=timeout)
         try:
             yield Assistant(runner, chat, tools, system, backend)

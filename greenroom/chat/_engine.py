@@ -41,7 +41,17 @@ import anyio
 import msgspec
 
 from ..actors import ActorRef, ActorStopped
-from ..llm import ChatModel, ContextTooLong, ModelError, RateLimited, TokenGauge
+from ..harness import (
+    BoundedLoop,
+    RiskLevel,
+    Sandbox,
+    Spend,
+    StopSignal,
+    TokenBudget,
+    ToolRefused,
+    ToolTimedOut,
+)
+from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, TokenGauge, price_of
 from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
 from ..store import StoredPending
 from . import _replies as replies
@@ -111,6 +121,14 @@ class LLMAgentEngine:
     ``tool_specs()`` when it has one: the schemas offered to the model); ``constitution``:
     the system prompt (spec 002's template by default). ``log``: the log actor the
     decision and tool-invocation events go to (internal; no user id, no secrets).
+
+    A decision runs on the harness's :class:`~greenroom.harness.BoundedLoop`, with the
+    harness's guarantees: ``budget`` (a :class:`~greenroom.harness.TokenBudget`, in tokens
+    or money, shareable with agents' harnesses) admits every model call and refuses once
+    spent; ``stop`` (a :class:`~greenroom.harness.StopSignal`) ends decisions before their
+    next model call, or, immediate, interrupts the request actors running them; every tool
+    call passes ``sandbox`` (risk level, rate limits, timeout). ``price``: what the
+    model's tokens cost (default: the model's own); ``spend`` counts every call.
     """
 
     def __init__(
@@ -123,6 +141,10 @@ class LLMAgentEngine:
         config: AgentEngineConfig | None = None,
         log: ActorRef | None = None,
         clock: Any = time.time,
+        budget: TokenBudget | None = None,
+        stop: StopSignal | None = None,
+        sandbox: Sandbox | None = None,
+        price: Price | None = None,
     ) -> None:
         if not isinstance(llm_adapter, ChatModel):
             raise TypeError(f"LLMAgentEngine llm_adapter must be a ChatModel, got {llm_adapter!r}")
@@ -140,6 +162,13 @@ class LLMAgentEngine:
         """Prompt-size estimates, calibrated by the model's reported usage."""
         self.context_window = self.config.context_window
         """The model's window in tokens: configured, or learned from a ``ContextTooLong``."""
+        self.budget = budget if budget is not None else TokenBudget()
+        self.stop = stop if stop is not None else StopSignal()
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
+        self.price = price if price is not None else price_of(llm_adapter)
+        self.budget.check_priced("LLMAgentEngine", self.price)
+        self.spend = Spend()
+        """Every model call's usage and cost, over the engine's lifetime."""
 
     def _specs(self) -> tuple[ToolSpec, ...]:
         specs = getattr(self.tools, "tool_specs", None)
@@ -165,7 +194,7 @@ class LLMAgentEngine:
                 "duration_ms": 0,
             },
         )
-        done = _Done()
+        done = _Done(Spend(into=self.spend))
         reason: str | None = None
         try:
             decision = await self._decide(context, decision_id, done)
@@ -194,6 +223,9 @@ class LLMAgentEngine:
             "decision_type": decision.decision_type.value,
             "outcome_category": "ERROR" if decision.error else "SUCCESS",
             "tool_calls": len(decision.records),
+            "llm_calls": done.spend.calls,
+            "total_tokens": done.spend.total_tokens,
+            "cost": round(done.spend.cost, 6),
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
         if reason is not None or done.note is not None:
@@ -201,16 +233,14 @@ class LLMAgentEngine:
         await self._event(CHAT_DECISION, payload)
         return decision
 
-    async def _call(
-        self, messages: list[ChatMessage], history: int, request: ChatRequest
-    ) -> tuple[ChatReply, int]:
-        """One model call: the reply and how many history messages are left. A request
-        the server says is too long is sent again with the history
-        (``messages[1 : 1 + history]``) fitted to the window it named, or dropped;
-        ``messages`` is trimmed in place. Raises ``ContextTooLong`` when even that does
-        not fit."""
+    async def _send(self, messages: list[ChatMessage], done: _Done, request: ChatRequest) -> ChatReply:
+        """One model call, under the loop's admission: the reply. A request the server
+        says is too long is sent again with the history (``messages[1 : 1 + history]``)
+        fitted to the window it named, or dropped; ``messages`` and ``done.history`` are
+        trimmed in place. Raises ``ContextTooLong`` when even that does not fit."""
         config = self.config
         while True:
+            history = done.history
             try:
                 reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
             except ContextTooLong as error:
@@ -230,11 +260,11 @@ class LLMAgentEngine:
                     history,
                 )
                 messages[1 : 1 + history] = kept
-                history = len(kept)
+                done.history = len(kept)
                 request = msgspec.structs.replace(request, messages=tuple(messages))
                 continue
             self.tokens.observe(request, reply.usage)
-            return reply, history
+            return reply
 
     def _room(self, rest: list[ChatMessage], tools: tuple[ToolSpec, ...]) -> int:
         """Tokens the history may take: its own budget, and what the model's window
@@ -248,6 +278,9 @@ class LLMAgentEngine:
 
     async def _decide(self, context: DecisionContext, decision_id: str, done: _Done) -> AgentDecision:
         records = done.records
+        if self.stop.requested:  # as a harness phase does: nothing starts after a stop
+            done.note = "stop_requested"
+            return _failed(replies.STOPPED, done)
         pending = context.pending_confirmation
         if pending is not None and is_confirmation(context.message, pending):
             if pending.expires_at < self.clock():
@@ -274,13 +307,22 @@ class LLMAgentEngine:
             [ChatMessage(m.role, m.content) for m in recent], self._room([system, user], specs)
         )
         messages: list[ChatMessage] = [system, *past, user]
-        history = len(past)
+        done.history = len(past)
         said = done.said  # the replies about what was done, in order
         calls = done.calls
         tools_allowed = True
         limit_hit = False
         asked = False  # a result the engine answers with a question ("which one?")
-        for _ in range(config.max_iterations):
+        loop = BoundedLoop(
+            self.llm,
+            budget=self.budget,
+            stop=self.stop,
+            sandbox=self.sandbox,
+            max_iterations=config.max_iterations,
+            price=self.price,
+            spend=done.spend,
+        )
+        while True:
             request = ChatRequest(
                 tuple(messages),
                 specs if tools_allowed else (),
@@ -288,7 +330,9 @@ class LLMAgentEngine:
                 temperature=config.temperature,
                 max_tokens=config.max_tokens,
             )
-            reply, history = await self._call(messages, history, request)
+            reply = await loop.call(request, lambda request: self._send(messages, done, request))
+            if reply is None:
+                break
             if not reply.tool_calls or not tools_allowed:
                 if records or limit_hit:
                     text = replies.combine(said, replies.TOO_MANY_CALLS if limit_hit else None)
@@ -374,6 +418,11 @@ class LLMAgentEngine:
                         DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
                     )
                 return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+        if loop.stop_reason != "max_iterations":  # the budget is spent, or a stop came
+            done.note = loop.stop_reason
+            return _failed(
+                replies.STOPPED if loop.stop_reason == "stop_requested" else replies.BUDGET_SPENT, done
+            )
         return AgentDecision(
             DecisionType.RESPOND_ONLY,
             tool_calls=calls or None,
@@ -389,7 +438,7 @@ class LLMAgentEngine:
         is bound to exactly that task."""
         if tool_name == BULK_DELETE:
             return await self._bulk_confirmation(user_id)
-        listing = await self.tools.execute("list_tasks", {"status": "all"}, user_id)
+        listing = await self._execute("list_tasks", {"status": "all"}, user_id)
         if not listing.success or not isinstance(listing.data, list):
             return ToolResult(success=False, error="listing failed", error_code="SYSTEM_ERROR")
         task_id = arguments.get("task_id")
@@ -408,7 +457,7 @@ class LLMAgentEngine:
     async def _bulk_confirmation(self, user_id: str) -> PendingAction | ToolResult:
         """Bind a bulk delete to the completed tasks there are now: the confirmation
         removes exactly those (not one completed after it was asked), once."""
-        listing = await self.tools.execute("list_tasks", {"status": "completed"}, user_id)
+        listing = await self._execute("list_tasks", {"status": "completed"}, user_id)
         if not listing.success or not isinstance(listing.data, list):
             return ToolResult(success=False, error="listing failed", error_code="SYSTEM_ERROR")
         found = [t for t in listing.data if isinstance(t, dict) and isinstance(t.get("id"), int)]
@@ -433,7 +482,7 @@ class LLMAgentEngine:
     ) -> ToolResult:
         visible = _visible(parameters)
         started = time.perf_counter()
-        result = await self.tools.execute(tool_name, visible, user_id)
+        result = await self._execute(tool_name, visible, user_id)
         duration = int((time.perf_counter() - started) * 1000)
         records.append(ToolCallRecord(tool_name, visible, msgspec.structs.asdict(result), duration))
         await self._event(
@@ -450,6 +499,19 @@ class LLMAgentEngine:
             },
         )
         return result
+
+    async def _execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult:
+        """One tool call through the sandbox (risk level, rate limits, timeout), as a
+        harness's are; a refusal or a timeout is a ``SYSTEM_ERROR`` result."""
+        risk_of = getattr(self.tools, "tool_risk", None)
+        risk = risk_of(tool_name) if callable(risk_of) else RiskLevel.WRITES
+        try:
+            return await self.sandbox.guard(
+                tool_name, risk, lambda: self.tools.execute(tool_name, parameters, user_id)
+            )
+        except (ToolRefused, ToolTimedOut) as refused:
+            logger.warning("chat: tool %r: %s", tool_name, refused)
+            return ToolResult(success=False, error=str(refused), error_code="SYSTEM_ERROR")
 
     async def _event(self, kind: str, payload: dict[str, Any]) -> None:
         """An internal event through the log actor, waiting for room (never dropped)."""
@@ -485,13 +547,17 @@ def _visible(parameters: dict[str, Any]) -> dict[str, Any]:
 class _Done:
     """What a decision did before it ended: what an error reply reports first."""
 
-    __slots__ = ("calls", "note", "records", "said")
+    __slots__ = ("calls", "history", "note", "records", "said", "spend")
 
-    def __init__(self) -> None:
+    def __init__(self, spend: Spend) -> None:
         self.records: list[ToolCallRecord] = []
         self.said: list[str] = []
         self.calls: list[ToolCall] = []
         self.note: str | None = None
+        self.history = 0
+        """History messages the request being built holds (after ``system``)."""
+        self.spend = spend
+        """This decision's model calls: tokens and cost (counted into the engine's)."""
 
 
 def _failed(text: str, done: _Done) -> AgentDecision:

@@ -42,12 +42,16 @@ EMPTY_LIST = "Your list is empty. Want to add something?"
 TOO_LONG = "That's more than I can take in at once. Could you say it in fewer words?"
 NO_ANSWER = "I have no answer to that. Could you put it another way?"
 CUT_OFF = "My answer ran too long and was cut off. Could you ask for something shorter?"
+STOPPED = "I've been asked to stop for now. Please try again in a little while."
+BUDGET_SPENT = "I've used up my allowance for now. Please try again later."
 REST_FAILED = "I couldn't finish the rest: {cause}. Please check your list before asking again."
 
 _CAUSES = {
     LLM_FAILED: "something went wrong on my side",
     RATE_LIMITED: "I'm receiving too many requests",
     TOO_LONG: "it got too long for me to take in",
+    STOPPED: "I was asked to stop",
+    BUDGET_SPENT: "I've used up my allowance for now",
 }
 
 

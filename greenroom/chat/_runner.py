@@ -93,6 +93,20 @@ class ChatRequestActor(Actor):
         self.store = store
         self.clock = clock
 
+    async def on_start(self) -> None:
+        self.engine.stop._attach(self.context.ref)  # an immediate stop interrupts this request
+
+    async def on_stop(self) -> None:
+        self.engine.stop._detach(self.context.ref)
+
+    def on_interrupted(self, message: Any) -> Any:
+        """A request cut short by the engine's immediate stop answers that it was stopped
+        (nothing of the unfinished turn is stored; a tool call that finished stays done);
+        any other interruption (the deadline, a caller that left) raises ``Interrupted``."""
+        if isinstance(message, _Run) and self.engine.stop.immediate:
+            return AgentResult(False, replies.STOPPED, [], replies.STOPPED)
+        return super().on_interrupted(message)
+
     async def receive(self, message: Any) -> Any:
         if not isinstance(message, _Run):
             raise TypeError(f"ChatRequestActor does not handle {type(message).__name__} messages")
@@ -104,6 +118,8 @@ class ChatRequestActor(Actor):
     async def _request(self, message: _Run) -> AgentResult:
         context, text = message.context, message.message
         user, conversation = context.user_id, context.conversation_id
+        if self.engine.stop.requested:  # nothing starts after a stop: no turn, no pending taken
+            return AgentResult(False, replies.STOPPED, [], replies.STOPPED)
         store = self.store
         await store.open_conversation(user, conversation, create=False)
         stored_pending = await store.load_pending(user, conversation)

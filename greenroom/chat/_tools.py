@@ -8,6 +8,10 @@ request's metadata (``_meta["dev.greenroom/user_id"]``), set by the executor fro
 authenticated request, never by the model. A model that writes ``user_id`` into its
 arguments changes nothing (unknown arguments are dropped before the call).
 
+Each tool carries MCP annotations (read-only, destructive, closed-world), from which the
+executor's ``tool_risk`` gives the :class:`~greenroom.harness.RiskLevel` a sandbox allows it
+by (see :func:`risk_of`).
+
 ``MCPToolExecutor`` is the spec's ``ToolExecutor`` on an MCP client: in-process (the
 SDK's in-memory transport) for an ``MCPServer``, streamable HTTP for a URL, or stdio for
 a command. Each call returns a :class:`ToolResult`; a tool that raises, or answers
@@ -25,7 +29,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import anyio
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
+from ..harness import RiskLevel
 from ..messages import ToolSpec
 from ..store import ChatStore, TaskRow
 
@@ -62,6 +68,25 @@ class ToolExecutor(Protocol):
     async def execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult: ...
 
     def get_available_tools(self) -> list[str]: ...
+
+
+def risk_of(annotations: ToolAnnotations | None) -> RiskLevel:
+    """A tool's :class:`~greenroom.harness.RiskLevel` from its MCP annotations:
+    ``read_only_hint`` true is ``READ_ONLY``; ``open_world_hint`` true (it reaches outside
+    the server's own data) is ``NETWORK``; anything else, unannotated tools included, is
+    ``WRITES`` (the MCP default assumes a tool may change things)."""
+    if annotations is None:
+        return RiskLevel.WRITES
+    if annotations.open_world_hint is True:
+        return RiskLevel.NETWORK
+    if annotations.read_only_hint is True:
+        return RiskLevel.READ_ONLY
+    return RiskLevel.WRITES
+
+
+_READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_REMOVES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 
 # -- the server ------------------------------------------------------------------------------
@@ -140,7 +165,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         user = meta.get(USER_META) if meta else None
         return user if isinstance(user, str) and user else None
 
-    @server.tool()
+    @server.tool(annotations=_WRITES)
     async def add_task(title: str, ctx: Context, description: str = "") -> dict[str, Any]:
         """Create a new task for the user."""
         user = user_of(ctx)
@@ -154,7 +179,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
             return detail
         return _ok(_task_view(await store.add_task(user, clean, detail)))
 
-    @server.tool()
+    @server.tool(annotations=_READS)
     async def list_tasks(ctx: Context, status: str = "all") -> dict[str, Any]:
         """List the user's tasks: status is all, pending or completed."""
         user = user_of(ctx)
@@ -164,7 +189,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
             return _fail("INVALID_INPUT", "status must be all, pending or completed", field="status")
         return _ok([_task_view(t) for t in await store.list_tasks(user, status)])
 
-    @server.tool()
+    @server.tool(annotations=_WRITES)
     async def update_task(
         ctx: Context,
         task_id: int | None = None,
@@ -215,21 +240,21 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
             return _fail("NOT_FOUND", "no such task", query=found.title)
         return _ok(_task_view(changed))
 
-    @server.tool()
+    @server.tool(annotations=_WRITES)
     async def complete_task(
         ctx: Context, task_id: int | None = None, title: str | None = None
     ) -> dict[str, Any]:
         """Mark a task as done; name it by id or by its title."""
         return await on_found(ctx, task_id, title, store.complete_task)
 
-    @server.tool()
+    @server.tool(annotations=_REMOVES)
     async def delete_task(
         ctx: Context, task_id: int | None = None, title: str | None = None
     ) -> dict[str, Any]:
         """Remove a task (the assistant asks the user to confirm first); by id or title."""
         return await on_found(ctx, task_id, title, store.delete_task)
 
-    @server.tool()
+    @server.tool(annotations=_REMOVES)
     async def delete_completed_tasks(ctx: Context, task_ids: list[int] | None = None) -> dict[str, Any]:
         """Remove all of the user's completed tasks, in one go (the assistant asks the user
         to confirm first); ``task_ids`` limits it to those of them."""
@@ -266,6 +291,7 @@ class MCPToolExecutor:
         self._stack: AsyncExitStack | None = None
         self._specs: dict[str, ToolSpec] = {}
         self._accepted: dict[str, frozenset[str]] = {}
+        self._risks: dict[str, RiskLevel] = {}
 
     async def __aenter__(self) -> MCPToolExecutor:
         from mcp.client.client import Client
@@ -287,6 +313,7 @@ class MCPToolExecutor:
             schema.pop("title", None)
             self._specs[tool.name] = ToolSpec(tool.name, tool.description or "", schema)
             self._accepted[tool.name] = frozenset(properties)
+            self._risks[tool.name] = risk_of(tool.annotations)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -297,6 +324,12 @@ class MCPToolExecutor:
 
     def get_available_tools(self) -> list[str]:
         return sorted(self._specs)
+
+    def tool_risk(self, tool_name: str) -> RiskLevel:
+        """How much harm ``tool_name`` can do, from the server's annotations (see
+        :func:`risk_of`): what a :class:`~greenroom.harness.Sandbox` allows it by.
+        ``WRITES`` for a tool the server does not list."""
+        return self._risks.get(tool_name, RiskLevel.WRITES)
 
     def tool_specs(self, names: Sequence[str] | None = None) -> tuple[ToolSpec, ...]:
         """The tools as offered to a model: their JSON Schemas, with no ``user_id``."""

@@ -17,6 +17,9 @@
     max_tokens = 1024           # optional: the longest reply a call may generate
     temperature = 0.2           # optional: the server's default otherwise
 
+    [llm.prices]                # optional: per million tokens, in your currency
+    "gpt-4o-mini" = { input = 0.15, output = 0.60 }   # costs in events, summaries, status
+
     [limits]                    # sizes the task graph accepts (greenroom.messages.TaskLimits)
     max_task_bytes = 1048576
 
@@ -26,6 +29,8 @@
     [chat]                      # the assistant behind POST /v1/chat
     model = "scripted"          # offline; or a model on the [llm] server
     max_tokens = 1024           # temperature = 0 (spec 002); context_window = N if known
+    budget_tokens = 2000000     # optional: every chat model call of this daemon's run, at most
+    budget_cost = 5.0           # optional: the same in money (needs the model's [llm.prices])
 
     [tracing]                   # OpenTelemetry: pip install 'greenroom[otel]'
     enabled = false
@@ -47,6 +52,7 @@ import msgspec
 from .._errors import InvalidInput
 from ..agents import BaseAgent
 from ..agents.examples import AGENTS
+from ..llm import Price
 from ..messages import RecordError, TaskLimits, convert
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
@@ -68,6 +74,13 @@ class AgentPoolConfig(msgspec.Struct, forbid_unknown_fields=True):
     ``"scripted"`` keeps the agent's own model."""
 
 
+class PriceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model's price per million tokens (``greenroom.llm.Price``)."""
+
+    input: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]
+    output: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]
+
+
 class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     """An OpenAI-compatible server for the agents' LLM phases."""
 
@@ -84,6 +97,9 @@ class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     """The longest reply one call may generate (default: the server's own limit)."""
     temperature: Temperature | None = None
     """Sampling temperature of the agents' calls (default: the server's)."""
+    prices: dict[ModelName, PriceConfig] = msgspec.field(default_factory=dict)
+    """What each model's tokens cost: its calls' cost is then counted (run summaries,
+    events, ``greenroom status``) and budgets in money can bound it."""
 
 
 class ApiConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -112,6 +128,11 @@ class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     context_window: Annotated[int, msgspec.Meta(ge=16, le=100_000_000)] | None = None
     """The model's context window in tokens, if known (the history is fitted into it;
     without it, the window is learned from the server's first context-overflow error)."""
+    budget_tokens: Annotated[int, msgspec.Meta(ge=1, le=10**15)] | None = None
+    """Tokens every chat model call of this daemon's run may spend together (a request
+    past it is told the allowance is used up); ``None``: unlimited, still counted."""
+    budget_cost: Annotated[float, msgspec.Meta(gt=0, le=10**12)] | None = None
+    """The same in money, by the chat model's ``[llm.prices]`` entry (required then)."""
 
 
 class TracingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -174,6 +195,10 @@ def load_config(path: str | Path) -> DaemonConfig:
             # one pool at a time, so an error can name the pool (msgspec's paths omit dict keys)
             for agent_type, pool in raw["agents"].items():
                 convert(pool, AgentPoolConfig, "config", prefix=f"agents.{agent_type}")
+        llm = raw.get("llm") if isinstance(raw, dict) else None
+        if isinstance(llm, dict) and isinstance(llm.get("prices"), dict):
+            for model, price in llm["prices"].items():  # the same: name the model
+                convert(price, PriceConfig, "config", prefix=f"llm.prices.{model}")
         config = convert(raw, DaemonConfig, "config")
     except RecordError as error:
         raise ConfigError(f"config {str(path)!r}: {error}") from None
@@ -201,14 +226,36 @@ def check_config(config: DaemonConfig, where: str) -> None:
 
 
 def check_service(config: DaemonConfig, where: str) -> None:
-    if config.chat.enabled and config.chat.model != SCRIPTED and config.llm is None:
+    chat = config.chat
+    if chat.enabled and chat.model != SCRIPTED and config.llm is None:
         raise ConfigError(
-            f"config {where!r}: field 'chat.model' names {config.chat.model!r}, but there is no [llm] "
+            f"config {where!r}: field 'chat.model' names {chat.model!r}, but there is no [llm] "
             "section saying which server serves it"
         )
+    if chat.enabled and chat.budget_cost is not None and price_for(config, chat.model) is None:
+        raise ConfigError(
+            f"config {where!r}: field 'chat.budget_cost' is {chat.budget_cost:g}, but chat's model "
+            f"{chat.model!r} has no price to count it by: add it to [llm.prices]"
+        )
+    if config.llm is not None:
+        used = {config.llm.model, *(p.model for p in config.agents.values() if p.model), chat.model}
+        for model in config.llm.prices:
+            if model not in used:
+                raise ConfigError(
+                    f"config {where!r}: field 'llm.prices' prices {model!r}, a model nothing here "
+                    f"uses (models used: {', '.join(sorted(used - {SCRIPTED}))})"
+                )
     port = int(config.api.listen.rpartition(":")[2])
     if port > 65535:
         raise ConfigError(f"config {where!r}: field 'api.listen' has port {port}, above 65535")
+
+
+def price_for(config: DaemonConfig, model: str) -> Price | None:
+    """The ``[llm.prices]`` price of ``model`` on the ``[llm]`` server, if it has one."""
+    if config.llm is None or model == SCRIPTED:
+        return None
+    price = config.llm.prices.get(model)
+    return None if price is None else Price(price.input, price.output)
 
 
 def model_for(config: DaemonConfig, agent_type: str) -> str | None:

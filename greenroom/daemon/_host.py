@@ -28,7 +28,7 @@ from ..messages import GraphStats, Stats, StopGranting
 from ..store import Store
 from ..supervisor import SupervisorActor
 from ._backend import choose_store
-from ._config import ConfigError, DaemonConfig, agent_class, model_for
+from ._config import ConfigError, DaemonConfig, agent_class, model_for, price_for
 
 logger = logging.getLogger("greenroom.daemon")
 
@@ -164,7 +164,10 @@ class AgentHost:
                 f'model {name!r} would not be used; set agents.{agent_type}.model = "scripted" or '
                 "remove it"
             )
-        agent.llm.model = self.model_named(name)
+        try:
+            agent.llm.use_model(self.model_named(name))
+        except ValueError as error:  # a budget in money, and no [llm.prices] entry for the model
+            raise ConfigError(f"config: agent type {agent_type!r} on model {name!r}: {error}") from None
 
     def model_named(self, name: str) -> Any:
         """The ``[llm]`` server's client for model ``name`` (one per name, shared; closed
@@ -186,6 +189,7 @@ class AgentHost:
                 max_in_flight=llm.max_in_flight,
                 max_tokens=llm.max_tokens,
                 temperature=llm.temperature,
+                price=price_for(self.config, name),
             )
         return model
 

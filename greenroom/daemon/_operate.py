@@ -225,6 +225,20 @@ def format_status(document: dict[str, Any]) -> str:
         lines.append(
             f"agents {agent_type}: {entry['alive']}/{entry['configured']} alive · queued {entry['queued']}"
             f" · tokens {entry['tokens_spent']} in {entry['model_calls']} model call(s)"
+            + (f" · cost {entry['cost']:g}" if entry.get("cost") else "")
+        )
+    chat = document.get("chat")
+    if chat:
+        limits = [
+            f"{chat[key]:g} {unit}"
+            for key, unit in (("budget_tokens", "tokens"), ("budget_cost", "cost"))
+            if chat.get(key) is not None
+        ]
+        lines.append(
+            f"chat: tokens {chat['total_tokens']} in {chat['llm_calls']} model call(s)"
+            + (f" · cost {chat['cost']:g}" if chat.get("cost") else "")
+            + (f" · budget {' / '.join(limits)}" if limits else "")
+            + (" · budget used up" if chat.get("budget_exhausted") else "")
         )
     if document.get("mailboxes"):
         lines.append("mailboxes: " + " · ".join(f"{k} {v}" for k, v in document["mailboxes"].items()))

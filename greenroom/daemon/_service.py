@@ -24,6 +24,7 @@ import msgspec
 
 from .. import __version__
 from .._files import replace_durably
+from ..harness import TokenBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats
 from ..service import (
@@ -39,7 +40,7 @@ from ..service import (
     serve,
 )
 from ..service._tokens import new_token
-from ._config import SCRIPTED
+from ._config import SCRIPTED, price_for
 from ._host import AgentHost
 
 logger = logging.getLogger("greenroom.daemon")
@@ -119,7 +120,16 @@ class DaemonService:
         settings = AgentEngineConfig(
             temperature=chat.temperature, max_tokens=chat.max_tokens, context_window=chat.context_window
         )
-        engine = LLMAgentEngine(model, tools, config=settings, log=host.log)
+        budget = TokenBudget(chat.budget_tokens, cost_limit=chat.budget_cost)
+        # the scripted model has no price; a [llm.prices] entry prices a server model
+        engine = LLMAgentEngine(
+            model,
+            tools,
+            config=settings,
+            log=host.log,
+            budget=budget,
+            price=price_for(self.config, chat.model),
+        )
         runner = await AgentRunner.spawn(host.system, engine, store, timeout=chat.timeout)
         self._stack.push_async_callback(runner.aclose)
         return runner
@@ -160,8 +170,15 @@ class DaemonService:
                 finally:
                     done.set()
 
+        async def stop_chat() -> None:
+            await self.stop.wait()  # set by then below, whatever ends the serving
+            if self.parts.chat is not None:
+                # chat decisions in flight end before their next model call, within the grace
+                self.parts.chat.engine.stop.request()
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(serving)
+            tg.start_soon(stop_chat)
             try:
                 await done.wait()
             finally:
@@ -177,7 +194,7 @@ class DaemonService:
         for agent, ref in host.agents:
             entry = agents.setdefault(
                 agent.agent_type or type(agent).__name__,
-                {"configured": 0, "alive": 0, "queued": 0, "tokens_spent": 0, "model_calls": 0},
+                {"configured": 0, "alive": 0, "queued": 0, "tokens_spent": 0, "model_calls": 0, "cost": 0.0},
             )
             entry["configured"] += 1
             entry["alive"] += int(ref.is_alive)
@@ -185,6 +202,9 @@ class DaemonService:
             if agent.llm is not None:
                 entry["tokens_spent"] += agent.llm.usage.spent
                 entry["model_calls"] += agent.llm.usage.calls
+                entry["cost"] += agent.llm.usage.cost
+        for entry in agents.values():
+            entry["cost"] = round(entry["cost"], 6)
         mailboxes = {"supervisor": host.supervisor.queued, "log": host.log.queued}
         runner = self.parts.chat
         if runner is not None:
@@ -201,6 +221,7 @@ class DaemonService:
                 "runnable_types": stats.runnable_types,
             },
             "agents": agents,
+            "chat": None if runner is None else _chat_status(runner.engine),
             "mailboxes": mailboxes,
         }
 
@@ -217,3 +238,14 @@ class DaemonService:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self._close()
+
+
+def _chat_status(engine: Any) -> dict[str, Any]:
+    """What the chat assistant spent in this daemon's run, against its budget."""
+    budget = engine.budget
+    return {
+        **engine.spend.as_dict(),
+        "budget_tokens": budget.limit,
+        "budget_cost": budget.cost_limit,
+        "budget_exhausted": budget.exhausted,
+    }

@@ -1,15 +1,17 @@
 """Harness actors: bounded phases of model and tool work (spec 003).
 
 A :class:`HarnessActor` keeps one conversation history per ``context_label``,
-admits every model call through a :class:`TokenBudget` (shareable by a team),
-honours a :class:`StopSignal` in two strengths, and runs tool calls through the
-allowlist and a :class:`Sandbox`. :class:`Harness` is its handle; every phase ends in
-a :class:`PhaseResult`.
+admits every model call through a :class:`TokenBudget` (shareable by a team; in tokens,
+in money, or both), honours a :class:`StopSignal` in two strengths, and runs tool calls
+through the allowlist and a :class:`Sandbox` — all in a :class:`BoundedLoop`, the one
+model-and-tool loop the chat engine runs on too, which counts each call's
+:class:`Spend`. :class:`Harness` is its handle; every phase ends in a :class:`PhaseResult`.
 """
 
 from ._actor import HarnessActor
 from ._budget import Admission, TokenBudget
 from ._handle import Harness
+from ._loop import BoundedLoop, Spend
 from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
@@ -19,12 +21,14 @@ from ._tools import RiskLevel, Tool
 __all__ = [
     "STOP_REASONS",
     "Admission",
+    "BoundedLoop",
     "Harness",
     "HarnessActor",
     "HarnessSetup",
     "PhaseResult",
     "RiskLevel",
     "Sandbox",
+    "Spend",
     "StopReason",
     "StopSignal",
     "TokenBudget",

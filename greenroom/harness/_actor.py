@@ -30,7 +30,7 @@ import msgspec
 from .._checks import check_int, check_name
 from .._files import replace_durably
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull
-from ..llm import ChatModel
+from ..llm import ChatModel, Price, price_of
 from ..messages import (
     HARNESS_PHASE,
     Append,
@@ -42,6 +42,7 @@ from ..messages import (
     ToolSpec,
 )
 from ._budget import TokenBudget
+from ._loop import BoundedLoop, Spend
 from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._stop import StopSignal
@@ -120,6 +121,7 @@ class HarnessActor(Actor):
         summary_path: str | os.PathLike[str] | None = None,
         log: ActorRef | None = None,
         call_timeout: float | None = None,
+        price: Price | None = None,
     ) -> None:
         if not isinstance(model, ChatModel):
             raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
@@ -149,17 +151,30 @@ class HarnessActor(Actor):
         self.summary_path = None if summary_path is None else Path(summary_path)
         self.log = log
         self.call_timeout = call_timeout
+        self.price = price if price is not None else price_of(model)
+        self.budget.check_priced("HarnessActor", self.price)
         self._phase: _Phase | None = None
         self._unsent: list[Append] = []
         self.histories: dict[str | None, list[ChatMessage]] = {}
         self.phases = 0
-        self.llm_calls = 0
+        self.spend = Spend()
+        """What this harness's model calls used over its lifetime: calls, tokens, cost."""
         self.tool_call_count = 0
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
         self._specs: dict[str, ToolSpec] = {name: tool.spec() for name, tool in self.tools.items()}
 
     interruptible = True
+
+    @property
+    def llm_calls(self) -> int:
+        return self.spend.calls
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.spend.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.spend.completion_tokens
 
     async def on_start(self) -> None:
         self.stop._attach(self.context.ref)
@@ -234,38 +249,23 @@ class HarnessActor(Actor):
             [ChatMessage("user", message.user_message)] if message.user_message else []
         )
         records = phase.records
-        stop = self.stop
-        budget = self.budget
-        model = self.model
         system = (ChatMessage("system", self.system_prompt),) if self.system_prompt else ()
-        call_timeout = self.call_timeout
-        for _ in range(message.max_iterations):
-            if stop.requested:
-                return PhaseResult(phase.text, records, "stop_requested")
-            # the budget check, before every model call (no await when it admits at once)
-            admission = budget.try_admit()
-            if admission is False:
-                admission = await budget.admit()
-            if admission is None:
-                return PhaseResult(phase.text, records, "budget_exhausted")
-            assert admission is not True
-            try:
-                reply = await model.chat(
-                    ChatRequest((*system, *history, *pending), specs), timeout=call_timeout
-                )
-            except BaseException:
-                admission.release()
-                raise
-            usage = reply.usage
-            admission.spend(usage.prompt_tokens + usage.completion_tokens)
-            self.llm_calls += 1
-            self.prompt_tokens += usage.prompt_tokens
-            self.completion_tokens += usage.completion_tokens
+        loop = BoundedLoop(
+            self.model,
+            budget=self.budget,
+            stop=self.stop,
+            sandbox=self.sandbox,
+            max_iterations=message.max_iterations,
+            call_timeout=self.call_timeout,
+            price=self.price,
+            spend=self.spend,
+        )
+        while (reply := await loop.call(ChatRequest((*system, *history, *pending), specs))) is not None:
             tool_calls = reply.tool_calls
             pending.append(ChatMessage("assistant", reply.text, tool_calls))
             for call in tool_calls:
                 record, content = await self._run_tool(
-                    call.id, call.name, call.arguments, call.arguments_error, allowed
+                    loop, call.id, call.name, call.arguments, call.arguments_error, allowed
                 )
                 records.append(record)
                 pending.append(ChatMessage("tool", content, tool_call_id=call.id))
@@ -274,12 +274,14 @@ class HarnessActor(Actor):
             pending = []
             if not tool_calls:
                 return PhaseResult(reply.text, records, "done")
-        return PhaseResult(phase.text, records, "max_iterations")
+        assert loop.stop_reason is not None
+        return PhaseResult(phase.text, records, loop.stop_reason)
 
     # -- tool calls (both modes) --------------------------------------------------------
 
     async def _run_tool(
         self,
+        loop: BoundedLoop | None,
         call_id: str,
         name: str,
         arguments: dict[str, Any],
@@ -298,7 +300,7 @@ class HarnessActor(Actor):
         if arguments_error is not None:
             return _failed(record, arguments_error)
         try:
-            result = await self.sandbox.run(tool, arguments)
+            result = await (self.sandbox.run(tool, arguments) if loop is None else loop.tool(tool, arguments))
         except (RecordError, ToolRefused, ToolTimedOut) as refused:
             return _failed(record, str(refused))
         except Exception as failed:  # cancellation is a BaseException: it propagates
@@ -339,7 +341,7 @@ class HarnessActor(Actor):
             self.tool_call_count += 1
             return {"id": call_id, "name": name, "arguments": arguments, "ok": False, "error": problem}
         assert isinstance(name, str)
-        record, _ = await self._run_tool(str(call_id), name, arguments, None, self.tool_allowlist)
+        record, _ = await self._run_tool(None, str(call_id), name, arguments, None, self.tool_allowlist)
         return record
 
     # -- reporting ----------------------------------------------------------------------
@@ -349,11 +351,8 @@ class HarnessActor(Actor):
             "agent_id": self.agent_id,
             "task_id": self.task_id,
             "phases": self.phases,
-            "llm_calls": self.llm_calls,
+            **self.spend.as_dict(),
             "tool_calls": self.tool_call_count,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
             "last_stop_reason": last_stop_reason,
             "contexts": sorted(label for label in self.histories if label is not None),
             "updated_at": time.time(),
@@ -373,7 +372,8 @@ class HarnessActor(Actor):
             "mode": "tools" if message.direct_tool_calls is not None else "llm",
             "stop_reason": result.stop_reason,
             "tool_calls": len(result.tool_calls),
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "total_tokens": self.spend.total_tokens,
+            "cost": round(self.spend.cost, 6),
         }
         append = Append(type=HARNESS_PHASE, payload=payload, task_id=self.task_id, agent_id=self.agent_id)
         if self._unsent:  # keep their order

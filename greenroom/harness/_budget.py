@@ -1,18 +1,21 @@
-"""``TokenBudget``: one token budget for every model call of a run, or of a team.
+"""``TokenBudget``: one budget — in tokens, in money, or both — for every model call of
+a run, or of a team.
 
 The guarantee, exactly: the tokens spent by all calls admitted under one budget never
 exceed ``limit`` by more than one call's usage, provided no call uses more tokens than
-the reservation it was admitted with. The reservation is ``reserve_per_call`` or the
-most any call under this budget has used so far, whichever is larger.
+the reservation it was admitted with; the same holds for the money spent against
+``cost_limit``. A call's token reservation is ``reserve_per_call`` or the most any call
+under this budget has used so far, whichever is larger; its cost reservation is the
+most any call has cost so far.
 
-How: a call is admitted at once while ``spent + reserved_in_flight + reservation <=
-limit`` (it provably fits). Otherwise, if no call is in flight and ``spent < limit``,
-it is admitted alone (the one call that may overshoot, as a lone agent checking its
-budget before each call would). Otherwise it waits for an in-flight call to finish
-and decides again; once ``spent >= limit`` every call is refused. Until the first call
-finishes, with no ``reserve_per_call``, the reservation is unknown and calls are
-admitted one at a time. Every decision runs without a checkpoint between the check
-and the reservation, so concurrent harness actors cannot race past it.
+How: a call is admitted at once while, for each limit set, ``spent + reserved_in_flight +
+reservation <= limit`` (it provably fits). Otherwise, if no call is in flight and nothing
+is spent past a limit, it is admitted alone (the one call that may overshoot, as a lone
+agent checking its budget before each call would). Otherwise it waits for an in-flight
+call to finish and decides again; once either limit is reached every call is refused.
+Until the first call finishes, with no ``reserve_per_call``, the reservation is unknown
+and calls are admitted one at a time. Every decision runs without a checkpoint between
+the check and the reservation, so concurrent callers cannot race past it.
 """
 
 from __future__ import annotations
@@ -26,20 +29,23 @@ from .._checks import check_int
 
 
 class Admission:
-    """Permission for one model call. Report what it used with ``spend(tokens)``;
+    """Permission for one model call. Report what it used with ``spend(tokens, cost)``;
     leaving without spending (an error, a cancellation) frees the reservation."""
 
-    __slots__ = ("_budget", "_done", "reserved")
+    __slots__ = ("_budget", "_done", "reserved", "reserved_cost")
 
-    def __init__(self, budget: TokenBudget, reserved: int) -> None:
+    def __init__(self, budget: TokenBudget, reserved: int, reserved_cost: float) -> None:
         self._budget = budget
         self.reserved = reserved
+        self.reserved_cost = reserved_cost
         self._done = False
 
-    def spend(self, tokens: int) -> None:
+    def spend(self, tokens: int, cost: float = 0.0) -> None:
+        """What the call used: ``tokens`` (prompt + completion) and ``cost`` (in the
+        prices' currency; 0 when the model has no price). Once; later calls do nothing."""
         if not self._done:
             self._done = True
-            self._budget._finish(self, tokens)
+            self._budget._finish(self, tokens, cost)
 
     def release(self) -> None:
         self.spend(0)
@@ -53,34 +59,70 @@ class Admission:
         self.release()
 
 
+def _check_cost(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"TokenBudget cost_limit must be a number >= 0, got {value!r}")
+    return float(value)
+
+
 class TokenBudget:
     """``limit``: tokens (prompt + completion) for every call admitted by this budget;
-    ``None``: unlimited (still counted). Give the same object to several harness
-    actors for a team budget.
+    ``cost_limit``: money for them, by the model's price (``greenroom.llm.Price``); either,
+    both or neither (``None``: unlimited, still counted). Give the same object to several
+    callers — harness actors, the chat engine — for a shared budget.
     """
 
     def __init__(
-        self, limit: int | None = None, *, reserve_per_call: int = 0, counts_into: TokenBudget | None = None
+        self,
+        limit: int | None = None,
+        *,
+        reserve_per_call: int = 0,
+        counts_into: TokenBudget | None = None,
+        cost_limit: float | None = None,
     ) -> None:
         self.limit = None if limit is None else check_int("TokenBudget", "limit", limit, minimum=0)
+        self.cost_limit = _check_cost(cost_limit)
         self.reserve_per_call = check_int("TokenBudget", "reserve_per_call", reserve_per_call, minimum=0)
         self.counts_into = counts_into
         """Another budget that also counts what this one spends (a per-run budget into
         its setup's running total); it never limits this one."""
         self.spent = 0
+        self.cost = 0.0
+        """Money spent, in the prices' currency (0 while no model has a price)."""
         self.calls = 0
         self.largest_call = 0
+        self.largest_cost = 0.0
         self._in_flight = 0
         self._reserved = 0
+        self._reserved_cost = 0.0
         self._changed: anyio.Event | None = None
+
+    def check_priced(self, where: str, price: object) -> None:
+        """Refuse (``ValueError``) to count calls without a price against a cost limit:
+        they would all cost 0 and the limit would never bind."""
+        if self.cost_limit is not None and price is None:
+            raise ValueError(
+                f"{where}: the budget has a cost_limit, but the model has no price "
+                "(give a greenroom.llm.Price, or [llm.prices] in the daemon's config)"
+            )
 
     @property
     def exhausted(self) -> bool:
-        return self.limit is not None and self.spent >= self.limit
+        return (self.limit is not None and self.spent >= self.limit) or (
+            self.cost_limit is not None and self.cost >= self.cost_limit
+        )
 
     @property
     def remaining(self) -> float:
+        """Tokens left (``inf`` without a token limit)."""
         return math.inf if self.limit is None else max(0, self.limit - self.spent)
+
+    @property
+    def remaining_cost(self) -> float:
+        """Money left (``inf`` without a cost limit)."""
+        return math.inf if self.cost_limit is None else max(0.0, self.cost_limit - self.cost)
 
     @property
     def in_flight(self) -> int:
@@ -94,19 +136,29 @@ class TokenBudget:
     def try_admit(self) -> Admission | bool | None:
         """Decide now: an ``Admission``, ``None`` (exhausted: refuse), or ``False``
         (wait for an in-flight call to finish, then ask again)."""
-        limit = self.limit
-        if limit is not None:
-            if self.spent >= limit:
-                return None
-            reservation = self._reservation()
-            fits = reservation is not None and self.spent + self._reserved + reservation <= limit
-            if not fits and self._in_flight:
-                return False
-        else:
-            reservation = 0
-        admission = Admission(self, reservation or 0)
+        if self.exhausted:
+            return None
+        reservation = 0
+        reserved_cost = 0.0
+        fits = True
+        if self.limit is not None:
+            known = self._reservation()
+            fits = known is not None and self.spent + self._reserved + known <= self.limit
+            reservation = known or 0
+        if self.cost_limit is not None:
+            known_cost = self.largest_cost if self.calls else None
+            fits = (
+                fits
+                and known_cost is not None
+                and self.cost + self._reserved_cost + known_cost <= self.cost_limit
+            )
+            reserved_cost = known_cost or 0.0
+        if not fits and self._in_flight:
+            return False
+        admission = Admission(self, reservation, reserved_cost)
         self._in_flight += 1
-        self._reserved += admission.reserved
+        self._reserved += reservation
+        self._reserved_cost += reserved_cost
         return admission
 
     async def admit(self) -> Admission | None:
@@ -121,16 +173,20 @@ class TokenBudget:
                 self._changed = anyio.Event()
             await self._changed.wait()
 
-    def _finish(self, admission: Admission, tokens: int) -> None:
+    def _finish(self, admission: Admission, tokens: int, cost: float) -> None:
         self._in_flight -= 1
         self._reserved -= admission.reserved
-        if tokens:
+        self._reserved_cost -= admission.reserved_cost
+        if tokens or cost:
             self.spent += tokens
+            self.cost += cost
             self.calls += 1
             self.largest_call = max(self.largest_call, tokens)
+            self.largest_cost = max(self.largest_cost, cost)
             total = self.counts_into
             if total is not None:
                 total.spent += tokens
+                total.cost += cost
                 total.calls += 1
         changed, self._changed = self._changed, None
         if changed is not None:

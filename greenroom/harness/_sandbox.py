@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import anyio
 
 from .._checks import check_int, check_seconds
 from .._errors import GreenroomError
 from ._tools import RiskLevel, Tool
+
+T = TypeVar("T")
 
 
 class ToolRefused(GreenroomError):
@@ -70,10 +72,15 @@ class Sandbox:
 
     def check(self, tool: Tool) -> None:
         """Admit one call of ``tool`` now (counting it) or raise ``ToolRefused``."""
-        if tool.risk > self.max_risk:
+        self.admit(tool.name, tool.risk)
+
+    def admit(self, name: str, risk: RiskLevel) -> None:
+        """Admit one call of the tool ``name`` of level ``risk`` now (counting it against
+        the rate limits) or raise ``ToolRefused``: for tools that are not :class:`Tool`
+        objects, such as an MCP server's."""
+        if risk > self.max_risk:
             raise ToolRefused(
-                f"tool {tool.name!r} has risk level {tool.risk.name}, "
-                f"above the sandbox's {self.max_risk.name}"
+                f"tool {name!r} has risk level {risk.name}, above the sandbox's {self.max_risk.name}"
             )
         if self.rate_limit is None and not self.tool_rate_limits:
             return  # nothing to count
@@ -81,9 +88,9 @@ class Sandbox:
         windows: list[tuple[deque[float], tuple[int, float], str]] = []
         if self.rate_limit is not None:
             windows.append((self._recent, self.rate_limit, "the sandbox"))
-        own = self.tool_rate_limits.get(tool.name)
+        own = self.tool_rate_limits.get(name)
         if own is not None:
-            windows.append((self._recent_by_tool.setdefault(tool.name, deque()), own, f"tool {tool.name!r}"))
+            windows.append((self._recent_by_tool.setdefault(name, deque()), own, f"tool {name!r}"))
         for recent, (calls, per), who in windows:
             while recent and recent[0] <= now - per:
                 recent.popleft()
@@ -101,15 +108,23 @@ class Sandbox:
         past ``tool_timeout``), or whatever the tool raised. A plain function runs inline
         and cannot be interrupted. Cancellation propagates."""
         validated = tool.validate(arguments)
-        self.check(tool)
         if not tool.is_async:
+            self.check(tool)
             return tool.fn(**validated) if tool.args is None else tool.fn(validated)
+        return await self.guard(tool.name, tool.risk, lambda: tool.call(validated))
+
+    async def guard(self, name: str, risk: RiskLevel, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call()`` as one call of the tool ``name`` (level ``risk``): admitted by
+        :meth:`admit`, cancelled past ``tool_timeout`` (then :class:`ToolTimedOut`). The
+        path for tools that are not :class:`Tool` objects (the chat engine's MCP tools).
+        Cancellation propagates."""
+        self.admit(name, risk)
         if self.tool_timeout is None:
-            return await tool.call(validated)
+            return await call()
         with self.timeout_scope() as deadline:
-            result = await tool.call(validated)
+            result = await call()
         if deadline.cancelled_caught:
-            raise ToolTimedOut(f"tool {tool.name!r} timed out after {self.tool_timeout:g}s")
+            raise ToolTimedOut(f"tool {name!r} timed out after {self.tool_timeout:g}s")
         return result
 
     def timeout_scope(self) -> anyio.CancelScope:

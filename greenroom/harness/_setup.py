@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..actors import ActorContext, ActorRef, ActorSystem
-from ..llm import ChatModel
+from ..llm import ChatModel, Price, price_of
 from ._budget import TokenBudget
 from ._handle import Harness
 from ._sandbox import Sandbox
@@ -19,9 +19,12 @@ class HarnessSetup:
     """The model, tools, sandbox and budget an agent's harnesses are built from.
 
     ``budget``: one budget shared by every run of every agent given this setup (a team
-    budget). Without it, ``tokens_per_run`` gives each run a fresh budget of that many
-    tokens (``None``: unlimited, still counted). ``sandbox`` is shared by every run,
-    and so are its rate limits. ``call_timeout``: seconds per model call.
+    budget; it may be in tokens, in money, or both). Without it, ``tokens_per_run`` and
+    ``cost_per_run`` give each run a fresh budget of that many tokens / that much money
+    (``None``: unlimited, still counted). ``price``: what the model's tokens cost
+    (default: the model's own ``price``), needed for a budget in money. ``sandbox`` is
+    shared by every run, and so are its rate limits. ``call_timeout``: seconds per model
+    call.
 
     The setup does not own the model: whoever made an ``OpenAIChatModel`` closes it
     (``await model.aclose()``) once every agent using it is done.
@@ -36,10 +39,14 @@ class HarnessSetup:
         sandbox: Sandbox | None = None,
         budget: TokenBudget | None = None,
         tokens_per_run: int | None = None,
+        cost_per_run: float | None = None,
         call_timeout: float | None = None,
+        price: Price | None = None,
     ) -> None:
-        if budget is not None and tokens_per_run is not None:
-            raise ValueError("HarnessSetup takes budget (shared) or tokens_per_run (per run), not both")
+        if budget is not None and (tokens_per_run is not None or cost_per_run is not None):
+            raise ValueError(
+                "HarnessSetup takes budget (shared) or tokens_per_run / cost_per_run (per run), not both"
+            )
         self.model = model
         self.tools = tuple(tools)
         self.tool_allowlist = None if tool_allowlist is None else frozenset(tool_allowlist)
@@ -47,15 +54,27 @@ class HarnessSetup:
         self.budget = budget
         # checked here so that a bad value fails when the setup is made, not mid-run
         self.tokens_per_run = None if tokens_per_run is None else TokenBudget(tokens_per_run).limit
+        self.cost_per_run = None if cost_per_run is None else TokenBudget(cost_limit=cost_per_run).cost_limit
         self.call_timeout = call_timeout
+        self.price = price if price is not None else price_of(model)
+        (budget or TokenBudget(cost_limit=self.cost_per_run)).check_priced("HarnessSetup", self.price)
         self.usage = budget if budget is not None else TokenBudget()
         """Tokens and calls spent by every run given this setup (the shared budget itself,
         when there is one): what a status page reports."""
 
+    def use_model(self, model: ChatModel, price: Price | None = None) -> None:
+        """Run later phases on ``model``, priced by ``price`` (default: the model's own).
+        Raises ``ValueError`` when a budget in money would have no price to count by
+        (nothing changes then). Harnesses already spawned keep their model."""
+        price = price if price is not None else price_of(model)
+        (self.budget or TokenBudget(cost_limit=self.cost_per_run)).check_priced("HarnessSetup", price)
+        self.model = model
+        self.price = price
+
     def budget_for_run(self) -> TokenBudget:
         if self.budget is not None:
             return self.budget
-        return TokenBudget(self.tokens_per_run, counts_into=self.usage)
+        return TokenBudget(self.tokens_per_run, cost_limit=self.cost_per_run, counts_into=self.usage)
 
     async def spawn(
         self,
@@ -84,5 +103,6 @@ class HarnessSetup:
             summary_path=summary_path,
             log=log,
             call_timeout=self.call_timeout,
+            price=self.price,
             **extra,
         )

@@ -8,6 +8,7 @@ does. They raise only the errors in this package for provider trouble.
 
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel, retry_after_seconds
+from ._price import Price, price_of
 from ._protocol import ChatModel, ClosingModel
 from ._rules import RuleBasedModel
 from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
@@ -23,6 +24,7 @@ __all__ = [
     "ContextTooLong",
     "ModelError",
     "OpenAIChatModel",
+    "Price",
     "RateLimited",
     "RuleBasedModel",
     "ScriptExhausted",
@@ -31,5 +33,6 @@ __all__ = [
     "TokenGauge",
     "Unavailable",
     "estimate_usage",
+    "price_of",
     "retry_after_seconds",
 ]

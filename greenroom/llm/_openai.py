@@ -20,6 +20,7 @@ import openai
 from .._checks import check_int, check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
+from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
 
@@ -190,7 +191,8 @@ class OpenAIChatModel(ClosingModel):
     client's per-request work from growing with the number of requests waiting.
     ``pools``: split those connections over this many HTTP clients, used in turn (a
     pool's bookkeeping per request grows with its size; 8 pools of 8 cost less than one
-    of 64 — measured on trio in ``greenroom bench chat``).
+    of 64 — measured on trio in ``greenroom bench chat``). ``price``: what its tokens cost
+    (:class:`Price`), so harnesses and the chat engine count spend in money too.
 
     Cancellation stops the call in flight (and any retry wait, or a wait for admission)
     at once. Close it with ``aclose()`` or ``async with``: an unclosed client leaks its
@@ -210,6 +212,7 @@ class OpenAIChatModel(ClosingModel):
         max_tokens: int | None = None,
         max_in_flight: int | None = None,
         pools: int = 1,
+        price: Price | None = None,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -229,8 +232,12 @@ class OpenAIChatModel(ClosingModel):
             or not 0 <= temperature <= 2
         ):
             raise ValueError(f"OpenAIChatModel temperature must be a number in [0, 2], got {temperature!r}")
+        if price is not None and not isinstance(price, Price):
+            raise ValueError(f"OpenAIChatModel price must be a greenroom.llm.Price, got {price!r}")
         self.model = model
         self.base_url = base_url
+        self.price = price
+        """What this model's tokens cost (``None``: not known; spend is then counted in tokens)."""
         self.timeout = check_seconds("OpenAIChatModel", "timeout", timeout)
         self.max_retries = check_int("OpenAIChatModel", "max_retries", max_retries, minimum=0)
         self.max_retry_wait = check_seconds("OpenAIChatModel", "max_retry_wait", max_retry_wait, zero_ok=True)

@@ -26,6 +26,7 @@ import re
 import anyio
 
 from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from ._price import Price
 from ._protocol import ClosingModel
 
 _GREETING = re.compile(r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks|thank you)\b", re.I)
@@ -63,8 +64,9 @@ class RuleBasedModel(ClosingModel):
     """A ``ChatModel`` that follows the rules above. ``latency``: seconds per call
     (cancellable), for benchmarks and deadline tests."""
 
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, price: Price | None = None) -> None:
         self.latency = latency
+        self.price = price
         self.calls = 0
         self._ids = itertools.count(1)
 

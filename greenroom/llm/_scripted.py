@@ -10,6 +10,7 @@ import anyio
 from .._checks import check_seconds
 from .._errors import GreenroomError
 from ..messages import ChatReply, ChatRequest, Usage
+from ._price import Price
 from ._protocol import ClosingModel
 
 Script = Iterable[ChatReply | str] | Callable[[ChatRequest], ChatReply | str]
@@ -39,8 +40,10 @@ class ScriptedModel(ClosingModel):
     cancellation (during the simulated latency) nothing is consumed from the script.
     """
 
-    def __init__(self, script: Script, *, latency: float = 0.0) -> None:
+    def __init__(self, script: Script, *, latency: float = 0.0, price: Price | None = None) -> None:
         self.latency = check_seconds("ScriptedModel", "latency", latency, zero_ok=True)
+        self.price = price
+        """A price to count its (estimated) usage at, as a real model's would be."""
         if callable(script):
             self._respond: Callable[[ChatRequest], ChatReply | str] | None = script
             self._replies: list[ChatReply] = []

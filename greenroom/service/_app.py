@@ -39,7 +39,7 @@ import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
@@ -173,23 +173,63 @@ def _endpoint(
                         "forbidden",
                         f"a {principal.scope!r} token may not use this endpoint (needs {scope!r})",
                     )
-            return await handler(request, principal)
+            response = await handler(request, principal)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:
-            api_error = _as_api_error(error)
-            if api_error.status >= 500:
-                logger.error(
-                    "api: %s %s failed (token %s): %s",
-                    request.method,
-                    request.url.path,
-                    principal.token_id if principal else "-",
-                    type(error).__name__,
-                    exc_info=error if api_error.status == 500 else None,
-                )
-            return error_response(api_error)
+            response = _failed(request, principal, error)
+        return await _read_rest(request, response, parts.max_body_bytes)
+
+    def _failed(request: Request, principal: Principal | None, error: Exception) -> Response:
+        api_error = _as_api_error(error)
+        if api_error.status >= 500:
+            logger.error(
+                "api: %s %s failed (token %s): %s",
+                request.method,
+                request.url.path,
+                principal.token_id if principal else "-",
+                type(error).__name__,
+                exc_info=error if api_error.status == 500 else None,
+            )
+        return error_response(api_error)
 
     return endpoint
+
+
+DRAIN_SECONDS = 10.0
+"""How long an answer waits for the rest of a body it did not need (see ``_read_rest``)."""
+
+
+async def _read_rest(request: Request, response: Response, limit: int) -> Response:
+    """Read and drop what is left of the request's body (``limit`` bytes at most, for
+    ``DRAIN_SECONDS`` at most) before sending an answer that did not need it (a 401, a
+    403, a 404): a server that closes a connection with unread bytes in it sends a TCP
+    reset, which can destroy the answer before the client reads it — the client sees a
+    broken connection instead of the error. Read to its end, the body also leaves the
+    connection reusable. Past either bound the answer says ``Connection: close``."""
+    headers = request.headers
+    length = headers.get("content-length")
+    if "transfer-encoding" not in headers and (length is None or length == "0"):
+        return response  # no body
+    if length is not None and length.isdigit() and int(length) > limit:
+        response.headers["connection"] = "close"  # not read: the client is told why (413)
+        return response
+    size = 0
+    with anyio.move_on_after(DRAIN_SECONDS):
+        try:
+            async with aclosing(request.stream()) as chunks:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > limit:
+                        break
+                else:
+                    return response
+        except RuntimeError:  # the handler read it to its end
+            return response
+        except ClientDisconnect:
+            return response
+    response.headers["connection"] = "close"
+    return response
 
 
 async def _body(request: Request, parts: ServiceParts, *, required: bool = True) -> Any:
@@ -409,7 +449,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             response = error_response(ApiError(status, "http_error", str(error.detail)))
         for name, value in (error.headers or {}).items():
             response.headers[name] = value  # Allow: the methods a path takes
-        return response
+        return await _read_rest(request, response, parts.max_body_bytes)
 
     return Starlette(
         exception_handlers={HTTPException: no_route},

@@ -92,10 +92,10 @@ def _temperature(text: str) -> float:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    from .bench import SUITES
-    from .bench.actors import WORKLOADS
-
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser. The benchmark suites (which import every layer, the
+    openai SDK among them) are only described when the command is ``bench``: every other
+    command starts without importing them."""
     parser = argparse.ArgumentParser(
         prog="greenroom", description=__doc__.split("\n")[0] if __doc__ else None
     )
@@ -249,6 +249,21 @@ def _parser() -> argparse.ArgumentParser:
     store(prun, "the events in this PostgreSQL database")
 
     bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
+    if _command_of(argv) == "bench":
+        _bench_parsers(bench)
+    return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the global
+    options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _bench_parsers(bench: argparse.ArgumentParser) -> None:
+    from .bench import SUITES
+    from .bench.actors import WORKLOADS
+
     suites = bench.add_subparsers(dest="suite", metavar="SUITE")
     actors = suites.add_parser("actors", help="Savina-style actor workloads vs plain queues")
     actors.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
@@ -262,12 +277,12 @@ def _parser() -> argparse.ArgumentParser:
         suite.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
         module.add_arguments(suite, _positive_int)
         suite.add_argument("--json", action="store_true", help="print the figures as JSON")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(words)
+    args = parser.parse_args(words)
     try:
         return _dispatch(parser, args)
     except KeyboardInterrupt:

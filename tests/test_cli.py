@@ -23,6 +23,23 @@ def test_version() -> None:
 WHOLE = "must be a whole number from 1 to 1000000,"
 
 
+def test_version_imports_neither_the_benchmarks_nor_the_openai_sdk() -> None:
+    """What a command imports, not how long it takes: ``--version`` used to import every
+    benchmark suite and through them the openai SDK (~0.6 s)."""
+    probe = (
+        "import sys\nfrom greenroom.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('greenroom.bench', 'openai', 'greenroom.daemon') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    suites = subprocess.run(
+        [sys.executable, "-m", "greenroom", "bench", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert suites.returncode == 0 and "graph" in suites.stdout and "soak" in suites.stdout
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -87,3 +87,31 @@ def test_the_architecture_doc_lists_the_layers_in_this_order() -> None:
     found = re.finditer(r"greenroom/(\S+)", block)
     listed = [m.group(1).removesuffix(".py").removesuffix("/") for m in found]
     assert [name for name in listed if name in LAYERS] == LAYERS
+
+
+def test_every_public_error_is_under_the_root_greenroom_exports() -> None:
+    """``except greenroom.GreenroomError`` catches every error any package exports, and the
+    root's families are public names of ``greenroom`` itself (no private import needed)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import greenroom
+
+    for name in ("GreenroomError", "InvalidInput", "DataError", "StorageError", "StoreUnavailable",
+                 "InternalError", "DataDirBusy"):  # fmt: skip
+        assert name in greenroom.__all__ and issubclass(getattr(greenroom, name), greenroom.GreenroomError)
+    outside = []
+    exported = 0
+    for module in pkgutil.walk_packages(greenroom.__path__, "greenroom."):
+        parts = module.name.split(".")[1:]
+        if any(part.startswith("_") for part in parts) or parts[0] == "bench":
+            continue
+        package = importlib.import_module(module.name)
+        for name in getattr(package, "__all__", []):
+            value = getattr(package, name)
+            if inspect.isclass(value) and issubclass(value, BaseException):
+                exported += 1
+                if not issubclass(value, greenroom.GreenroomError):
+                    outside.append(f"{module.name}.{name}")
+    assert exported > 30 and outside == []

@@ -44,7 +44,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import _tracing
-from .._errors import MISSING, InvalidInput, StoreUnavailable, shown
+from .._errors import MISSING, GreenroomError, InvalidInput, StoreUnavailable, shown
 from ..actors import ActorRef, ActorStopped
 from ..messages import AgentTask, Cancel, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._tokens import Principal, Scope, TokenStore
@@ -74,7 +74,10 @@ class ServiceParts:
     started: float = field(default_factory=time.time)
 
 
-class ApiError(Exception):
+class ApiError(GreenroomError):
+    """An answer of the API other than 200: its HTTP ``status``, a ``code`` and the
+    ``field`` / ``value`` it is about (what ``error_response`` sends as ``{"error": ...}``)."""
+
     def __init__(self, status: int, code: str, message: str, *, field: str = "", value: Any = None) -> None:
         super().__init__(message)
         self.status = status

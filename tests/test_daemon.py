@@ -488,6 +488,56 @@ async def test_progress_prints_a_line_only_when_the_counts_change() -> None:
     assert progress.busy > 0  # the busy samples counted, the idle ones not
 
 
+@pytest.mark.anyio
+async def test_progress_and_the_idle_watch_outlast_a_store_out_of_reach() -> None:
+    """A sample the store cannot answer (PostgreSQL restarting) is skipped: the progress line
+    and ``--until-idle``'s watch keep going and report once it answers again (found when
+    a daemon exited 'greenroom: error: ... server closed the connection' at a restart)."""
+    import io
+
+    import anyio
+
+    from greenroom import StoreUnavailable
+    from greenroom.daemon._commands import _Progress
+    from greenroom.daemon._host import AgentHost
+    from greenroom.messages import GraphStats
+
+    answers: list[GraphStats | None] = [None, None, GraphStats({"COMPLETED": 3}, [], 3)]
+
+    class Host:
+        asked = 0
+        config = type("Config", (), {"agents": {"w": None}})()
+        is_idle = AgentHost.is_idle
+
+        async def stats(self) -> GraphStats:
+            answer = answers[min(Host.asked, len(answers) - 1)]
+            Host.asked += 1
+            if answer is None:
+                raise StoreUnavailable("PostgreSQL at db: server closed the connection unexpectedly")
+            return answer
+
+    printed = anyio.Event()
+
+    class Out(io.StringIO):
+        def write(self, text: str) -> int:
+            printed.set()
+            return super().write(text)
+
+    out = Out()
+    progress = _Progress(Host(), out, 0.001)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(progress.run, 0.0)
+        with anyio.fail_after(10):
+            await printed.wait()
+        tg.cancel_scope.cancel()
+    assert out.getvalue().split("] ", 1)[1] == "3/3 final · completed 3 · running 0 · pending 0 · failed 0\n"
+
+    Host.asked = 0
+    with anyio.fail_after(10):
+        idle = await AgentHost.wait_idle(Host(), poll_interval=0.001)  # type: ignore[arg-type]
+    assert idle.total == 3 and Host.asked == 3
+
+
 def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tmp_path: Path) -> None:
     """A task that SIGKILLs its daemon every time it runs: restarted after each death,
     the daemon fails that task as poison after max_crashes (3), with the reason, and

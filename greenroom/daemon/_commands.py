@@ -19,7 +19,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus as StartStatus
 
-from .._errors import InvalidInput
+from .._errors import InvalidInput, StoreUnavailable
 from ..agents.examples import example_graph
 from ..messages import AgentTask, Event, GraphStats, ListTasks, Submit, TaskStatus, convert
 from ._config import ConfigError, DaemonConfig, StoreConfig, default_config, load_config
@@ -71,9 +71,15 @@ class _Progress:
         return self.busy
 
     async def run(self, started: float) -> None:
+        """Sample until cancelled. A sample the store cannot answer (``StoreUnavailable``:
+        PostgreSQL restarting, say) is skipped — the supervisor has said so already, and the
+        daemon keeps serving — and the time until the next answer counts as busy."""
         while True:
             await anyio.sleep(self.interval)
-            stats = await self.host.stats()
+            try:
+                stats = await self.host.stats()
+            except StoreUnavailable:
+                continue
             now = time.monotonic()
             self._account(now, not self.host.is_idle(stats))
             line = _line(stats)
@@ -223,10 +229,13 @@ async def _serve(
             progress.finish()
             stuck: list[str] = []
             if until_idle and not received:
-                pending = await host.supervisor.ask(ListTasks(status=TaskStatus.PENDING))
-                if pending:
-                    everything = await host.supervisor.ask(ListTasks())
-                    stuck = explain_stuck(everything, set(config.agents))
+                try:
+                    pending = await host.supervisor.ask(ListTasks(status=TaskStatus.PENDING))
+                    if pending:
+                        everything = await host.supervisor.ask(ListTasks())
+                        stuck = explain_stuck(everything, set(config.agents))
+                except StoreUnavailable as error:  # the explanation is lost, the run is not
+                    print(f"greenroom: could not list the pending tasks: {error}", file=err, flush=True)
             await host.shutdown()
             after = host.final_stats or before
         watching.cancel_scope.cancel()

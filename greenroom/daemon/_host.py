@@ -202,10 +202,14 @@ class AgentHost:
         return stats.by_status.get("IN_PROGRESS", 0) == 0 and not served.intersection(stats.runnable_types)
 
     async def wait_idle(self, poll_interval: float = 0.05) -> GraphStats:
-        """Return once :meth:`is_idle`; cancellable at any time."""
+        """Return once :meth:`is_idle`; cancellable at any time. While the store cannot
+        answer (``StoreUnavailable``) the host is not known to be idle: it asks again."""
         while True:
-            stats = await self.stats()
-            if self.is_idle(stats):
+            try:
+                stats = await self.stats()
+            except StoreUnavailable:
+                stats = None
+            if stats is not None and self.is_idle(stats):
                 return stats
             await anyio.sleep(poll_interval)
 
@@ -242,6 +246,8 @@ class AgentHost:
                 self.final_stats = await self.stats()
             except ActorStopped:
                 pass  # said above; the summary then shows the counts from the start
+            except StoreUnavailable as error:
+                logger.warning("shutdown: no final counts, the store is out of reach: %s", error)
             except Exception:
                 logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()

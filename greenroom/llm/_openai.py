@@ -10,12 +10,11 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 import msgspec
-import openai
 
 from .._checks import check_int, check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
@@ -23,6 +22,9 @@ from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedO
 from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
+
+if TYPE_CHECKING:  # imported when a model is made: a command that makes none never pays for it
+    import openai
 
 logger = logging.getLogger("greenroom.llm")
 
@@ -263,6 +265,8 @@ class OpenAIChatModel(ClosingModel):
         self.closed = False
 
     def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI:
+        import openai
+
         http_client = None
         if self.max_in_flight is not None:
             size = -(-self.max_in_flight // self.pools)
@@ -318,6 +322,8 @@ class OpenAIChatModel(ClosingModel):
         return await self._attempts(request, params, per_call)
 
     async def _attempts(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> ChatReply:
+        import openai  # loaded with the first client (``_make_client``)
+
         attempt = 0
         while True:
             try:

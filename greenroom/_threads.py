@@ -57,9 +57,8 @@ async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     if path is None:
         return await anyio.to_thread.run_sync(fn, *args)
     kind, handle = path
-    if kind == "asyncio":
-        return await _asyncio_run(handle, fn, args)  # type: ignore[no-any-return]
-    return await _trio_run(handle, fn, args)  # type: ignore[no-any-return]
+    result: T = await (_asyncio_run if kind == "asyncio" else _trio_run)(handle, fn, args)
+    return result
 
 
 # --- trio ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from greenroom import Actor, ActorStopped, ActorSystem, AskTimeout, SupervisorStrategy
+from greenroom.actors import DEFAULT_MAILBOX_SIZE
 
 pytestmark = pytest.mark.anyio
 
@@ -254,3 +255,74 @@ def test_default_strategy_is_documented_restart_three_in_five_seconds() -> None:
     default = SupervisorStrategy()
     assert (default.max_restarts, default.within, default.backoff) == (3, 5.0, None)
     assert default.decide(ValueError()).value == "restart"
+
+
+async def test_kernel_handles_have_no_public_constructor() -> None:
+    """A ref, a context, a pending reply and a timer wrap kernel state: only the kernel
+    makes them (calling the class is a TypeError naming the way to get one)."""
+    from greenroom import ActorContext, ActorRef, PendingReply, Timer
+
+    async with ActorSystem() as system:
+        ref = await system.spawn(Counter)
+        cell = ref._cell
+        for cls, args in (
+            (ActorRef, (cell,)),
+            (ActorContext, (cell,)),
+            (PendingReply, (None,)),
+            (Timer, (cell, 1, None)),
+        ):
+            with pytest.raises(TypeError, match="has no public constructor"):
+                cls(*args)
+        assert await ref.ask("get") == 0  # the real ones still work
+
+
+async def test_statistics_count_depth_restarts_and_dead_letters() -> None:
+    gate = anyio.Event()
+    handled: list[Any] = []
+    async with ActorSystem() as system:
+        counter = await system.spawn(Counter, name="counter", mailbox_size=10)
+        with pytest.raises(ValueError):
+            await counter.ask("boom")
+        with pytest.raises(ValueError):
+            await counter.ask("boom")
+        gated = await system.spawn(lambda: Gated(gate, handled), name="gated")
+        for n in range(4):
+            gated.tell(n)
+        stats = gated.statistics()
+        assert (stats.name, stats.alive, stats.mailbox_limit) == ("gated", True, DEFAULT_MAILBOX_SIZE)
+        assert stats.mailbox_depth >= 3  # one may be in hand, waiting for the gate
+        assert counter.statistics().restarts == 2
+        await counter.stop()
+        with pytest.raises(ActorStopped):
+            counter.tell(1)
+        after = counter.statistics()
+        assert (after.alive, after.dead_letters, after.restarts) == (False, 1, 2)
+        whole = system.statistics()
+        assert whole.actors == 1 and whole.restarts == 2
+        assert whole.dead_letters == 1 and whole.dead_letters_by_reason == {"stopped": 1}
+        assert whole.mailbox_depth == gated.statistics().mailbox_depth
+        gate.set()
+        assert await gated.ask("last") == "last"
+        assert handled == [0, 1, 2, 3, "last"]
+        assert gated.statistics().mailbox_depth == 0
+
+
+async def test_send_is_a_checkpoint_even_with_room() -> None:
+    """Like every anyio and trio async call: it yields (another task runs), and a
+    cancellation delivered there means the message was not sent."""
+    async with ActorSystem() as system:
+        ref = await system.spawn(Counter, mailbox_size=1000)
+        other_ran = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            async def mark() -> None:
+                other_ran.set()
+
+            tg.start_soon(mark)  # runs only once this task yields
+            await ref.send(1)
+            assert other_ran.is_set()
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await ref.send(100)
+        assert scope.cancelled_caught
+        assert await ref.ask("get") == 1

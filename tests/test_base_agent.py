@@ -18,7 +18,7 @@ from greenroom.agents import AgentRuntime, BaseAgent, HarnessSetup, PhaseResult,
 from greenroom.embedded import read_events
 from greenroom.harness import HarnessActor, Tool
 from greenroom.llm import ScriptedModel
-from greenroom.messages import HARNESS_PHASE, AgentResult, AgentTask, ChatReply, Submit, ToolCall, Usage
+from greenroom.messages import HARNESS_PHASE, AgentResult, AgentTask, ChatReply, ModelToolCall, Submit, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -345,7 +345,9 @@ def research_model(request: Any) -> ChatReply:
     subtopic = users[-1].split("'")[1]
     if last.role == "tool":
         return ChatReply(text=f"notes on {subtopic}: {last.content}")
-    return ChatReply(tool_calls=(ToolCall(f"q-{subtopic}", "query_knowledge_base", {"query": subtopic}),))
+    return ChatReply(
+        tool_calls=(ModelToolCall(f"q-{subtopic}", "query_knowledge_base", {"query": subtopic}),)
+    )
 
 
 async def test_the_research_pattern_runs_subtopics_in_their_own_contexts_then_synthesizes(

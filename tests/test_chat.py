@@ -34,7 +34,8 @@ from greenroom.chat import _replies as replies
 from greenroom.embedded import SQLiteChatStore, read_events
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget
 from greenroom.llm import ChatModel, Price, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
-from greenroom.messages import ChatReply, ChatRequest, OutboxPosition, ToolCall, Usage
+from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
+from greenroom.messages._protocol import OutboxPosition
 from greenroom.store import StoredMessage
 
 pytestmark = pytest.mark.anyio
@@ -276,8 +277,8 @@ class Intruder:
             return ChatReply(text="done")
         return ChatReply(
             tool_calls=(
-                ToolCall("a", "list_tasks", {"status": "all", "user_id": self.victim}),
-                ToolCall("b", "complete_task", {"title": "secret plan", "user_id": self.victim}),
+                ModelToolCall("a", "list_tasks", {"status": "all", "user_id": self.victim}),
+                ModelToolCall("b", "complete_task", {"title": "secret plan", "user_id": self.victim}),
             )
         )
 
@@ -336,7 +337,7 @@ class CallsForever:
         calls = []
         for _ in range(self.per_turn):
             self.n += 1
-            calls.append(ToolCall(f"c{self.n}", "add_task", {"title": f"item {self.n}"}))
+            calls.append(ModelToolCall(f"c{self.n}", "add_task", {"title": f"item {self.n}"}))
         return ChatReply(tool_calls=tuple(calls))
 
     async def aclose(self) -> None:
@@ -355,7 +356,7 @@ async def test_the_eleventh_tool_call_is_refused_and_the_model_answers_without_t
 
 
 async def test_max_iterations_ends_with_the_specs_message(tmp_path: Path) -> None:
-    model = ScriptedModel(lambda request: ChatReply(tool_calls=(ToolCall("x", "list_tasks", {}),)))
+    model = ScriptedModel(lambda request: ChatReply(tool_calls=(ModelToolCall("x", "list_tasks", {}),)))
     async with open_chat(tmp_path, model, config=AgentEngineConfig(max_iterations=3)) as chat:
         c = await chat.runner.new_conversation("alice")
         result = await chat.say("alice", c, "keep going")
@@ -382,7 +383,10 @@ async def test_model_failures_end_in_the_specs_texts(tmp_path: Path, error: Exce
 
 async def test_malformed_tool_arguments_get_a_question_not_a_crash(tmp_path: Path) -> None:
     model = ScriptedModel(
-        [ChatReply(tool_calls=(ToolCall("x", "add_task", {}, arguments_error="not JSON: {title"),)), "ok"]
+        [
+            ChatReply(tool_calls=(ModelToolCall("x", "add_task", {}, arguments_error="not JSON: {title"),)),
+            "ok",
+        ]
     )
     async with open_chat(tmp_path, model) as chat:
         c = await chat.runner.new_conversation("alice")
@@ -1182,7 +1186,7 @@ async def test_a_graceful_stop_lets_the_running_turn_finish_and_ends_before_the_
 
     def add_then_stop(request: ChatRequest) -> ChatReply:
         stop.request()  # arrives while the model answers: this turn's tool still runs
-        return ChatReply(tool_calls=(ToolCall("a", "add_task", {"title": "buy milk"}),), usage=SPENT)
+        return ChatReply(tool_calls=(ModelToolCall("a", "add_task", {"title": "buy milk"}),), usage=SPENT)
 
     model = ScriptedModel(add_then_stop)
     async with open_chat(tmp_path, model, stop=stop) as chat:

@@ -15,7 +15,7 @@ from _support import eventually
 from greenroom import ActorSystem
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget, Tool
 from greenroom.llm import ScriptedModel, Unavailable
-from greenroom.messages import ChatReply, ChatRequest, ToolCall, Usage
+from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ def text(value: str) -> ChatReply:
 
 def calls(*wanted: tuple[str, dict[str, Any]]) -> ChatReply:
     return ChatReply(
-        tool_calls=tuple(ToolCall(f"c{i}-{name}", name, args) for i, (name, args) in enumerate(wanted)),
+        tool_calls=tuple(ModelToolCall(f"c{i}-{name}", name, args) for i, (name, args) in enumerate(wanted)),
         usage=USAGE,
     )
 

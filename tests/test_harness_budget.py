@@ -8,7 +8,7 @@ import pytest
 from greenroom import ActorSystem
 from greenroom.harness import Admission, Harness, TokenBudget, Tool
 from greenroom.llm import ScriptedModel
-from greenroom.messages import ChatReply, ChatRequest, ToolCall, Usage
+from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +86,7 @@ CALL = Usage(prompt_tokens=70, completion_tokens=30)  # every call uses 100 toke
 def keep_working(request: ChatRequest) -> ChatReply:
     """Always asks for one more tool call: only the budget ends the phase."""
     turn = sum(1 for m in request.messages if m.role == "assistant")
-    return ChatReply(tool_calls=(ToolCall(f"t{turn}", "note", {}),), usage=CALL)
+    return ChatReply(tool_calls=(ModelToolCall(f"t{turn}", "note", {}),), usage=CALL)
 
 
 @pytest.mark.parametrize("reserve", [0, 100])

@@ -14,6 +14,8 @@ LAYERS = [
     "_errors",
     "_checks",
     "_tracing",
+    "_request",
+    "_guard",
     "messages",
     "actors",
     "_files",

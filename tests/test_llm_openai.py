@@ -15,16 +15,9 @@ from _support import eventually
 
 from greenroom import ActorSystem
 from greenroom.harness import Harness, Tool
-from greenroom.llm import (
-    BadRequest,
-    ContextTooLong,
-    OpenAIChatModel,
-    RateLimited,
-    TimedOut,
-    Unavailable,
-    retry_after_seconds,
-)
-from greenroom.messages import ChatMessage, ChatRequest, ToolCall, ToolSpec
+from greenroom.llm import BadRequest, ContextTooLong, OpenAIChatModel, RateLimited, TimedOut, Unavailable
+from greenroom.llm._openai import retry_after_seconds
+from greenroom.messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -348,7 +341,7 @@ async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(s
     server.add(Respond(body=completion("fine")))
     history = (
         ChatMessage("user", "weather?"),
-        ChatMessage("assistant", None, (ToolCall("c1", "weather", {"city": "Oslo"}),)),
+        ChatMessage("assistant", None, (ModelToolCall("c1", "weather", {"city": "Oslo"}),)),
         ChatMessage("tool", '{"celsius": 3}', tool_call_id="c1"),
     )
     async with make_model(server) as model:

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from greenroom.llm import ChatModel, ScriptedModel, ScriptExhausted, estimate_usage
-from greenroom.messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from greenroom.messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -16,7 +16,7 @@ def ask(text: str) -> ChatRequest:
 
 
 async def test_replies_come_in_order_and_every_request_is_kept() -> None:
-    tool_turn = ChatReply(tool_calls=(ToolCall("1", "search", {"q": "x"}),), usage=Usage(5, 2))
+    tool_turn = ChatReply(tool_calls=(ModelToolCall("1", "search", {"q": "x"}),), usage=Usage(5, 2))
     async with ScriptedModel([tool_turn, "plain text"]) as model:
         assert isinstance(model, ChatModel)
         assert await model.chat(ask("a")) is tool_turn

@@ -13,8 +13,10 @@ from _support import eventually, file_log, open_node
 
 from greenroom import Actor, ActorRef, ActorSystem
 from greenroom._files import DataDirBusy
-from greenroom.embedded import EventLogError, FileEventStore, read_events, tail_events
-from greenroom.log import LogActor, NarratorCapability, PolicyError, surfacing_flag
+from greenroom.embedded import EventLogError, FileEventStore, read_events
+from greenroom.embedded._reader import tail_events
+from greenroom.log import LogActor, NarratorCapability, PolicyError
+from greenroom.log._policy import surfacing_flag
 from greenroom.messages import AGENT_UPDATE, NARRATION, Append, Event, Subscribe
 
 pytestmark = pytest.mark.anyio

@@ -30,13 +30,12 @@ from greenroom.messages import (
     TASK_SUBMITTED,
     AgentResult,
     AgentTask,
-    AppendBatch,
     Claim,
     Event,
-    OutboxEvent,
-    OutboxPosition,
     Submit,
 )
+from greenroom.messages._events import OutboxEvent
+from greenroom.messages._protocol import AppendBatch, OutboxPosition
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from greenroom._errors import InvalidInput
 from greenroom.embedded import read_events
 from greenroom.harness import RiskLevel
 from greenroom.llm import ScriptedModel
-from greenroom.messages import OutboxPosition
+from greenroom.messages._protocol import OutboxPosition
 from greenroom.pipeline import (
     AGENT_COMPLETED,
     AGENT_STARTED,

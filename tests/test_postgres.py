@@ -48,18 +48,16 @@ from greenroom.postgres import (
     Database,
     DatabaseError,
     DataRefused,
-    EventCursor,
     PostgresEventStore,
-    PostgresGraph,
     PostgresTaskStore,
     SchemaError,
     check,
     current_version,
-    read_events,
     redact,
-    tail_events,
     upgrade,
 )
+from greenroom.postgres._events import EventCursor, read_events, tail_events
+from greenroom.postgres._graph import PostgresGraph
 from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, SupervisorActor
 
 pytestmark = pytest.mark.anyio

@@ -3,6 +3,7 @@
 Knows nothing about agents or LLMs; everything else in greenroom is built on it.
 """
 
+from .._request import Request
 from ._actor import Actor, ActorContext
 from ._deadletters import DeadLetters
 from ._defaults import DEFAULT_ASK_TIMEOUT, DEFAULT_MAILBOX_SIZE
@@ -10,6 +11,7 @@ from ._exceptions import ActorError, ActorStopped, AskTimeout, ChildFailed, Inte
 from ._messages import DeadLetter, DeadLetterReason, Terminated
 from ._ref import ActorRef
 from ._reply import PendingReply
+from ._statistics import ActorStatistics, SystemStatistics
 from ._supervision import Backoff, Directive, SupervisorStrategy
 from ._system import ActorSystem
 from ._timers import Timer
@@ -21,6 +23,7 @@ __all__ = [
     "ActorContext",
     "ActorError",
     "ActorRef",
+    "ActorStatistics",
     "ActorStopped",
     "ActorSystem",
     "AskTimeout",
@@ -33,7 +36,9 @@ __all__ = [
     "Interrupted",
     "MailboxFull",
     "PendingReply",
+    "Request",
     "SupervisorStrategy",
+    "SystemStatistics",
     "Terminated",
     "Timer",
 ]

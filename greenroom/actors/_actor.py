@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
+from .._guard import NoPublicConstructor
 from ._defaults import DEFAULT_MAILBOX_SIZE
 from ._exceptions import Interrupted
 from ._reply import PendingReply
@@ -91,14 +92,16 @@ class Actor:
             )
         context = self._greenroom_context
         if context is None or context._cell is not cell:
-            context = self._greenroom_context = ActorContext(cell)
+            context = self._greenroom_context = ActorContext._create(cell)
         return context
 
 
-class ActorContext:
+@final
+class ActorContext(metaclass=NoPublicConstructor):
     """What an actor may do to the kernel: its own ref, children, watches, timers, stop."""
 
     __slots__ = ("_cell",)
+    _made_by = "an actor has its own, as self.context (from on_start on)"
 
     def __init__(self, cell: ActorCell) -> None:
         self._cell = cell
@@ -150,7 +153,7 @@ class ActorContext:
         if reply is None:
             return None
         cell.current_reply = None
-        return PendingReply(reply)
+        return PendingReply._create(reply)
 
     async def spawn(
         self,

@@ -97,6 +97,7 @@ class ActorCell:
         "children",
         "current_reply",
         "dead",
+        "dead_letter_count",
         "death_waiters",
         "factory",
         "interrupted",
@@ -108,6 +109,7 @@ class ActorCell:
         "reason",
         "ref",
         "reserved",
+        "restart_count",
         "restarts",
         "runner",
         "scheduled",
@@ -132,7 +134,7 @@ class ActorCell:
         self.factory = factory
         self.name = name
         self.parent = parent
-        self.ref = ActorRef(self)
+        self.ref = ActorRef._create(self)
         self.mailbox: deque[tuple[Any, Any]] = deque()
         self.limit = limit
         self.reserved = 0
@@ -152,6 +154,8 @@ class ActorCell:
         self.watching: set[ActorCell] | None = None
         self.timers: set[Timer] | None = None
         self.restarts: deque[float] | None = None
+        self.restart_count = 0
+        self.dead_letter_count = 0
         self.death_waiters: list[Any] | None = None
         self.reason: BaseException | None = None
         self.backoff_wakeup: Any = None
@@ -308,7 +312,7 @@ class ActorCell:
                 )
         if not self.accepting:
             raise ActorStopped(self.ref, "is stopping and cannot schedule timers")
-        timer = Timer(self, message, interval)
+        timer = Timer._create(self, message, interval)
         if self.timers is None:
             self.timers = set()
         self.timers.add(timer)
@@ -617,6 +621,8 @@ class ActorCell:
             self.backoff_wakeup = None
 
     async def _restart(self) -> None:
+        self.restart_count += 1
+        self.system._restarts += 1
         self.cancel_timers()
         await self.stop_children()
         old = self.actor

@@ -34,6 +34,7 @@ class DeadLetters:
         if type(message) is Traced:
             message = message.message
         self.count += 1
+        recipient._cell.dead_letter_count += 1
         self.by_reason[reason] += 1
         letter = DeadLetter(recipient, message, reason)
         self._recent.append(letter)

@@ -10,22 +10,30 @@ hashable) after its actor has stopped; it just refuses messages.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 from .. import _tracing
+from .._guard import NoPublicConstructor
+from .._request import Request
 from ._defaults import DEFAULT_ASK_TIMEOUT
 from ._exceptions import MailboxFull
 from ._reply import InterruptingReply, Reply
+from ._statistics import ActorStatistics
 
 if TYPE_CHECKING:
     from ._cell import ActorCell
     from ._system import ActorSystem
 
+R = TypeVar("R")
 
-class ActorRef:
+
+@final
+class ActorRef(metaclass=NoPublicConstructor):
     __slots__ = ("__weakref__", "_cell")
+    _made_by = "system.spawn() returns one, and actor.context.ref is an actor's own"
 
     def __init__(self, cell: ActorCell) -> None:
         self._cell = cell
@@ -50,6 +58,21 @@ class ActorRef:
         soon as it is read; never a basis for a decision)."""
         return len(self._cell.mailbox)
 
+    def statistics(self) -> ActorStatistics:
+        """Its mailbox depth and bound, waiting senders, restarts and dead letters, now
+        (a snapshot; valid after the actor stopped too)."""
+        cell = self._cell
+        return ActorStatistics(
+            name=cell.name,
+            alive=not cell.dead,
+            mailbox_depth=len(cell.mailbox),
+            mailbox_limit=cell.limit,
+            senders_waiting=len(cell.send_waiters) if cell.send_waiters else 0,
+            restarts=cell.restart_count,
+            dead_letters=cell.dead_letter_count,
+            children=len(cell.children) if cell.children else 0,
+        )
+
     def tell(self, message: Any) -> None:
         """Enqueue ``message`` and return at once; never blocks, never yields.
 
@@ -70,11 +93,15 @@ class ActorRef:
     async def send(self, message: Any) -> None:
         """Enqueue ``message``, waiting for room in a full mailbox (backpressure).
 
-        Senders waiting for room are admitted in arrival order. On cancellation while
-        waiting, the message is withdrawn and never delivered. Raises ``ActorStopped``
-        if the actor stops before room was found. Does not wait for the message to be
-        handled. (No checkpoint when there is room: like ``tell``, it then never yields.)
+        Always a checkpoint (as every anyio and trio async call is): it yields to the
+        event loop even when there is room, so ``while True: await ref.send(x)`` lets
+        others run; a cancellation delivered there means nothing was sent. Use ``tell``
+        for the never-yielding send. Senders waiting for room are admitted in arrival
+        order; on cancellation while waiting, the message is withdrawn and never
+        delivered. Raises ``ActorStopped`` if the actor stops before room was found.
+        Does not wait for the message to be handled.
         """
+        await checkpoint()
         cell = self._cell
         if not cell.accepting:
             raise cell.refuse(message)
@@ -85,10 +112,17 @@ class ActorRef:
         if not cell.scheduled:
             cell.system._dispatcher.schedule(cell)
 
+    @overload
+    async def ask(self, message: Request[R], timeout: float | None = ..., *, interrupt: bool = ...) -> R: ...
+
+    @overload
+    async def ask(self, message: Any, timeout: float | None = ..., *, interrupt: bool = ...) -> Any: ...
+
     async def ask(
         self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT, *, interrupt: bool = True
     ) -> Any:
-        """Send ``message`` and wait for the value the actor's ``receive`` returns.
+        """Send ``message`` and wait for the value the actor's ``receive`` returns (typed
+        ``R`` for a message that is a ``Request[R]``).
 
         Raises the exception ``receive`` raised for this message; ``AskTimeout`` (a
         ``TimeoutError``) after ``timeout`` seconds (``None``: wait as long as it

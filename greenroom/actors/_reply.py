@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
+
+from .._guard import NoPublicConstructor
 
 if TYPE_CHECKING:
     from ._cell import ActorCell
@@ -95,7 +97,8 @@ class InterruptingReply(Reply):
         self.cell.interrupt(self)
 
 
-class PendingReply:
+@final
+class PendingReply(metaclass=NoPublicConstructor):
     """The answer to an ``ask``, taken out of ``receive`` by ``context.reply_later()``.
 
     Fill it once, from any task of the same event loop, with :meth:`succeed` or
@@ -107,6 +110,7 @@ class PendingReply:
     """
 
     __slots__ = ("_reply",)
+    _made_by = "context.reply_later() takes one out of receive"
 
     def __init__(self, reply: Reply) -> None:
         self._reply = reply

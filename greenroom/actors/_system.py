@@ -22,6 +22,7 @@ from ._dispatcher import Dispatcher
 from ._exceptions import ActorStopped, ChildFailed
 from ._ref import ActorRef
 from ._reply import Reply
+from ._statistics import SystemStatistics
 from ._supervision import DEFAULT_STRATEGY, SupervisorStrategy
 from ._timers import TimerService
 
@@ -75,6 +76,7 @@ class ActorSystem:
         self._top: set[ActorCell] = set()
         self._names = itertools.count(1)
         self._state = "new"
+        self._restarts = 0
         self._failure: ChildFailed | None = None
         self._event_class: Any = None
         self._clock: Callable[[], float] = anyio.current_time
@@ -277,6 +279,18 @@ class ActorSystem:
     def actors(self) -> list[ActorRef]:
         """Every live actor, top-level and children."""
         return [cell.ref for cell in self._registry.values() if not cell.dead]
+
+    def statistics(self) -> SystemStatistics:
+        """Live actors, waiting messages, restarts and dead letters, now (a snapshot)."""
+        live = [cell for cell in self._registry.values() if not cell.dead]
+        letters = self.dead_letters
+        return SystemStatistics(
+            actors=len(live),
+            mailbox_depth=sum(len(cell.mailbox) for cell in live),
+            restarts=self._restarts,
+            dead_letters=letters.count,
+            dead_letters_by_reason={str(reason): n for reason, n in letters.by_reason.items()},
+        )
 
     def __repr__(self) -> str:
         return f"<ActorSystem {self._state}, {len(self._registry)} actors>"

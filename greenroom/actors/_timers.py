@@ -11,9 +11,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import anyio
+
+from .._guard import NoPublicConstructor
 
 if TYPE_CHECKING:
     from ._cell import ActorCell
@@ -63,7 +65,8 @@ class TimerService:
             self._wakeup = None
 
 
-class Timer:
+@final
+class Timer(metaclass=NoPublicConstructor):
     """A message scheduled for an actor by ``context.schedule_once`` / ``schedule_repeatedly``.
 
     ``cancel()`` guarantees no further delivery. Timers die with their actor: stop and
@@ -71,6 +74,7 @@ class Timer:
     """
 
     __slots__ = ("_cell", "_interval", "_message", "done")
+    _made_by = "context.schedule_once() / schedule_repeatedly() return one"
 
     def __init__(self, cell: ActorCell, message: object, interval: float | None) -> None:
         self._cell = cell

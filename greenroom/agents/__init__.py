@@ -5,11 +5,10 @@ from ..harness import HarnessSetup, PhaseResult
 from ._actor import AgentActor
 from ._base import BaseAgent, TaskFailed
 from ._runtime import DEFAULT_REQUEST_TIMEOUT, AgentRuntime
-from ._workspace import WORKSPACE_DIRS, artifact_filename, check_agent_name, ensure_agent_workspace
+from ._workspace import artifact_filename
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
-    "WORKSPACE_DIRS",
     "AgentActor",
     "AgentRuntime",
     "BaseAgent",
@@ -17,6 +16,4 @@ __all__ = [
     "PhaseResult",
     "TaskFailed",
     "artifact_filename",
-    "check_agent_name",
-    "ensure_agent_workspace",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._checks import check_name, check_seconds
 from ..actors import ActorRef
-from ..log import apply_policy
+from ..log._policy import apply_policy
 from ..messages import (
     AGENT_RESULT,
     AGENT_UPDATE,
@@ -26,7 +26,7 @@ from ..messages import (
     NoWork,
     Release,
 )
-from ..store import result_payload
+from ..store._rules import result_payload
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
@@ -95,7 +95,7 @@ class AgentRuntime:
 
     async def emit(self, event_type: str, task_id: str | None, payload: dict[str, Any]) -> Event:
         """Append an event as this agent (internal; the policy refuses user-facing ones)."""
-        return await self.log.ask(  # type: ignore[no-any-return]
+        return await self.log.ask(
             Append(type=event_type, payload=payload, task_id=task_id, agent_id=self.agent_id),
             timeout=self.request_timeout,
         )
@@ -160,10 +160,8 @@ class AgentRuntime:
 
     async def get_task(self, task_id: str) -> AgentTask:
         """The task as stored now (for example a dependency, to read its result)."""
-        return await self.supervisor.ask(GetTask(task_id), timeout=self.request_timeout)  # type: ignore[no-any-return]
+        return await self.supervisor.ask(GetTask(task_id), timeout=self.request_timeout)
 
     async def release_task(self, task_id: str) -> AgentTask:
         """Hand an unfinished task back (PENDING, the attempt not counted)."""
-        return await self.supervisor.ask(  # type: ignore[no-any-return]
-            Release(task_id, self.agent_id), timeout=self.request_timeout
-        )
+        return await self.supervisor.ask(Release(task_id, self.agent_id), timeout=self.request_timeout)

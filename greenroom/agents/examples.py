@@ -18,7 +18,7 @@ import msgspec
 
 from ..harness import HarnessSetup, Tool
 from ..llm import ScriptedModel
-from ..messages import AgentResult, AgentTask, ChatReply, ChatRequest, ToolCall
+from ..messages import AgentResult, AgentTask, ChatReply, ChatRequest, ModelToolCall
 from ._base import BaseAgent
 from ._runtime import AgentRuntime
 
@@ -56,7 +56,9 @@ def scripted_researcher(request: ChatRequest) -> ChatReply:
     subtopic = users[-1].split("'")[1]
     if last.role == "tool":
         return ChatReply(text="; ".join(_json_list(last.content or "[]")))
-    return ChatReply(tool_calls=(ToolCall(f"kb-{len(users)}", "query_knowledge_base", {"query": subtopic}),))
+    return ChatReply(
+        tool_calls=(ModelToolCall(f"kb-{len(users)}", "query_knowledge_base", {"query": subtopic}),)
+    )
 
 
 def _json_list(text: str) -> list[str]:

@@ -81,7 +81,8 @@ def _swap_path(url: str, name: str) -> str:
 
 def _seed(url: str, cycles: int) -> None:
     from ..messages import AgentTask
-    from ..postgres import Database, PostgresGraph, upgrade
+    from ..postgres import Database, upgrade
+    from ..postgres._graph import PostgresGraph
 
     db = Database(url, max_size=2)
     db._open()

@@ -25,10 +25,11 @@ COUNTING = 200_000
 FANOUT_ACTORS, FANOUT_EACH = 100, 2_000
 SPAWN = 10_000
 RING_ACTORS, RING_HOPS = 500, 50_000
-WORKLOADS = ("pingpong", "counting", "fanout", "spawn", "ring")
+SENDING_MAILBOX = 1_000
+WORKLOADS = ("pingpong", "counting", "sending", "fanout", "spawn", "ring")
 TARGETS = {
-    "asyncio": {"pingpong": 0.8, "counting": 1.0, "fanout": 1.0, "spawn": 0.5, "ring": 0.8},
-    "trio": {"pingpong": 0.8, "counting": 0.8, "fanout": 0.8, "spawn": 0.8, "ring": 0.8},
+    "asyncio": {"pingpong": 0.8, "counting": 1.0, "sending": 0.8, "fanout": 1.0, "spawn": 0.5, "ring": 0.8},
+    "trio": {"pingpong": 0.8, "counting": 0.8, "sending": 0.8, "fanout": 0.8, "spawn": 0.8, "ring": 0.8},
 }
 BYTES_PER_IDLE_ACTOR_TARGET = 3072
 
@@ -112,6 +113,21 @@ async def greenroom_counting() -> float:
     return elapsed
 
 
+async def greenroom_sending() -> float:
+    """``await ref.send`` into a bounded mailbox: a checkpoint per message, backpressure
+    when the counter falls behind (the baselines ``await`` a bounded channel's send)."""
+    async with ActorSystem() as system:
+        counter = await system.spawn(_Counter, mailbox_size=SENDING_MAILBOX)
+        start = time.perf_counter()
+        send = counter.send
+        for _ in range(COUNTING):
+            await send(1)
+        count = await counter.ask(None, timeout=None)
+        elapsed = time.perf_counter() - start
+    _check("sending", count, COUNTING)
+    return elapsed
+
+
 async def greenroom_fanout() -> float:
     async with ActorSystem() as system:
         refs = [await system.spawn(_Counter, mailbox_size=None) for _ in range(FANOUT_ACTORS)]
@@ -175,6 +191,7 @@ async def greenroom_idle_bytes() -> float:
 GREENROOM: dict[str, Callable[[], Awaitable[float]]] = {
     "pingpong": greenroom_pingpong,
     "counting": greenroom_counting,
+    "sending": greenroom_sending,
     "fanout": greenroom_fanout,
     "spawn": greenroom_spawn,
     "ring": greenroom_ring,
@@ -192,6 +209,10 @@ class _Kit:
     name: str
 
     def channel(self) -> tuple[Callable[[Any], None], Callable[[], Awaitable[Any]]]:
+        raise NotImplementedError
+
+    def bounded(self, size: int) -> tuple[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[Any]]]:
+        """A channel whose put waits for room (and is a checkpoint)."""
         raise NotImplementedError
 
     def group(self) -> Any:
@@ -212,6 +233,19 @@ class _AsyncioKit(_Kit):
 
         queue: asyncio.Queue[Any] = asyncio.Queue()
         return queue.put_nowait, queue.get
+
+    def bounded(self, size: int) -> tuple[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[Any]]]:
+        import asyncio
+
+        queue: asyncio.Queue[Any] = asyncio.Queue(size)
+
+        async def put(item: Any) -> None:
+            # asyncio's put never yields while there is room; anyio's and trio's sends (and
+            # greenroom's) are checkpoints, so the baseline pays the same one yield
+            await queue.put(item)
+            await asyncio.sleep(0)
+
+        return put, queue.get
 
     def group(self) -> Any:
         import asyncio
@@ -247,6 +281,11 @@ class _AnyioKit(_Kit):
         self._open += (send, receive)
         return send.send_nowait, receive.receive
 
+    def bounded(self, size: int) -> tuple[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[Any]]]:
+        send, receive = anyio.create_memory_object_stream[Any](size)
+        self._open += (send, receive)
+        return send.send, receive.receive
+
     def close(self) -> None:
         for stream in self._open:
             stream.close()
@@ -264,6 +303,12 @@ class _TrioKit(_Kit):
 
         send, receive = trio.open_memory_channel[Any](math.inf)
         return send.send_nowait, receive.receive
+
+    def bounded(self, size: int) -> tuple[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[Any]]]:
+        import trio
+
+        send, receive = trio.open_memory_channel[Any](size)
+        return send.send, receive.receive
 
     def group(self) -> Any:
         import trio
@@ -322,6 +367,22 @@ async def _base_counting(kit: _Kit) -> float:
         elapsed = time.perf_counter() - start
         put("stop")
     _check("counting", count, COUNTING)
+    return elapsed
+
+
+async def _base_sending(kit: _Kit) -> float:
+    put, get = kit.bounded(SENDING_MAILBOX)
+    put_reply, get_reply = kit.channel()
+    async with kit.group() as group:
+        group.start_soon(_counter_task, get, put_reply)
+        start = time.perf_counter()
+        for _ in range(COUNTING):
+            await put(1)
+        await put(None)
+        count = await get_reply()
+        elapsed = time.perf_counter() - start
+        await put("stop")
+    _check("sending", count, COUNTING)
     return elapsed
 
 
@@ -397,6 +458,7 @@ async def _base_ring(kit: _Kit) -> float:
 BASELINES: dict[str, Callable[[_Kit], Awaitable[float]]] = {
     "pingpong": _base_pingpong,
     "counting": _base_counting,
+    "sending": _base_sending,
     "fanout": _base_fanout,
     "spawn": _base_spawn,
     "ring": _base_ring,
@@ -404,6 +466,7 @@ BASELINES: dict[str, Callable[[_Kit], Awaitable[float]]] = {
 OPERATIONS = {
     "pingpong": PINGPONG,
     "counting": COUNTING,
+    "sending": COUNTING,
     "fanout": FANOUT_ACTORS * FANOUT_EACH,
     "spawn": SPAWN,
     "ring": RING_HOPS,

@@ -161,7 +161,9 @@ async def _http(
     server's alone (API + runner), so its excess over ``greenroom`` is the API's share."""
     from ..chat import open_assistant
     from ..llm import OpenAIChatModel
-    from ..service import Principal, ServiceParts, TokenStore, bind, create_app, serve
+    from ..service import Principal, TokenStore, create_app
+    from ..service._app import ServiceParts
+    from ..service._serve import bind, serve
     from ..service._tokens import new_token
     from ..supervisor import SupervisorActor
 

@@ -30,7 +30,7 @@ import anyio
 from ..actors import ActorSystem
 from ..harness import Harness, PhaseResult, Tool
 from ..llm import ClosingModel, ScriptedModel
-from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from . import report_per_backend
 
 HELP = "harness actors: wall time vs latency-bound ideal, overhead per iteration"
@@ -41,7 +41,7 @@ def _keep_calling(request: ChatRequest) -> ChatReply:
     # the stand-in model's own work is O(1) per call, so that what is measured is the
     # runtime's (the request is: user, then an assistant and a tool message per turn)
     turn = (len(request.messages) - 1) // 2
-    return ChatReply(tool_calls=(ToolCall(f"t{turn}", "note", {"turn": turn}),), usage=Usage(50, 10))
+    return ChatReply(tool_calls=(ModelToolCall(f"t{turn}", "note", {"turn": turn}),), usage=Usage(50, 10))
 
 
 class _InstantModel(ClosingModel):

@@ -8,11 +8,11 @@ default, or any MCP server by URL or command. The user's tasks and conversations
 :class:`ChatStore` (``greenroom.store``; ``Store.chat_store()`` of the daemon's backend).
 """
 
-from ..store import ChatStore, ConversationNotFound, TaskRow
+from ..store import ConversationNotFound
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
-from ._runner import AgentRunner, ChatRequestActor, ChatRunnerActor
-from ._tools import TASK_TOOLS, USER_META, MCPToolExecutor, ToolExecutor, ToolResult, task_server
+from ._runner import AgentRunner
+from ._tools import TASK_TOOLS, MCPToolExecutor, ToolExecutor, ToolResult, task_server
 from ._types import (
     CONSTITUTION,
     AgentContext,
@@ -32,16 +32,12 @@ __all__ = [
     "CHAT_TOOL",
     "CONSTITUTION",
     "TASK_TOOLS",
-    "USER_META",
     "AgentContext",
     "AgentDecision",
     "AgentEngineConfig",
     "AgentResult",
     "AgentRunner",
     "Assistant",
-    "ChatRequestActor",
-    "ChatRunnerActor",
-    "ChatStore",
     "ConversationNotFound",
     "DecisionContext",
     "DecisionType",
@@ -49,7 +45,6 @@ __all__ = [
     "MCPToolExecutor",
     "MessageHistory",
     "PendingAction",
-    "TaskRow",
     "ToolCall",
     "ToolCallRecord",
     "ToolExecutor",

@@ -51,7 +51,9 @@ from ..harness import (
     ToolRefused,
     ToolTimedOut,
 )
-from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, TokenGauge, price_of
+from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited
+from ..llm._price import price_of
+from ..llm._tokens import TokenGauge
 from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
 from ..store import StoredPending
 from . import _replies as replies

@@ -3,8 +3,10 @@
 Spec 001 (what a chat API calls): :class:`MessageHistory`, :class:`AgentContext`,
 :class:`ToolCallRecord`, :class:`AgentResult`. Spec 002 (the decision engine):
 :class:`DecisionType`, :class:`ToolCall`, :class:`PendingAction`, :class:`DecisionContext`,
-:class:`AgentDecision`, :class:`AgentEngineConfig`. (``greenroom.messages`` has a task
-``AgentResult`` and a model ``ToolCall`` of its own; these live in ``greenroom.chat``.)
+:class:`AgentDecision`, :class:`AgentEngineConfig`. (Spec 000 names a task's result
+``AgentResult`` too: that one is ``greenroom.messages.AgentResult``, what a task agent's
+run ends with; this one is a chat reply. A model's own tool call is
+``greenroom.messages.ModelToolCall``; this ``ToolCall`` is the engine's decision.)
 
 Everything here is validated when built from outside (``AgentContext.from_request``,
 ``AgentEngineConfig``): a bad value is an ``InvalidInput`` naming the field and the value.

@@ -194,7 +194,7 @@ class AgentHost:
         return model
 
     async def stats(self) -> GraphStats:
-        return await self.supervisor.ask(Stats())  # type: ignore[no-any-return]
+        return await self.supervisor.ask(Stats())
 
     def is_idle(self, stats: GraphStats) -> bool:
         """Nothing running and nothing runnable for the agent types this host serves."""

@@ -27,18 +27,10 @@ from .._files import replace_durably
 from ..harness import TokenBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats
-from ..service import (
-    ADMIN_TOKEN_FILE,
-    DAEMON_FILE,
-    DaemonInfo,
-    Principal,
-    ServiceParts,
-    TokenStore,
-    bind,
-    create_app,
-    parse_address,
-    serve,
-)
+from ..service import DaemonInfo, Principal, TokenStore, create_app, parse_address
+from ..service._app import ServiceParts
+from ..service._client import ADMIN_TOKEN_FILE, DAEMON_FILE
+from ..service._serve import bind, serve
 from ..service._tokens import new_token
 from ._config import SCRIPTED, price_for
 from ._host import AgentHost

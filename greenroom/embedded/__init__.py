@@ -6,26 +6,21 @@ graph in memory, ``tasks.graph.json`` plus an fsynced journal), :class:`FileEven
 and :func:`tail_events` read an event file from any process, without a lock.
 """
 
-from ._chat import CHAT_DB, SQLiteChatStore
+from ._chat import SQLiteChatStore
 from ._events import FileEventStore
-from ._journal import GRAPH_FILE, JOURNAL_FILE, GraphFileError, GraphFiles, LoadReport
-from ._reader import EVENTS_FILE, EventLogError, read_events, tail_events
+from ._journal import GraphFileError, GraphFiles
+from ._reader import EVENTS_FILE, EventLogError, read_events
 from ._store import EmbeddedStore
 from ._tasks import FileTaskStore
 
 __all__ = [
-    "CHAT_DB",
     "EVENTS_FILE",
-    "GRAPH_FILE",
-    "JOURNAL_FILE",
     "EmbeddedStore",
     "EventLogError",
     "FileEventStore",
     "FileTaskStore",
     "GraphFileError",
     "GraphFiles",
-    "LoadReport",
     "SQLiteChatStore",
     "read_events",
-    "tail_events",
 ]

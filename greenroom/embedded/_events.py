@@ -23,8 +23,9 @@ from msgspec.structs import replace
 from .._errors import storage_error
 from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
 from .._threads import run_blocking
-from ..messages import Event, RecordError, decode_json
-from ..store import Origin
+from ..messages import Event, RecordError
+from ..messages._codec import decode_json
+from ..store._events import Origin
 from ._reader import EVENTS_FILE, EventLogError
 
 logger = logging.getLogger("greenroom.log")

@@ -34,12 +34,8 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ..store import (
-    DuplicateTask,
-    InvalidSubmission,
-    InvalidTransition,
-    NotOwner,
-    UnknownTask,
+from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
+from ..store._rules import (
     check_submission,
     dependency_failed,
     in_dependency_order,

@@ -32,8 +32,10 @@ from .._files import (
     replace_durably,
     truncate_durably,
 )
-from ..messages import AgentTask, OutboxEvent, RecordError, decode_json, prepare_types
-from ..store import find_cycle
+from ..messages import AgentTask, RecordError
+from ..messages._codec import decode_json, prepare_types
+from ..messages._events import OutboxEvent
+from ..store._rules import find_cycle
 from ._outbox import OutboxBatch
 
 logger = logging.getLogger("greenroom.supervisor")

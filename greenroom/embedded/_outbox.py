@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..messages import AppendBatch, OutboxEvent
+from ..messages._events import OutboxEvent
+from ..messages._protocol import AppendBatch
 
 Origin = tuple[int, int]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import anyio
 
 from .._errors import DataError
-from ..messages import Event, RecordError, decode_json
+from ..messages import Event, RecordError
+from ..messages._codec import decode_json
 
 EVENTS_FILE = "events.jsonl"
 

@@ -36,7 +36,6 @@ from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import ActorRef, ActorStopped
 from ..messages import (
-    AppendBatch,
     Cancel,
     Claim,
     Complete,
@@ -45,17 +44,17 @@ from ..messages import (
     GraphStats,
     Heartbeat,
     ListTasks,
-    OutboxDelivered,
-    OutboxEvent,
-    OutboxLost,
-    OutboxPosition,
     Release,
     Stats,
     Submit,
     TaskLimits,
     TaskStatus,
 )
-from ..store import ExpireLeases, GraphOwner, Reply, TaskGraphError, result_event, transition_payload
+from ..messages._events import OutboxEvent
+from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
+from ..store import TaskGraphError
+from ..store._rules import result_event, transition_payload
+from ..store._tasks import ExpireLeases, GraphOwner, Reply
 from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._outbox import Outbox

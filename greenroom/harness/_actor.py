@@ -30,7 +30,8 @@ import msgspec
 from .._checks import check_int, check_name
 from .._files import replace_durably
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull
-from ..llm import ChatModel, Price, price_of
+from ..llm import ChatModel, Price
+from ..llm._price import price_of
 from ..messages import (
     HARNESS_PHASE,
     Append,

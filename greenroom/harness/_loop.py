@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..llm import ChatModel, Price, price_of
+from ..llm import ChatModel, Price
+from ..llm._price import price_of
 from ..messages import ChatReply, ChatRequest, Usage
 from ._budget import TokenBudget
 from ._phase import StopReason

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..actors import ActorContext, ActorRef, ActorSystem
-from ..llm import ChatModel, Price, price_of
+from ..llm import ChatModel, Price
+from ..llm._price import price_of
 from ._budget import TokenBudget
 from ._handle import Harness
 from ._sandbox import Sandbox

@@ -7,12 +7,11 @@ does. They raise only the errors in this package for provider trouble.
 """
 
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
-from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel, retry_after_seconds
-from ._price import Price, price_of
+from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
+from ._price import Price
 from ._protocol import ChatModel, ClosingModel
 from ._rules import RuleBasedModel
 from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
-from ._tokens import TokenGauge
 
 __all__ = [
     "API_KEY_ENV",
@@ -30,9 +29,6 @@ __all__ = [
     "ScriptExhausted",
     "ScriptedModel",
     "TimedOut",
-    "TokenGauge",
     "Unavailable",
     "estimate_usage",
-    "price_of",
-    "retry_after_seconds",
 ]

@@ -17,7 +17,7 @@ import httpx2
 import msgspec
 
 from .._checks import check_int, check_seconds
-from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._price import Price
 from ._protocol import ClosingModel
@@ -111,14 +111,14 @@ class _WireCompletion(msgspec.Struct):
 _completion_decoder = msgspec.json.Decoder(_WireCompletion)
 
 
-def _parse_arguments(call_id: str, name: str, raw: str | None) -> ToolCall:
+def _parse_arguments(call_id: str, name: str, raw: str | None) -> ModelToolCall:
     try:
         arguments = msgspec.json.decode(raw or "{}")
     except msgspec.DecodeError as error:
-        return ToolCall(call_id, name, {}, f"arguments are not valid JSON ({error}): {raw!r:.200}")
+        return ModelToolCall(call_id, name, {}, f"arguments are not valid JSON ({error}): {raw!r:.200}")
     if not isinstance(arguments, dict):
-        return ToolCall(call_id, name, {}, f"arguments must be a JSON object, got {raw!r:.200}")
-    return ToolCall(call_id, name, arguments)
+        return ModelToolCall(call_id, name, {}, f"arguments must be a JSON object, got {raw!r:.200}")
+    return ModelToolCall(call_id, name, arguments)
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

@@ -25,7 +25,7 @@ import re
 
 import anyio
 
-from ..messages import ChatMessage, ChatReply, ChatRequest, ToolCall, Usage
+from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from ._price import Price
 from ._protocol import ClosingModel
 
@@ -83,7 +83,7 @@ class RuleBasedModel(ClosingModel):
 
     def _call(self, name: str, **arguments: object) -> ChatReply:
         return ChatReply(
-            tool_calls=(ToolCall(f"call-{next(self._ids)}", name, dict(arguments)),),
+            tool_calls=(ModelToolCall(f"call-{next(self._ids)}", name, dict(arguments)),),
             finish_reason="tool_calls",
         )
 

@@ -32,19 +32,10 @@ from typing import Any
 from .._checks import check_int
 from .._errors import StoreUnavailable
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
-from ..messages import (
-    Append,
-    AppendBatch,
-    Event,
-    OutboxDelivered,
-    OutboxLost,
-    OutboxPosition,
-    RecordError,
-    Subscribe,
-    Unsubscribe,
-    Visibility,
-)
-from ..store import EventStore, Origin
+from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, Visibility
+from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
+from ..store import EventStore
+from ..store._events import Origin
 from ._policy import NarratorCapability, PolicyError, apply_policy
 
 logger = logging.getLogger("greenroom.log")

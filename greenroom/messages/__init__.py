@@ -6,18 +6,19 @@ the field and the value when a record from outside does not validate.
 
 import msgspec
 
+from . import _chat, _events, _protocol, _tasks
 from ._chat import (
     ChatMessage,
     ChatReply,
     ChatRequest,
     GetHistory,
+    ModelToolCall,
     Role,
     RunBounded,
-    ToolCall,
     ToolSpec,
     Usage,
 )
-from ._codec import MISSING, RecordError, convert, decode_json, prepare_types
+from ._codec import MISSING, RecordError, convert, prepare_types
 from ._events import (
     AGENT_EVENTS,
     AGENT_RESULT,
@@ -31,12 +32,10 @@ from ._events import (
     TASK_RETRIED,
     TASK_SUBMITTED,
     Event,
-    OutboxEvent,
     Visibility,
 )
 from ._protocol import (
     Append,
-    AppendBatch,
     Cancel,
     Claim,
     Complete,
@@ -47,9 +46,6 @@ from ._protocol import (
     Heartbeat,
     ListTasks,
     NoWork,
-    OutboxDelivered,
-    OutboxLost,
-    OutboxPosition,
     Release,
     Stats,
     StopGranting,
@@ -76,7 +72,6 @@ __all__ = [
     "AgentResult",
     "AgentTask",
     "Append",
-    "AppendBatch",
     "Cancel",
     "ChatMessage",
     "ChatReply",
@@ -91,11 +86,8 @@ __all__ = [
     "GraphStats",
     "Heartbeat",
     "ListTasks",
+    "ModelToolCall",
     "NoWork",
-    "OutboxDelivered",
-    "OutboxEvent",
-    "OutboxLost",
-    "OutboxPosition",
     "RecordError",
     "Release",
     "Role",
@@ -106,22 +98,21 @@ __all__ = [
     "Subscribe",
     "TaskLimits",
     "TaskStatus",
-    "ToolCall",
     "ToolSpec",
     "Unsubscribe",
     "Usage",
     "Visibility",
     "convert",
-    "decode_json",
-    "prepare_types",
 ]
 
-# every message type, prepared for decoding before any worker thread decodes one (see
-# prepare_types): the stores convert rows and read files in worker threads
+# every message type, the private ones too (the outbox's), prepared for decoding before
+# any worker thread decodes one (see prepare_types): the stores convert rows and read
+# files in worker threads
 prepare_types(
     *(
         value
-        for value in list(globals().values())
+        for module in (_chat, _events, _protocol, _tasks)
+        for value in list(vars(module).values())
         if isinstance(value, type) and issubclass(value, msgspec.Struct)
     )
 )

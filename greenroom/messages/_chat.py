@@ -12,10 +12,12 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._request import Request
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+class ModelToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """One call a model asked for. ``arguments_error`` is set (and ``arguments`` empty)
     when the model's arguments were not a JSON object."""
 
@@ -31,7 +33,7 @@ class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
 
     role: Role
     content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ModelToolCall, ...] = ()
     tool_call_id: str | None = None
 
 
@@ -70,7 +72,7 @@ class ChatReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     """What a model answered: text, tool calls (either may be empty) and usage."""
 
     text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ModelToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str = "stop"
 
@@ -90,7 +92,7 @@ class RunBounded(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     direct_tool_calls: tuple[dict[str, Any], ...] | None = None
 
 
-class GetHistory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class GetHistory(msgspec.Struct, Request[list[ChatMessage]], frozen=True, forbid_unknown_fields=True):
     """Ask a harness actor for a copy of one context's history (``None``: the primary)."""
 
     context_label: str | None = None

@@ -10,19 +10,20 @@ from typing import Any
 
 import msgspec
 
-from ._events import OutboxEvent, Visibility
+from .._request import Request
+from ._events import Event, OutboxEvent, Visibility
 from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
 
 # -- to the supervisor ----------------------------------------------------------------
 
 
-class Submit(msgspec.Struct, frozen=True):
+class Submit(msgspec.Struct, Request[list[AgentTask]], frozen=True):
     """Add tasks (all or none). Replies with the stored tasks."""
 
     tasks: list[AgentTask]
 
 
-class Claim(msgspec.Struct, frozen=True):
+class Claim(msgspec.Struct, Request["Granted | NoWork"], frozen=True):
     """Ask for the next runnable task of ``agent_type``. Replies ``Granted`` or ``NoWork``;
     with ``wait=True`` the reply waits until work of that type exists (or the
     supervisor stops granting)."""
@@ -32,14 +33,14 @@ class Claim(msgspec.Struct, frozen=True):
     wait: bool = False
 
 
-class Heartbeat(msgspec.Struct, frozen=True):
+class Heartbeat(msgspec.Struct, Request[AgentTask], frozen=True):
     """Extend the owner's lease. Replies with the task."""
 
     task_id: str
     agent_id: str
 
 
-class Complete(msgspec.Struct, frozen=True):
+class Complete(msgspec.Struct, Request[AgentTask], frozen=True):
     """Mark the owner's task COMPLETED with ``result``. Replies with the task."""
 
     task_id: str
@@ -47,7 +48,7 @@ class Complete(msgspec.Struct, frozen=True):
     result: AgentResult
 
 
-class Fail(msgspec.Struct, frozen=True):
+class Fail(msgspec.Struct, Request[AgentTask], frozen=True):
     """Report a failed attempt. Retryable and attempts left: back to PENDING; otherwise
     FAILED (and its dependents DEPENDENCY_FAILED). Replies with the task."""
 
@@ -56,7 +57,7 @@ class Fail(msgspec.Struct, frozen=True):
     error: AgentError
 
 
-class Release(msgspec.Struct, frozen=True):
+class Release(msgspec.Struct, Request[AgentTask], frozen=True):
     """Hand an unfinished task back (shutdown): PENDING again, the attempt not counted.
     ``attempt``: only if the task is still in that attempt (a grant handed back must not
     end a later one)."""
@@ -66,27 +67,27 @@ class Release(msgspec.Struct, frozen=True):
     attempt: int | None = None
 
 
-class Cancel(msgspec.Struct, frozen=True):
+class Cancel(msgspec.Struct, Request[AgentTask], frozen=True):
     """Cancel a task that is not final yet. Replies with the task."""
 
     task_id: str
     reason: str = "cancelled"
 
 
-class GetTask(msgspec.Struct, frozen=True):
+class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
 
 
-class ListTasks(msgspec.Struct, frozen=True):
+class ListTasks(msgspec.Struct, Request[list[AgentTask]], frozen=True):
     status: TaskStatus | None = None
     type: str | None = None
 
 
-class Stats(msgspec.Struct, frozen=True):
+class Stats(msgspec.Struct, Request["GraphStats"], frozen=True):
     """Replies with ``GraphStats``."""
 
 
-class StopGranting(msgspec.Struct, frozen=True):
+class StopGranting(msgspec.Struct, Request[None], frozen=True):
     """From now on every claim gets ``NoWork(closing=True)``, parked ones included."""
 
 
@@ -112,7 +113,7 @@ class GraphStats(msgspec.Struct, frozen=True):
 # -- to the log actor ------------------------------------------------------------------
 
 
-class Append(msgspec.Struct, frozen=True):
+class Append(msgspec.Struct, Request[Event], frozen=True):
     """Append one event. Replies with the stored ``Event`` once it is durable.
 
     ``capability`` is the narrator's token; only with it may ``visibility`` be
@@ -169,6 +170,6 @@ class OutboxLost(msgspec.Struct, frozen=True):
     position: tuple[int, int] | None
 
 
-class OutboxPosition(msgspec.Struct, frozen=True):
+class OutboxPosition(msgspec.Struct, Request[tuple[int, int] | None], frozen=True):
     """Ask the log: the ``origin`` of the last outbox event it holds durably (``None``:
     none). Whatever it had accepted before is written first."""

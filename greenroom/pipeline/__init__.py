@@ -7,6 +7,7 @@ in a :class:`StageActor`; envelopes travel between them as messages.
 """
 
 from ._agent import AGENT_COMPLETED, AGENT_STARTED, Agent, PromptRegistry, StageFailed, StageToolExecutor
+from ._build import open_pipeline
 from ._config import AgentConfig, PipelineConfig, RoutingRule, load_pipeline
 from ._contracts import (
     AgentOutcome,
@@ -19,7 +20,7 @@ from ._contracts import (
     normalize_tool_result,
 )
 from ._envelope import Envelope, StageRecord
-from ._pipeline import Pipeline, PipelineError, PipelineResult, StageActor
+from ._pipeline import Pipeline, PipelineError, PipelineResult
 from ._tools import HarnessToolExecutor
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "PipelineResult",
     "PromptRegistry",
     "RoutingRule",
-    "StageActor",
     "StageFailed",
     "StageRecord",
     "StageToolExecutor",
@@ -48,4 +48,5 @@ __all__ = [
     "ValidationSeverity",
     "load_pipeline",
     "normalize_tool_result",
+    "open_pipeline",
 ]

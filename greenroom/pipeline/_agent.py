@@ -30,7 +30,7 @@ import msgspec
 from .._errors import GreenroomError, InvalidInput
 from ..actors import ActorRef, ActorStopped
 from ..llm import ChatModel
-from ..log import surfacing_flag
+from ..log._policy import surfacing_flag
 from ..messages import Append, ChatMessage, ChatRequest
 from ._config import AgentConfig
 from ._contracts import (

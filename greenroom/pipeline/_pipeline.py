@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, final
 
 from .._errors import GreenroomError, InvalidInput
+from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorStopped, ActorSystem, PendingReply
 from ._agent import Agent, StageFailed
 from ._config import PipelineConfig
@@ -156,8 +157,12 @@ def _trail(env: Envelope) -> list[str]:
     return [record.stage for record in env.history]
 
 
-class Pipeline:
-    """The stage actors of one :class:`PipelineConfig`, built with :meth:`spawn`."""
+@final
+class Pipeline(metaclass=NoPublicConstructor):
+    """The stage actors of one :class:`PipelineConfig`, built with :meth:`spawn` (or
+    :func:`open_pipeline`, which resolves the config's agents and closes it after)."""
+
+    _made_by = "Pipeline.spawn(system, config, agents) or open_pipeline(system, config) builds one"
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
@@ -187,7 +192,7 @@ class Pipeline:
                 field="agents",
                 value=sorted(agents),
             )
-        pipeline = cls(config)
+        pipeline = cls._create(config)
         for stage in config.stages:
             agent = agents[stage.name]
             if agent.config != stage:

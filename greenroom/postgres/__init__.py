@@ -9,31 +9,25 @@ over a :class:`Database` pool and a versioned schema (:func:`upgrade`).
 
 from ._chat import PostgresChatStore
 from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
-from ._events import EventCursor, PostgresEventStore, read_events, tail_events
-from ._graph import CHANNEL, PostgresGraph
+from ._events import PostgresEventStore
 from ._schema import VERSION, SchemaError, check, current_version, upgrade
 from ._store import PostgresStore
 from ._tasks import PostgresTaskStore
 
 __all__ = [
-    "CHANNEL",
     "VERSION",
     "ConflictError",
     "DataRefused",
     "Database",
     "DatabaseError",
-    "EventCursor",
     "PostgresChatStore",
     "PostgresEventStore",
-    "PostgresGraph",
     "PostgresStore",
     "PostgresTaskStore",
     "SchemaError",
     "check",
     "check_url",
     "current_version",
-    "read_events",
     "redact",
-    "tail_events",
     "upgrade",
 ]

@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from ..messages import Event, Visibility
-from ..store import Origin
+from ..store._events import Origin
 from ._db import Database, DataRefused
 from ._schema import check
 

@@ -52,7 +52,8 @@ from ..messages import (
     Submit,
     TaskLimits,
 )
-from ..store import ExpireLeases, GraphOwner, Reply, TaskGraphError, TasksRunnable
+from ..store import TaskGraphError
+from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
 from ._graph import CHANNEL, PostgresGraph
 from ._schema import check

@@ -100,11 +100,20 @@ class ServiceClient:
             raise ServiceUnavailable(f"the greenroom API at {self.url} does not answer ({error})") from None
         return _decoded(response)
 
+    async def _call_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """``_call`` for an answer that must be a JSON object (a ``ServiceError`` if not)."""
+        answer = await self._call(method, path, **kwargs)
+        if not isinstance(answer, dict):
+            raise ServiceError(
+                200, "protocol", f"{method} {path} answered {type(answer).__name__}, not an object"
+            )
+        return answer
+
     async def health(self) -> dict[str, Any]:
-        return await self._call("GET", "/v1/health")  # type: ignore[no-any-return]
+        return await self._call_object("GET", "/v1/health")
 
     async def status(self) -> dict[str, Any]:
-        return await self._call("GET", "/v1/status")  # type: ignore[no-any-return]
+        return await self._call_object("GET", "/v1/status")
 
     async def submit(self, tasks: list[AgentTask]) -> list[AgentTask]:
         body = msgspec.json.encode({"tasks": tasks})
@@ -141,14 +150,10 @@ class ServiceClient:
         body: dict[str, Any] = {"message": message}
         if conversation_id is not None:
             body["conversation_id"] = conversation_id
-        return await self._call(  # type: ignore[no-any-return]
-            "POST", "/v1/chat", content=msgspec.json.encode(body), headers=_JSON
-        )
+        return await self._call_object("POST", "/v1/chat", content=msgspec.json.encode(body), headers=_JSON)
 
     async def conversation(self, conversation_id: str) -> dict[str, Any]:
-        return await self._call(  # type: ignore[no-any-return]
-            "GET", f"/v1/chat/conversations/{_segment(conversation_id)}"
-        )
+        return await self._call_object("GET", f"/v1/chat/conversations/{_segment(conversation_id)}")
 
     async def stop(self) -> None:
         await self._call("POST", "/v1/stop")

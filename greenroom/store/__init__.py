@@ -23,54 +23,23 @@ from ._errors import (
     TaskGraphError,
     UnknownTask,
 )
-from ._events import EventStore, Origin
-from ._rules import (
-    FINAL,
-    bound_report,
-    check_submission,
-    dependency_failed,
-    find_cycle,
-    in_dependency_order,
-    lease_expired,
-    poison_reason,
-    requeued_after_death,
-    result_event,
-    result_payload,
-    transition_payload,
-)
+from ._events import EventStore
 from ._store import Store
-from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
+from ._tasks import TaskStore
 
 __all__ = [
-    "FINAL",
     "ChatStore",
     "ConversationNotFound",
     "DuplicateTask",
     "EventStore",
-    "ExpireLeases",
-    "GraphOwner",
     "InvalidSubmission",
     "InvalidTransition",
     "NotOwner",
-    "Origin",
-    "Reply",
     "Store",
     "StoredMessage",
     "StoredPending",
     "TaskGraphError",
     "TaskRow",
     "TaskStore",
-    "TasksRunnable",
     "UnknownTask",
-    "bound_report",
-    "check_submission",
-    "dependency_failed",
-    "find_cycle",
-    "in_dependency_order",
-    "lease_expired",
-    "poison_reason",
-    "requeued_after_death",
-    "result_event",
-    "result_payload",
-    "transition_payload",
 ]

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import msgspec
 
 from .._errors import InvalidInput
-from ..messages import prepare_types
+from ..messages._codec import prepare_types
 
 
 class TaskRow(msgspec.Struct, frozen=True, kw_only=True):

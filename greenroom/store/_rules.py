@@ -21,10 +21,10 @@ from ..messages import (
     AgentTask,
     Complete,
     Fail,
-    OutboxEvent,
     TaskLimits,
     TaskStatus,
 )
+from ..messages._events import OutboxEvent
 from ._errors import InvalidSubmission
 
 FINAL = frozenset(status for status in TaskStatus if status.final)

@@ -44,12 +44,9 @@ from ..messages import (
     Release,
     StopGranting,
 )
-from ..store import (
-    ExpireLeases,
-    TasksRunnable,
-    TaskStore,
-    bound_report,
-)
+from ..store import TaskStore
+from ..store._rules import bound_report
+from ..store._tasks import ExpireLeases, TasksRunnable
 
 logger = logging.getLogger("greenroom.supervisor")
 

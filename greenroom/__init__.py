@@ -9,21 +9,104 @@ data on disk or in a store that cannot be used (``StorageError`` a write that fa
 holds), and ``InternalError`` is a bug to report.
 """
 
-from . import actors
+from typing import TYPE_CHECKING
+
 from ._errors import DataError, GreenroomError, InternalError, InvalidInput, StorageError, StoreUnavailable
 from ._files import DataDirBusy
-from .actors import *  # noqa: F403 -- the kernel's __all__ is the package's surface
+from ._lazy import lazy
+
+if TYPE_CHECKING:
+    from .actors import (
+        DEFAULT_ASK_TIMEOUT,
+        DEFAULT_MAILBOX_SIZE,
+        Actor,
+        ActorContext,
+        ActorError,
+        ActorRef,
+        ActorStatistics,
+        ActorStopped,
+        ActorSystem,
+        AskTimeout,
+        Backoff,
+        ChildFailed,
+        DeadLetter,
+        DeadLetterReason,
+        DeadLetters,
+        Directive,
+        Interrupted,
+        MailboxFull,
+        PendingReply,
+        Request,
+        SupervisorStrategy,
+        SystemStatistics,
+        Terminated,
+        Timer,
+    )
 
 __version__ = "0.1.0"
 
+_KERNEL = (
+    "DEFAULT_ASK_TIMEOUT",
+    "DEFAULT_MAILBOX_SIZE",
+    "Actor",
+    "ActorContext",
+    "ActorError",
+    "ActorRef",
+    "ActorStatistics",
+    "ActorStopped",
+    "ActorSystem",
+    "AskTimeout",
+    "Backoff",
+    "ChildFailed",
+    "DeadLetter",
+    "DeadLetterReason",
+    "DeadLetters",
+    "Directive",
+    "Interrupted",
+    "MailboxFull",
+    "PendingReply",
+    "Request",
+    "SupervisorStrategy",
+    "SystemStatistics",
+    "Terminated",
+    "Timer",
+)
+"""The kernel's names, re-exported (``greenroom.actors.__all__``; a test keeps them equal).
+Imported on first use: ``import greenroom`` alone (the CLI's start) stays cheap."""
+
+__getattr__ = lazy(globals(), {"actors": ".actors", **dict.fromkeys(_KERNEL, ".actors")})
+
 __all__ = [
-    *actors.__all__,
+    "DEFAULT_ASK_TIMEOUT",
+    "DEFAULT_MAILBOX_SIZE",
+    "Actor",
+    "ActorContext",
+    "ActorError",
+    "ActorRef",
+    "ActorStatistics",
+    "ActorStopped",
+    "ActorSystem",
+    "AskTimeout",
+    "Backoff",
+    "ChildFailed",
     "DataDirBusy",
     "DataError",
+    "DeadLetter",
+    "DeadLetterReason",
+    "DeadLetters",
+    "Directive",
     "GreenroomError",
     "InternalError",
+    "Interrupted",
     "InvalidInput",
+    "MailboxFull",
+    "PendingReply",
+    "Request",
     "StorageError",
     "StoreUnavailable",
+    "SupervisorStrategy",
+    "SystemStatistics",
+    "Terminated",
+    "Timer",
     "__version__",
 ]

@@ -40,6 +40,30 @@ def test_version_imports_neither_the_benchmarks_nor_the_openai_sdk() -> None:
     assert suites.returncode == 0 and "graph" in suites.stdout and "soak" in suites.stdout
 
 
+HEAVY = (
+    "starlette", "hypercorn", "openai", "mcp", "httpx2", "greenroom.bench", "greenroom.agents",
+    "greenroom.harness", "greenroom.llm", "greenroom.chat", "greenroom.pipeline", "greenroom.daemon._host",
+    "greenroom.daemon._config", "greenroom.service._app",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", [["status"], ["tasks", "list"], ["tasks", "show", "nope"]])
+def test_read_commands_import_no_server_model_or_agent_layer(argv: list[str], tmp_path: Path) -> None:
+    """``status`` and ``tasks list`` on a data dir with no daemon import the store and the
+    kernel, never the API server, the model SDK, MCP, the agents or the benchmarks (they
+    took 0.83 s through the daemon's config; what matters is what they import, not the
+    time a loaded machine takes)."""
+    probe = (
+        "import sys\nfrom greenroom.cli import main\n"
+        f"code = main({[*argv, '--data-dir', str(tmp_path)]!r})\n"
+        f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    code, imported = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert imported == "[]", done.stderr
+    assert code == ("1" if "show" in argv else "0"), done.stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

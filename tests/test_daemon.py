@@ -455,7 +455,7 @@ async def test_progress_prints_a_line_only_when_the_counts_change() -> None:
 
     import anyio
 
-    from greenroom.daemon._commands import _Progress
+    from greenroom.cli._run import _Progress
     from greenroom.messages import GraphStats
 
     script = [GraphStats({"PENDING": 2}, ["w"], 2)] * 5 + [GraphStats({"COMPLETED": 2}, [], 2)] * 15
@@ -498,7 +498,7 @@ async def test_progress_and_the_idle_watch_outlast_a_store_out_of_reach() -> Non
     import anyio
 
     from greenroom import StoreUnavailable
-    from greenroom.daemon._commands import _Progress
+    from greenroom.cli._run import _Progress
     from greenroom.daemon._host import AgentHost
     from greenroom.messages import GraphStats
 

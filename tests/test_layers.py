@@ -16,6 +16,7 @@ LAYERS = [
     "_tracing",
     "_request",
     "_guard",
+    "_lazy",
     "messages",
     "actors",
     "_files",

@@ -316,8 +316,11 @@ def test_each_package_exports_exactly_its_pinned_surface(package: str) -> None:
 
 
 def test_the_actor_kernel_is_the_top_level_surface() -> None:
+    import greenroom
+    import greenroom.actors
 
     assert set(PUBLIC["actors"]) <= set(PUBLIC["greenroom"])
+    assert set(greenroom._KERNEL) == set(greenroom.actors.__all__)  # the lazy re-export's table
 
 
 def test_the_supervisor_log_protocol_and_store_helpers_are_private() -> None:

@@ -147,7 +147,7 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
 
 
 def _died(index: int, processes: int, status: int) -> NoReturn:
-    from ..daemon._commands import CommandError
+    from .._errors import InvalidInput as CommandError
 
     raise CommandError(
         f"benchmark daemon process {index + 1} of {processes} exited with status {status} "

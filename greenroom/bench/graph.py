@@ -180,7 +180,7 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..daemon._commands import CommandError
+    from .._errors import InvalidInput as CommandError
 
     if args.store is not None:
         from . import _pg_graph

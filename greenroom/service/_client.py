@@ -13,16 +13,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx2
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import DataError, GreenroomError, InvalidInput
 from .._files import DataDirBusy, OwnerLock
 from ..messages import AgentTask, Event
+
+if TYPE_CHECKING:  # imported when a client is made: finding no daemon costs nothing
+    import httpx2
 
 DAEMON_FILE = "daemon.json"
 ADMIN_TOKEN_FILE = "admin.token"
@@ -83,6 +85,9 @@ class ServiceClient:
             raise InvalidInput(f"--url must be an http(s) URL (got {url!r:.80})", field="url", value=url)
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        import httpx2
+
+        self._transport_error = httpx2.TransportError
         self._client = httpx2.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
 
     async def __aenter__(self) -> ServiceClient:
@@ -96,7 +101,7 @@ class ServiceClient:
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = await self._client.request(method, path, **kwargs)
-        except httpx2.TransportError as error:
+        except self._transport_error as error:
             raise ServiceUnavailable(f"the greenroom API at {self.url} does not answer ({error})") from None
         return _decoded(response)
 
@@ -206,7 +211,7 @@ class ServiceClient:
                                 await send.send(event)
                     if not follow:
                         return
-                except httpx2.TransportError as error:
+                except self._transport_error as error:
                     if not follow:
                         raise ServiceUnavailable(
                             f"the greenroom API at {self.url} does not answer ({error})"

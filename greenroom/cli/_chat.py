@@ -12,7 +12,7 @@ import anyio
 from .._errors import InvalidInput
 from ..chat import AgentEngineConfig, ConversationNotFound, open_assistant, task_server
 from ..chat._types import check_id
-from ._backend import choose_store
+from ..daemon._backend import choose_store
 
 PROMPT = "you> "
 

@@ -17,21 +17,20 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 import msgspec
 
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
-from ..actors import ActorRef, ActorSystem
-from ..log import LogActor
 from ..messages import AgentTask, Cancel, Submit, TaskStatus
-from ..service import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
-from ..store import Store
-from ..supervisor import SupervisorActor
-from . import _commands as files
-from ._backend import choose_store
+from ..service._client import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
+from . import _format as files
+
+if TYPE_CHECKING:
+    from ..actors import ActorRef
+    from ..store import Store
 
 TOKEN_ENV = "GREENROOM_TOKEN"
 T = TypeVar("T")
@@ -58,6 +57,8 @@ class Target:
 
     def backend(self, *, create: bool = False) -> Store:
         """The backend to work on with no daemon (``create``: make a missing data dir)."""
+        from ..daemon._backend import choose_store
+
         return choose_store(self.store, self.data_dir, pool_size=2, create=create)
 
 
@@ -92,6 +93,10 @@ async def locate(
 async def _on_node(target: Target, fn: Callable[[ActorRef], Awaitable[T]]) -> T:
     """``fn(supervisor)`` with a short-lived log actor and supervisor on the backend (the
     same ones a daemon runs: every rule and event as there), stopped after."""
+    from ..actors import ActorSystem
+    from ..log import LogActor
+    from ..supervisor import SupervisorActor
+
     async with target.backend(create=True) as store, ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(store.event_store()), name="log")
         supervisor = await system.spawn(lambda: SupervisorActor(store.task_store(log=log)), name="supervisor")

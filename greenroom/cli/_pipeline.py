@@ -11,11 +11,10 @@ import msgspec
 
 from .._errors import InvalidInput
 from ..actors import ActorSystem
+from ..daemon._backend import choose_store
 from ..log import LogActor
-from ..pipeline import PipelineResult, load_pipeline
-from ..pipeline._build import open_pipeline
+from ..pipeline import PipelineResult, load_pipeline, open_pipeline
 from ..pipeline.examples import EXAMPLE
-from ._backend import choose_store
 
 
 def _inputs(inputs: list[str] | None, inputs_file: str | None) -> list[str]:

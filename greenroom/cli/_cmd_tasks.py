@@ -1,0 +1,156 @@
+"""The operator's commands: ``tasks add|list|show|cancel``, ``events tail``, ``status``,
+``stop`` — through the daemon serving the data dir, else on the backend (``_operate``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+
+from . import _args
+
+
+def add_parsers(commands: Any) -> None:
+    tasks = commands.add_parser("tasks", help="add, list, show and cancel tasks (through a running daemon)")
+    task_commands = _args.actions(tasks)
+    add = task_commands.add_parser("add", help="submit tasks (all or none)")
+    _args.remote(add)
+    add.add_argument("--file", help="a JSON list of tasks")
+    add.add_argument("--type", dest="task_type", help="agent type of a single task")
+    add.add_argument("--id", dest="task_id")
+    add.add_argument("--priority", type=_args.int_between(-1_000_000, 1_000_000), default=0)
+    add.add_argument("--input", dest="input_json", metavar="JSON")
+    add.add_argument("--depends-on", action="append", default=[], metavar="ID")
+    add.add_argument("--max-attempts", type=_args.int_between(1, 1000), default=3)
+    add.add_argument("--json", action="store_true")
+    add.set_defaults(handler=tasks_add)
+    listing = task_commands.add_parser("list", help="tasks in submission order")
+    _args.remote(listing)
+    listing.add_argument("--status")
+    listing.add_argument("--type", dest="task_type")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_async(_tasks_list))
+    show = task_commands.add_parser("show", help="one task, whole")
+    _args.remote(show)
+    show.add_argument("task_id", metavar="ID")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=_async(_tasks_show))
+    cancel = task_commands.add_parser("cancel", help="cancel a task that is not final (its dependents too)")
+    _args.remote(cancel)
+    cancel.add_argument("task_id", metavar="ID")
+    cancel.add_argument("--reason")
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(handler=_async(_tasks_cancel))
+
+    events = commands.add_parser("events", help="read the event log")
+    tail = _args.actions(events).add_parser(
+        "tail", help="print events; --follow for new ones (works beside a daemon)"
+    )
+    _args.remote(tail)
+    tail.add_argument("--follow", "-f", action="store_true")
+    tail.add_argument("--after", type=_args.int_between(0, 2**62), default=0, metavar="SEQ")
+    tail.add_argument("--last", "-n", type=_args.int_between(0, 10_000_000), metavar="N")
+    tail.add_argument("--json", action="store_true")
+    tail.set_defaults(handler=_async(_events_tail))
+
+    status = commands.add_parser("status", help="the daemon: agents, tasks per state, mailboxes, budgets")
+    _args.remote(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=_async(_status))
+    stop = commands.add_parser("stop", help="stop the running daemon gracefully (an admin token)")
+    _args.remote(stop)
+    stop.add_argument("--wait", type=_args.seconds, default=60.0, metavar="SECONDS", help="how long to wait")
+    stop.set_defaults(handler=_async(_stop))
+
+
+def _async(command: Any) -> _args.Handler:
+    def handler(args: argparse.Namespace) -> int:
+        code: int = anyio.run(command, args)
+        return code
+
+    return handler
+
+
+async def _target(args: argparse.Namespace) -> Any:
+    from . import _operate
+
+    return await _operate.locate(args.data_dir, args.url, args.token, args.store)
+
+
+def tasks_add(args: argparse.Namespace) -> int:
+    """The tasks are parsed (and refused) before anything is looked up."""
+    from . import _format
+
+    if args.file is not None and args.task_type is not None:
+        raise _format.CommandError("give either --file or --type, not both")
+    if args.file is not None:
+        new = _format.parse_task_file(args.file)
+    elif args.task_type is not None:
+        new = [
+            _format.parse_task_flags(
+                task_type=args.task_type,
+                task_id=args.task_id,
+                priority=args.priority,
+                input_json=args.input_json,
+                depends_on=args.depends_on,
+                max_attempts=args.max_attempts,
+            )
+        ]
+    else:
+        raise _format.CommandError("tasks add needs --file or --type")
+    return anyio.run(_tasks_add, args, new)
+
+
+async def _tasks_add(args: argparse.Namespace, new: list[Any]) -> int:
+    from . import _format, _operate
+
+    stored = await _operate.add_tasks(await _target(args), new)
+    print(_format.to_json(stored) if args.json else "\n".join(f"added {task.id}" for task in stored))
+    return 0
+
+
+async def _tasks_list(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    found = await _operate.list_tasks(await _target(args), args.status, args.task_type)
+    print(_format.to_json(found) if args.json else _format.task_table(found))
+    return 0
+
+
+async def _tasks_show(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    print(_format.to_json(await _operate.show_task(await _target(args), args.task_id)))
+    return 0
+
+
+async def _tasks_cancel(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    task = await _operate.cancel_task(await _target(args), args.task_id, args.reason)
+    print(_format.to_json(task) if args.json else f"cancelled {task.id}")
+    return 0
+
+
+async def _events_tail(args: argparse.Namespace) -> int:
+    from . import _operate
+
+    target = await _target(args)
+    return await _operate.tail(
+        target, after=args.after, last=args.last, follow=args.follow, as_json=args.json
+    )
+
+
+async def _status(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    document = await _operate.status(await _target(args))
+    print(_format.to_json(document) if args.json else _operate.format_status(document))
+    return 0
+
+
+async def _stop(args: argparse.Namespace) -> int:
+    from . import _operate
+
+    return await _operate.stop(await _target(args), wait=args.wait)

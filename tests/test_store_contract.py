@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import gc
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from _stores import open_node
+from _stores import make_store, open_node
 from _support import eventually, wait_for_status
 
-from greenroom import Actor, ActorRef
+from greenroom import Actor, ActorRef, InvalidInput
 from greenroom.actors import ActorStopped, PendingReply
 from greenroom.log import PolicyError
 from greenroom.messages import (
@@ -760,3 +761,81 @@ async def test_a_conversation_the_caller_names_is_opened_on_first_use_and_held(b
         assert await chat.hold_conversation("app-7", "someone", 30.0)  # let go after each request
     finally:
         await chat.aclose()
+
+
+# -- the step journal (durable agent work) --------------------------------------------------
+
+
+def _step(task_id: str, key: str, kind: str = "model", **fields: Any) -> Any:
+    from greenroom.store import Step
+
+    return Step(
+        task_id=task_id, key=key, kind=kind, fingerprint=fields.pop("fingerprint", f"fp-{key}"), **fields
+    )
+
+
+async def test_steps_are_read_back_in_order_per_task_and_a_replay_never_rewrites_one(backend: Store) -> None:
+    journal = backend.step_store()
+    try:
+        await journal.write(
+            [
+                _step("t1", "p0/main/m0", body={"text": "first", "usage": [3, 4]}, attempt=1, at=10.0),
+                _step("t2", "p0/main/m0", body={"text": "other task"}),
+                _step("t1", "p0/main/m0/t0", "tool_started"),
+                _step("t1", "p0/main/m0/t0", "tool", body={"ok": True, "result": {"n": 1}}),
+            ]
+        )
+        # the same place written again (a second attempt replaying) keeps the first record
+        await journal.write([_step("t1", "p0/main/m0", body={"text": "changed"}, fingerprint="other")])
+        steps = await journal.read("t1")
+        assert [(s.key, s.kind) for s in steps] == [
+            ("p0/main/m0", "model"), ("p0/main/m0/t0", "tool_started"), ("p0/main/m0/t0", "tool")
+        ]  # fmt: skip
+        first = steps[0]
+        assert (first.body, first.fingerprint, first.attempt, first.at) == (
+            {"text": "first", "usage": [3, 4]}, "fp-p0/main/m0", 1, 10.0
+        )  # fmt: skip
+        assert steps[2].body == {"ok": True, "result": {"n": 1}}
+        assert [s.body for s in await journal.read("t2")] == [{"text": "other task"}]
+        assert await journal.read("nobody") == []
+        assert await journal.drop(["t1", "nobody"]) == 3
+        assert await journal.read("t1") == [] and len(await journal.read("t2")) == 1
+    finally:
+        await journal.aclose()
+
+
+async def test_a_step_the_journal_cannot_keep_is_refused_by_name_and_nothing_of_its_batch_is_written(
+    backend: Store,
+) -> None:
+    journal = backend.step_store()
+    try:
+        await journal.write([_step("t1", "p0/main/m0", body={"text": "kept"})])
+        for bad, field in (
+            (_step("t1", "", body={}), "key"),
+            (_step("", "p0/main/m1"), "task_id"),
+            (_step("t1", "p0/main/m1", "guess"), "kind"),
+            (_step("t1", "x" * 600), "key"),
+        ):
+            with pytest.raises(InvalidInput) as refused:
+                await journal.write([_step("t1", "p0/main/m9", body={"text": "same batch"}), bad])
+            assert refused.value.field == field
+        assert [s.body for s in await journal.read("t1")] == [{"text": "kept"}]
+    finally:
+        await journal.aclose()
+
+
+async def test_steps_written_by_one_store_are_read_by_another_on_the_same_backend(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """What a crashed process recorded is what the next one (or another daemon) reads."""
+    data_dir = tmp_path / "data"
+    async with await make_store(store_url, data_dir) as first:
+        journal = first.step_store()
+        await journal.write([_step("t1", "p0/main/m0", body={"text": "paid for once"})])
+        await journal.aclose()
+    async with await make_store(store_url, data_dir) as second:
+        journal = second.step_store()
+        try:
+            assert [s.body["text"] for s in await journal.read("t1")] == ["paid for once"]
+        finally:
+            await journal.aclose()

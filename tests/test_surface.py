@@ -127,6 +127,8 @@ PUBLIC: dict[str, list[str]] = {
         "InvalidSubmission",
         "InvalidTransition",
         "NotOwner",
+        "Step",
+        "StepStore",
         "Store",
         "StoredMessage",
         "StoredPending",

@@ -23,12 +23,13 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import ChatStore, EventStore, TaskStore, UnknownTask
+from ..store import ChatStore, EventStore, StepStore, TaskStore, UnknownTask
 from ._chat import CHAT_DB, SQLiteChatStore
 from ._events import FileEventStore
 from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._reader import EVENTS_FILE, read_events, tail_events
+from ._steps import STEPS_DB, SQLiteStepStore
 from ._tasks import FileTaskStore
 
 
@@ -96,6 +97,9 @@ class EmbeddedStore:
 
     def chat_store(self) -> ChatStore:
         return SQLiteChatStore(self.data_dir / CHAT_DB)
+
+    def step_store(self) -> StepStore:
+        return SQLiteStepStore(self.data_dir / STEPS_DB)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -95,6 +95,19 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX gr_tasks_leases ON gr_tasks (lease_expires_at) WHERE lease_expires_at IS NOT NULL",
         "CREATE INDEX gr_tasks_suspects ON gr_tasks (id) WHERE status = 'IN_PROGRESS' AND crashes > 0",
     ],
+    [  # 4: the step journal of durable agent work (a task resumed anywhere replays it)
+        """CREATE TABLE gr_steps (
+            seq bigserial PRIMARY KEY,
+            task_id text NOT NULL,
+            key text NOT NULL,
+            kind text NOT NULL,
+            fingerprint text NOT NULL,
+            body jsonb NOT NULL,
+            attempt integer NOT NULL,
+            at double precision NOT NULL,
+            UNIQUE (task_id, key, kind)
+        )""",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

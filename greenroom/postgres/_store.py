@@ -25,12 +25,13 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import ChatStore, EventStore, TaskStore
+from ..store import ChatStore, EventStore, StepStore, TaskStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, tail_events
 from ._graph import PostgresGraph
 from ._schema import check
+from ._steps import PostgresStepStore
 from ._tasks import PostgresTaskStore
 
 NODE_FILE = "node.id"
@@ -126,6 +127,9 @@ class PostgresStore:
 
     def chat_store(self) -> ChatStore:
         return PostgresChatStore(self.db)
+
+    def step_store(self) -> StepStore:
+        return PostgresStepStore(self.db)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -5,12 +5,13 @@
   chosen once, asked for its parts.
 - Its parts, one interface per capability, each owned by the layer that uses it:
   :class:`TaskStore` (the supervisor actor's), :class:`EventStore` (the log actor's),
-  :class:`ChatStore` (the chat runner's).
+  :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
+  agent work: :class:`Step`).
 - The task rules (:func:`check_submission`, the reasons a task carries, the payloads of
   its events) and refusals (:class:`TaskGraphError` and its kinds), the same on every
   backend.
 
-A third backend implements :class:`Store` and the three parts, obeys the rules, and passes
+A third backend implements :class:`Store` and its parts, obeys the rules, and passes
 the contract suite (``tests/test_store_contract.py``); nothing else changes.
 """
 
@@ -24,6 +25,7 @@ from ._errors import (
     UnknownTask,
 )
 from ._events import EventStore
+from ._steps import Step, StepStore
 from ._store import Store
 from ._tasks import TaskStore
 
@@ -35,6 +37,8 @@ __all__ = [
     "InvalidSubmission",
     "InvalidTransition",
     "NotOwner",
+    "Step",
+    "StepStore",
     "Store",
     "StoredMessage",
     "StoredPending",

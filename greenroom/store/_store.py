@@ -18,6 +18,7 @@ from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._chat import ChatStore
 from ._events import EventStore
+from ._steps import StepStore
 from ._tasks import TaskStore
 
 
@@ -64,6 +65,11 @@ class Store(Protocol):
 
     def chat_store(self) -> ChatStore:
         """The chat assistant's data."""
+        ...
+
+    def step_store(self) -> StepStore:
+        """The step journal of durable agent work (a new one each call, as the chat store:
+        its user closes it with ``aclose``)."""
         ...
 
     def events(

@@ -1,0 +1,128 @@
+"""``SQLiteStepStore``: the step journal on one SQLite file under the data dir
+(``steps.sqlite3``, WAL, ``synchronous=FULL``: a write returned is on disk).
+
+Used from worker threads one call at a time, like the chat store; a write is one
+transaction (``BEGIN IMMEDIATE``), so another process reading the file sees a batch whole
+or not at all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+
+from ..store._steps import Step, check_step, step_from_row
+
+STEPS_DB = "steps.sqlite3"
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS steps (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    body BLOB NOT NULL,
+    attempt INTEGER NOT NULL,
+    at REAL NOT NULL,
+    UNIQUE (task_id, key, kind)
+);
+"""
+
+_encoder = msgspec.json.Encoder()
+
+
+class SQLiteStepStore:
+    """``StepStore`` on one SQLite file. Close it with :meth:`aclose`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        def call() -> T:
+            with self._lock:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    value = fn(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return value
+
+        limiter = self._limiter
+        if limiter is None:
+            limiter = self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
+
+    async def write(self, steps: Sequence[Step]) -> None:
+        rows = []
+        for step in steps:
+            check_step(step)
+            body = _encoder.encode(step.body)
+            rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
+        if not rows:
+            return
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "INSERT OR IGNORE INTO steps (task_id, key, kind, fingerprint, body, attempt, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+        await self._run(insert, write=True)
+
+    async def read(self, task_id: str) -> list[Step]:
+        def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return db.execute(
+                "SELECT key, kind, fingerprint, body, attempt, at FROM steps WHERE task_id = ? ORDER BY seq",
+                (task_id,),
+            ).fetchall()
+
+        return [step_from_row(task_id, row, str(self.path)) for row in await self._run(fetch, write=False)]
+
+    async def drop(self, task_ids: Sequence[str]) -> int:
+        ids = list(task_ids)
+
+        def delete(db: sqlite3.Connection) -> int:
+            removed = 0
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                removed += db.execute(f"DELETE FROM steps WHERE task_id IN ({marks})", chunk).rowcount
+            return removed
+
+        return await self._run(delete, write=True) if ids else 0
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            with self._lock:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await anyio.to_thread.run_sync(close)

@@ -1,0 +1,68 @@
+"""``PostgresStepStore``: the step journal in PostgreSQL (``gr_steps``), shared by every
+daemon of a fleet — the peer of the embedded SQLite journal behind
+``greenroom.store.StepStore``. A task resumed on another daemon replays what the first
+one recorded. Each call is one transaction on the backend's pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..store._steps import Step, check_step, step_from_row
+from ._db import Database
+
+_encoder = msgspec.json.Encoder()
+
+
+class PostgresStepStore:
+    """``StepStore`` on the backend's database (the pool is the backend's)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def write(self, steps: Sequence[Step]) -> None:
+        rows = []
+        for step in steps:
+            check_step(step)
+            body = _encoder.encode(step.body).decode()
+            rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
+        if not rows:
+            return
+
+        def insert(connection: Any) -> None:
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO gr_steps (task_id, key, kind, fingerprint, body, attempt, at) "
+                    "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s) ON CONFLICT (task_id, key, kind) DO NOTHING",
+                    rows,
+                )
+
+        await self.db.run(insert)
+
+    async def read(self, task_id: str) -> list[Step]:
+        def fetch(connection: Any) -> list[tuple[Any, ...]]:
+            return list(
+                connection.execute(
+                    "SELECT key, kind, fingerprint, body::text, attempt, at FROM gr_steps "
+                    "WHERE task_id = %s ORDER BY seq",
+                    (task_id,),
+                )
+            )
+
+        return [step_from_row(task_id, row, "gr_steps") for row in await self.db.run(fetch)]
+
+    async def drop(self, task_ids: Sequence[str]) -> int:
+        ids = list(task_ids)
+        if not ids:
+            return 0
+
+        def delete(connection: Any) -> int:
+            cursor = connection.execute("DELETE FROM gr_steps WHERE task_id = ANY(%s)", (ids,))
+            return int(cursor.rowcount)
+
+        return await self.db.run(delete)
+
+    async def aclose(self) -> None:
+        return None

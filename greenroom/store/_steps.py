@@ -1,0 +1,106 @@
+"""``StepStore``: the step journal of durable agent work, and its record, ``Step``.
+
+Every model reply and every tool result of a task's attempt is written here before the
+agent acts on it; a task claimed again (after a crash, a lease expiry, a restart) is
+replayed from it: each step already recorded is answered from the journal instead of
+being asked again. Steps are keyed by their place in the task's work (``key``: phase,
+context label, iteration, tool call), never by attempt, so a later attempt finds what an
+earlier one recorded.
+
+The embedded store keeps the journal in SQLite under the data dir (``steps.sqlite3``),
+the PostgreSQL store in a table every daemon of a fleet shares. Both are peers behind
+this interface, tested by one contract suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from .._errors import DataError, InvalidInput
+from ..messages._codec import prepare_types
+
+StepKind = Literal["model", "tool_started", "tool"]
+"""``model``: a model's reply; ``tool_started``: a tool call began (written before a tool
+that is not read-only runs, so a crash mid-call is known); ``tool``: its result."""
+
+MAX_KEY = 512
+MAX_BODY = 16 << 20
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded step of a task's work."""
+
+    task_id: str
+    key: str
+    """Its place in the task's work, the same in every attempt (``p0/main/m1``: phase 0,
+    context ``main``, model call 1; ``p0/main/m1/t0``: that reply's first tool call)."""
+    kind: StepKind
+    fingerprint: str
+    """What was asked (a digest of the request, or of the tool and its arguments): a
+    replay that asks something else at this place has diverged."""
+    body: dict[str, Any] = {}
+    """What was answered (the reply, the tool's record); ``{}`` for ``tool_started``."""
+    attempt: int = 0
+    """The attempt that recorded it (for the reader; replay ignores it)."""
+    at: float = 0.0
+
+
+def check_step(step: Step) -> None:
+    """Refuse a step the journal cannot keep, naming the field (nothing is written)."""
+    if not isinstance(step.task_id, str) or not step.task_id:
+        raise InvalidInput(f"step task_id must be a non-empty string, got {step.task_id!r}", field="task_id")
+    if not isinstance(step.key, str) or not step.key or len(step.key) > MAX_KEY or "\x00" in step.key:
+        raise InvalidInput(
+            f"step key must be 1 to {MAX_KEY} characters without NUL, got {step.key!r:.80}",
+            field="key",
+            value=step.key,
+        )
+    if step.kind not in ("model", "tool_started", "tool"):
+        raise InvalidInput(f"step kind must be model, tool_started or tool, got {step.kind!r}", field="kind")
+
+
+_body = msgspec.json.Decoder(dict[str, Any])
+
+
+def step_from_row(task_id: str, row: tuple[Any, ...], where: str) -> Step:
+    """A stored row ``(key, kind, fingerprint, body JSON, attempt, at)`` as a ``Step``
+    (``DataError`` naming the step if its body is damaged)."""
+    key, kind, fingerprint, body, attempt, at = row
+    try:
+        decoded = _body.decode(body)
+    except msgspec.DecodeError as error:
+        raise DataError(f"{where}: the step {key!r} of task {task_id!r} is damaged ({error})") from None
+    return Step(
+        task_id=task_id, key=key, kind=kind, fingerprint=fingerprint, body=decoded, attempt=attempt, at=at
+    )
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """The step journal's storage. Every call is one transaction; ``write`` returns once
+    its steps are durable (a reply means on disk, as everywhere in greenroom)."""
+
+    async def write(self, steps: Sequence[Step]) -> None:
+        """Record ``steps`` (in order) in one durable transaction. A step whose ``(task_id,
+        key, kind)`` is already recorded keeps what was recorded first (a replay never
+        rewrites history): the write is idempotent. ``InvalidInput`` (naming the field)
+        for a step that cannot be kept, before anything is written."""
+        ...
+
+    async def read(self, task_id: str) -> list[Step]:
+        """The task's steps, in the order they were recorded (``[]``: none)."""
+        ...
+
+    async def drop(self, task_ids: Sequence[str]) -> int:
+        """Forget the steps of ``task_ids`` (their tasks are final); how many went."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store holds (a pool it was given stays open)."""
+        ...
+
+
+prepare_types(Step)  # decoded in the stores' worker threads

@@ -15,6 +15,7 @@ from .._errors import GreenroomError, expected
 from .._files import resolve_data_dir
 from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
+from ..harness._journal import ReplayDiverged, TaskJournal, ToolMayHaveRun
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import TaskGraphError
 from ._runtime import AgentRuntime
@@ -122,6 +123,8 @@ class BaseAgent:
     def error_for(self, exc: Exception) -> AgentError:
         if isinstance(exc, TaskFailed):
             return AgentError(reason=exc.reason, retryable=exc.retryable)
+        if isinstance(exc, (ReplayDiverged, ToolMayHaveRun)):  # another attempt would stop the same way
+            return AgentError(reason=str(exc), retryable=False)
         return AgentError(reason=f"{type(exc).__name__}: {exc}", retryable=self.retry_unexpected_errors)
 
     # -- the loop body ----------------------------------------------------------------
@@ -261,6 +264,9 @@ class BaseAgent:
         task, runtime = self._current
         if self._harness is None:
             logs_dir = await anyio.to_thread.run_sync(self._logs_dir)
+            durable: dict[str, Any] = {}
+            if runtime.journal is not None:  # replay what earlier attempts recorded
+                durable["journal"] = await TaskJournal.load(task.id, task.attempt, runtime.journal)
             self._harness = await self.llm.spawn(
                 self._parent if self._parent is not None else runtime.supervisor.system,
                 system_prompt=system_prompt,
@@ -269,6 +275,7 @@ class BaseAgent:
                 task_id=task.id,
                 summary_path=logs_dir / "run_summary.json",
                 log=runtime.log,
+                **durable,
             )
             self._harness_prompt = system_prompt
         elif system_prompt and system_prompt != self._harness_prompt:

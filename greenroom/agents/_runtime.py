@@ -41,6 +41,10 @@ class AgentRuntime:
     ``ActorStopped`` once it stopped, and ``AskTimeout`` after ``request_timeout``.
     Cancelling a call abandons the wait; a change the actor already accepted still
     happens (the lease then runs out or the owner completes it again).
+
+    ``journal``: the process's step-journal actor (``StepJournalActor``): with one, an
+    agent's phases are durable — every model reply and tool result is recorded before it
+    is acted on, and a task claimed again replays what its earlier attempts recorded.
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class AgentRuntime:
         log: ActorRef,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Callable[[], float] = time.time,
+        journal: ActorRef | None = None,
     ) -> None:
         self.agent_id = check_name("AgentRuntime", "agent_id", agent_id)
         self.agent_type = check_name("AgentRuntime", "agent_type", agent_type)
@@ -68,6 +73,7 @@ class AgentRuntime:
         self.closing = False
         """Set once the supervisor answered ``NoWork(closing=True)``: it grants no more."""
         self.last_heartbeat_at: float | None = None
+        self.journal = journal
 
     # -- claiming ---------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .._errors import StorageError, StoreUnavailable
 from .._files import resolve_data_dir
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
+from ..harness._journal import StepJournalActor
 from ..log import LogActor, NarratorCapability
 from ..messages import GraphStats, Stats, StopGranting
 from ..store import Store
@@ -74,6 +75,8 @@ class AgentHost:
         self.agents: list[tuple[BaseAgent, ActorRef]] = []
         self.supervisor: ActorRef
         self.log: ActorRef
+        self.journal: ActorRef
+        """The step journal's writer: every agent's phases are durable (replayed after a crash)."""
         self.models: dict[str, Any] = {}
         """The ``[llm]`` server's clients by model name (closed at shutdown)."""
         self._stopped = False
@@ -114,6 +117,7 @@ class AgentHost:
             lambda: LogActor(store.event_store(), narrator=narrator), name="log"
         )
         log = self.log
+        self.journal = await self.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
                 store.task_store(
@@ -141,6 +145,7 @@ class AgentHost:
                     heartbeat,
                     supervisor=self.supervisor,
                     log=self.log,
+                    journal=self.journal,
                 )
                 ref = await self.system.spawn(
                     lambda agent=agent, runtime=runtime: AgentActor(agent, runtime),  # type: ignore[misc]
@@ -251,6 +256,7 @@ class AgentHost:
             except Exception:
                 logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()
+            await self.journal.stop()
             await self.log.stop()
             for model in self.models.values():
                 await model.aclose()

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
+from .._errors import StorageError, storage_error
 from ..store._steps import Step, check_step, step_from_row
 
 STEPS_DB = "steps.sqlite3"
@@ -94,7 +95,14 @@ class SQLiteStepStore:
                 rows,
             )
 
-        await self._run(insert, write=True)
+        try:
+            await self._run(insert, write=True)
+        except OSError as error:
+            raise storage_error(self.path, error) from None
+        except sqlite3.OperationalError as error:  # SQLite says "disk I/O error", not which
+            raise StorageError(
+                f"cannot write {self.path}: {error} (the disk may be full, read-only or over a size limit)"
+            ) from None
 
     async def read(self, task_id: str) -> list[Step]:
         def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:

@@ -11,6 +11,7 @@ model-and-tool loop the chat engine runs on too, which counts each call's
 from ._actor import HarnessActor
 from ._budget import Admission, TokenBudget
 from ._handle import Harness
+from ._journal import ReplayDiverged, StepJournalActor, ToolMayHaveRun
 from ._loop import BoundedLoop, Spend
 from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
@@ -26,13 +27,16 @@ __all__ = [
     "HarnessActor",
     "HarnessSetup",
     "PhaseResult",
+    "ReplayDiverged",
     "RiskLevel",
     "Sandbox",
     "Spend",
+    "StepJournalActor",
     "StopReason",
     "StopSignal",
     "TokenBudget",
     "Tool",
+    "ToolMayHaveRun",
     "ToolRefused",
     "ToolTimedOut",
 ]

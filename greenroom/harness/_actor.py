@@ -36,18 +36,21 @@ from ..messages import (
     HARNESS_PHASE,
     Append,
     ChatMessage,
+    ChatReply,
     ChatRequest,
     GetHistory,
     RecordError,
     RunBounded,
     ToolSpec,
+    convert,
 )
 from ._budget import TokenBudget
+from ._journal import TaskJournal, ToolMayHaveRun, fingerprint
 from ._loop import BoundedLoop, Spend
 from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._stop import StopSignal
-from ._tools import Tool
+from ._tools import RiskLevel, Tool
 
 logger = logging.getLogger("greenroom.harness")
 
@@ -104,7 +107,9 @@ class HarnessActor(Actor):
     ``run_summary.json`` is written (atomically) after every phase, with the token
     totals of this harness's lifetime. ``log``: the log actor, told one
     ``HARNESS_PHASE`` event per phase. ``call_timeout``: seconds per model call
-    (``None``: the model's default).
+    (``None``: the model's default). ``journal``: the task's :class:`TaskJournal` —
+    each model reply and tool result is recorded before the phase acts on it, and a step
+    already recorded is answered from it (see ``_journal.py``).
     """
 
     def __init__(
@@ -123,6 +128,7 @@ class HarnessActor(Actor):
         log: ActorRef | None = None,
         call_timeout: float | None = None,
         price: Price | None = None,
+        journal: TaskJournal | None = None,
     ) -> None:
         if not isinstance(model, ChatModel):
             raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
@@ -162,6 +168,8 @@ class HarnessActor(Actor):
         """What this harness's model calls used over its lifetime: calls, tokens, cost."""
         self.tool_call_count = 0
         self._specs: dict[str, ToolSpec] = {name: tool.spec() for name, tool in self.tools.items()}
+        self.journal = journal
+        """The task's step journal (durable phases), or ``None``: nothing is recorded."""
 
     interruptible = True
 
@@ -261,13 +269,24 @@ class HarnessActor(Actor):
             price=self.price,
             spend=self.spend,
         )
-        while (reply := await loop.call(ChatRequest((*system, *history, *pending), specs))) is not None:
+        journal = self.journal
+        place = f"p{journal.next_phase()}/{label or 'main'}" if journal is not None else ""
+        while True:
+            request = ChatRequest((*system, *history, *pending), specs)
+            key = f"{place}/m{loop.iterations}"
+            if journal is None:
+                reply = await loop.call(request)
+            else:
+                reply = await self._journaled_call(loop, request, key)
+            if reply is None:
+                break
             tool_calls = reply.tool_calls
             pending.append(ChatMessage("assistant", reply.text, tool_calls))
-            for call in tool_calls:
+            for index, call in enumerate(tool_calls):
                 record, content = await self._run_tool(
-                    loop, call.id, call.name, call.arguments, call.arguments_error, allowed
-                )
+                    loop, call.id, call.name, call.arguments, call.arguments_error, allowed,
+                    step=f"{key}/t{index}" if journal is not None else None,
+                )  # fmt: skip
                 records.append(record)
                 pending.append(ChatMessage("tool", content, tool_call_id=call.id))
             phase.text = reply.text
@@ -277,6 +296,22 @@ class HarnessActor(Actor):
                 return PhaseResult(reply.text, records, "done")
         assert loop.stop_reason is not None
         return PhaseResult(phase.text, records, loop.stop_reason)
+
+    async def _journaled_call(self, loop: BoundedLoop, request: ChatRequest, key: str) -> ChatReply | None:
+        """The model's reply at ``key``: from the journal when it is recorded there (no
+        request, no budget; ``ReplayDiverged`` if the request differs), else from the
+        model, recorded durably before the phase acts on it."""
+        journal = self.journal
+        assert journal is not None
+        asked = fingerprint(request)
+        step = journal.get(key, "model", asked, f"a model request with digest {asked}")
+        if step is not None:
+            recorded: ChatReply = convert(step.body, ChatReply, f"journal step {key!r}")
+            return loop.replayed(recorded)
+        reply = await loop.call(request)
+        if reply is not None:
+            await journal.record(key, "model", asked, msgspec.to_builtins(reply))
+        return reply
 
     # -- tool calls (both modes) --------------------------------------------------------
 
@@ -288,9 +323,46 @@ class HarnessActor(Actor):
         arguments: dict[str, Any],
         arguments_error: str | None,
         allowed: frozenset[str],
+        *,
+        step: str | None = None,
     ) -> tuple[dict[str, Any], str]:
         """Run one call through every check: its record and the text the model is shown.
-        A refusal or failure is an error record (``error: ...`` to the model)."""
+        A refusal or failure is an error record (``error: ...`` to the model).
+
+        ``step``: its place in the task's journal. A result recorded there is answered
+        from it (the tool does not run); a call that changes things is recorded as begun
+        before it runs, and one that began in an earlier attempt without a result runs
+        again only if it takes an idempotency key (``ToolMayHaveRun`` otherwise)."""
+        journal = self.journal if step is not None else None
+        asked = ""
+        if journal is not None:
+            assert step is not None
+            asked = fingerprint((name, arguments, arguments_error))
+            done = journal.get(step, "tool", asked, f"tool {name!r} with {arguments!r}")
+            if done is not None:
+                self.tool_call_count += 1
+                return dict(done.body["record"]), str(done.body["content"])
+            record, content = await self._run_tool_once(
+                loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
+            )
+            await journal.record(step, "tool", asked, {"record": record, "content": content})
+            return record, content
+        return await self._run_tool_once(
+            loop, call_id, name, arguments, arguments_error, allowed, None, "", ""
+        )
+
+    async def _run_tool_once(
+        self,
+        loop: BoundedLoop | None,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_error: str | None,
+        allowed: frozenset[str],
+        journal: TaskJournal | None,
+        step: str,
+        asked: str,
+    ) -> tuple[dict[str, Any], str]:
         self.tool_call_count += 1
         record: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
         tool = self.tools.get(name)
@@ -300,6 +372,14 @@ class HarnessActor(Actor):
             return _failed(record, f"tool {name!r} is not allowed in this phase")
         if arguments_error is not None:
             return _failed(record, arguments_error)
+        if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
+            if journal.has(step, "tool_started") and not tool.takes_idempotency_key:
+                raise ToolMayHaveRun(journal.task_id, step, name)
+            if not journal.has(step, "tool_started"):
+                await journal.record(step, "tool_started", asked, {"asked": f"{name} {arguments!r:.200}"})
+        if tool.takes_idempotency_key:
+            # the same key in every attempt: the tool can tell a retry from a new call
+            arguments = {**arguments, "idempotency_key": f"{journal.task_id}/{step}" if journal else call_id}
         try:
             result = await (self.sandbox.run(tool, arguments) if loop is None else loop.tool(tool, arguments))
         except (RecordError, ToolRefused, ToolTimedOut) as refused:

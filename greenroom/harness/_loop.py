@@ -161,6 +161,19 @@ class BoundedLoop:
         self.spend.add(usage, cost)
         return reply
 
+    def replayed(self, reply: ChatReply) -> ChatReply | None:
+        """Count a reply answered from a step journal as a call, under the same bounds as
+        :meth:`call` (``None`` when the loop must end); nothing is spent: it was, when the
+        reply was recorded."""
+        if self.max_iterations is not None and self.iterations >= self.max_iterations:
+            self.stop_reason = "max_iterations"
+            return None
+        if self.stop.requested:
+            self.stop_reason = "stop_requested"
+            return None
+        self.iterations += 1
+        return reply
+
     async def tool(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         """One call of ``tool`` through the sandbox (``Sandbox.run``: its errors)."""
         return await self.sandbox.run(tool, arguments)

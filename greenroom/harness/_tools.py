@@ -42,6 +42,11 @@ class Tool:
     offered an open object. ``fn`` may be async; a plain function
     runs inline on the event loop, so keep it quick (or wrap it in
     ``anyio.to_thread.run_sync`` yourself). Its return value must encode as JSON.
+
+    A tool that changes things and takes a keyword parameter ``idempotency_key`` (not
+    offered to the model) is given one by a durable harness: the same for every attempt
+    of the same call, so it can tell a retry after a crash from a new call. Without one,
+    a durable harness does not run again a call that may have run.
     """
 
     def __init__(
@@ -67,6 +72,8 @@ class Tool:
         self.args = args
         self.risk = risk
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.takes_idempotency_key = args is None and _has_keyword(fn, IDEMPOTENCY_KEY)
+        """``fn`` takes ``idempotency_key``: a durable harness passes the call's own."""
         self._keywords = _signature_struct(name, fn) if args is None else None
         self._spec = ToolSpec(self.name, self.description, self._parameters())
 
@@ -87,6 +94,14 @@ class Tool:
     def validate(self, arguments: dict[str, Any]) -> Any:
         """The arguments as ``fn`` takes them; ``RecordError`` naming the field if bad."""
         where = f"tool {self.name!r} arguments"
+        if self.takes_idempotency_key and self._keywords is not None:
+            key = arguments.get(IDEMPOTENCY_KEY)
+            arguments = {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
+            checked = convert(arguments, self._keywords, where)
+            return {
+                **{field: getattr(checked, field) for field in checked.__struct_fields__},
+                IDEMPOTENCY_KEY: key,
+            }
         if self.args is not None:
             return convert(arguments, self.args, where)
         if self._keywords is None:
@@ -99,6 +114,20 @@ class Tool:
         if self.is_async:
             result = await result
         return result
+
+
+IDEMPOTENCY_KEY = "idempotency_key"
+
+
+def _has_keyword(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        parameter = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        parameter.POSITIONAL_OR_KEYWORD,
+        parameter.KEYWORD_ONLY,
+    )
 
 
 def _signature_struct(name: str, fn: Callable[..., Any]) -> type[msgspec.Struct] | None:
@@ -115,6 +144,8 @@ def _signature_struct(name: str, fn: Callable[..., Any]) -> type[msgspec.Struct]
         hints = {}
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for parameter in signature.parameters.values():
+        if parameter.name == IDEMPOTENCY_KEY:
+            continue  # given by the harness, never by the model
         if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
             return None
         kind = hints.get(parameter.name, Any)

@@ -51,3 +51,55 @@ class PoisonAgent(StepAgent):
             await anyio.sleep(0.05)  # the innocent tasks beside it are part-way through
             os.kill(os.getpid(), signal.SIGKILL)
         return await super().handle_task(task, runtime)
+
+
+def _note(text: str, idempotency_key: str = "") -> str:
+    """A tool with a side effect: every invocation is logged to ``$GREENROOM_TEST_CALLS``;
+    the effect itself (a line in ``$GREENROOM_TEST_EFFECTS``) happens once per key."""
+    _append(os.environ["GREENROOM_TEST_CALLS"], f"{idempotency_key} {text}")
+    effects = os.environ["GREENROOM_TEST_EFFECTS"]
+    try:
+        with open(effects) as seen:
+            if any(line.split(" ", 1)[0] == idempotency_key for line in seen):
+                return "already noted"
+    except FileNotFoundError:
+        pass
+    _append(effects, f"{idempotency_key} {text}")
+    return "noted"
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
+class DurableAgent(BaseAgent):
+    """Two phases, each a tool call and an answer, on the daemon's ``[llm]`` model."""
+
+    agent_type = "durable"
+
+    def __init__(self, name: str | None = None, **options: object) -> None:
+        from greenroom.harness import HarnessSetup, RiskLevel, Sandbox, Tool
+        from greenroom.llm import ScriptedModel
+
+        setup = HarnessSetup(
+            ScriptedModel(["unused: the daemon's [llm] model replaces it"]),
+            tools=[Tool("note", _note, risk=RiskLevel.WRITES)],
+            sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+        )
+        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        answers = []
+        for phase in range(2):
+            result = await self._run_phase(
+                user_message=f"task {task.id} phase {phase}",
+                tool_names=["note"],
+                max_iterations=4,
+                context_label=f"phase{phase}",
+            )
+            answers.append(result.final_text)
+        return AgentResult(task_id=task.id, outcome="done", artifacts={"answers": answers})

@@ -35,6 +35,7 @@ from greenroom.messages import (
     Cancel,
     Claim,
     Complete,
+    Decide,
     Event,
     Fail,
     GetTask,
@@ -42,6 +43,7 @@ from greenroom.messages import (
     Heartbeat,
     ListTasks,
     NoWork,
+    Park,
     Release,
     Stats,
     StopGranting,
@@ -79,6 +81,78 @@ async def stored_events(store: Store, after: int = 0) -> list[Event]:
         return [event async for event in events]
 
 
+CALL = {"step": "p0/main/m0/t0", "tool": "wire_money", "arguments": {"amount": 5}, "risk": "EXECUTES"}
+
+
+async def test_a_parked_task_waits_for_a_person_and_is_decided_once(backend: Store) -> None:
+    """Park: WAITING with the exact call, no owner, the attempt not counted, not runnable.
+    Approve: PENDING again with the decision kept by step; a second decision is refused;
+    a decision about another step is refused; a deny is kept as such."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t"), task("u"), task("after", depends_on=["t"])]))
+        assert (await sup.ask(Claim("a", "w"))).task.id == "t"
+        with pytest.raises(NotOwner):
+            await sup.ask(Park("t", "b", CALL))
+        with pytest.raises(InvalidSubmission, match=r"field 'call\.tool'"):
+            await sup.ask(Park("t", "a", {**CALL, "tool": ""}))
+        waiting = await sup.ask(Park("t", "a", {**CALL, "expires_in": 60}))
+        assert (waiting.status, waiting.owner, waiting.attempt, waiting.lease_expires_at) == (
+            TaskStatus.WAITING, None, 0, None
+        )  # fmt: skip
+        assert waiting.waiting is not None and waiting.waiting["arguments"] == {"amount": 5}
+        assert waiting.waiting["expires_at"] - waiting.waiting["since"] == 60
+        assert (await sup.ask(Claim("b", "w"))).task.id == "u"  # a waiting task is not handed out
+        assert await sup.ask(Claim("c", "w")) == NoWork()
+        stats = await sup.ask(Stats())
+        assert stats.by_status["WAITING"] == 1
+        assert [t.id for t in await sup.ask(ListTasks(status=TaskStatus.WAITING))] == ["t"]
+        with pytest.raises(InvalidSubmission, match="field 'step'"):
+            await sup.ask(Decide("t", approved=True, by="ops", step="p9/main/m0/t0"))
+        approved = await sup.ask(Decide("t", approved=True, by="ops", reason="fine", step=CALL["step"]))
+        assert (approved.status, approved.waiting) == (TaskStatus.PENDING, None)
+        decision = approved.decisions[CALL["step"]]
+        assert (decision["approved"], decision["by"], decision["reason"], decision["tool"]) == (
+            True, "ops", "fine", "wire_money"
+        )  # fmt: skip
+        with pytest.raises(InvalidTransition, match="cannot approve task 't': it is PENDING"):
+            await sup.ask(Decide("t", approved=True, by="someone else"))
+        again = (await sup.ask(Claim("c", "w"))).task
+        assert (again.id, again.attempt, again.decisions) == ("t", 1, approved.decisions)
+        await sup.ask(Park("t", "c", {**CALL, "step": "p0/main/m1/t0"}))
+        denied = await sup.ask(Decide("t", approved=False, by="ops", reason="too much"))
+        assert denied.decisions["p0/main/m1/t0"]["approved"] is False
+        assert denied.decisions[CALL["step"]]["approved"] is True  # the earlier one is kept
+        cancelled = await sup.ask(Cancel("t", "no longer wanted"))
+        assert cancelled.status is TaskStatus.CANCELLED
+        assert (await sup.ask(GetTask("after"))).status is TaskStatus.DEPENDENCY_FAILED
+
+
+async def test_waiting_and_decisions_have_their_events(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t")]))
+        await sup.ask(Claim("a", "w"))
+        await sup.ask(Park("t", "a", CALL))
+        await sup.ask(Decide("t", approved=False, by="ops", reason="no"))
+        await eventually(lambda: _denied(backend))
+        events = [e for e in await stored_events(backend) if e.task_id == "t"]
+        kinds = [e.type for e in events]
+        assert kinds[-2:] == ["TASK_WAITING", "TASK_DENIED"]
+        waiting, denied = events[-2:]
+        assert waiting.payload["call"]["tool"] == "wire_money" and waiting.payload["status"] == "WAITING"
+        assert (denied.payload["by"], denied.payload["reason"], denied.payload["approved"]) == (
+            "ops",
+            "no",
+            False,
+        )
+        assert denied.payload["step"] == CALL["step"]
+
+
+async def _denied(store: Store) -> bool:
+    return any(e.type == "TASK_DENIED" for e in await stored_events(store))
+
+
 # -- submitting -----------------------------------------------------------------------------
 
 
@@ -93,6 +167,8 @@ async def stored_events(store: Store, after: int = 0) -> list[Event]:
          "closes a dependency cycle"),
         ([task("s", status=TaskStatus.COMPLETED)], "status", "task 's': field 'status' must be"),
         ([task("o", owner="me")], "owner", "task 'o': field 'owner' must be None on submit (got 'me')"),
+        ([task("d", decisions={"p0/main/m0/t0": {"approved": True}})], "decisions",
+         "task 'd': field 'decisions' must be {} on submit"),
         ([task("big", input={"x": "y" * 5000})], "input",
          "field 'input' is larger than max_task_bytes (4096)"),
         ([task("existing")], "id", "task 'existing': field 'id' is already taken"),

@@ -18,16 +18,20 @@ import heapq
 import random
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from msgspec.structs import replace
 
 from ..messages import (
+    TASK_APPROVED,
     TASK_CANCELLED,
     TASK_CLAIMED,
     TASK_COMPLETED,
+    TASK_DENIED,
     TASK_FAILED,
     TASK_RETRIED,
     TASK_SUBMITTED,
+    TASK_WAITING,
     AgentError,
     AgentResult,
     AgentTask,
@@ -37,9 +41,11 @@ from ..messages import (
 from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
 from ..store._rules import (
     check_submission,
+    decided,
     dependency_failed,
     in_dependency_order,
     lease_expired,
+    parked,
     poison_reason,
     requeued_after_death,
 )
@@ -299,6 +305,24 @@ class TaskGraph:
             ),
             TASK_RETRIED,
         )
+        self._make_runnable(task)
+        return task
+
+    def park(self, task_id: str, agent_id: str, call: dict[str, Any], now: float) -> AgentTask:
+        """The owner parks its task for a person to decide ``call`` (see ``store._rules.parked``)."""
+        task = parked(self._owned(task_id, agent_id, "park"), call, self.limits, now)
+        self._stopped_running(task_id)
+        return self._put(task, TASK_WAITING)
+
+    def decide(
+        self, task_id: str, *, approved: bool, by: str, reason: str, step: str | None, now: float
+    ) -> AgentTask:
+        """A person's decision on the call a WAITING task waits on: PENDING again, runnable."""
+        task = self.get(task_id)
+        if task.status is not TaskStatus.WAITING:
+            raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
+        task = decided(task, approved=approved, by=by, reason=reason, step=step, now=now)
+        task = self._put(task, TASK_APPROVED if approved else TASK_DENIED)
         self._make_runnable(task)
         return task
 

@@ -39,11 +39,13 @@ from ..messages import (
     Cancel,
     Claim,
     Complete,
+    Decide,
     Fail,
     GetTask,
     GraphStats,
     Heartbeat,
     ListTasks,
+    Park,
     Release,
     Stats,
     Submit,
@@ -275,6 +277,13 @@ class FileTaskStore:
             return graph.release(message.task_id, message.agent_id, now, message.attempt)
         if kind is Cancel:
             return graph.cancel(message.task_id, message.reason, now)
+        if kind is Park:
+            return graph.park(message.task_id, message.agent_id, message.call, now)
+        if kind is Decide:
+            return graph.decide(
+                message.task_id, approved=message.approved, by=message.by, reason=message.reason,
+                step=message.step, now=now,
+            )  # fmt: skip
         if kind is Stats:
             return GraphStats(
                 by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
@@ -305,7 +314,7 @@ class FileTaskStore:
         the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
         outbox = self._outbox
         for kind, task in self.graph.take_events():
-            outbox.append(OutboxEvent(kind, task.id, task.owner, transition_payload(task)))
+            outbox.append(OutboxEvent(kind, task.id, task.owner, transition_payload(task, kind)))
         if isinstance(message, Complete):
             outbox.append(result_event(message.task_id, message.agent_id, message.result))
         elif isinstance(message, Fail):

@@ -74,6 +74,29 @@ class Cancel(msgspec.Struct, Request[AgentTask], frozen=True):
     reason: str = "cancelled"
 
 
+class Park(msgspec.Struct, Request[AgentTask], frozen=True):
+    """The owner parks its task until a person decides ``call`` (``step``, ``tool``,
+    ``arguments``, ``risk``; ``expires_in`` seconds, optional): WAITING, no owner, no
+    lease, the attempt not counted. Replies with the task."""
+
+    task_id: str
+    agent_id: str
+    call: dict[str, Any]
+
+
+class Decide(msgspec.Struct, Request[AgentTask], frozen=True):
+    """A person approves (``approved``) or denies the call a WAITING task waits on:
+    PENDING again, the decision kept on the task. ``step``: only if that is the call
+    waiting (a decision about a call that was shown must not apply to another). A task
+    not waiting is refused (``InvalidTransition``): a second approval changes nothing."""
+
+    task_id: str
+    approved: bool
+    by: str
+    reason: str = ""
+    step: str | None = None
+
+
 class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
 

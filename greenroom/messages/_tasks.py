@@ -18,6 +18,9 @@ class TaskStatus(enum.StrEnum):
     """Waiting to be claimed (its dependencies may not be complete yet)."""
     IN_PROGRESS = "IN_PROGRESS"
     """Claimed by ``owner`` under a lease."""
+    WAITING = "WAITING"
+    """Parked until a person approves or denies a tool call (``waiting`` says which);
+    holds no agent, no lease and no connection. Approved or denied, it is PENDING again."""
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     """Failed for good: a non-retryable error, or ``max_attempts`` spent."""
@@ -27,7 +30,7 @@ class TaskStatus(enum.StrEnum):
 
     @property
     def final(self) -> bool:
-        return self not in (TaskStatus.PENDING, TaskStatus.IN_PROGRESS)
+        return self not in (TaskStatus.PENDING, TaskStatus.IN_PROGRESS, TaskStatus.WAITING)
 
 
 class AgentResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,6 +86,12 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     crashes: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Times this task was running when its process died (found orphaned at a restart).
     Such an attempt is not charged; at ``max_crashes`` the task is failed as a poison task."""
+    waiting: dict[str, Any] | None = None
+    """While WAITING: the exact call that waits for a person (``step``, ``tool``,
+    ``arguments``, ``risk``, ``since``, ``expires_at``)."""
+    decisions: dict[str, dict[str, Any]] = {}
+    """The approvals and denials given, by step (``approved``, ``by``, ``at``, ``reason``):
+    a resumed attempt runs exactly the approved call, once, and shows a denial to the model."""
 
 
 class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

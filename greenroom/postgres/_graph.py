@@ -30,11 +30,14 @@ import msgspec
 
 from ..messages import (
     AGENT_RESULT,
+    TASK_APPROVED,
     TASK_CANCELLED,
     TASK_COMPLETED,
+    TASK_DENIED,
     TASK_FAILED,
     TASK_RETRIED,
     TASK_SUBMITTED,
+    TASK_WAITING,
     AgentError,
     AgentResult,
     AgentTask,
@@ -44,9 +47,11 @@ from ..messages import (
 from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
 from ..store._rules import (
     check_submission,
+    decided,
     dependency_failed,
     in_dependency_order,
     lease_expired,
+    parked,
     poison_reason,
     requeued_after_death,
     result_payload,
@@ -62,7 +67,7 @@ _COLUMNS = (
     "id, type, status, owner, priority, ord, attempt, max_attempts, crashes, created_at, updated_at, "
     "lease_expires_at, last_heartbeat_at, doc"
 )
-_DOC_FIELDS = ("input", "context", "metadata", "depends_on", "result", "error")
+_DOC_FIELDS = ("input", "context", "metadata", "depends_on", "result", "error", "waiting", "decisions")
 _encode = msgspec.json.encode
 EventRow = tuple[str, str | None, str | None, dict[str, Any]]
 """An event to write: ``(type, task_id, agent_id, payload)``."""
@@ -112,7 +117,7 @@ class PostgresGraph:
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:
-        return (kind, task.id, task.owner, transition_payload(task))
+        return (kind, task.id, task.owner, transition_payload(task, kind))
 
     @staticmethod
     def _notify(connection: Any, types: set[str]) -> None:
@@ -518,6 +523,28 @@ class PostgresGraph:
                                        lease_expires_at=None, updated_at=self.clock())  # fmt: skip
         self._write(connection, task)
         self._emit(connection, [self._transition_event(TASK_RETRIED, task)])
+        self._notify(connection, {task.type})
+        return task
+
+    def park(self, connection: Any, task_id: str, agent_id: str, call: dict[str, Any]) -> AgentTask:
+        """The owner parks its task for a person to decide ``call`` (``store._rules.parked``)."""
+        task = self._owned(connection, task_id, agent_id, "park")
+        task = parked(task, call, self.limits, self.clock())
+        self._write(connection, task)
+        self._emit(connection, [self._transition_event(TASK_WAITING, task)])
+        return task
+
+    def decide(
+        self, connection: Any, task_id: str, *, approved: bool, by: str, reason: str, step: str | None
+    ) -> AgentTask:
+        """A person's decision on the call a WAITING task waits on: PENDING again (the row
+        locked first: of two decisions at once, on any daemons, the second is refused)."""
+        task = self._locked(connection, task_id)
+        if task.status is not TaskStatus.WAITING:
+            raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
+        task = decided(task, approved=approved, by=by, reason=reason, step=step, now=self.clock())
+        self._write(connection, task)
+        self._emit(connection, [self._transition_event(TASK_APPROVED if approved else TASK_DENIED, task)])
         self._notify(connection, {task.type})
         return task
 

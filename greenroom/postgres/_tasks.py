@@ -42,11 +42,13 @@ from ..messages import (
     Cancel,
     Claim,
     Complete,
+    Decide,
     Fail,
     GetTask,
     GraphStats,
     Heartbeat,
     ListTasks,
+    Park,
     Release,
     Stats,
     Submit,
@@ -83,6 +85,8 @@ class _Batch:
 _LISTEN = object()
 _HANDLED = (
     Claim,
+    Park,
+    Decide,
     Heartbeat,
     Complete,
     Fail,
@@ -341,6 +345,13 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
         return await db.run(lambda c: graph.release(c, message.task_id, message.agent_id, message.attempt))
     if isinstance(message, Cancel):
         return await db.run(lambda c: graph.cancel(c, message.task_id, message.reason))
+    if isinstance(message, Park):
+        return await db.run(lambda c: graph.park(c, message.task_id, message.agent_id, message.call))
+    if isinstance(message, Decide):
+        return await db.run(
+            lambda c: graph.decide(c, message.task_id, approved=message.approved, by=message.by,
+                                   reason=message.reason, step=message.step)
+        )  # fmt: skip
     if isinstance(message, Submit):
         return await db.run(lambda c: graph.submit(c, message.tasks))
     if isinstance(message, GetTask):

@@ -16,6 +16,8 @@ from msgspec.structs import replace
 
 from ..messages import (
     AGENT_RESULT,
+    TASK_APPROVED,
+    TASK_DENIED,
     AgentError,
     AgentResult,
     AgentTask,
@@ -64,6 +66,8 @@ def check_submission(tasks: list[AgentTask], limits: TaskLimits) -> dict[str, Ag
             ("attempt", task.attempt, 0),
             ("crashes", task.crashes, 0),
             ("result", task.result, None),
+            ("waiting", task.waiting, None),
+            ("decisions", task.decisions, {}),  # approvals come from people, through Decide
         ):
             if value != expected:
                 raise InvalidSubmission(task.id, field, value, f"must be {expected!r} on submit")
@@ -188,14 +192,84 @@ def result_payload(result: AgentResult | AgentError) -> dict[str, Any]:
     }
 
 
-def transition_payload(task: AgentTask) -> dict[str, Any]:
-    """The payload of a task-graph transition's event (``TASK_CLAIMED``, ``TASK_FAILED``...)."""
+def transition_payload(task: AgentTask, kind: str = "") -> dict[str, Any]:
+    """The payload of a task-graph transition's event (``TASK_CLAIMED``, ``TASK_FAILED``...).
+    ``TASK_WAITING`` carries the exact call; ``TASK_APPROVED`` / ``TASK_DENIED`` the
+    decision (who, when, which step)."""
     payload: dict[str, Any] = {"status": task.status.value, "attempt": task.attempt}
     if task.error is not None and task.status is not TaskStatus.COMPLETED:
         payload["reason"] = task.error.reason
+    if task.waiting is not None:  # TASK_WAITING: the exact call a person is asked about
+        payload["call"] = task.waiting
+    if kind in (TASK_APPROVED, TASK_DENIED) and task.decisions:
+        step, decision = max(task.decisions.items(), key=lambda item: float(item[1].get("at", 0.0)))
+        payload.update(decision, step=step)
     return payload
 
 
 def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:
     """The ``AGENT_RESULT`` event of an agent's report."""
     return OutboxEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))
+
+
+# -- approvals ---------------------------------------------------------------------------
+
+MAX_DECIDER = 200
+MAX_REASON = 2000
+
+
+def parked(task: AgentTask, call: dict[str, Any], limits: TaskLimits, now: float) -> AgentTask:
+    """``task`` (IN_PROGRESS, checked by the store) parked for a person to decide ``call``:
+    WAITING, no owner and no lease, the attempt not counted. The call must name its
+    ``step`` and ``tool`` and fit in ``max_result_bytes`` (``InvalidSubmission`` naming
+    the field otherwise, and nothing changes)."""
+    for field in ("step", "tool"):
+        if not isinstance(call.get(field), str) or not call[field]:
+            raise InvalidSubmission(task.id, f"call.{field}", call.get(field), "must be a non-empty string")
+    if not isinstance(call.get("arguments", {}), dict):
+        raise InvalidSubmission(task.id, "call.arguments", call.get("arguments"), "must be an object")
+    size = len(_encode(call))
+    if size > limits.max_result_bytes:
+        raise InvalidSubmission(
+            task.id, "call", f"{size} bytes", f"is larger than max_result_bytes ({limits.max_result_bytes})"
+        )
+    waiting = {**call, "since": now}
+    expires_in = call.get("expires_in")
+    if expires_in is not None:
+        if isinstance(expires_in, bool) or not isinstance(expires_in, (int, float)) or not expires_in > 0:
+            raise InvalidSubmission(task.id, "call.expires_in", expires_in, "must be a number of seconds > 0")
+        waiting["expires_at"] = now + float(expires_in)
+    return replace(
+        task, status=TaskStatus.WAITING, owner=None, attempt=task.attempt - 1, lease_expires_at=None,
+        waiting=waiting, updated_at=now,
+    )  # fmt: skip
+
+
+def decided(
+    task: AgentTask, *, approved: bool, by: str, reason: str, step: str | None, now: float
+) -> AgentTask:
+    """``task`` (WAITING, checked by the store) with a person's decision on the call it
+    waits on: PENDING again, the decision kept under the call's step. ``step``, if given,
+    must be the waiting call's (``InvalidSubmission`` otherwise: a decision about a call
+    that was shown never applies to another)."""
+    waiting = task.waiting or {}
+    waiting_step = str(waiting.get("step", ""))
+    if step is not None and step != waiting_step:
+        raise InvalidSubmission(task.id, "step", step, f"is not the call waiting (step {waiting_step!r})")
+    if not isinstance(by, str) or not by or len(by) > MAX_DECIDER:
+        raise InvalidSubmission(task.id, "by", by, f"must be 1 to {MAX_DECIDER} characters")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise InvalidSubmission(
+            task.id, "reason", f"{reason!s:.40}", f"must be at most {MAX_REASON} characters"
+        )
+    decision = {
+        "approved": bool(approved),
+        "by": by,
+        "at": now,
+        "reason": reason,
+        "tool": waiting.get("tool"),
+    }
+    return replace(
+        task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: decision},
+        updated_at=now,
+    )  # fmt: skip

@@ -317,3 +317,87 @@ def test_a_killed_daemon_resumes_without_asking_again(tmp_path: Path) -> None:
     invoked = [line.split(" ", 1)[0] for line in calls.read_text().splitlines()]
     assert len(invoked) - len(set(invoked)) <= kills * 4  # a call in flight at a kill may run again
     assert all(key.startswith("d") and "/p" in key for key in keys)
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+
+class WireAgent:
+    """Built per test: a durable agent whose tool ``wire`` needs a person's approval."""
+
+    @staticmethod
+    def make(runs: list[dict[str, Any]], model: ScriptedModel) -> Any:
+        from greenroom.agents import AgentRuntime, BaseAgent
+        from greenroom.harness import HarnessSetup
+        from greenroom.messages import AgentResult, AgentTask
+
+        def wire(amount: int, to: str) -> str:
+            runs.append({"amount": amount, "to": to})
+            return f"sent {amount} to {to}"
+
+        class Agent(BaseAgent):
+            agent_type = "w"
+
+            async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+                result = await self._run_phase(user_message=f"pay for {task.id}", max_iterations=4)
+                return AgentResult(task_id=task.id, outcome="done", notes=result.final_text)
+
+        setup = HarnessSetup(
+            model,
+            tools=[Tool("wire", wire, risk=RiskLevel.EXECUTES, requires_approval=True)],
+            sandbox=Sandbox(max_risk=RiskLevel.EXECUTES),
+        )
+        return Agent(llm=setup)
+
+
+def wire_model() -> ScriptedModel:
+    def respond(request: ChatRequest) -> ChatReply:
+        last = request.messages[-1]
+        if last.role == "tool":
+            return ChatReply(text=f"the bank said: {last.content}", usage=USAGE)
+        return ChatReply(tool_calls=(ModelToolCall("c1", "wire", {"amount": 5, "to": "alice"}),), usage=USAGE)
+
+    return ScriptedModel(respond)
+
+
+async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_approved(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    from _stores import open_node
+
+    from greenroom.agents import AgentRuntime
+    from greenroom.messages import AgentTask, Decide, GetTask, Submit, TaskStatus
+    from greenroom.store import InvalidTransition
+
+    runs: list[dict[str, Any]] = []
+    async with await make_store(store_url, tmp_path / "data") as store, open_node(store) as node:
+        writer = await node.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        runtime = AgentRuntime("a1", "w", supervisor=node.supervisor, log=node.log, journal=writer)
+        sup = node.supervisor
+        await sup.ask(Submit([AgentTask(id="pay", type="w"), AgentTask(id="refund", type="w")]))
+
+        first_model = wire_model()
+        assert await WireAgent.make(runs, first_model).execute_once(runtime) is None  # parked
+        waiting = await sup.ask(GetTask("pay"))
+        assert waiting.status is TaskStatus.WAITING and waiting.owner is None and runs == []
+        assert waiting.waiting is not None
+        call = {key: waiting.waiting[key] for key in ("step", "tool", "arguments", "risk")}
+        assert call == {"step": "p0/main/m0/t0", "tool": "wire", "arguments": {"amount": 5, "to": "alice"},
+                        "risk": "EXECUTES"}  # fmt: skip
+
+        await sup.ask(Decide("pay", approved=True, by="ops", step="p0/main/m0/t0"))
+        with pytest.raises(InvalidTransition):  # a second approval changes nothing
+            await sup.ask(Decide("pay", approved=True, by="ops again"))
+        resumed_model = wire_model()
+        result = await WireAgent.make(runs, resumed_model).execute_once(runtime)
+        assert result is not None and result.notes == 'the bank said: "sent 5 to alice"'
+        assert runs == [{"amount": 5, "to": "alice"}]  # exactly the call shown, once
+        assert len(resumed_model.requests) == 1  # the first reply came from the journal
+        assert (await sup.ask(GetTask("pay"))).status is TaskStatus.COMPLETED
+
+        assert await WireAgent.make(runs, wire_model()).execute_once(runtime) is None  # refund parks
+        await sup.ask(Decide("refund", approved=False, by="ops", reason="not today"))
+        denied = await WireAgent.make(runs, wire_model()).execute_once(runtime)
+        assert denied is not None and "denied by ops: not today" in denied.notes
+        assert runs == [{"amount": 5, "to": "alice"}]  # a denied call never ran
+        await writer.stop()

@@ -15,7 +15,7 @@ from .._errors import GreenroomError, expected
 from .._files import resolve_data_dir
 from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
-from ..harness._journal import ReplayDiverged, TaskJournal, ToolMayHaveRun
+from ..harness._journal import ApprovalNeeded, ReplayDiverged, TaskJournal, ToolMayHaveRun
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import TaskGraphError
 from ._runtime import AgentRuntime
@@ -181,6 +181,10 @@ class BaseAgent:
         if scope.cancelled_caught:  # abandon(): hand it back
             await runtime.release_task(task.id)
             return None
+        if isinstance(outcome, ApprovalNeeded):  # park it on that call; this agent takes other work
+            await runtime.park_task(task.id, outcome.call)
+            logger.info("agent %r: task %r waits for approval: %s", runtime.agent_id, task.id, outcome)
+            return None
         if isinstance(outcome, Exception):
             error = self.error_for(outcome)
             if not isinstance(outcome, TaskFailed):
@@ -266,7 +270,9 @@ class BaseAgent:
             logs_dir = await anyio.to_thread.run_sync(self._logs_dir)
             durable: dict[str, Any] = {}
             if runtime.journal is not None:  # replay what earlier attempts recorded
-                durable["journal"] = await TaskJournal.load(task.id, task.attempt, runtime.journal)
+                durable["journal"] = await TaskJournal.load(
+                    task.id, task.attempt, runtime.journal, task.decisions
+                )
             self._harness = await self.llm.spawn(
                 self._parent if self._parent is not None else runtime.supervisor.system,
                 system_prompt=system_prompt,

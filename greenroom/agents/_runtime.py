@@ -24,6 +24,7 @@ from ..messages import (
     Granted,
     Heartbeat,
     NoWork,
+    Park,
     Release,
 )
 from ..store._rules import result_payload
@@ -163,6 +164,12 @@ class AgentRuntime:
             Fail(task_id, self.agent_id, error), timeout=self.request_timeout
         )
         return task
+
+    async def park_task(self, task_id: str, call: dict[str, Any]) -> AgentTask:
+        """Park the task until a person decides ``call`` (WAITING: no owner, no lease, the
+        attempt not counted); an approval or a denial makes it PENDING again, and the
+        agent that claims it next replays to that call."""
+        return await self.supervisor.ask(Park(task_id, self.agent_id, call), timeout=self.request_timeout)
 
     async def get_task(self, task_id: str) -> AgentTask:
         """The task as stored now (for example a dependency, to read its result)."""

@@ -45,7 +45,7 @@ from ..messages import (
     convert,
 )
 from ._budget import TokenBudget
-from ._journal import TaskJournal, ToolMayHaveRun, fingerprint
+from ._journal import ApprovalNeeded, ReplayDiverged, TaskJournal, ToolMayHaveRun, fingerprint
 from ._loop import BoundedLoop, Spend
 from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
@@ -372,6 +372,10 @@ class HarnessActor(Actor):
             return _failed(record, f"tool {name!r} is not allowed in this phase")
         if arguments_error is not None:
             return _failed(record, arguments_error)
+        if self.sandbox.needs_approval(tool):
+            refused = self._approval(journal, step, record, name, arguments, tool.risk)
+            if refused is not None:
+                return refused
         if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
             if journal.has(step, "tool_started") and not tool.takes_idempotency_key:
                 raise ToolMayHaveRun(journal.task_id, step, name)
@@ -393,6 +397,34 @@ class HarnessActor(Actor):
         record["ok"] = True
         record["result"] = result
         return record, content.decode()
+
+    @staticmethod
+    def _approval(
+        journal: TaskJournal | None,
+        step: str,
+        record: dict[str, Any],
+        name: str,
+        arguments: dict[str, Any],
+        risk: RiskLevel,
+    ) -> tuple[dict[str, Any], str] | None:
+        """A call that needs a person: ``None`` when approved (it runs), the denial as its
+        result (the model sees it), or ``ApprovalNeeded`` (the task parks on this exact
+        call). Only a durable harness can wait for a person; any other refuses the call."""
+        if journal is None:
+            return _failed(record, f"tool {name!r} needs a person's approval, which needs a durable harness")
+        decision = journal.decisions.get(step)
+        if decision is None:
+            raise ApprovalNeeded(
+                journal.task_id, {"step": step, "tool": name, "arguments": arguments, "risk": risk.name}
+            )
+        if decision.get("tool") not in (None, name):  # a decision is about the call that was shown
+            raise ReplayDiverged(
+                journal.task_id, step, f"approval of tool {decision.get('tool')!r}", repr(name)
+            )
+        if not decision.get("approved"):
+            reason = f": {decision['reason']}" if decision.get("reason") else ""
+            return _failed(record, f"denied by {decision.get('by', 'a person')}{reason}")
+        return None
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:
         """Tool-only mode: no model call and no budget gate; the stop check at entry,

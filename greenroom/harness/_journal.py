@@ -66,6 +66,18 @@ class ReplayDiverged(GreenroomError):
         self.key = key
 
 
+class ApprovalNeeded(GreenroomError):
+    """A tool call needs a person's approval and none was given yet: the agent parks the
+    task on ``call`` (its step, tool, arguments and risk) and takes other work."""
+
+    def __init__(self, task_id: str, call: dict[str, Any]) -> None:
+        super().__init__(
+            f"task {task_id!r}: tool {call['tool']!r} (step {call['step']!r}) waits for approval"
+        )
+        self.task_id = task_id
+        self.call = call
+
+
 class ToolMayHaveRun(GreenroomError):
     """A tool call that changes things began in an earlier attempt and left no result: it
     may have run. It is not run again blindly (read-only tools are; a tool that takes an
@@ -139,8 +151,17 @@ class TaskJournal:
     attempt began (``TaskJournal.load``). Not shared between tasks or attempts.
     """
 
-    def __init__(self, task_id: str, attempt: int, steps: Sequence[Step], writer: ActorRef) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        attempt: int,
+        steps: Sequence[Step],
+        writer: ActorRef,
+        decisions: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.task_id = task_id
+        self.decisions = dict(decisions or {})
+        """People's decisions on the task's calls, by step (from the task)."""
         self.attempt = attempt
         self.writer = writer
         self._recorded: dict[tuple[str, str], Step] = {(step.key, step.kind): step for step in steps}
@@ -151,9 +172,12 @@ class TaskJournal:
         self._phases = 0
 
     @classmethod
-    async def load(cls, task_id: str, attempt: int, writer: ActorRef) -> TaskJournal:
-        """The journal of ``task_id`` as recorded so far (a request to the writer)."""
-        return cls(task_id, attempt, await writer.ask(ReadSteps(task_id), timeout=None), writer)
+    async def load(
+        cls, task_id: str, attempt: int, writer: ActorRef, decisions: dict[str, dict[str, Any]] | None = None
+    ) -> TaskJournal:
+        """The journal of ``task_id`` as recorded so far (a request to the writer), with
+        the decisions people made on its calls (``AgentTask.decisions``)."""
+        return cls(task_id, attempt, await writer.ask(ReadSteps(task_id), timeout=None), writer, decisions)
 
     def next_phase(self) -> int:
         """The place of the next phase of this attempt (0, 1, ...)."""

@@ -32,6 +32,9 @@ class Sandbox:
     ``tool_rate_limits`` maps a tool name to its own ``(calls, per_seconds)``.
     ``tool_timeout``: seconds one async tool call may run before it is cancelled and
     recorded as an error (``None``: no limit; a plain function tool runs to its end).
+    ``approve_from``: tools of this risk or above need a person's approval before they
+    run (as do tools made with ``requires_approval=True``); a durable harness parks the
+    task until then (``None``: only those tools).
     A refused or failed call never raises out of the harness: it becomes an error
     result the model (or caller) sees.
 
@@ -46,10 +49,14 @@ class Sandbox:
         tool_rate_limits: Mapping[str, tuple[int, float]] | None = None,
         tool_timeout: float | None = 60.0,
         clock: Callable[[], float] | None = None,
+        approve_from: RiskLevel | None = None,
     ) -> None:
         if not isinstance(max_risk, RiskLevel):
             raise ValueError(f"Sandbox max_risk must be a RiskLevel, got {max_risk!r}")
         self.max_risk = max_risk
+        if approve_from is not None and not isinstance(approve_from, RiskLevel):
+            raise ValueError(f"Sandbox approve_from must be a RiskLevel or None, got {approve_from!r}")
+        self.approve_from = approve_from
         self.rate_limit = None if rate_limit is None else self._check_limit("rate_limit", rate_limit)
         self.tool_rate_limits = {
             name: self._check_limit(f"tool_rate_limits[{name!r}]", limit)
@@ -69,6 +76,10 @@ class Sandbox:
         return check_int("Sandbox", f"{field} calls", limit[0]), check_seconds(
             "Sandbox", f"{field} seconds", limit[1]
         )
+
+    def needs_approval(self, tool: Tool) -> bool:
+        """A person must approve each call of ``tool`` before it runs."""
+        return tool.requires_approval or (self.approve_from is not None and tool.risk >= self.approve_from)
 
     def check(self, tool: Tool) -> None:
         """Admit one call of ``tool`` now (counting it) or raise ``ToolRefused``."""

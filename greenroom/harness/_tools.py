@@ -57,6 +57,7 @@ class Tool:
         description: str = "",
         args: type[msgspec.Struct] | None = None,
         risk: RiskLevel = RiskLevel.READ_ONLY,
+        requires_approval: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
             raise ValueError(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}")
@@ -71,6 +72,8 @@ class Tool:
         self.description = description
         self.args = args
         self.risk = risk
+        self.requires_approval = bool(requires_approval)
+        """Each call waits for a person's approval (a durable harness parks the task)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_idempotency_key = args is None and _has_keyword(fn, IDEMPOTENCY_KEY)
         """``fn`` takes ``idempotency_key``: a durable harness passes the call's own."""

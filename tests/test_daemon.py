@@ -173,8 +173,8 @@ def test_sigterm_stops_cleanly_and_the_cli_works_beside_a_running_daemon(tmp_pat
 def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
     done = greenroom("run", "--seed-example", "5", "--until-idle", data_dir=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "16 task(s) completed this run" in done.stdout
-    assert "seeded 16 example task(s)" in done.stderr
+    assert "16 task(s) completed this run" in done.stdout and "waiting 1" in done.stdout
+    assert "seeded 17 example task(s)" in done.stderr
     tasks, _ = GraphFiles(tmp_path).load()
     final = next(t for t in tasks if t.id.endswith("final-review"))
     assert final.status is TaskStatus.COMPLETED and final.result is not None
@@ -183,6 +183,25 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
     assert json.loads(shown.stdout)["status"] == "COMPLETED"
     listed = greenroom("tasks", "list", "--status", "completed", "--json", data_dir=tmp_path)
     assert len(json.loads(listed.stdout)) == 16
+    # the publishing waits for a person, with the exact call; approved, it runs once
+    (waiting,) = json.loads(
+        greenroom("tasks", "list", "--status", "waiting", "--json", data_dir=tmp_path).stdout
+    )
+    assert waiting["waiting"]["tool"] == "publish" and waiting["waiting"]["arguments"]["words"] == 900
+    assert f"{waiting['id']} waits for approval of 'publish'" in done.stderr
+    denied = greenroom("tasks", "deny", waiting["id"], data_dir=tmp_path)
+    assert denied.returncode == 2 and "--reason" in denied.stderr  # a denial says why
+    wrong = greenroom("tasks", "approve", waiting["id"], "--step", "p9/main/m0/t0", data_dir=tmp_path)
+    assert wrong.returncode == 1 and "field 'step' is not the call waiting" in wrong.stderr
+    approved = greenroom("tasks", "approve", waiting["id"], data_dir=tmp_path)
+    assert approved.returncode == 0 and approved.stdout == f"approved {waiting['id']}\n", approved.stderr
+    twice = greenroom("tasks", "approve", waiting["id"], data_dir=tmp_path)
+    assert twice.returncode == 1 and "it is PENDING" in twice.stderr
+    finished = greenroom("run", "--until-idle", "--quiet", data_dir=tmp_path)
+    assert "1 task(s) completed this run" in finished.stdout, finished.stderr
+    published = json.loads(greenroom("tasks", "show", waiting["id"], data_dir=tmp_path).stdout)
+    assert published["status"] == "COMPLETED" and "published" in published["result"]["notes"]
+    assert published["decisions"]["p0/main/m0/t0"]["approved"] is True
 
 
 # -- bad input ----------------------------------------------------------------------------

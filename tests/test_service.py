@@ -163,6 +163,54 @@ async def test_tasks_submit_all_or_none_list_page_show_cancel(tmp_path: Path) ->
         assert [t.id for t in await api.list_tasks(status="cancelled")] == ["t2"]
 
 
+async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_user(tmp_path: Path) -> None:
+    """The example publish task parks on its tool call; a chat token may not decide it; of
+    two approvals sent at once exactly one wins (the other is a 409); the task then runs
+    the call and completes, and the event names who approved it."""
+    from greenroom.messages import AgentTask
+
+    pools = {"publish": AgentPoolConfig(agent="greenroom.agents.examples:PublishAgent", concurrency=1)}
+    async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id="pub", type="publish", input={"title": "notes"})])
+
+        async def waiting() -> bool:
+            return (await ops.get_task("pub")).status is TaskStatus.WAITING
+
+        await eventually(waiting, timeout=20)
+        shown = await ops.get_task("pub")
+        assert shown.waiting is not None and shown.waiting["tool"] == "publish"
+        async with daemon.client("alice") as alice:
+            with pytest.raises(ServiceError) as refused:
+                await alice.decide("pub", approved=True)
+            assert refused.value.status == 403
+        async with daemon.http("ops") as http:
+            bad = await http.post("/v1/tasks/pub/approve", content=b'{"step": 7}')
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "step"
+        answers: list[int] = []
+
+        async def approve() -> None:
+            async with daemon.client("ops") as api:
+                try:
+                    await api.decide("pub", approved=True, reason="looks right")
+                    answers.append(200)
+                except ServiceError as error:
+                    answers.append(error.status)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(approve)
+            tg.start_soon(approve)
+        assert sorted(answers) == [200, 409]
+
+        async def completed() -> bool:
+            return (await ops.get_task("pub")).status is TaskStatus.COMPLETED
+
+        await eventually(completed, timeout=20)
+        done = await ops.get_task("pub")
+        assert done.result is not None and "published 'notes'" in done.result.notes
+        decision = done.decisions["p0/main/m0/t0"]
+        assert (decision["by"], decision["reason"], decision["approved"]) == ("ops", "looks right", True)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "field"),
     [

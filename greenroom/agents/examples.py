@@ -1,7 +1,8 @@
 """Built-in example agents and an example graph, so ``greenroom run`` needs no code.
 
-A small writing pipeline per topic: ``research`` -> ``write`` -> ``review``, and one
-``review`` of everything at the end. The agents are deterministic and offline: they
+A small writing pipeline per topic: ``research`` -> ``write`` -> ``review``, one
+``review`` of everything at the end, and a ``publish`` task after it whose tool call waits
+for a person's approval (``greenroom tasks approve ID``). The agents are deterministic and offline: they
 read their dependencies' results and take a few milliseconds, like a very fast model.
 ``ResearchAgent`` does its work in LLM phases on the scripted model (spec 003's
 research pattern: one context per subtopic, then a synthesis in the primary context)
@@ -16,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..harness import HarnessSetup, Tool
+from ..harness import HarnessSetup, RiskLevel, Sandbox, Tool
 from ..llm import ScriptedModel
 from ..messages import AgentResult, AgentTask, ChatReply, ChatRequest, ModelToolCall
 from ._base import BaseAgent
@@ -151,15 +152,53 @@ class ReviewAgent(BaseAgent):
         )
 
 
+def _publish(title: str, words: int) -> str:
+    """The example's publishing tool: offline, it only says what it would do."""
+    return f"published {title!r} ({words} words)"
+
+
+def scripted_publisher(request: ChatRequest) -> ChatReply:
+    """Asks for ``publish`` once, then reports what the tool (or the person who denied
+    it) said."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return ChatReply(text=f"Publishing: {last.content}")
+    title = (request.messages[-1].content or "").split("'")[1]
+    return ChatReply(tool_calls=(ModelToolCall("pub-1", "publish", {"title": title, "words": 900}),))
+
+
+class PublishAgent(BaseAgent):
+    """Publishes the reviewed collection: its ``publish`` call waits for a person's
+    approval (the task is WAITING until ``greenroom tasks approve ID`` / ``deny ID``)."""
+
+    agent_type = "publish"
+
+    def __init__(self, name: str | None = None, *, llm: HarnessSetup | None = None, **options: Any) -> None:
+        setup = llm or HarnessSetup(
+            ScriptedModel(scripted_publisher, latency=0.002),
+            tools=[Tool("publish", _publish, description="Publish a text.", risk=RiskLevel.NETWORK,
+                        requires_approval=True)],
+            sandbox=Sandbox(max_risk=RiskLevel.NETWORK),
+        )  # fmt: skip
+        super().__init__(name, llm=setup, **options)
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        title = str(task.input.get("title", task.id))
+        result = await self._run_phase(user_message=f"Publish '{title}'.", tool_names=["publish"])
+        return AgentResult(task_id=task.id, outcome="published", notes=result.final_text)
+
+
 AGENTS: dict[str, type[BaseAgent]] = {
     "research": ResearchAgent,
     "write": WriteAgent,
     "review": ReviewAgent,
+    "publish": PublishAgent,
 }
 
 
 def example_graph(prefix: str, topics: int = 40) -> list[AgentTask]:
-    """``topics`` research -> write -> review chains and a final review of all of them."""
+    """``topics`` research -> write -> review chains, a final review of all of them, and
+    the publishing of that (which waits for a person's approval)."""
     tasks: list[AgentTask] = []
     reviews = []
     for i in range(topics):
@@ -169,5 +208,11 @@ def example_graph(prefix: str, topics: int = 40) -> list[AgentTask]:
         tasks.append(AgentTask(id=write, type="write", depends_on=[research]))
         tasks.append(AgentTask(id=review, type="review", depends_on=[write]))
         reviews.append(review)
-    tasks.append(AgentTask(id=f"{prefix}-final-review", type="review", depends_on=reviews, priority=-1))
+    final = f"{prefix}-final-review"
+    tasks.append(AgentTask(id=final, type="review", depends_on=reviews, priority=-1))
+    tasks.append(
+        AgentTask(
+            id=f"{prefix}-publish", type="publish", depends_on=[final], input={"title": f"{prefix} notes"}
+        )
+    )
     return tasks

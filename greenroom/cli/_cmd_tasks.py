@@ -42,6 +42,19 @@ def add_parsers(commands: Any) -> None:
     cancel.add_argument("--reason")
     cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(handler=_async(_tasks_cancel))
+    for action, help_text in (
+        ("approve", "approve the tool call a WAITING task waits on (it runs once, then the task goes on)"),
+        ("deny", "deny the tool call a WAITING task waits on (the agent is told why)"),
+    ):
+        decide = task_commands.add_parser(action, help=help_text)
+        _args.remote(decide)
+        decide.add_argument("task_id", metavar="ID")
+        decide.add_argument(
+            "--reason", required=action == "deny", default="", help="why (kept with the task)"
+        )
+        decide.add_argument("--step", help="only if this is the call waiting (as `tasks show` gives it)")
+        decide.add_argument("--json", action="store_true")
+        decide.set_defaults(handler=_async(_tasks_decide))
 
     events = commands.add_parser("events", help="read the event log")
     tail = _args.actions(events).add_parser(
@@ -130,6 +143,17 @@ async def _tasks_cancel(args: argparse.Namespace) -> int:
 
     task = await _operate.cancel_task(await _target(args), args.task_id, args.reason)
     print(_format.to_json(task) if args.json else f"cancelled {task.id}")
+    return 0
+
+
+async def _tasks_decide(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    approved = args.action == "approve"
+    task = await _operate.decide_task(
+        await _target(args), args.task_id, approved=approved, reason=args.reason, step=args.step
+    )
+    print(_format.to_json(task) if args.json else f"{'approved' if approved else 'denied'} {task.id}")
     return 0
 
 

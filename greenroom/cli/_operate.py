@@ -24,7 +24,7 @@ import msgspec
 
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
-from ..messages import AgentTask, Cancel, Submit, TaskStatus
+from ..messages import AgentTask, Cancel, Decide, Submit, TaskStatus
 from ..service._client import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
 from . import _format as files
 
@@ -156,6 +156,24 @@ async def cancel_task(target: Target, task_id: str, reason: str | None) -> Agent
     async with target.client() as api:
         try:
             return await api.cancel(task_id, reason)
+        except ServiceError as error:
+            raise _refused(error) from None
+
+
+async def decide_task(
+    target: Target, task_id: str, *, approved: bool, reason: str, step: str | None
+) -> AgentTask:
+    """Approve or deny the call ``task_id`` waits on: through the daemon (as the token's
+    user), or on the backend with no daemon (as this machine's user)."""
+    if not target.remote:
+        import getpass
+
+        by = f"{getpass.getuser()} (command line)"
+        message = Decide(task_id, approved, by, reason, step)
+        return await _on_node(target, lambda supervisor: supervisor.ask(message, timeout=None))
+    async with target.client() as api:
+        try:
+            return await api.decide(task_id, approved=approved, reason=reason, step=step)
         except ServiceError as error:
             raise _refused(error) from None
 

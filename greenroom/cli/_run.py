@@ -6,6 +6,7 @@ Returns the process exit code; the parser has already checked the flags' shapes.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -37,6 +38,7 @@ def _line(stats: GraphStats) -> str:
         f"{done}/{stats.total} final · completed {by.get('COMPLETED', 0)} · "
         f"running {by.get('IN_PROGRESS', 0)} · pending {by.get('PENDING', 0)} · "
         f"failed {by.get('FAILED', 0) + by.get('DEPENDENCY_FAILED', 0)}"
+        + (f" · waiting {by['WAITING']}" if by.get("WAITING") else "")
     )
 
 
@@ -228,6 +230,8 @@ async def _serve(
                     if pending:
                         everything = await host.supervisor.ask(ListTasks())
                         stuck = explain_stuck(everything, set(config.agents))
+                    waiting = await host.supervisor.ask(ListTasks(status=TaskStatus.WAITING))
+                    stuck.extend(_waiting_line(task) for task in waiting)
                 except StoreUnavailable as error:  # the explanation is lost, the run is not
                     print(f"greenroom: could not list the pending tasks: {error}", file=err, flush=True)
             await host.shutdown()
@@ -251,6 +255,15 @@ async def _serve(
         flush=True,
     )
     return 0
+
+
+def _waiting_line(task: AgentTask) -> str:
+    call = task.waiting or {}
+    arguments = json.dumps(call.get("arguments", {}), sort_keys=True)
+    return (
+        f"{task.id} waits for approval of {call.get('tool')!r} {arguments:.200} "
+        f"(greenroom tasks approve {task.id} / deny {task.id} --reason ...)"
+    )
 
 
 def check_listen(text: str) -> None:

@@ -46,7 +46,7 @@ from starlette.routing import Route
 from .. import _tracing
 from .._errors import MISSING, GreenroomError, InvalidInput, StoreUnavailable, shown
 from ..actors import ActorRef, ActorStopped
-from ..messages import AgentTask, Cancel, Event, GetTask, ListTasks, Submit, TaskStatus, convert
+from ..messages import AgentTask, Cancel, Decide, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._tokens import Principal, Scope, TokenStore
 
 logger = logging.getLogger("greenroom.service")
@@ -342,6 +342,22 @@ def create_app(parts: ServiceParts) -> Starlette:
         task = await supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
         return _json(task)
 
+    async def decide_task(request: Request, principal: Principal | None) -> Response:
+        """``/approve`` or ``/deny`` a WAITING task's call: who decided is the token's user."""
+        raw = await _body(request, parts, required=False)
+        reason, step = "", None
+        if raw is not None:
+            if not isinstance(raw, dict):
+                raise ApiError(400, "invalid_input", 'the body must be {"reason": "...", "step": "..."}')
+            for field in ("reason", "step"):
+                if not isinstance(raw.get(field, ""), str):
+                    raise ApiError(400, "invalid_input", f"{field} must be a string", field=field)
+            reason, step = raw.get("reason", ""), raw.get("step")
+        approved = request.url.path.endswith("/approve")
+        by = principal.user if principal is not None else "api"
+        message = Decide(request.path_params["task_id"], approved, by, reason, step)
+        return _json(await supervisor.ask(message, timeout=None))
+
     async def events(request: Request, principal: Principal | None) -> Response:
         last_id = request.headers.get("last-event-id")
         after = _query_int(request, "after", 0, 0, MAX_SEQ)
@@ -463,6 +479,8 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/tasks", "tasks", list_tasks),
             route("/v1/tasks/{task_id}", "tasks", show_task),
             route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),
+            route("/v1/tasks/{task_id}/approve", "tasks", decide_task, "POST"),
+            route("/v1/tasks/{task_id}/deny", "tasks", decide_task, "POST"),
             route("/v1/events", "tasks", events),
             route("/v1/chat", "chat", chat, "POST"),
             route("/v1/chat/conversations/{conversation_id:path}", "chat", conversation),

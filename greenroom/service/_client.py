@@ -151,6 +151,22 @@ class ServiceClient:
         )
         return msgspec.convert(answer, AgentTask)
 
+    async def decide(
+        self, task_id: str, *, approved: bool, reason: str = "", step: str | None = None
+    ) -> AgentTask:
+        """Approve or deny the call a WAITING task waits on (as the token's user)."""
+        fields: dict[str, Any] = {"reason": reason}
+        if step is not None:
+            fields["step"] = step
+        action = "approve" if approved else "deny"
+        answer = await self._call(
+            "POST",
+            f"/v1/tasks/{_segment(task_id)}/{action}",
+            content=msgspec.json.encode(fields),
+            headers=_JSON,
+        )
+        return msgspec.convert(answer, AgentTask)
+
     async def chat(self, message: str, conversation_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"message": message}
         if conversation_id is not None:

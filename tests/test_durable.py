@@ -18,15 +18,15 @@ from _stores import make_store
 
 from greenroom import ActorRef, ActorSystem
 from greenroom.harness import (
+    ApprovalNeeded,
     Harness,
     ReplayDiverged,
     RiskLevel,
     Sandbox,
     StepJournalActor,
     Tool,
-    ToolMayHaveRun,
 )
-from greenroom.harness._journal import RecordSteps, TaskJournal, fingerprint
+from greenroom.harness._journal import DropSteps, RecordSteps, TaskJournal, fingerprint
 from greenroom.llm import ScriptedModel
 from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 from greenroom.store import Step
@@ -87,9 +87,9 @@ async def journal_on(store_url: str | None, data_dir: Path) -> AsyncIterator[tup
 
 async def run_attempt(
     system: ActorSystem, writer: ActorRef, model: ScriptedModel, tools: list[Tool], attempt: int,
-    message: str = "write it down",
+    message: str = "write it down", decisions: dict[str, Any] | None = None,
 ) -> tuple[Any, TaskJournal, Harness]:  # fmt: skip
-    journal = await TaskJournal.load("t1", attempt, writer)
+    journal = await TaskJournal.load("t1", attempt, writer, decisions)
     harness = await Harness.spawn(
         system, model, tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES), journal=journal
     )
@@ -142,7 +142,8 @@ async def test_a_replay_asked_something_else_stops_naming_the_step(
 
 async def _crashed_mid_tool(writer: ActorRef) -> None:
     """What a process killed while ``note`` ran leaves: the reply that asked for it, and
-    ``note`` recorded as begun, with no result."""
+    ``note`` recorded as begun, with no result (on a journal with nothing else for it)."""
+    await writer.ask(DropSteps(("t1",)))
     specs = tuple(sorted((tool.spec() for tool in Effects().tools()), key=_name))
     request = ChatRequest((_user("write it down"),), specs)
     steps = (
@@ -173,15 +174,35 @@ def _builtins(value: Any) -> Any:
 async def test_a_tool_that_may_have_run_is_not_run_again_blindly(
     store_url: str | None, tmp_path: Path
 ) -> None:
-    """Begun, no result: a tool that changes things and takes no idempotency key stops the
-    attempt (never silently twice); one that takes a key runs with the same key a first
+    """Begun, no result: a tool that changes things and takes no idempotency key is not
+    run again blindly — the task waits for a person to say whether to (yes: it runs once
+    more; no: that is its result); one that takes a key runs with the same key a first
     attempt would have had; a read-only one simply runs."""
     async with journal_on(store_url, tmp_path / "data") as (system, writer):
         await _crashed_mid_tool(writer)
         effects = Effects()
-        with pytest.raises(ToolMayHaveRun, match=r"tool 'note' \(step 'p0/main/m0/t0'\)"):
+        with pytest.raises(ApprovalNeeded) as asked:
             await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 2)
         assert effects.ran == []
+        assert asked.value.call["step"] == "p0/main/m0/t0#rerun" and asked.value.call["tool"] == "note"
+        assert "may have run" in asked.value.call["question"]
+        yes = {"p0/main/m0/t0#rerun": {"approved": True, "by": "ops"}}
+        result, _, harness = await run_attempt(
+            system, writer, model_for_two_turns(), effects.tools(), 3, decisions=yes
+        )
+        await harness.aclose()
+        assert effects.ran == [("note", "hello"), ("look", "sky")] and result.stop_reason == "done"
+
+    async with journal_on(store_url, tmp_path / "no") as (system, writer):
+        await _crashed_mid_tool(writer)
+        effects = Effects()
+        no = {"p0/main/m0/t0#rerun": {"approved": False, "by": "ops", "reason": "it did run"}}
+        result, _, harness = await run_attempt(
+            system, writer, model_for_two_turns(), effects.tools(), 2, decisions=no
+        )
+        await harness.aclose()
+        assert effects.ran == [("look", "sky")]
+        assert result.tool_calls[0]["error"] == "not run again: ops said no: it did run"
 
     async with journal_on(store_url, tmp_path / "keyed") as (system, writer):
         await _crashed_mid_tool(writer)

@@ -221,7 +221,6 @@ PUBLIC: dict[str, list[str]] = {
         "StopSignal",
         "TokenBudget",
         "Tool",
-        "ToolMayHaveRun",
         "ToolRefused",
         "ToolTimedOut",
     ],

@@ -15,7 +15,7 @@ from .._errors import GreenroomError, expected
 from .._files import resolve_data_dir
 from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
-from ..harness._journal import ApprovalNeeded, ReplayDiverged, TaskJournal, ToolMayHaveRun
+from ..harness._journal import ApprovalNeeded, ReplayDiverged, TaskJournal
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import TaskGraphError
 from ._runtime import AgentRuntime
@@ -123,7 +123,7 @@ class BaseAgent:
     def error_for(self, exc: Exception) -> AgentError:
         if isinstance(exc, TaskFailed):
             return AgentError(reason=exc.reason, retryable=exc.retryable)
-        if isinstance(exc, (ReplayDiverged, ToolMayHaveRun)):  # another attempt would stop the same way
+        if isinstance(exc, ReplayDiverged):  # another attempt would stop the same way
             return AgentError(reason=str(exc), retryable=False)
         return AgentError(reason=f"{type(exc).__name__}: {exc}", retryable=self.retry_unexpected_errors)
 

@@ -11,7 +11,7 @@ model-and-tool loop the chat engine runs on too, which counts each call's
 from ._actor import HarnessActor
 from ._budget import Admission, TokenBudget
 from ._handle import Harness
-from ._journal import ApprovalNeeded, ReplayDiverged, StepJournalActor, ToolMayHaveRun
+from ._journal import ApprovalNeeded, ReplayDiverged, StepJournalActor
 from ._loop import BoundedLoop, Spend
 from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
@@ -37,7 +37,6 @@ __all__ = [
     "StopSignal",
     "TokenBudget",
     "Tool",
-    "ToolMayHaveRun",
     "ToolRefused",
     "ToolTimedOut",
 ]

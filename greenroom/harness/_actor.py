@@ -45,7 +45,7 @@ from ..messages import (
     convert,
 )
 from ._budget import TokenBudget
-from ._journal import ApprovalNeeded, ReplayDiverged, TaskJournal, ToolMayHaveRun, fingerprint
+from ._journal import ApprovalNeeded, ReplayDiverged, TaskJournal, fingerprint
 from ._loop import BoundedLoop, Spend
 from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
@@ -332,7 +332,8 @@ class HarnessActor(Actor):
         ``step``: its place in the task's journal. A result recorded there is answered
         from it (the tool does not run); a call that changes things is recorded as begun
         before it runs, and one that began in an earlier attempt without a result runs
-        again only if it takes an idempotency key (``ToolMayHaveRun`` otherwise)."""
+        again only if it takes an idempotency key, or a person says so (the task parks on
+        the question; a "no" is the call's result)."""
         journal = self.journal if step is not None else None
         asked = ""
         if journal is not None:
@@ -378,7 +379,9 @@ class HarnessActor(Actor):
                 return refused
         if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
             if journal.has(step, "tool_started") and not tool.takes_idempotency_key:
-                raise ToolMayHaveRun(journal.task_id, step, name)
+                refused = self._rerun(journal, step, record, name, arguments, tool.risk)
+                if refused is not None:
+                    return refused
             if not journal.has(step, "tool_started"):
                 await journal.record(step, "tool_started", asked, {"asked": f"{name} {arguments!r:.200}"})
         if tool.takes_idempotency_key:
@@ -424,6 +427,29 @@ class HarnessActor(Actor):
         if not decision.get("approved"):
             reason = f": {decision['reason']}" if decision.get("reason") else ""
             return _failed(record, f"denied by {decision.get('by', 'a person')}{reason}")
+        return None
+
+    @staticmethod
+    def _rerun(
+        journal: TaskJournal,
+        step: str,
+        record: dict[str, Any],
+        name: str,
+        arguments: dict[str, Any],
+        risk: RiskLevel,
+    ) -> tuple[dict[str, Any], str] | None:
+        """A call that began in an earlier attempt and left no result may have run: never
+        run again blindly. A person decides (``<step>#rerun``): ``None`` to run it again,
+        or the "no" as its result; undecided, the task parks on the question."""
+        question = f"{step}#rerun"
+        decision = journal.decisions.get(question)
+        if decision is None:
+            asked = "it began in an earlier attempt and left no result: it may have run. Run it again?"
+            call = {"step": question, "tool": name, "arguments": arguments, "risk": risk.name}
+            raise ApprovalNeeded(journal.task_id, {**call, "question": asked})
+        if not decision.get("approved"):
+            reason = f": {decision['reason']}" if decision.get("reason") else ""
+            return _failed(record, f"not run again: {decision.get('by', 'a person')} said no{reason}")
         return None
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:

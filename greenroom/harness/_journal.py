@@ -11,7 +11,10 @@ A harness given one answers each step already recorded from it — no model requ
 tool call, no budget spent — and records each new one before acting on it. A step asked
 for differently than it was recorded (another request at the same place: changed code, a
 prompt that is not deterministic) stops the attempt with :class:`ReplayDiverged`, naming
-the place, never a quiet mix of old and new.
+the place, never a quiet mix of old and new. A call that changes things is recorded as
+begun before it runs; one found begun without a result (the process died during it) is
+run again only if the tool takes an idempotency key, or a person says so
+(:class:`ApprovalNeeded` parks the task on that question).
 """
 
 from __future__ import annotations
@@ -76,21 +79,6 @@ class ApprovalNeeded(GreenroomError):
         )
         self.task_id = task_id
         self.call = call
-
-
-class ToolMayHaveRun(GreenroomError):
-    """A tool call that changes things began in an earlier attempt and left no result: it
-    may have run. It is not run again blindly (read-only tools are; a tool that takes an
-    idempotency key gets the same key again)."""
-
-    def __init__(self, task_id: str, key: str, tool: str) -> None:
-        super().__init__(
-            f"task {task_id!r}: tool {tool!r} (step {key!r}) began in an earlier attempt and recorded no "
-            "result; it may have run, and it neither is read-only nor takes an idempotency key, so it is "
-            "not run again"
-        )
-        self.task_id = task_id
-        self.key = key
 
 
 def fingerprint(value: Any) -> str:

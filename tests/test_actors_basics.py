@@ -319,10 +319,13 @@ async def test_send_is_a_checkpoint_even_with_room() -> None:
                 other_ran.set()
 
             tg.start_soon(mark)  # runs only once this task yields
-            await ref.send(1)
-            assert other_ran.is_set()
+            sent = 0
+            while sent < 100 and not other_ran.is_set():  # without a checkpoint: never
+                await ref.send(1)
+                sent += 1
+            assert other_ran.is_set() and sent <= 5  # trio may run the other after a few
         with anyio.CancelScope() as scope:
             scope.cancel()
             await ref.send(100)
         assert scope.cancelled_caught
-        assert await ref.ask("get") == 1
+        assert await ref.ask("get") == sent

@@ -365,7 +365,9 @@ class WireAgent:
 
         setup = HarnessSetup(
             model,
-            tools=[Tool("wire", wire, risk=RiskLevel.EXECUTES, requires_approval=True)],
+            tools=[
+                Tool("wire", wire, risk=RiskLevel.EXECUTES, requires_approval=True, approval_expires_in=600)
+            ],
             sandbox=Sandbox(max_risk=RiskLevel.EXECUTES),
         )
         return Agent(llm=setup)
@@ -402,6 +404,7 @@ async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_appr
         waiting = await sup.ask(GetTask("pay"))
         assert waiting.status is TaskStatus.WAITING and waiting.owner is None and runs == []
         assert waiting.waiting is not None
+        assert waiting.waiting["expires_at"] - waiting.waiting["since"] == 600  # the tool's expiry
         call = {key: waiting.waiting[key] for key in ("step", "tool", "arguments", "risk")}
         assert call == {"step": "p0/main/m0/t0", "tool": "wire", "arguments": {"amount": 5, "to": "alice"},
                         "risk": "EXECUTES"}  # fmt: skip
@@ -422,3 +425,9 @@ async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_appr
         assert denied is not None and "denied by ops: not today" in denied.notes
         assert runs == [{"amount": 5, "to": "alice"}]  # a denied call never ran
         await writer.stop()
+
+
+def test_an_approval_expiry_must_be_a_number_of_seconds() -> None:
+    for bad in (-1, 0, "soon"):
+        with pytest.raises(ValueError, match="approval_expires_in"):
+            Tool("t", lambda: 1, approval_expires_in=bad)  # type: ignore[arg-type]

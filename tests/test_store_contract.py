@@ -97,11 +97,10 @@ async def test_a_parked_task_waits_for_a_person_and_is_decided_once(backend: Sto
         with pytest.raises(InvalidSubmission, match=r"field 'call\.tool'"):
             await sup.ask(Park("t", "a", {**CALL, "tool": ""}))
         waiting = await sup.ask(Park("t", "a", {**CALL, "expires_in": 60}))
-        assert (waiting.status, waiting.owner, waiting.attempt, waiting.lease_expires_at) == (
-            TaskStatus.WAITING, None, 0, None
-        )  # fmt: skip
+        assert (waiting.status, waiting.owner, waiting.attempt) == (TaskStatus.WAITING, None, 0)
         assert waiting.waiting is not None and waiting.waiting["arguments"] == {"amount": 5}
         assert waiting.waiting["expires_at"] - waiting.waiting["since"] == 60
+        assert waiting.lease_expires_at == waiting.waiting["expires_at"]  # the lease check denies it then
         assert (await sup.ask(Claim("b", "w"))).task.id == "u"  # a waiting task is not handed out
         assert await sup.ask(Claim("c", "w")) == NoWork()
         stats = await sup.ask(Stats())
@@ -147,6 +146,30 @@ async def test_waiting_and_decisions_have_their_events(backend: Store) -> None:
             False,
         )
         assert denied.payload["step"] == CALL["step"]
+
+
+async def test_a_call_nobody_decides_in_time_is_denied_by_the_lease_check(backend: Store) -> None:
+    """A call parked with an expiry: the lease check denies it (``by`` ``expiry``) and the
+    task is PENDING again, runnable, the model to be told; one decided in time is not
+    touched; a waiting task without an expiry waits on."""
+    async with open_node(backend, lease_seconds=30, lease_check_interval=0.05) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("soon"), task("decided"), task("forever")]))
+        for agent, expires in (("a", 0.2), ("b", 0.2), ("c", None)):
+            claimed = (await sup.ask(Claim(agent, "w"))).task
+            call = CALL if expires is None else {**CALL, "expires_in": expires}
+            parked = await sup.ask(Park(claimed.id, agent, call))
+            assert parked.status is TaskStatus.WAITING
+        await sup.ask(Decide("decided", approved=True, by="ops"))
+        again = await sup.ask(Claim("d", "w"))  # "decided" is runnable at once
+        assert again.task.id == "decided"
+        back = await sup.ask(Claim("e", "w", wait=True), timeout=20)  # the expiry makes "soon" runnable
+        assert back.task.id == "soon"
+        decision = back.task.decisions[CALL["step"]]
+        assert (decision["approved"], decision["by"]) == (False, "expiry")
+        assert decision["reason"].startswith("no one decided within")
+        assert (await sup.ask(GetTask("decided"))).decisions[CALL["step"]]["by"] == "ops"
+        assert (await sup.ask(GetTask("forever"))).status is TaskStatus.WAITING
 
 
 async def _denied(store: Store) -> bool:

@@ -43,6 +43,7 @@ from ..store._rules import (
     check_submission,
     decided,
     dependency_failed,
+    expired_decision,
     in_dependency_order,
     lease_expired,
     parked,
@@ -92,6 +93,8 @@ class TaskGraph:
         for task in sorted(self.tasks.values(), key=lambda t: t.order):
             if task.status is PENDING:
                 self._index_pending(task, now)
+            elif task.status is TaskStatus.WAITING and task.lease_expires_at is not None:
+                self._leases[task.id] = task.lease_expires_at
             elif task.status is IN_PROGRESS:
                 expires = task.lease_expires_at if task.lease_expires_at is not None else now + lease
                 self._leases[task.id] = expires
@@ -312,6 +315,8 @@ class TaskGraph:
         """The owner parks its task for a person to decide ``call`` (see ``store._rules.parked``)."""
         task = parked(self._owned(task_id, agent_id, "park"), call, self.limits, now)
         self._stopped_running(task_id)
+        if task.lease_expires_at is not None:  # an expiry: the lease check denies it then
+            self._leases[task_id] = task.lease_expires_at
         return self._put(task, TASK_WAITING)
 
     def decide(
@@ -322,6 +327,7 @@ class TaskGraph:
         if task.status is not TaskStatus.WAITING:
             raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
         task = decided(task, approved=approved, by=by, reason=reason, step=step, now=now)
+        self._leases.pop(task_id, None)
         task = self._put(task, TASK_APPROVED if approved else TASK_DENIED)
         self._make_runnable(task)
         return task
@@ -383,6 +389,12 @@ class TaskGraph:
         ended = []
         for task_id in expired:
             task = self.tasks[task_id]
+            if task.status is TaskStatus.WAITING:  # a call nobody decided in time: denied
+                if not orphaned and self._leases[task_id] <= now:
+                    self._leases.pop(task_id, None)
+                    ended.append(self._put(expired_decision(task, now), TASK_DENIED))
+                    self._make_runnable(ended[-1])
+                continue
             if not orphaned:
                 ended.append(self._end_attempt(task, lease_expired(task), now))
                 continue

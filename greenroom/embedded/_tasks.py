@@ -55,7 +55,7 @@ from ..messages import (
 from ..messages._events import OutboxEvent
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
 from ..store import TaskGraphError
-from ..store._rules import result_event, transition_payload
+from ..store._rules import lease_report, result_event, transition_payload
 from ..store._tasks import ExpireLeases, GraphOwner, Reply
 from ._graph import TaskGraph
 from ._journal import GraphFiles
@@ -290,7 +290,7 @@ class FileTaskStore:
             )
         if kind is ExpireLeases:
             for task in graph.expire_leases(now):
-                logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+                logger.warning(lease_report(task), task.id, task.status.value)
             return None
         if kind is OutboxDelivered:
             if self._sending is not None:

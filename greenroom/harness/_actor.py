@@ -374,7 +374,7 @@ class HarnessActor(Actor):
         if arguments_error is not None:
             return _failed(record, arguments_error)
         if self.sandbox.needs_approval(tool):
-            refused = self._approval(journal, step, record, name, arguments, tool.risk)
+            refused = self._approval(journal, step, record, name, arguments, tool)
             if refused is not None:
                 return refused
         if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
@@ -408,7 +408,7 @@ class HarnessActor(Actor):
         record: dict[str, Any],
         name: str,
         arguments: dict[str, Any],
-        risk: RiskLevel,
+        tool: Tool,
     ) -> tuple[dict[str, Any], str] | None:
         """A call that needs a person: ``None`` when approved (it runs), the denial as its
         result (the model sees it), or ``ApprovalNeeded`` (the task parks on this exact
@@ -417,9 +417,15 @@ class HarnessActor(Actor):
             return _failed(record, f"tool {name!r} needs a person's approval, which needs a durable harness")
         decision = journal.decisions.get(step)
         if decision is None:
-            raise ApprovalNeeded(
-                journal.task_id, {"step": step, "tool": name, "arguments": arguments, "risk": risk.name}
-            )
+            call: dict[str, Any] = {
+                "step": step,
+                "tool": name,
+                "arguments": arguments,
+                "risk": tool.risk.name,
+            }
+            if tool.approval_expires_in is not None:
+                call["expires_in"] = tool.approval_expires_in
+            raise ApprovalNeeded(journal.task_id, call)
         if decision.get("tool") not in (None, name):  # a decision is about the call that was shown
             raise ReplayDiverged(
                 journal.task_id, step, f"approval of tool {decision.get('tool')!r}", repr(name)

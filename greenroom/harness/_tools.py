@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from .._checks import check_seconds
 from ..messages import ToolSpec, convert
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -58,6 +59,7 @@ class Tool:
         args: type[msgspec.Struct] | None = None,
         risk: RiskLevel = RiskLevel.READ_ONLY,
         requires_approval: bool = False,
+        approval_expires_in: float | None = None,
     ) -> None:
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
             raise ValueError(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}")
@@ -74,6 +76,11 @@ class Tool:
         self.risk = risk
         self.requires_approval = bool(requires_approval)
         """Each call waits for a person's approval (a durable harness parks the task)."""
+        self.approval_expires_in = (
+            None if approval_expires_in is None else check_seconds(f"Tool {name!r}", "approval_expires_in",
+                                                                  approval_expires_in)
+        )  # fmt: skip
+        """Seconds a call may wait for a decision; then it is denied (``None``: no limit)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_idempotency_key = args is None and _has_keyword(fn, IDEMPOTENCY_KEY)
         """``fn`` takes ``idempotency_key``: a durable harness passes the call's own."""

@@ -49,6 +49,7 @@ from ..store._rules import (
     check_submission,
     decided,
     dependency_failed,
+    expired_decision,
     in_dependency_order,
     lease_expired,
     parked,
@@ -595,13 +596,20 @@ class PostgresGraph:
         expired row is locked by one reclaimer and skipped by the others."""
         now = self.clock()
         rows = connection.execute(
-            f"SELECT {_COLUMNS} FROM gr_tasks WHERE status = 'IN_PROGRESS' AND lease_expires_at < %s "
-            "ORDER BY lease_expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED",
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE status IN ('IN_PROGRESS', 'WAITING') "
+            "AND lease_expires_at < %s ORDER BY lease_expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED",
             (now,),
         ).fetchall()
         ended = []
         for row in rows:
             task = _task(row)
+            if task.status is TaskStatus.WAITING:  # a call nobody decided in time: denied
+                task = expired_decision(task, now)
+                self._write(connection, task)
+                self._emit(connection, [self._transition_event(TASK_DENIED, task)])
+                self._notify(connection, {task.type})
+                ended.append(task)
+                continue
             ended.append(self._end_attempt(connection, task, lease_expired(task), None))
         return ended
 

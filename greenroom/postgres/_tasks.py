@@ -55,6 +55,7 @@ from ..messages import (
     TaskLimits,
 )
 from ..store import TaskGraphError
+from ..store._rules import lease_report
 from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
 from ._graph import CHANNEL, PostgresGraph
@@ -302,7 +303,7 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
             return
         store.database_answered()
         for task in expired:
-            logger.warning("supervisor: task %r lost its lease; now %s", task.id, task.status.value)
+            logger.warning(lease_report(task), task.id, task.status.value)
         for job in jobs:
             job.reply.succeed(None)
     elif isinstance(first, Claim):

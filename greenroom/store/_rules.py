@@ -235,12 +235,14 @@ def parked(task: AgentTask, call: dict[str, Any], limits: TaskLimits, now: float
         )
     waiting = {**call, "since": now}
     expires_in = call.get("expires_in")
+    expires_at = None
     if expires_in is not None:
         if isinstance(expires_in, bool) or not isinstance(expires_in, (int, float)) or not expires_in > 0:
             raise InvalidSubmission(task.id, "call.expires_in", expires_in, "must be a number of seconds > 0")
-        waiting["expires_at"] = now + float(expires_in)
+        expires_at = waiting["expires_at"] = now + float(expires_in)
+    # an expiry rides on the lease: the lease check denies a call nobody decided in time
     return replace(
-        task, status=TaskStatus.WAITING, owner=None, attempt=task.attempt - 1, lease_expires_at=None,
+        task, status=TaskStatus.WAITING, owner=None, attempt=task.attempt - 1, lease_expires_at=expires_at,
         waiting=waiting, updated_at=now,
     )  # fmt: skip
 
@@ -271,5 +273,24 @@ def decided(
     }
     return replace(
         task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: decision},
-        updated_at=now,
+        lease_expires_at=None, updated_at=now,
     )  # fmt: skip
+
+
+EXPIRY = "expiry"
+"""Who denies a call nobody decided before its ``expires_at``."""
+
+
+def expired_decision(task: AgentTask, now: float) -> AgentTask:
+    """A WAITING task whose call was not decided in time: denied (the model is told)."""
+    waited = now - float((task.waiting or {}).get("since", now))
+    reason = f"no one decided within {waited:.0f}s"
+    return decided(task, approved=False, by=EXPIRY, reason=reason, step=None, now=now)
+
+
+def lease_report(task: AgentTask) -> str:
+    """The supervisor's log line (``%r`` the id, ``%s`` the status) for a task the lease
+    check changed: an attempt whose lease ran out, or a call nobody decided in time."""
+    if task.status is TaskStatus.PENDING and any(d.get("by") == EXPIRY for d in task.decisions.values()):
+        return "supervisor: task %r: nobody decided the call it waited on in time; denied, now %s"
+    return "supervisor: task %r lost its lease; now %s"

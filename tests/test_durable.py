@@ -117,7 +117,9 @@ async def test_a_second_attempt_replays_every_step_without_asking_the_model_or_r
         assert (replay.recorded, replay.replayed) == (0, 4)
         assert again.final_text == first.final_text and again.tool_calls == first.tool_calls
         assert await harness.history() == first_history  # the context is rebuilt
-        assert harness_spent(harness) == 0  # no budget spent twice
+        assert harness_spent(harness) == 0  # nothing spent again...
+        actor: Any = harness.ref._cell.actor
+        assert actor.budget.spent == 2 * (30 + 10)  # ...and the budget continues from what was
         await harness.aclose()
 
 

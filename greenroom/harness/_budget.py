@@ -173,6 +173,17 @@ class TokenBudget:
                 self._changed = anyio.Event()
             await self._changed.wait()
 
+    def restore(self, tokens: int, cost: float = 0.0) -> None:
+        """Count what a step replayed from a journal spent when it was recorded (an
+        earlier attempt, perhaps in a process that died): the limit holds across a crash,
+        and nothing is charged twice — the step is not asked again. Not added to
+        ``counts_into`` (a running total of what this process spent)."""
+        self.spent += tokens
+        self.cost += cost
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
     def _finish(self, admission: Admission, tokens: int, cost: float) -> None:
         self._in_flight -= 1
         self._reserved -= admission.reserved

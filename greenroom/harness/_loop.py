@@ -163,8 +163,9 @@ class BoundedLoop:
 
     def replayed(self, reply: ChatReply) -> ChatReply | None:
         """Count a reply answered from a step journal as a call, under the same bounds as
-        :meth:`call` (``None`` when the loop must end); nothing is spent: it was, when the
-        reply was recorded."""
+        :meth:`call` (``None`` when the loop must end). Nothing is spent again: what the
+        reply cost when it was recorded is restored into the budget (so its limit holds
+        across a crash), not into this loop's ``spend``."""
         if self.max_iterations is not None and self.iterations >= self.max_iterations:
             self.stop_reason = "max_iterations"
             return None
@@ -172,6 +173,9 @@ class BoundedLoop:
             self.stop_reason = "stop_requested"
             return None
         self.iterations += 1
+        usage = reply.usage
+        cost = 0.0 if self.price is None else self.price.cost(usage)
+        self.budget.restore(usage.prompt_tokens + usage.completion_tokens, cost)
         return reply
 
     async def tool(self, tool: Tool, arguments: dict[str, Any]) -> Any:

@@ -295,6 +295,19 @@ def test_bench_pipeline_runs_small_and_reports_json(capsys: pytest.CaptureFixtur
     assert figures["ideal"] == pytest.approx((5 + 2) * 0.005) and figures["wall"] >= figures["ideal"]
 
 
+def test_bench_harness_measures_the_durable_mode_beside_the_plain_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The durable run records a reply and a tool result per iteration (the suite checks
+    it) and reports its CPU per iteration beside the non-durable one."""
+    argv = ["bench", "harness", "--backend", "trio", "--actors", "5", "--iterations", "3",
+            "--latency-ms", "1", "--rounds", "1", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)["trio"]
+    assert figures["durable_overhead_per_iteration"] >= 0 and figures["overhead_per_iteration"] >= 0
+    assert figures["wall"] >= figures["ideal"] == pytest.approx(0.003)
+
+
 def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> None:
     (tmp_path / "big.json").write_text(
         json.dumps([{"id": "big", "type": "w", "input": {"t": "x" * 2_000_000}}])

@@ -14,6 +14,10 @@ asks for one tool call. Two measurements, each against a baseline in the same ru
   The stretch per wave ((wall - baseline) / iterations) grows with the number of
   actors: all of them share one event loop on one core.
 
+- **Durable phases**: the same CPU run with a step journal (the embedded store's SQLite
+  file in a temporary data dir, fsync'd by every batch): what recording each model reply
+  and tool result costs per iteration, the journal's own thread time included.
+
 Each figure is the median of ``rounds`` alternating runs, each after a full collection.
 """
 
@@ -21,14 +25,19 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
+import tempfile
 import time
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
 
 from ..actors import ActorSystem
-from ..harness import Harness, PhaseResult, Tool
+from ..embedded import EmbeddedStore
+from ..harness import Harness, PhaseResult, StepJournalActor, Tool
+from ..harness._journal import TaskJournal
 from ..llm import ClosingModel, ScriptedModel
 from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from . import report_per_backend
@@ -63,13 +72,25 @@ def _note(turn: int) -> int:
     return turn
 
 
-async def _harnesses(actors: int, iterations: int, latency: float) -> tuple[float, float]:
+_runs = itertools.count()
+
+
+async def _harnesses(
+    actors: int, iterations: int, latency: float, journal_dir: str | None = None
+) -> tuple[float, float]:
     model: ScriptedModel | _InstantModel = (
         ScriptedModel(_keep_calling, latency=latency) if latency else _InstantModel()
     )
     note = Tool("note", _note)
-    async with ActorSystem() as system:
-        harnesses = [await Harness.spawn(system, model, tools=[note]) for _ in range(actors)]
+    async with AsyncExitStack() as stack:
+        system = await stack.enter_async_context(ActorSystem())
+        options: list[dict[str, Any]] = [{} for _ in range(actors)]
+        if journal_dir is not None:  # a fresh task id per harness and run: nothing to replay
+            store = await stack.enter_async_context(EmbeddedStore(journal_dir))
+            writer = await system.spawn(lambda: StepJournalActor(store.step_store()))
+            run = next(_runs)
+            options = [{"journal": TaskJournal(f"bench-{run}-{i}", 1, (), writer)} for i in range(actors)]
+        harnesses = [await Harness.spawn(system, model, tools=[note], **options[i]) for i in range(actors)]
         results: list[PhaseResult] = []
 
         async def one(harness: Harness) -> None:
@@ -80,6 +101,9 @@ async def _harnesses(actors: int, iterations: int, latency: float) -> tuple[floa
             for harness in harnesses:
                 tg.start_soon(one, harness)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if journal_dir is not None:
+            written: Any = options[0]["journal"]
+            assert written.recorded == 2 * iterations  # a reply and a tool result per iteration
     assert len(results) == actors and all(r.stop_reason == "max_iterations" for r in results)
     assert all(len(r.tool_calls) == iterations for r in results)
     calls = len(model.requests) if isinstance(model, ScriptedModel) else model.calls
@@ -133,11 +157,13 @@ def _alternate(rounds: int, *runs: Any) -> list[float]:
 
 
 def measure(backend: str, actors: int, iterations: int, latency: float, rounds: int = 3) -> dict[str, Any]:
-    _, plain_cpu, _, instant_cpu = _alternate(
-        rounds,
-        (_plain_calls, (actors, iterations), backend),
-        (_harnesses, (actors, iterations, 0.0), backend),
-    )
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as journal_dir:
+        _, plain_cpu, _, instant_cpu, _, durable_cpu = _alternate(
+            rounds,
+            (_plain_calls, (actors, iterations), backend),
+            (_harnesses, (actors, iterations, 0.0), backend),
+            (_harnesses, (actors, iterations, 0.0, journal_dir), backend),
+        )
     baseline, _, wall, _ = _alternate(
         rounds,
         (_sleepers, (actors, iterations, latency), backend),
@@ -145,6 +171,7 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
     )
     ideal = iterations * latency
     overhead = max(0.0, instant_cpu - plain_cpu) / (actors * iterations)
+    durable_overhead = max(0.0, durable_cpu - plain_cpu) / (actors * iterations)
     stretch = max(0.0, wall - baseline) / iterations
     return {
         "backend": backend,
@@ -159,6 +186,8 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
         "plain_cpu_per_iteration": plain_cpu / (actors * iterations),
         "overhead_per_iteration": overhead,
         "overhead_share": overhead / latency,
+        "durable_overhead_per_iteration": durable_overhead,
+        "durable_vs_plain_overhead": durable_overhead / overhead if overhead else None,
         "stretch_per_wave": stretch,
         "stretch_share": stretch / latency,
     }
@@ -175,6 +204,12 @@ def format_table(f: dict[str, Any]) -> str:
             f"  runtime CPU per harness iteration:  {f['overhead_per_iteration'] * 1e6:8.1f} us   "
             f"= {f['overhead_share'] * 100:.3f} % of the latency (target < {TARGET_SHARE * 100:.0f} %)",
             f"    (over a plain call of the same model: {f['plain_cpu_per_iteration'] * 1e6:.1f} us each)",
+            f"  ... durable (a step journal):       {f['durable_overhead_per_iteration'] * 1e6:8.1f} us   "
+            + (
+                f"= {f['durable_vs_plain_overhead']:.2f}x the non-durable overhead (target <= 2x)"
+                if f["durable_vs_plain_overhead"] is not None
+                else ""
+            ),
             f"  wall stretch per wave of {f['actors']}:     {f['stretch_per_wave'] * 1000:8.2f} ms   "
             f"= {f['stretch_share'] * 100:.1f} % of the latency (one core serves every actor)",
         ]

@@ -282,19 +282,18 @@ class CountingModel:
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_daemon_resumes_without_asking_again(tmp_path: Path) -> None:
-    """Daemons SIGKILLed while 60 durable tasks run, then one run to the end: every task
-    completes; a step the journal holds is never asked of the model again (beyond one
-    request per agent in flight at each kill); a tool's effect happens once per call."""
+def test_a_killed_daemon_resumes_without_asking_again(store_url: str | None, tmp_path: Path) -> None:
+    """Daemons SIGKILLed while 60 durable tasks run, then one run to the end, on the files
+    and on PostgreSQL: every task completes; a step the journal holds is never asked of
+    the model again (beyond one request per agent in flight at each kill); a tool's effect
+    happens once per call."""
+    import json
     import random
     import signal
     import subprocess
     import sys
 
     from test_daemon import _env, greenroom
-
-    from greenroom.embedded import GraphFiles
-    from greenroom.messages import TaskStatus
 
     data_dir = tmp_path / "data"
     calls, effects = tmp_path / "calls.log", tmp_path / "effects.log"
@@ -307,10 +306,14 @@ def test_a_killed_daemon_resumes_without_asking_again(tmp_path: Path) -> None:
     )
     tasks = tmp_path / "tasks.json"
     tasks.write_text(str([{"id": f"d{i:02}", "type": "durable"} for i in range(60)]).replace("'", '"'))
-    assert greenroom("tasks", "add", "--file", str(tasks), data_dir=data_dir).returncode == 0
+    store = ["--store", store_url] if store_url else []
+    if store_url:  # the schema, as an operator creates it
+        upgraded = subprocess.run([sys.executable, "-m", "greenroom", "db", "upgrade", *store], timeout=60)
+        assert upgraded.returncode == 0
+    assert greenroom("tasks", "add", "--file", str(tasks), *store, data_dir=data_dir).returncode == 0
     env = {**_env(data_dir), "GREENROOM_TEST_CALLS": str(calls), "GREENROOM_TEST_EFFECTS": str(effects)}
     command = [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--quiet", "--no-api",
-               "--data-dir", str(data_dir)]  # fmt: skip
+               "--data-dir", str(data_dir), *store]  # fmt: skip
     kills = 0
     rng = random.Random(24)
     try:
@@ -328,9 +331,10 @@ def test_a_killed_daemon_resumes_without_asking_again(tmp_path: Path) -> None:
     finally:
         model.close()
     assert done.returncode == 0, done.stderr
-    stored, _ = GraphFiles(data_dir).load(owner=False)
-    failed = {task.id: task.error for task in stored if task.status is not TaskStatus.COMPLETED}
-    assert failed == {}, done.stderr[-3000:]
+    listed = greenroom("tasks", "list", "--json", *store, data_dir=data_dir)
+    stored = [task for task in json.loads(listed.stdout)]
+    failed = {task["id"]: task.get("error") for task in stored if task["status"] != "COMPLETED"}
+    assert len(stored) == 60 and failed == {}, done.stderr[-3000:]
     steps = 60 * 2 * 2  # two phases, each a tool-call reply and an answer
     assert len(model.asked) == steps
     asked_again = sum(count - 1 for count in model.asked.values())

@@ -10,10 +10,10 @@ dir still holds this daemon's own files: its node name, tokens, API address); no
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from ..embedded import EmbeddedStore
-from ..postgres import PostgresStore, check_url
-from ..store import Store
+if TYPE_CHECKING:
+    from ..store import Store
 
 STORE_ENV = "GREENROOM_STORE"
 
@@ -28,6 +28,11 @@ def choose_store(
     """The backend for ``url`` (``None``: the data dir's files). ``create``: make a
     missing data dir (``False`` for commands that only read). Not opened yet: use
     ``async with``. Raises ``InvalidInput`` for a URL that is not ``postgresql://``."""
-    if url is None:
+    if url is None:  # each backend imported only when chosen: a read on the files stays quick
+        from ..embedded._store import EmbeddedStore
+
         return EmbeddedStore(data_dir, create=create)
+    from ..postgres._db import check_url
+    from ..postgres._store import PostgresStore
+
     return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size)

@@ -4,14 +4,37 @@
 graph in memory, ``tasks.graph.json`` plus an fsynced journal), :class:`FileEventStore`
 (``events.jsonl``) and :class:`SQLiteChatStore` (``chat.sqlite3``). :func:`read_events`
 and :func:`tail_events` read an event file from any process, without a lock.
+
+Every name is imported on first use (``greenroom._lazy``): a command that only reads
+the files does not pay for the other backend, SQLite or psycopg.
 """
 
-from ._chat import SQLiteChatStore
-from ._events import FileEventStore
-from ._journal import GraphFileError, GraphFiles
-from ._reader import EVENTS_FILE, EventLogError, read_events
-from ._store import EmbeddedStore
-from ._tasks import FileTaskStore
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy
+
+if TYPE_CHECKING:
+    from ._chat import SQLiteChatStore
+    from ._events import FileEventStore
+    from ._journal import GraphFileError, GraphFiles
+    from ._reader import EVENTS_FILE, EventLogError, read_events
+    from ._store import EmbeddedStore
+    from ._tasks import FileTaskStore
+
+__getattr__ = lazy(
+    globals(),
+    {
+        "SQLiteChatStore": "._chat",
+        "FileEventStore": "._events",
+        "GraphFileError": "._journal",
+        "GraphFiles": "._journal",
+        "EVENTS_FILE": "._reader",
+        "EventLogError": "._reader",
+        "read_events": "._reader",
+        "EmbeddedStore": "._store",
+        "FileTaskStore": "._tasks",
+    },
+)
 
 __all__ = [
     "EVENTS_FILE",

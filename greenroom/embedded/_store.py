@@ -24,12 +24,10 @@ from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import ChatStore, EventStore, StepStore, TaskStore, UnknownTask
-from ._chat import CHAT_DB, SQLiteChatStore
 from ._events import FileEventStore
 from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._reader import EVENTS_FILE, read_events, tail_events
-from ._steps import STEPS_DB, SQLiteStepStore
 from ._tasks import FileTaskStore
 
 
@@ -96,9 +94,13 @@ class EmbeddedStore:
         return FileEventStore(self.data_dir)
 
     def chat_store(self) -> ChatStore:
+        from ._chat import CHAT_DB, SQLiteChatStore  # SQLite, for the commands that use it
+
         return SQLiteChatStore(self.data_dir / CHAT_DB)
 
     def step_store(self) -> StepStore:
+        from ._steps import STEPS_DB, SQLiteStepStore
+
         return SQLiteStepStore(self.data_dir / STEPS_DB)
 
     # -- reading ----------------------------------------------------------------------------

@@ -5,14 +5,43 @@ asyncio and trio.
 :class:`PostgresStore` is the backend; its parts are :class:`PostgresTaskStore`,
 :class:`PostgresEventStore` and :class:`PostgresChatStore` (peers of the embedded ones),
 over a :class:`Database` pool and a versioned schema (:func:`upgrade`).
+
+Every name is imported on first use (``greenroom._lazy``): a command that only reads
+the files does not pay for the other backend, SQLite or psycopg.
 """
 
-from ._chat import PostgresChatStore
-from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
-from ._events import PostgresEventStore
-from ._schema import VERSION, SchemaError, check, current_version, upgrade
-from ._store import PostgresStore
-from ._tasks import PostgresTaskStore
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy
+
+if TYPE_CHECKING:
+    from ._chat import PostgresChatStore
+    from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
+    from ._events import PostgresEventStore
+    from ._schema import VERSION, SchemaError, check, current_version, upgrade
+    from ._store import PostgresStore
+    from ._tasks import PostgresTaskStore
+
+__getattr__ = lazy(
+    globals(),
+    {
+        "PostgresChatStore": "._chat",
+        "ConflictError": "._db",
+        "Database": "._db",
+        "DatabaseError": "._db",
+        "DataRefused": "._db",
+        "check_url": "._db",
+        "redact": "._db",
+        "PostgresEventStore": "._events",
+        "VERSION": "._schema",
+        "SchemaError": "._schema",
+        "check": "._schema",
+        "current_version": "._schema",
+        "upgrade": "._schema",
+        "PostgresStore": "._store",
+        "PostgresTaskStore": "._tasks",
+    },
+)
 
 __all__ = [
     "VERSION",

@@ -26,6 +26,7 @@ from greenroom.harness import (
     StepJournalActor,
     Tool,
 )
+from greenroom.harness._actor import _request_digest
 from greenroom.harness._journal import DropSteps, RecordSteps, TaskJournal, fingerprint
 from greenroom.llm import ScriptedModel
 from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
@@ -149,7 +150,7 @@ async def _crashed_mid_tool(writer: ActorRef) -> None:
     specs = tuple(sorted((tool.spec() for tool in Effects().tools()), key=_name))
     request = ChatRequest((_user("write it down"),), specs)
     steps = (
-        Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=fingerprint(request),
+        Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=_request_digest(request),
              body=dict(_builtins(first_reply()))),
         Step(task_id="t1", key="p0/main/m0/t0", kind="tool_started",
              fingerprint=fingerprint(("note", {"text": "hello"}, None))),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, final
 from .._guard import NoPublicConstructor
 from ._defaults import DEFAULT_MAILBOX_SIZE
 from ._exceptions import Interrupted
-from ._reply import PendingReply
+from ._reply import PendingReply, pending_reply
 from ._supervision import SupervisorStrategy
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class ActorContext(metaclass=NoPublicConstructor):
         if reply is None:
             return None
         cell.current_reply = None
-        return PendingReply._create(reply)
+        return pending_reply(reply)
 
     async def spawn(
         self,

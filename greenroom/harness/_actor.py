@@ -57,6 +57,20 @@ logger = logging.getLogger("greenroom.harness")
 _encoder = msgspec.json.Encoder()
 
 
+def _request_digest(request: ChatRequest) -> str:
+    """What a model call asks, for the journal's divergence check, in time independent of
+    the history's length: the messages since the last reply (the user's message, or the
+    tool results), how many came before, the system prompt and the tools offered. What
+    came before was itself checked, step by step, when it was asked."""
+    messages = request.messages
+    start = len(messages)
+    while start > 0 and messages[start - 1].role != "assistant":
+        start -= 1
+    system = messages[0].content if messages and messages[0].role == "system" else None
+    tools = tuple(spec.name for spec in request.tools)
+    return fingerprint((len(messages), system, messages[start:], tools, request.tool_choice))
+
+
 def _write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_durably(path, data)
@@ -303,7 +317,7 @@ class HarnessActor(Actor):
         model, recorded durably before the phase acts on it."""
         journal = self.journal
         assert journal is not None
-        asked = fingerprint(request)
+        asked = _request_digest(request)
         step = journal.get(key, "model", asked, f"a model request with digest {asked}")
         if step is not None:
             recorded: ChatReply = convert(step.body, ChatReply, f"journal step {key!r}")

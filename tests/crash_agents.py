@@ -103,3 +103,38 @@ class DurableAgent(BaseAgent):
             )
             answers.append(result.final_text)
         return AgentResult(task_id=task.id, outcome="done", artifacts={"answers": answers})
+
+
+def _ship(order: str) -> str:
+    """Not idempotent, no key: each run is one line in ``$GREENROOM_TEST_ACKS``."""
+    _record(f"shipped {order}")
+    return f"shipped {order}"
+
+
+class ShipAgent(BaseAgent):
+    """One phase whose ``ship`` call needs a person's approval (offline scripted model)."""
+
+    agent_type = "ship"
+
+    def __init__(self, name: str | None = None, **options: object) -> None:
+        from greenroom.harness import HarnessSetup, RiskLevel, Sandbox, Tool
+        from greenroom.llm import ScriptedModel
+        from greenroom.messages import ChatReply, ChatRequest, ModelToolCall
+
+        def respond(request: ChatRequest) -> ChatReply:
+            last = request.messages[-1]
+            if last.role == "tool":
+                return ChatReply(text=f"done: {last.content}")
+            order = (request.messages[-1].content or "").split()[-1]
+            return ChatReply(tool_calls=(ModelToolCall("s1", "ship", {"order": order}),))
+
+        setup = HarnessSetup(
+            ScriptedModel(respond, latency=0.01),
+            tools=[Tool("ship", _ship, risk=RiskLevel.NETWORK, requires_approval=True)],
+            sandbox=Sandbox(max_risk=RiskLevel.NETWORK),
+        )
+        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        result = await self._run_phase(user_message=f"ship order {task.id}", tool_names=["ship"])
+        return AgentResult(task_id=task.id, outcome="done", notes=result.final_text)

@@ -953,3 +953,98 @@ def test_greenroom_chat_keeps_its_tasks_in_the_shared_database_with_store(
             return [t.title for t in await PostgresChatStore(db).list_tasks("alice")]
 
     assert anyio.run(listed) == ["buy milk"]
+
+
+@pytest.mark.timeout(300)
+def test_approvals_on_two_daemons_run_each_approved_call_at_most_once(
+    pg_server: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Twenty-four tasks wait for approval on two daemons sharing one database; half are
+    approved (some twice at once), half denied, from the command line with no daemon of
+    its own, while one daemon is SIGKILLed and restarted between approval and execution.
+    Every task completes; a denied call never ran, an approved one ran at most once (a
+    call the kill cut short is not run again: it comes back as a question, answered no)."""
+    import collections
+
+    import psycopg
+
+    _seed_nothing = subprocess.run([sys.executable, "-m", "greenroom", "db", "upgrade", "--store", pg_url],
+                                   capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert _seed_nothing.returncode == 0, _seed_nothing.stderr
+    tasks = tmp_path / "ship.json"
+    tasks.write_text(json.dumps([{"id": f"o{i:02}", "type": "ship"} for i in range(24)]))
+    added = _cli("tasks", "add", "--file", str(tasks), "--store", pg_url, "--data-dir", str(tmp_path / "cli"))
+    assert added.returncode == 0, added.stderr
+    config = tmp_path / "ship.toml"
+    config.write_text(
+        "lease_seconds = 5\nshutdown_grace = 5\n\n"
+        '[agents.ship]\nagent = "crash_agents:ShipAgent"\nconcurrency = 4\n'
+    )
+    acks = tmp_path / "acks.log"
+    daemons = [_daemon(pg_url, config, tmp_path / f"node{n}", acks) for n in range(2)]
+    watch = psycopg.connect(pg_url, autocommit=True)
+
+    def count(status: str) -> int:
+        return int(watch.execute("SELECT count(*) FROM gr_tasks WHERE status = %s", (status,)).fetchone()[0])
+
+    def said() -> str:
+        rows = watch.execute("SELECT status, count(*) FROM gr_tasks GROUP BY status").fetchall()
+        errs = [(tmp_path / f"node{n}.err").read_text()[-800:] for n in range(2)]
+        return f"{rows}; daemons said {errs}"
+
+    def decide(task_id: str, action: str) -> subprocess.CompletedProcess[str]:
+        extra = ["--reason", "not this one"] if action == "deny" else []
+        return _cli("tasks", action, task_id, *extra, "--store", pg_url, "--data-dir", str(tmp_path / "cli"))
+
+    deadline = time.monotonic() + 250
+    try:
+        _wait_until(lambda: count("WAITING") == 24, deadline, said)
+        approved = {f"o{i:02}" for i in range(0, 24, 2)}
+        twice = sorted(approved)[:4]
+        for task_id in sorted(approved) + [f"o{i:02}" for i in range(1, 24, 2)]:
+            if task_id == "o10":  # between approval and execution: one daemon dies mid-way
+                daemons[0].send_signal(signal.SIGKILL)
+                daemons[0].wait(30)
+                daemons[0] = _daemon(pg_url, config, tmp_path / "node0", acks)
+            if task_id in twice:  # two people approve at once: one decision counts
+                both = [
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "greenroom",
+                            "tasks",
+                            "approve",
+                            task_id,
+                            "--store",
+                            pg_url,
+                            "--data-dir",
+                            str(tmp_path / f"cli{k}"),
+                        ],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                    for k in range(2)
+                ]
+                codes = sorted(p.wait(60) for p in both)
+                for p in both:
+                    p.communicate()
+                assert codes == [0, 1], codes
+                continue
+            done = decide(task_id, "approve" if task_id in approved else "deny")
+            assert done.returncode == 0, done.stderr
+        while count("COMPLETED") < 24:  # a call a kill cut short comes back as a question
+            _wait_until(lambda: count("COMPLETED") + count("WAITING") == 24, deadline, said)
+            for (task_id,) in watch.execute("SELECT id FROM gr_tasks WHERE status = 'WAITING'").fetchall():
+                assert decide(task_id, "deny").returncode == 0
+            _wait_until(lambda: count("WAITING") == 0 or count("COMPLETED") == 24, deadline, said)
+    finally:
+        _stop_all(daemons)
+        watch.close()
+    shipped = collections.Counter(
+        line.split()[1] for line in acks.read_text().splitlines() if line.startswith("shipped")
+    )
+    assert not set(shipped) - approved, "a denied call ran"
+    assert max(shipped.values()) == 1, f"an approved call ran twice: {shipped}"
+    assert len(shipped) >= 12 - 8  # at most the calls in flight at the kill were cut short

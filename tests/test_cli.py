@@ -306,6 +306,9 @@ def test_bench_harness_measures_the_durable_mode_beside_the_plain_one(
     figures = json.loads(capsys.readouterr().out)["trio"]
     assert figures["durable_overhead_per_iteration"] >= 0 and figures["overhead_per_iteration"] >= 0
     assert figures["wall"] >= figures["ideal"] == pytest.approx(0.003)
+    # one of three iterations recorded before the "crash": the resumed run asks the other two
+    assert figures["recovery_requests_ratio"] == pytest.approx(2 / 3)
+    assert figures["recovery"]["rerun_requests"] == 5 * 3
 
 
 def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> None:

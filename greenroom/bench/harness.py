@@ -18,6 +18,10 @@ asks for one tool call. Two measurements, each against a baseline in the same ru
   file in a temporary data dir, fsync'd by every batch): what recording each model reply
   and tool result costs per iteration, the journal's own thread time included.
 
+- **Recovery**: ``actors`` durable tasks stopped half-way through their phase (as a crash
+  leaves them), then resumed from the journal, against running them again from the start
+  without one: model requests and wall time at the model's latency.
+
 Each figure is the median of ``rounds`` alternating runs, each after a full collection.
 """
 
@@ -111,6 +115,44 @@ async def _harnesses(
     return elapsed, cpu
 
 
+async def _recovery(actors: int, iterations: int, latency: float, journal_dir: str) -> dict[str, float]:
+    """Record the first half of every task's phase, then time resuming it from the journal
+    (the half recorded is replayed, the rest asked) against a run from the start."""
+    half = max(1, iterations // 2)
+    note = Tool("note", _note)
+    run = next(_runs)
+    figures: dict[str, float] = {}
+    async with EmbeddedStore(journal_dir) as store, ActorSystem() as system:
+        writer = await system.spawn(lambda: StepJournalActor(store.step_store()))
+
+        async def phase(model: ScriptedModel, limit: int, journaled: bool) -> float:
+            async def one(i: int) -> None:
+                options: dict[str, Any] = {}
+                if journaled:
+                    options["journal"] = await TaskJournal.load(f"recover-{run}-{i}", 1, writer)
+                harness = await Harness.spawn(system, model, tools=[note], **options)
+                result = await harness.run_bounded("work", max_iterations=limit)
+                assert len(result.tool_calls) == limit
+                await harness.aclose()
+
+            started = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for i in range(actors):
+                    tg.start_soon(one, i)
+            return time.perf_counter() - started
+
+        crashed = ScriptedModel(_keep_calling, latency=latency)
+        await phase(crashed, half, True)  # the work a crash interrupted half-way
+        resumed = ScriptedModel(_keep_calling, latency=latency)
+        figures["resumed_wall"] = await phase(resumed, iterations, True)
+        figures["resumed_requests"] = len(resumed.requests)
+        again = ScriptedModel(_keep_calling, latency=latency)
+        figures["rerun_wall"] = await phase(again, iterations, False)
+        figures["rerun_requests"] = len(again.requests)
+        await writer.stop()
+    return figures
+
+
 async def _plain_calls(actors: int, iterations: int) -> tuple[float, float]:
     """The baseline for CPU: tasks calling the same model and tool function directly."""
     model = _InstantModel()
@@ -169,6 +211,9 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
         (_sleepers, (actors, iterations, latency), backend),
         (_harnesses, (actors, iterations, latency), backend),
     )
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as journal_dir:
+        gc.collect()
+        recovery = anyio.run(_recovery, actors, iterations, latency, journal_dir, backend=backend)
     ideal = iterations * latency
     overhead = max(0.0, instant_cpu - plain_cpu) / (actors * iterations)
     durable_overhead = max(0.0, durable_cpu - plain_cpu) / (actors * iterations)
@@ -189,6 +234,9 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
         "durable_overhead_per_iteration": durable_overhead,
         "durable_vs_plain_overhead": durable_overhead / overhead if overhead else None,
         "stretch_per_wave": stretch,
+        "recovery_requests_ratio": recovery["resumed_requests"] / recovery["rerun_requests"],
+        "recovery_wall_ratio": recovery["resumed_wall"] / recovery["rerun_wall"],
+        "recovery": recovery,
         "stretch_share": stretch / latency,
     }
 
@@ -210,6 +258,8 @@ def format_table(f: dict[str, Any]) -> str:
                 if f["durable_vs_plain_overhead"] is not None
                 else ""
             ),
+            f"  recovery half-way (journal vs again): {f['recovery_requests_ratio']:.2f}x the model "
+            f"requests, {f['recovery_wall_ratio']:.2f}x the wall time",
             f"  wall stretch per wave of {f['actors']}:     {f['stretch_per_wave'] * 1000:8.2f} ms   "
             f"= {f['stretch_share'] * 100:.1f} % of the latency (one core serves every actor)",
         ]

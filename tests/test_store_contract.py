@@ -938,3 +938,16 @@ async def test_steps_written_by_one_store_are_read_by_another_on_the_same_backen
             assert [s.body["text"] for s in await journal.read("t1")] == ["paid for once"]
         finally:
             await journal.aclose()
+
+
+async def test_many_tasks_steps_are_read_in_one_call(backend: Store) -> None:
+    journal = backend.step_store()
+    try:
+        steps = [_step(f"t{i}", f"p0/main/m{j}", body={"n": j}) for i in range(3) for j in range(2)]
+        await journal.write(steps)
+        found = await journal.read_many(["t2", "t0", "nobody", "t0"])
+        assert list(found) == ["t2", "t0", "nobody"]
+        assert [s.body["n"] for s in found["t2"]] == [0, 1] and found["nobody"] == []
+        assert found["t0"] == await journal.read("t0")
+    finally:
+        await journal.aclose()

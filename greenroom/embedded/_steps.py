@@ -113,6 +113,26 @@ class SQLiteStepStore:
 
         return [step_from_row(task_id, row, str(self.path)) for row in await self._run(fetch, write=False)]
 
+    async def read_many(self, task_ids: Sequence[str]) -> dict[str, list[Step]]:
+        ids = list(dict.fromkeys(task_ids))
+
+        def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows += db.execute(
+                    "SELECT task_id, key, kind, fingerprint, body, attempt, at FROM steps "
+                    f"WHERE task_id IN ({marks}) ORDER BY seq",
+                    chunk,
+                ).fetchall()
+            return rows
+
+        found: dict[str, list[Step]] = {task_id: [] for task_id in ids}
+        for task_id, *row in await self._run(fetch, write=False) if ids else []:
+            found[task_id].append(step_from_row(task_id, tuple(row), str(self.path)))
+        return found
+
     async def drop(self, task_ids: Sequence[str]) -> int:
         ids = list(task_ids)
 

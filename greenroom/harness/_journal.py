@@ -94,22 +94,45 @@ class StepJournalActor(Actor):
         self.max_batch = max_batch
         self._batch: list[Step] = []
         self._owed: list[PendingReply | None] = []
+        self._reads: list[tuple[str, PendingReply | None]] = []
         self.written = 0
 
     async def receive(self, message: Any) -> Any:
+        """Writes and reads wait while more messages are queued, then go together: every
+        write of the batch in one transaction, then every read in one query (a read sees
+        the writes before it)."""
         if isinstance(message, RecordSteps):
             self._batch.extend(message.steps)
             self._owed.append(self.context.reply_later())
-            if self.context.queued == 0 or len(self._batch) >= self.max_batch:
-                await self._flush()
-            return None
-        if self._batch:
-            await self._flush()  # a read sees what was recorded before it
-        if isinstance(message, ReadSteps):
-            return await self.store.read(message.task_id)
-        if isinstance(message, DropSteps):
+        elif isinstance(message, ReadSteps):
+            self._reads.append((message.task_id, self.context.reply_later()))
+        elif isinstance(message, DropSteps):
+            await self._settle()
             return await self.store.drop(message.task_ids)
-        raise TypeError(f"StepJournalActor does not handle {type(message).__name__} messages")
+        else:
+            raise TypeError(f"StepJournalActor does not handle {type(message).__name__} messages")
+        if self.context.queued == 0 or len(self._batch) + len(self._reads) >= self.max_batch:
+            await self._settle()
+        return None
+
+    async def _settle(self) -> None:
+        if self._batch:
+            await self._flush()
+        if self._reads:
+            await self._read()
+
+    async def _read(self) -> None:
+        reads, self._reads = self._reads, []
+        try:
+            found = await self.store.read_many([task_id for task_id, _ in reads])
+        except BaseException as error:
+            for _, pending in reads:
+                if pending is not None:
+                    pending.fail(error)
+            raise
+        for task_id, pending in reads:
+            if pending is not None:
+                pending.succeed(found[task_id])
 
     async def _flush(self) -> None:
         batch, owed = self._batch, self._owed
@@ -127,8 +150,7 @@ class StepJournalActor(Actor):
                 pending.succeed(None)
 
     async def on_stop(self) -> None:
-        if self._batch:
-            await self._flush()
+        await self._settle()
         await self.store.aclose()
 
 

@@ -53,6 +53,23 @@ class PostgresStepStore:
 
         return [step_from_row(task_id, row, "gr_steps") for row in await self.db.run(fetch)]
 
+    async def read_many(self, task_ids: Sequence[str]) -> dict[str, list[Step]]:
+        ids = list(dict.fromkeys(task_ids))
+
+        def fetch(connection: Any) -> list[tuple[Any, ...]]:
+            return list(
+                connection.execute(
+                    "SELECT task_id, key, kind, fingerprint, body::text, attempt, at FROM gr_steps "
+                    "WHERE task_id = ANY(%s) ORDER BY seq",
+                    (ids,),
+                )
+            )
+
+        found: dict[str, list[Step]] = {task_id: [] for task_id in ids}
+        for task_id, *row in await self.db.run(fetch) if ids else []:
+            found[task_id].append(step_from_row(task_id, tuple(row), "gr_steps"))
+        return found
+
     async def drop(self, task_ids: Sequence[str]) -> int:
         ids = list(task_ids)
         if not ids:

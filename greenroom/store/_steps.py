@@ -94,6 +94,11 @@ class StepStore(Protocol):
         """The task's steps, in the order they were recorded (``[]``: none)."""
         ...
 
+    async def read_many(self, task_ids: Sequence[str]) -> dict[str, list[Step]]:
+        """:meth:`read` for many tasks in one transaction (a restart resuming a thousand
+        tasks at once reads their journals together); every id asked is a key."""
+        ...
+
     async def drop(self, task_ids: Sequence[str]) -> int:
         """Forget the steps of ``task_ids`` (their tasks are final); how many went."""
         ...

@@ -129,6 +129,23 @@ def harness_spent(harness: Harness) -> int:
     return int(actor.spend.total_tokens)
 
 
+async def test_a_tool_only_phase_is_replayed_too(store_url: str | None, tmp_path: Path) -> None:
+    """``direct_tool_calls``: each call is a step; a second attempt does not run them."""
+    effects = Effects()
+    calls = [{"name": "note", "arguments": {"text": "once"}}, {"name": "look", "arguments": {"what": "sea"}}]
+    async with journal_on(store_url, tmp_path / "data") as (system, writer):
+        results = []
+        for attempt in (1, 2):
+            journal = await TaskJournal.load("direct", attempt, writer)
+            harness = await Harness.spawn(
+                system, model_for_two_turns(), tools=effects.tools(), sandbox=Sandbox(), journal=journal
+            )
+            results.append(await harness.run_bounded(direct_tool_calls=calls))
+            await harness.aclose()
+        assert effects.ran == [("note", "once"), ("look", "sea")]  # the second attempt ran nothing
+        assert results[0].tool_calls == results[1].tool_calls and journal.replayed == 2
+
+
 async def test_a_replay_asked_something_else_stops_naming_the_step(
     store_url: str | None, tmp_path: Path
 ) -> None:

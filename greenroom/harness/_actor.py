@@ -474,15 +474,17 @@ class HarnessActor(Actor):
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:
         """Tool-only mode: no model call and no budget gate; the stop check at entry,
-        then the allowlist and the sandbox for every call."""
+        then the allowlist and the sandbox for every call. With a journal, each call is a
+        step of its own (``p<phase>/direct/t<index>``): a replay does not run it again."""
         records = phase.records
+        place = f"p{self.journal.next_phase()}/direct" if self.journal is not None else None
         if self.stop.requested:
             return PhaseResult("", records, "stop_requested")
         for index, call in enumerate(calls):
-            records.append(await self._direct_call(index, call))
+            records.append(await self._direct_call(index, call, place))
         return PhaseResult("", records, "done")
 
-    async def _direct_call(self, index: int, call: Any) -> dict[str, Any]:
+    async def _direct_call(self, index: int, call: Any, place: str | None = None) -> dict[str, Any]:
         call_id = f"direct-{index}"
         if not isinstance(call, dict):
             return {"id": call_id, "name": None, "arguments": {}, "ok": False,
@@ -500,7 +502,10 @@ class HarnessActor(Actor):
             self.tool_call_count += 1
             return {"id": call_id, "name": name, "arguments": arguments, "ok": False, "error": problem}
         assert isinstance(name, str)
-        record, _ = await self._run_tool(None, str(call_id), name, arguments, None, self.tool_allowlist)
+        step = None if place is None else f"{place}/t{index}"
+        record, _ = await self._run_tool(
+            None, str(call_id), name, arguments, None, self.tool_allowlist, step=step
+        )
         return record
 
     # -- reporting ----------------------------------------------------------------------

@@ -45,37 +45,6 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_KERNEL = (
-    "DEFAULT_ASK_TIMEOUT",
-    "DEFAULT_MAILBOX_SIZE",
-    "Actor",
-    "ActorContext",
-    "ActorError",
-    "ActorRef",
-    "ActorStatistics",
-    "ActorStopped",
-    "ActorSystem",
-    "AskTimeout",
-    "Backoff",
-    "ChildFailed",
-    "DeadLetter",
-    "DeadLetterReason",
-    "DeadLetters",
-    "Directive",
-    "Interrupted",
-    "MailboxFull",
-    "PendingReply",
-    "Request",
-    "SupervisorStrategy",
-    "SystemStatistics",
-    "Terminated",
-    "Timer",
-)
-"""The kernel's names, re-exported (``greenroom.actors.__all__``; a test keeps them equal).
-Imported on first use: ``import greenroom`` alone (the CLI's start) stays cheap."""
-
-__getattr__ = lazy(globals(), {"actors": ".actors", **dict.fromkeys(_KERNEL, ".actors")})
-
 __all__ = [
     "DEFAULT_ASK_TIMEOUT",
     "DEFAULT_MAILBOX_SIZE",
@@ -110,3 +79,8 @@ __all__ = [
     "Timer",
     "__version__",
 ]
+
+# the kernel's names (``greenroom.actors.__all__``; a test keeps them equal) are imported on
+# first use, so ``import greenroom`` alone (the CLI's start) stays cheap; the names defined
+# above are found before this is asked
+__getattr__ = lazy(globals(), dict.fromkeys(("actors", *__all__), ".actors"))

@@ -455,3 +455,25 @@ def test_an_approval_expiry_must_be_a_number_of_seconds() -> None:
     for bad in (-1, 0, "soon"):
         with pytest.raises(ValueError, match="approval_expires_in"):
             Tool("t", lambda: 1, approval_expires_in=bad)  # type: ignore[arg-type]
+
+
+async def test_a_harness_without_a_journal_refuses_a_call_that_needs_approval() -> None:
+    """Only a durable harness can wait for a person: any other refuses the call (the model
+    is told why) and runs nothing."""
+    runs: list[dict[str, Any]] = []
+
+    def wire(amount: int, to: str) -> str:
+        runs.append({"amount": amount, "to": to})
+        return "sent"
+
+    async with ActorSystem() as system:
+        tools = [Tool("wire", wire, risk=RiskLevel.EXECUTES, requires_approval=True)]
+        harness = await Harness.spawn(
+            system, wire_model(), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.EXECUTES)
+        )
+        result = await harness.run_bounded("pay", max_iterations=3)
+        await harness.aclose()
+    assert runs == []
+    refused = "tool 'wire' needs a person's approval, which needs a durable harness"
+    assert result.tool_calls[0]["error"] == refused
+    assert result.stop_reason == "done"  # the model saw the refusal and answered

@@ -9,16 +9,15 @@ never leaves a half-written row; the call it started finishes in its thread.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import msgspec
 
 from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ._sqlite import SQLiteFile
 
 T = TypeVar("T")
 
@@ -72,43 +71,10 @@ class SQLiteChatStore:
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.clock = clock
-        self._lock = threading.Lock()
-        self._limiter: anyio.CapacityLimiter | None = None
-        self._db: sqlite3.Connection | None = None
-
-    def _connect(self) -> sqlite3.Connection:
-        db = self._db
-        if db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(_SCHEMA)
-            self._db = db
-        return db
+        self._file = SQLiteFile(self.path, _SCHEMA, foreign_keys=True)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
-        """``fn`` in one transaction in a worker thread: a writer takes the write lock at
-        once (``BEGIN IMMEDIATE``: another process's writer waits, never a deadlock
-        half-way); a reader only reads its snapshot."""
-
-        def call() -> T:
-            with self._lock:
-                db = self._connect()
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    value = fn(db)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-                return value
-
-        limiter = self._limiter
-        if limiter is None:  # one call at a time: waiters queue in the event loop, not on the lock
-            limiter = self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
+        return await self._file.run(fn, write=write)
 
     # -- tasks ------------------------------------------------------------------------
 
@@ -340,10 +306,4 @@ class SQLiteChatStore:
         return None
 
     async def aclose(self) -> None:
-        def close() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
-
-        await anyio.to_thread.run_sync(close)
+        await self._file.aclose()

@@ -9,16 +9,15 @@ or not at all.
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import msgspec
 
 from .._errors import StorageError, storage_error
 from ..store._steps import Step, check_step, step_from_row
+from ._sqlite import SQLiteFile
 
 STEPS_DB = "steps.sqlite3"
 
@@ -46,38 +45,8 @@ class SQLiteStepStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
-        self._limiter: anyio.CapacityLimiter | None = None
-        self._db: sqlite3.Connection | None = None
-
-    def _connect(self) -> sqlite3.Connection:
-        db = self._db
-        if db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA)
-            self._db = db
-        return db
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        def call() -> T:
-            with self._lock:
-                db = self._connect()
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    value = fn(db)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-                return value
-
-        limiter = self._limiter
-        if limiter is None:
-            limiter = self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
+        self._file = SQLiteFile(self.path, _SCHEMA)
+        self._run = self._file.run
 
     async def write(self, steps: Sequence[Step]) -> None:
         rows = []
@@ -147,10 +116,4 @@ class SQLiteStepStore:
         return await self._run(delete, write=True) if ids else 0
 
     async def aclose(self) -> None:
-        def close() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
-
-        await anyio.to_thread.run_sync(close)
+        await self._file.aclose()

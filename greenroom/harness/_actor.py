@@ -57,6 +57,9 @@ logger = logging.getLogger("greenroom.harness")
 _encoder = msgspec.json.Encoder()
 
 
+_MAY_HAVE_RUN = "it began in an earlier attempt and left no result: it may have run. Run it again?"
+
+
 def _request_digest(request: ChatRequest) -> str:
     """What a model call asks, for the journal's divergence check, in time independent of
     the history's length: the messages since the last reply (the user's message, or the
@@ -388,12 +391,18 @@ class HarnessActor(Actor):
         if arguments_error is not None:
             return _failed(record, arguments_error)
         if self.sandbox.needs_approval(tool):
-            refused = self._approval(journal, step, record, name, arguments, tool)
+            if journal is None:  # only a durable harness can wait for a person
+                return _failed(
+                    record, f"tool {name!r} needs a person's approval, which needs a durable harness"
+                )
+            refused = self._ask_person(journal, step, record, name, arguments, tool)
             if refused is not None:
                 return refused
         if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
             if journal.has(step, "tool_started") and not tool.takes_idempotency_key:
-                refused = self._rerun(journal, step, record, name, arguments, tool.risk)
+                refused = self._ask_person(
+                    journal, f"{step}#rerun", record, name, arguments, tool, _MAY_HAVE_RUN
+                )
                 if refused is not None:
                     return refused
             if not journal.has(step, "tool_started"):
@@ -416,60 +425,40 @@ class HarnessActor(Actor):
         return record, content.decode()
 
     @staticmethod
-    def _approval(
-        journal: TaskJournal | None,
-        step: str,
+    def _ask_person(
+        journal: TaskJournal,
+        place: str,
         record: dict[str, Any],
         name: str,
         arguments: dict[str, Any],
         tool: Tool,
+        question: str | None = None,
     ) -> tuple[dict[str, Any], str] | None:
-        """A call that needs a person: ``None`` when approved (it runs), the denial as its
-        result (the model sees it), or ``ApprovalNeeded`` (the task parks on this exact
-        call). Only a durable harness can wait for a person; any other refuses the call."""
-        if journal is None:
-            return _failed(record, f"tool {name!r} needs a person's approval, which needs a durable harness")
-        decision = journal.decisions.get(step)
+        """A call a person decides: whether it may run (``place`` is its step), or, with
+        ``question``, whether a call that may have run runs again (``<step>#rerun``).
+        ``None`` when the answer is yes (it runs); the "no" as its result (the model sees
+        it); undecided, ``ApprovalNeeded`` (the task parks on exactly this call)."""
+        decision = journal.decisions.get(place)
         if decision is None:
             call: dict[str, Any] = {
-                "step": step,
+                "step": place,
                 "tool": name,
                 "arguments": arguments,
                 "risk": tool.risk.name,
             }
+            if question is not None:
+                call["question"] = question
             if tool.approval_expires_in is not None:
                 call["expires_in"] = tool.approval_expires_in
             raise ApprovalNeeded(journal.task_id, call)
         if decision.get("tool") not in (None, name):  # a decision is about the call that was shown
-            raise ReplayDiverged(
-                journal.task_id, step, f"approval of tool {decision.get('tool')!r}", repr(name)
-            )
+            shown = f"a decision about tool {decision.get('tool')!r}"
+            raise ReplayDiverged(journal.task_id, place, shown, repr(name))
         if not decision.get("approved"):
+            by = decision.get("by", "a person")
             reason = f": {decision['reason']}" if decision.get("reason") else ""
-            return _failed(record, f"denied by {decision.get('by', 'a person')}{reason}")
-        return None
-
-    @staticmethod
-    def _rerun(
-        journal: TaskJournal,
-        step: str,
-        record: dict[str, Any],
-        name: str,
-        arguments: dict[str, Any],
-        risk: RiskLevel,
-    ) -> tuple[dict[str, Any], str] | None:
-        """A call that began in an earlier attempt and left no result may have run: never
-        run again blindly. A person decides (``<step>#rerun``): ``None`` to run it again,
-        or the "no" as its result; undecided, the task parks on the question."""
-        question = f"{step}#rerun"
-        decision = journal.decisions.get(question)
-        if decision is None:
-            asked = "it began in an earlier attempt and left no result: it may have run. Run it again?"
-            call = {"step": question, "tool": name, "arguments": arguments, "risk": risk.name}
-            raise ApprovalNeeded(journal.task_id, {**call, "question": asked})
-        if not decision.get("approved"):
-            reason = f": {decision['reason']}" if decision.get("reason") else ""
-            return _failed(record, f"not run again: {decision.get('by', 'a person')} said no{reason}")
+            said = f"not run again: {by} said no" if question is not None else f"denied by {by}"
+            return _failed(record, said + reason)
         return None
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:

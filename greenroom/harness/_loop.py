@@ -122,6 +122,16 @@ class BoundedLoop:
         self.stop_reason: StopReason | None = None
         """Why ``call`` returned ``None`` (``None`` while it has not)."""
 
+    def _must_end(self) -> bool:
+        """The iterations are spent or a stop was requested (``stop_reason`` says which)."""
+        if self.max_iterations is not None and self.iterations >= self.max_iterations:
+            self.stop_reason = "max_iterations"
+            return True
+        if self.stop.requested:
+            self.stop_reason = "stop_requested"
+            return True
+        return False
+
     async def call(
         self,
         request: ChatRequest,
@@ -132,11 +142,7 @@ class BoundedLoop:
         ``model.chat`` with ``call_timeout``), for a caller that sends again on an error
         (a context overflow) under the same admission. Waits while the budget has no room
         now; model errors propagate, spending nothing."""
-        if self.max_iterations is not None and self.iterations >= self.max_iterations:
-            self.stop_reason = "max_iterations"
-            return None
-        if self.stop.requested:
-            self.stop_reason = "stop_requested"
+        if self._must_end():
             return None
         budget = self.budget
         admission = budget.try_admit()  # no await when it admits at once
@@ -166,11 +172,7 @@ class BoundedLoop:
         :meth:`call` (``None`` when the loop must end). Nothing is spent again: what the
         reply cost when it was recorded is restored into the budget (so its limit holds
         across a crash), not into this loop's ``spend``."""
-        if self.max_iterations is not None and self.iterations >= self.max_iterations:
-            self.stop_reason = "max_iterations"
-            return None
-        if self.stop.requested:
-            self.stop_reason = "stop_requested"
+        if self._must_end():
             return None
         self.iterations += 1
         usage = reply.usage

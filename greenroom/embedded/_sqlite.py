@@ -1,0 +1,76 @@
+"""``SQLiteFile``: one SQLite database under the data dir, used from worker threads one
+transaction at a time — what the chat store and the step journal share.
+
+WAL, ``synchronous=FULL`` (a committed transaction is on disk), opened on first use with
+its schema. :meth:`run` runs a function in one transaction in a worker thread: a writer
+takes the write lock at once (``BEGIN IMMEDIATE``: another process's writer waits, never
+a deadlock half-way); a reader reads its snapshot. Calls queue in the event loop (a
+capacity limiter of one), not on the thread lock. A cancelled caller stops waiting; the
+transaction it started finishes on its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+
+class SQLiteFile:
+    def __init__(self, path: str | Path, schema: str, *, foreign_keys: bool = False) -> None:
+        self.path = Path(path)
+        self._schema = schema
+        self._foreign_keys = foreign_keys
+        self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            if self._foreign_keys:
+                db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(self._schema)
+            self._db = db
+        return db
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """``fn(connection)`` in one transaction, in a worker thread (see the module doc)."""
+
+        def call() -> T:
+            with self._lock:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    value = fn(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return value
+
+        limiter = self._limiter
+        if limiter is None:
+            limiter = self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
+
+    async def aclose(self) -> None:
+        """Close the connection (a later call opens it again)."""
+
+        def close() -> None:
+            with self._lock:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await anyio.to_thread.run_sync(close)

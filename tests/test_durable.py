@@ -196,7 +196,7 @@ async def test_a_tool_that_may_have_run_is_not_run_again_blindly(
 ) -> None:
     """Begun, no result: a tool that changes things and takes no idempotency key is not
     run again blindly — the task waits for a person to say whether to (yes: it runs once
-    more; no: that is its result); one that takes a key runs with the same key a first
+    more; done: it is recorded as done, not run; no: that is its result); one that takes a key runs with the same key a first
     attempt would have had; a read-only one simply runs."""
     async with journal_on(store_url, tmp_path / "data") as (system, writer):
         await _crashed_mid_tool(writer)
@@ -223,6 +223,18 @@ async def test_a_tool_that_may_have_run_is_not_run_again_blindly(
         await harness.aclose()
         assert effects.ran == [("look", "sky")]
         assert result.tool_calls[0]["error"] == "not run again: ops said no: it did run"
+
+    async with journal_on(store_url, tmp_path / "done") as (system, writer):
+        await _crashed_mid_tool(writer)
+        effects = Effects()
+        done = {"p0/main/m0/t0#rerun": {"approved": True, "as_done": True, "by": "ops", "reason": "I saw it"}}
+        result, _, harness = await run_attempt(
+            system, writer, model_for_two_turns(), effects.tools(), 2, decisions=done
+        )
+        await harness.aclose()
+        assert effects.ran == [("look", "sky")]  # recorded as done: not run again
+        assert result.tool_calls[0]["ok"] is True
+        assert result.tool_calls[0]["result"] == "recorded as done by ops, not run: I saw it"
 
     async with journal_on(store_url, tmp_path / "keyed") as (system, writer):
         await _crashed_mid_tool(writer)
@@ -414,7 +426,7 @@ async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_appr
 
     from greenroom.agents import AgentRuntime
     from greenroom.messages import AgentTask, Decide, GetTask, Submit, TaskStatus
-    from greenroom.store import InvalidTransition
+    from greenroom.store import InvalidSubmission, InvalidTransition
 
     runs: list[dict[str, Any]] = []
     async with await make_store(store_url, tmp_path / "data") as store, open_node(store) as node:
@@ -444,6 +456,8 @@ async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_appr
         assert (await sup.ask(GetTask("pay"))).status is TaskStatus.COMPLETED
 
         assert await WireAgent.make(runs, wire_model()).execute_once(runtime) is None  # refund parks
+        with pytest.raises(InvalidSubmission, match="as_done"):  # "it is done" is an approval
+            await sup.ask(Decide("refund", approved=False, by="ops", as_done=True))
         await sup.ask(Decide("refund", approved=False, by="ops", reason="not today"))
         denied = await WireAgent.make(runs, wire_model()).execute_once(runtime)
         assert denied is not None and "denied by ops: not today" in denied.notes

@@ -186,6 +186,12 @@ async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_us
         async with daemon.http("ops") as http:
             bad = await http.post("/v1/tasks/pub/approve", content=b'{"step": 7}')
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "step"
+            for wrong in (b'{"as_done": "yes"}', b'{"as_done": 1}'):
+                bad = await http.post("/v1/tasks/pub/approve", content=wrong)
+                assert bad.status_code == 400 and bad.json()["error"]["field"] == "as_done"
+            bad = await http.post("/v1/tasks/pub/deny", content=b'{"as_done": true}')  # "done" approves
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "as_done"
+            assert (await ops.get_task("pub")).status is TaskStatus.WAITING  # nothing was decided
         answers: list[int] = []
 
         async def approve() -> None:

@@ -53,6 +53,12 @@ def add_parsers(commands: Any) -> None:
             "--reason", required=action == "deny", default="", help="why (kept with the task)"
         )
         decide.add_argument("--step", help="only if this is the call waiting (as `tasks show` gives it)")
+        if action == "approve":
+            decide.add_argument(
+                "--as-done",
+                action="store_true",
+                help="the call already happened (by hand, or before a crash): record it done, not run",
+            )
         decide.add_argument("--json", action="store_true")
         decide.set_defaults(handler=_async(_tasks_decide))
 
@@ -150,10 +156,17 @@ async def _tasks_decide(args: argparse.Namespace) -> int:
     from . import _format, _operate
 
     approved = args.action == "approve"
+    as_done = approved and args.as_done
     task = await _operate.decide_task(
-        await _target(args), args.task_id, approved=approved, reason=args.reason, step=args.step
+        await _target(args),
+        args.task_id,
+        approved=approved,
+        reason=args.reason,
+        step=args.step,
+        as_done=as_done,
     )
-    print(_format.to_json(task) if args.json else f"{'approved' if approved else 'denied'} {task.id}")
+    said = "recorded as done" if as_done else "approved" if approved else "denied"
+    print(_format.to_json(task) if args.json else f"{said} {task.id}")
     return 0
 
 

@@ -161,19 +161,20 @@ async def cancel_task(target: Target, task_id: str, reason: str | None) -> Agent
 
 
 async def decide_task(
-    target: Target, task_id: str, *, approved: bool, reason: str, step: str | None
+    target: Target, task_id: str, *, approved: bool, reason: str, step: str | None, as_done: bool = False
 ) -> AgentTask:
-    """Approve or deny the call ``task_id`` waits on: through the daemon (as the token's
-    user), or on the backend with no daemon (as this machine's user)."""
+    """Approve or deny the call ``task_id`` waits on (``as_done``: approve it as already
+    done, so it is not run): through the daemon (as the token's user), or on the backend
+    with no daemon (as this machine's user)."""
     if not target.remote:
         import getpass
 
         by = f"{getpass.getuser()} (command line)"
-        message = Decide(task_id, approved, by, reason, step)
+        message = Decide(task_id, approved, by, reason, step, as_done)
         return await _on_node(target, lambda supervisor: supervisor.ask(message, timeout=None))
     async with target.client() as api:
         try:
-            return await api.decide(task_id, approved=approved, reason=reason, step=step)
+            return await api.decide(task_id, approved=approved, reason=reason, step=step, as_done=as_done)
         except ServiceError as error:
             raise _refused(error) from None
 

@@ -35,6 +35,7 @@ from ..messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    Decide,
     TaskLimits,
     TaskStatus,
 )
@@ -319,14 +320,13 @@ class TaskGraph:
             self._leases[task_id] = task.lease_expires_at
         return self._put(task, TASK_WAITING)
 
-    def decide(
-        self, task_id: str, *, approved: bool, by: str, reason: str, step: str | None, now: float
-    ) -> AgentTask:
+    def decide(self, decision: Decide, now: float) -> AgentTask:
         """A person's decision on the call a WAITING task waits on: PENDING again, runnable."""
+        task_id, approved = decision.task_id, decision.approved
         task = self.get(task_id)
         if task.status is not TaskStatus.WAITING:
             raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
-        task = decided(task, approved=approved, by=by, reason=reason, step=step, now=now)
+        task = decided(task, decision, now)
         self._leases.pop(task_id, None)
         task = self._put(task, TASK_APPROVED if approved else TASK_DENIED)
         self._make_runnable(task)

@@ -280,10 +280,7 @@ class FileTaskStore:
         if kind is Park:
             return graph.park(message.task_id, message.agent_id, message.call, now)
         if kind is Decide:
-            return graph.decide(
-                message.task_id, approved=message.approved, by=message.by, reason=message.reason,
-                step=message.step, now=now,
-            )  # fmt: skip
+            return graph.decide(message, now)
         if kind is Stats:
             return GraphStats(
                 by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)

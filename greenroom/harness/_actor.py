@@ -57,7 +57,10 @@ logger = logging.getLogger("greenroom.harness")
 _encoder = msgspec.json.Encoder()
 
 
-_MAY_HAVE_RUN = "it began in an earlier attempt and left no result: it may have run. Run it again?"
+_MAY_HAVE_RUN = (
+    "it began in an earlier attempt and left no result: it may have run. Run it again (approve), "
+    "record it as done without running it (approve --as-done), or tell the model it did not run (deny)?"
+)
 
 
 def _request_digest(request: ChatRequest) -> str:
@@ -436,8 +439,9 @@ class HarnessActor(Actor):
     ) -> tuple[dict[str, Any], str] | None:
         """A call a person decides: whether it may run (``place`` is its step), or, with
         ``question``, whether a call that may have run runs again (``<step>#rerun``).
-        ``None`` when the answer is yes (it runs); the "no" as its result (the model sees
-        it); undecided, ``ApprovalNeeded`` (the task parks on exactly this call)."""
+        ``None`` when the answer is yes (it runs); the "no", or "it is done" (``as_done``:
+        it does not run), as its result (the model sees it); undecided, ``ApprovalNeeded``
+        (the task parks on exactly this call)."""
         decision = journal.decisions.get(place)
         if decision is None:
             call: dict[str, Any] = {
@@ -454,11 +458,15 @@ class HarnessActor(Actor):
         if decision.get("tool") not in (None, name):  # a decision is about the call that was shown
             shown = f"a decision about tool {decision.get('tool')!r}"
             raise ReplayDiverged(journal.task_id, place, shown, repr(name))
+        by = decision.get("by", "a person")
+        reason = f": {decision['reason']}" if decision.get("reason") else ""
         if not decision.get("approved"):
-            by = decision.get("by", "a person")
-            reason = f": {decision['reason']}" if decision.get("reason") else ""
             said = f"not run again: {by} said no" if question is not None else f"denied by {by}"
             return _failed(record, said + reason)
+        if decision.get("as_done"):  # it happened (by hand, or in the attempt that died)
+            record["ok"] = True
+            record["result"] = said = f"recorded as done by {by}, not run{reason}"
+            return record, said
         return None
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:

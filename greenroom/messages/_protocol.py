@@ -88,13 +88,16 @@ class Decide(msgspec.Struct, Request[AgentTask], frozen=True):
     """A person approves (``approved``) or denies the call a WAITING task waits on:
     PENDING again, the decision kept on the task. ``step``: only if that is the call
     waiting (a decision about a call that was shown must not apply to another). A task
-    not waiting is refused (``InvalidTransition``): a second approval changes nothing."""
+    not waiting is refused (``InvalidTransition``): a second approval changes nothing.
+    ``as_done``: an approval saying the call already happened (done by hand, or by an
+    attempt that died before recording it): its result is recorded, the tool not run."""
 
     task_id: str
     approved: bool
     by: str
     reason: str = ""
     step: str | None = None
+    as_done: bool = False
 
 
 class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):

@@ -41,6 +41,7 @@ from ..messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    Decide,
     TaskLimits,
     TaskStatus,
 )
@@ -535,15 +536,14 @@ class PostgresGraph:
         self._emit(connection, [self._transition_event(TASK_WAITING, task)])
         return task
 
-    def decide(
-        self, connection: Any, task_id: str, *, approved: bool, by: str, reason: str, step: str | None
-    ) -> AgentTask:
+    def decide(self, connection: Any, decision: Decide) -> AgentTask:
         """A person's decision on the call a WAITING task waits on: PENDING again (the row
         locked first: of two decisions at once, on any daemons, the second is refused)."""
+        task_id, approved = decision.task_id, decision.approved
         task = self._locked(connection, task_id)
         if task.status is not TaskStatus.WAITING:
             raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
-        task = decided(task, approved=approved, by=by, reason=reason, step=step, now=self.clock())
+        task = decided(task, decision, self.clock())
         self._write(connection, task)
         self._emit(connection, [self._transition_event(TASK_APPROVED if approved else TASK_DENIED, task)])
         self._notify(connection, {task.type})

@@ -349,10 +349,7 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
     if isinstance(message, Park):
         return await db.run(lambda c: graph.park(c, message.task_id, message.agent_id, message.call))
     if isinstance(message, Decide):
-        return await db.run(
-            lambda c: graph.decide(c, message.task_id, approved=message.approved, by=message.by,
-                                   reason=message.reason, step=message.step)
-        )  # fmt: skip
+        return await db.run(lambda c: graph.decide(c, message))
     if isinstance(message, Submit):
         return await db.run(lambda c: graph.submit(c, message.tasks))
     if isinstance(message, GetTask):

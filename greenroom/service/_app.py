@@ -345,17 +345,22 @@ def create_app(parts: ServiceParts) -> Starlette:
     async def decide_task(request: Request, principal: Principal | None) -> Response:
         """``/approve`` or ``/deny`` a WAITING task's call: who decided is the token's user."""
         raw = await _body(request, parts, required=False)
-        reason, step = "", None
+        reason, step, as_done = "", None, False
+        approved = request.url.path.endswith("/approve")
         if raw is not None:
             if not isinstance(raw, dict):
-                raise ApiError(400, "invalid_input", 'the body must be {"reason": "...", "step": "..."}')
+                shape = '{"reason": "...", "step": "...", "as_done": false}'
+                raise ApiError(400, "invalid_input", f"the body must be {shape}")
             for field in ("reason", "step"):
                 if not isinstance(raw.get(field, ""), str):
                     raise ApiError(400, "invalid_input", f"{field} must be a string", field=field)
+            as_done = raw.get("as_done", False)
+            if not isinstance(as_done, bool) or (as_done and not approved):
+                wanted = "as_done must be true or false, and only on /approve"
+                raise ApiError(400, "invalid_input", wanted, field="as_done", value=as_done)
             reason, step = raw.get("reason", ""), raw.get("step")
-        approved = request.url.path.endswith("/approve")
         by = principal.user if principal is not None else "api"
-        message = Decide(request.path_params["task_id"], approved, by, reason, step)
+        message = Decide(request.path_params["task_id"], approved, by, reason, step, as_done)
         return _json(await supervisor.ask(message, timeout=None))
 
     async def events(request: Request, principal: Principal | None) -> Response:

@@ -152,12 +152,21 @@ class ServiceClient:
         return msgspec.convert(answer, AgentTask)
 
     async def decide(
-        self, task_id: str, *, approved: bool, reason: str = "", step: str | None = None
+        self,
+        task_id: str,
+        *,
+        approved: bool,
+        reason: str = "",
+        step: str | None = None,
+        as_done: bool = False,
     ) -> AgentTask:
-        """Approve or deny the call a WAITING task waits on (as the token's user)."""
+        """Approve or deny the call a WAITING task waits on (as the token's user);
+        ``as_done``: approve it as already done (recorded, not run)."""
         fields: dict[str, Any] = {"reason": reason}
         if step is not None:
             fields["step"] = step
+        if as_done:
+            fields["as_done"] = True
         action = "approve" if approved else "deny"
         answer = await self._call(
             "POST",

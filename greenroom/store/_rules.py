@@ -22,6 +22,7 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Complete,
+    Decide,
     Fail,
     TaskLimits,
     TaskStatus,
@@ -247,13 +248,13 @@ def parked(task: AgentTask, call: dict[str, Any], limits: TaskLimits, now: float
     )  # fmt: skip
 
 
-def decided(
-    task: AgentTask, *, approved: bool, by: str, reason: str, step: str | None, now: float
-) -> AgentTask:
-    """``task`` (WAITING, checked by the store) with a person's decision on the call it
-    waits on: PENDING again, the decision kept under the call's step. ``step``, if given,
-    must be the waiting call's (``InvalidSubmission`` otherwise: a decision about a call
-    that was shown never applies to another)."""
+def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
+    """``task`` (WAITING, checked by the store) with a person's ``decision`` on the call it
+    waits on: PENDING again, the decision kept under the call's step. ``decision.step``,
+    if given, must be the waiting call's (``InvalidSubmission`` otherwise: a decision about
+    a call that was shown never applies to another). ``as_done`` (the person says the call
+    already happened) is an approval: the call's result is recorded, the tool not run."""
+    approved, by, reason, step = decision.approved, decision.by, decision.reason, decision.step
     waiting = task.waiting or {}
     waiting_step = str(waiting.get("step", ""))
     if step is not None and step != waiting_step:
@@ -264,15 +265,20 @@ def decided(
         raise InvalidSubmission(
             task.id, "reason", f"{reason!s:.40}", f"must be at most {MAX_REASON} characters"
         )
-    decision = {
+    if decision.as_done is not False and (decision.as_done is not True or not approved):
+        wanted = "is only for an approval (true or false)"
+        raise InvalidSubmission(task.id, "as_done", decision.as_done, wanted)
+    kept: dict[str, Any] = {
         "approved": bool(approved),
         "by": by,
         "at": now,
         "reason": reason,
         "tool": waiting.get("tool"),
     }
+    if decision.as_done:
+        kept["as_done"] = True
     return replace(
-        task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: decision},
+        task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: kept},
         lease_expires_at=None, updated_at=now,
     )  # fmt: skip
 
@@ -285,7 +291,7 @@ def expired_decision(task: AgentTask, now: float) -> AgentTask:
     """A WAITING task whose call was not decided in time: denied (the model is told)."""
     waited = now - float((task.waiting or {}).get("since", now))
     reason = f"no one decided within {waited:.0f}s"
-    return decided(task, approved=False, by=EXPIRY, reason=reason, step=None, now=now)
+    return decided(task, Decide(task.id, False, EXPIRY, reason), now)
 
 
 def lease_report(task: AgentTask) -> str:

@@ -138,3 +138,25 @@ class ShipAgent(BaseAgent):
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         result = await self._run_phase(user_message=f"ship order {task.id}", tool_names=["ship"])
         return AgentResult(task_id=task.id, outcome="done", notes=result.final_text)
+
+
+class TeamAgent(BaseAgent):
+    """One phase on a team budget named ``research-team`` (each agent object has its own,
+    kept in step by the daemon's ledger through the stored total)."""
+
+    agent_type = "team"
+
+    def __init__(self, name: str | None = None, **options: object) -> None:
+        from greenroom.harness import HarnessSetup, TokenBudget
+        from greenroom.llm import ScriptedModel
+        from greenroom.messages import ChatReply, Usage
+
+        setup = HarnessSetup(
+            ScriptedModel(lambda request: ChatReply(text="found it", usage=Usage(40, 10))),
+            budget=TokenBudget(120, name="research-team"),
+        )
+        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        result = await self._run_phase(user_message=f"look into {task.id}")
+        return AgentResult(task_id=task.id, outcome="done", notes=result.stop_reason)

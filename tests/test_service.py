@@ -22,6 +22,7 @@ from greenroom.daemon import DaemonConfig
 from greenroom.daemon._config import AgentPoolConfig, ChatConfig
 from greenroom.daemon._host import AgentHost
 from greenroom.daemon._service import DaemonService
+from greenroom.embedded import EmbeddedStore
 from greenroom.messages import TaskStatus
 from greenroom.service import ServiceClient, ServiceError, TokenFileError, TokenStore, find_daemon
 
@@ -448,6 +449,43 @@ async def test_chat_spend_and_its_budget_show_in_status(tmp_path: Path) -> None:
     assert chat["cost"] == 0  # the scripted model has no price
 
 
+async def test_the_chat_budget_continues_after_a_restart(tmp_path: Path) -> None:
+    """The chat budget is the stored budget ``chat``: a restarted daemon continues from
+    what was spent, refuses past the limit, and ``greenroom budgets reset chat`` starts a
+    new period."""
+    import subprocess
+    import sys
+
+    async with running(tmp_path, chat=ChatConfig(budget_tokens=10_000)) as daemon:
+        async with daemon.client("alice") as alice:
+            assert (await alice.chat("hello"))["success"]
+        async with daemon.client("root") as root:
+            spent = (await root.status())["chat"]["budget_spent_tokens"]
+    assert spent > 0
+    async with running(tmp_path, chat=ChatConfig(budget_tokens=spent)) as daemon:  # a restart
+        async with daemon.client("root") as root:
+            chat = (await root.status())["chat"]
+        assert chat["llm_calls"] == 0 and chat["budget_spent_tokens"] == spent  # not from zero
+        assert chat["budget_exhausted"] is True
+        async with daemon.client("alice") as alice:
+            assert not (await alice.chat("show my tasks"))["success"]
+
+    def cli(*words: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "greenroom", "budgets", *words, "--data-dir", str(tmp_path)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    listed = await anyio.to_thread.run_sync(cli, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert msgspec.json.decode(listed.stdout)["chat"]["tokens"] == spent
+    bad = await anyio.to_thread.run_sync(cli, "reset", "no such name!")
+    assert bad.returncode == 1 and "budget name must be" in bad.stderr
+    reset = await anyio.to_thread.run_sync(cli, "reset", "chat")
+    assert reset.returncode == 0 and f"it had spent {spent} tokens" in reset.stdout, reset.stderr
+    async with running(tmp_path, chat=ChatConfig(budget_tokens=spent)) as daemon:
+        async with daemon.client("alice") as alice:
+            assert (await alice.chat("hello"))["success"]  # a new period
+
+
 async def test_llm_prices_price_the_servers_models_and_chats_budget_in_money(tmp_path: Path) -> None:
     from greenroom.daemon._config import LLMConfig, PriceConfig
     from greenroom.llm import Price
@@ -499,3 +537,33 @@ async def test_an_answer_sent_before_the_body_is_read_reaches_the_client_and_kee
     assert first == (b"HTTP/1.1 403 " if who else b"HTTP/1.1 401 ") + first[13:]
     assert b"connection: close" not in received.lower()
     assert b"HTTP/1.1 200 " in rest  # the same connection answered the next request
+
+
+async def test_a_team_budget_of_the_agents_continues_after_a_restart(tmp_path: Path) -> None:
+    """An agent's named team budget starts, in a restarted daemon, from what its earlier
+    run spent: two tasks of 50 tokens spend 100 of 120; after the restart one more fits
+    and the one after it finds the budget spent."""
+    from greenroom.messages import AgentTask
+
+    pools = {"team": AgentPoolConfig(agent="crash_agents:TeamAgent", concurrency=1)}
+
+    async def run(ids: list[str]) -> list[str]:
+        async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as ops:
+            for task_id in ids:  # one after another: each admission sees the one before
+                await ops.submit([AgentTask(id=task_id, type="team")])
+
+                async def finished(task_id: str = task_id) -> bool:
+                    return (await ops.get_task(task_id)).status is TaskStatus.COMPLETED
+
+                await eventually(finished, timeout=20)
+            tasks = [await ops.get_task(task_id) for task_id in ids]
+        return [task.result.notes if task.result else "" for task in tasks]
+
+    assert await run(["a", "b"]) == ["done", "done"]
+    async with EmbeddedStore(tmp_path) as store:
+        budgets = store.budget_store()
+        try:
+            assert (await budgets.read())["research-team"].tokens == 100
+        finally:
+            await budgets.aclose()
+    assert await run(["c", "d"]) == ["done", "budget_exhausted"]  # not from zero

@@ -951,3 +951,132 @@ async def test_many_tasks_steps_are_read_in_one_call(backend: Store) -> None:
         assert found["t0"] == await journal.read("t0")
     finally:
         await journal.aclose()
+
+
+# -- named budgets ---------------------------------------------------------------------------
+
+
+async def test_budget_spend_adds_up_and_each_write_answers_the_totals(backend: Store) -> None:
+    from greenroom.store import Spent
+
+    budgets = backend.budget_store()
+    try:
+        first = await budgets.add({"team": Spent(100, 0.5, 1), "chat": Spent(7, 0.0, 1)})
+        assert (first["team"].tokens, first["team"].cost, first["team"].calls) == (100, 0.5, 1)
+        second = await budgets.add({"team": Spent(50, 0.25, 2)})
+        assert list(second) == ["team"]  # the totals of the names written
+        assert (second["team"].tokens, second["team"].cost, second["team"].calls) == (150, 0.75, 3)
+        everything = await budgets.read()
+        assert sorted(everything) == ["chat", "team"] and everything["chat"].tokens == 7
+        assert await budgets.read(["team", "nobody"]) == {"team": everything["team"]}
+        had = await budgets.reset("team")
+        assert had is not None and had.tokens == 150
+        assert await budgets.reset("team") is None
+        assert sorted(await budgets.read()) == ["chat"]
+    finally:
+        await budgets.aclose()
+
+
+async def test_a_bad_budget_name_or_spend_is_refused_by_name_and_nothing_is_added(backend: Store) -> None:
+    from greenroom.store import Spent
+
+    budgets = backend.budget_store()
+    try:
+        await budgets.add({"team": Spent(10, 0.0, 1)})
+        for spends, field in (
+            ({"team": Spent(1, 0.0, 1), "": Spent(1, 0.0, 1)}, "name"),
+            ({"team": Spent(1, 0.0, 1), "a b": Spent(1, 0.0, 1)}, "name"),
+            ({"team": Spent(-5, 0.0, 1)}, "tokens"),
+            ({"team": Spent(1, float("nan"), 1)}, "cost"),
+            ({"team": Spent(1, 0.0, -1)}, "calls"),
+        ):
+            with pytest.raises(InvalidInput) as refused:
+                await budgets.add(spends)
+            assert refused.value.field == field
+        assert (await budgets.read())["team"].tokens == 10  # nothing of a refused batch was added
+        with pytest.raises(InvalidInput):
+            await budgets.reset("no spaces allowed")
+    finally:
+        await budgets.aclose()
+
+
+async def test_budget_writers_at_once_never_lose_each_others_spend(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Two processes' stores (two daemons) adding to one budget together: every increment
+    counts."""
+    from greenroom.store import Spent
+
+    async with (
+        await make_store(store_url, tmp_path / "data") as one,
+        await make_store(store_url, tmp_path / "data") as two,
+    ):
+        writers = [one.budget_store(), two.budget_store()]
+        try:
+
+            async def spend(budgets: Any) -> None:
+                for _ in range(25):
+                    await budgets.add({"team": Spent(3, 0.5, 1), "chat": Spent(1, 0.0, 1)})
+
+            async with anyio.create_task_group() as tg:
+                for budgets in writers:
+                    tg.start_soon(spend, budgets)
+            totals = await writers[0].read()
+            assert (totals["team"].tokens, totals["team"].cost, totals["team"].calls) == (150, 25.0, 50)
+            assert totals["chat"].tokens == 50
+        finally:
+            for budgets in writers:
+                await budgets.aclose()
+
+
+async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """A tracked budget starts from what was spent before (a restart), takes what another
+    daemon spends, is not charged again for a replayed step, and takes an operator's reset."""
+    from greenroom.actors import ActorSystem
+    from greenroom.harness import TokenBudget
+    from greenroom.harness._ledger import BudgetLedgerActor, TrackBudget
+
+    async def spend(budget: TokenBudget, tokens: int) -> None:
+        admission = await budget.admit()
+        assert admission is not None
+        admission.spend(tokens, 0.01)
+
+    data_dir = tmp_path / "data"
+    async with await make_store(store_url, data_dir) as store, ActorSystem() as system:
+        ledger = await system.spawn(lambda: BudgetLedgerActor(store.budget_store()), name="budgets")
+        budget = TokenBudget(1000, name="team")
+        assert (await ledger.ask(TrackBudget(budget))).tokens == 0
+        await spend(budget, 300)
+        await spend(budget, 200)
+        budget.restore(400)  # a replayed step: its spend is in the total already
+        assert budget.spent == 500
+        await ledger.stop()  # what is unwritten is written on stop
+
+    async with (
+        await make_store(store_url, data_dir) as store,
+        await make_store(store_url, data_dir) as other,
+        ActorSystem() as system,
+    ):  # a restart: this daemon, and another on the same store
+        ledger = await system.spawn(
+            lambda: BudgetLedgerActor(store.budget_store(), refresh_every=0.05), name="budgets"
+        )
+        elsewhere = await system.spawn(lambda: BudgetLedgerActor(other.budget_store()), name="elsewhere")
+        again, theirs = TokenBudget(1000, name="team"), TokenBudget(1000, name="team")
+        assert (await ledger.ask(TrackBudget(again))).tokens == 500
+        assert again.spent == 500 and round(again.cost, 6) == 0.02 and again.remaining == 500
+        await elsewhere.ask(TrackBudget(theirs))
+        await spend(theirs, 450)
+        await eventually(lambda: again.spent == 950, timeout=10)  # the other daemon's spend
+        await spend(again, 60)  # past the limit now, on both
+        await eventually(lambda: again.exhausted and theirs.exhausted, timeout=10)
+        assert await again.admit() is None
+        reset = other.budget_store()
+        try:
+            assert (await reset.reset("team")) is not None
+        finally:
+            await reset.aclose()
+        await eventually(lambda: again.spent == 0 and not again.exhausted, timeout=10)  # a new period
+        await ledger.stop()
+        await elsewhere.stop()

@@ -125,6 +125,7 @@ PUBLIC: dict[str, list[str]] = {
         "convert",
     ],
     "store": [
+        "BudgetStore",
         "ChatStore",
         "ConversationNotFound",
         "DuplicateTask",
@@ -132,6 +133,7 @@ PUBLIC: dict[str, list[str]] = {
         "InvalidSubmission",
         "InvalidTransition",
         "NotOwner",
+        "Spent",
         "Step",
         "StepStore",
         "Store",

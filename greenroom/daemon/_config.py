@@ -29,7 +29,7 @@
     [chat]                      # the assistant behind POST /v1/chat
     model = "scripted"          # offline; or a model on the [llm] server
     max_tokens = 1024           # temperature = 0 (spec 002); context_window = N if known
-    budget_tokens = 2000000     # optional: every chat model call of this daemon's run, at most
+    budget_tokens = 2000000     # optional: every chat model call, at most (kept across restarts)
     budget_cost = 5.0           # optional: the same in money (needs the model's [llm.prices])
 
     [tracing]                   # OpenTelemetry: pip install 'greenroom[otel]'
@@ -129,8 +129,10 @@ class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The model's context window in tokens, if known (the history is fitted into it;
     without it, the window is learned from the server's first context-overflow error)."""
     budget_tokens: Annotated[int, msgspec.Meta(ge=1, le=10**15)] | None = None
-    """Tokens every chat model call of this daemon's run may spend together (a request
-    past it is told the allowance is used up); ``None``: unlimited, still counted."""
+    """Tokens every chat model call may spend together (a request past it is told the
+    allowance is used up); ``None``: unlimited, still counted. The spend is the budget
+    ``chat`` in the store: it lasts across restarts and is shared by the daemons of one
+    database; ``greenroom budgets reset chat`` starts a new period."""
     budget_cost: Annotated[float, msgspec.Meta(gt=0, le=10**12)] | None = None
     """The same in money, by the chat model's ``[llm.prices]`` entry (required then)."""
 

@@ -24,6 +24,7 @@ from .._files import resolve_data_dir
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..harness._journal import StepJournalActor
+from ..harness._ledger import BudgetLedgerActor, TrackBudget
 from ..log import LogActor, NarratorCapability
 from ..messages import GraphStats, Stats, StopGranting
 from ..store import Store
@@ -77,6 +78,8 @@ class AgentHost:
         self.log: ActorRef
         self.journal: ActorRef
         """The step journal's writer: every agent's phases are durable (replayed after a crash)."""
+        self.ledger: ActorRef
+        """Keeps every named budget (a team's, the chat's) in step with its stored total."""
         self.models: dict[str, Any] = {}
         """The ``[llm]`` server's clients by model name (closed at shutdown)."""
         self._stopped = False
@@ -118,6 +121,7 @@ class AgentHost:
         )
         log = self.log
         self.journal = await self.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        self.ledger = await self.system.spawn(lambda: BudgetLedgerActor(store.budget_store()), name="budgets")
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
                 store.task_store(
@@ -152,6 +156,16 @@ class AgentHost:
                     name=f"agent:{agent_type}-{index + 1}",
                 )
                 self.agents.append((agent, ref))
+        await self._track_budgets()
+
+    async def _track_budgets(self) -> None:
+        """Every named budget of the agents' setups continues from its stored total."""
+        tracked: set[int] = set()
+        for agent, _ in self.agents:
+            budget = agent.llm.budget if agent.llm is not None else None
+            if budget is not None and budget.name is not None and id(budget) not in tracked:
+                tracked.add(id(budget))
+                await self.ledger.ask(TrackBudget(budget), timeout=None)
 
     def _give_model(self, agent: BaseAgent, agent_type: str) -> None:
         """Put the agent's LLM phases on the ``[llm]`` server's model for its type (one
@@ -257,6 +271,7 @@ class AgentHost:
                 logger.exception("shutdown: the supervisor did not answer Stats")
             await self.supervisor.stop()
             await self.journal.stop()
+            await self.ledger.stop()
             await self.log.stop()
             for model in self.models.values():
                 await model.aclose()

@@ -25,6 +25,7 @@ import msgspec
 from .. import __version__
 from .._files import replace_durably
 from ..harness import TokenBudget
+from ..harness._ledger import TrackBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats
 from ..service import DaemonInfo, Principal, TokenStore, create_app, parse_address
@@ -112,7 +113,9 @@ class DaemonService:
         settings = AgentEngineConfig(
             temperature=chat.temperature, max_tokens=chat.max_tokens, context_window=chat.context_window
         )
-        budget = TokenBudget(chat.budget_tokens, cost_limit=chat.budget_cost)
+        # named: its spend lasts across restarts and is shared by the daemons of a database
+        budget = TokenBudget(chat.budget_tokens, cost_limit=chat.budget_cost, name="chat")
+        await host.ledger.ask(TrackBudget(budget), timeout=None)
         # the scripted model has no price; a [llm.prices] entry prices a server model
         engine = LLMAgentEngine(
             model,
@@ -233,10 +236,13 @@ class DaemonService:
 
 
 def _chat_status(engine: Any) -> dict[str, Any]:
-    """What the chat assistant spent in this daemon's run, against its budget."""
+    """What the chat assistant spent in this daemon's run, and against its budget (the
+    budget ``chat``: what every run and every daemon of the store spent)."""
     budget = engine.budget
     return {
         **engine.spend.as_dict(),
+        "budget_spent_tokens": budget.spent,
+        "budget_spent_cost": round(budget.cost, 6),
         "budget_tokens": budget.limit,
         "budget_cost": budget.cost_limit,
         "budget_exhausted": budget.exhausted,

@@ -23,7 +23,7 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import ChatStore, EventStore, StepStore, TaskStore, UnknownTask
+from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore, UnknownTask
 from ._events import FileEventStore
 from ._graph import TaskGraph
 from ._journal import GraphFiles
@@ -102,6 +102,11 @@ class EmbeddedStore:
         from ._steps import STEPS_DB, SQLiteStepStore
 
         return SQLiteStepStore(self.data_dir / STEPS_DB)
+
+    def budget_store(self) -> BudgetStore:
+        from ._budgets import BUDGETS_DB, SQLiteBudgetStore
+
+        return SQLiteBudgetStore(self.data_dir / BUDGETS_DB)
 
     # -- reading ----------------------------------------------------------------------------
 

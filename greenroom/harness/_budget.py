@@ -20,12 +20,26 @@ the check and the reservation, so concurrent callers cannot race past it.
 
 from __future__ import annotations
 
+import logging
 import math
 from types import TracebackType
 
 import anyio
 
 from .._checks import check_int
+from ..actors import ActorRef, ActorStopped, MailboxFull
+from ..store._budgets import Spent, check_budget_name
+
+logger = logging.getLogger("greenroom.harness")
+
+
+class _WriteSpend:
+    """To the ledger: a tracked budget spent (told once per write, not per call)."""
+
+    __slots__ = ()
+
+
+WRITE_SPEND = _WriteSpend()
 
 
 class Admission:
@@ -72,6 +86,12 @@ class TokenBudget:
     ``cost_limit``: money for them, by the model's price (``greenroom.llm.Price``); either,
     both or neither (``None``: unlimited, still counted). Give the same object to several
     callers — harness actors, the chat engine — for a shared budget.
+
+    ``name``: a budget whose spend lasts — tracked by a ``BudgetLedgerActor`` (a daemon
+    tracks every named budget of its agents, and names its chat budget ``chat``), it
+    continues from what was spent before a restart and shares its total with the other
+    daemons on the same database (see ``_ledger.py``). Without one, a budget lives as long
+    as the object.
     """
 
     def __init__(
@@ -81,7 +101,9 @@ class TokenBudget:
         reserve_per_call: int = 0,
         counts_into: TokenBudget | None = None,
         cost_limit: float | None = None,
+        name: str | None = None,
     ) -> None:
+        self.name = None if name is None else check_budget_name(name)
         self.limit = None if limit is None else check_int("TokenBudget", "limit", limit, minimum=0)
         self.cost_limit = _check_cost(cost_limit)
         self.reserve_per_call = check_int("TokenBudget", "reserve_per_call", reserve_per_call, minimum=0)
@@ -98,6 +120,9 @@ class TokenBudget:
         self._reserved = 0
         self._reserved_cost = 0.0
         self._changed: anyio.Event | None = None
+        self._ledger: ActorRef | None = None
+        self._unwritten = Spent()
+        self._wrote_since_wake = True
 
     def check_priced(self, where: str, price: object) -> None:
         """Refuse (``ValueError``) to count calls without a price against a cost limit:
@@ -177,7 +202,10 @@ class TokenBudget:
         """Count what a step replayed from a journal spent when it was recorded (an
         earlier attempt, perhaps in a process that died): the limit holds across a crash,
         and nothing is charged twice — the step is not asked again. Not added to
-        ``counts_into`` (a running total of what this process spent)."""
+        ``counts_into`` (a running total of what this process spent). A tracked budget
+        (``name``, in a ledger) takes nothing: its stored total has the step already."""
+        if self._ledger is not None:
+            return
         self.spent += tokens
         self.cost += cost
         changed, self._changed = self._changed, None
@@ -199,6 +227,47 @@ class TokenBudget:
                 total.spent += tokens
                 total.cost += cost
                 total.calls += 1
+            if self._ledger is not None:
+                self._owe(tokens, cost)
+        self._wake()
+
+    def _wake(self) -> None:
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()
+
+    # -- the ledger's side (``_ledger.py``) -------------------------------------------------
+
+    def _track(self, ledger: ActorRef, total: Spent) -> None:
+        self._ledger = ledger
+        self._synced(total)
+
+    def _owe(self, tokens: int, cost: float) -> None:
+        owed = self._unwritten
+        self._unwritten = Spent(owed.tokens + tokens, owed.cost + cost, owed.calls + 1)
+        if self._wrote_since_wake:
+            self._wrote_since_wake = False
+            ledger = self._ledger
+            assert ledger is not None
+            try:
+                ledger.tell(WRITE_SPEND)
+            except (MailboxFull, ActorStopped) as error:  # kept: the ledger's next write takes it
+                self._wrote_since_wake = True
+                logger.warning("budget %r: the ledger was not told of new spend: %s", self.name, error)
+
+    def _take_unwritten(self) -> Spent:
+        taken, self._unwritten = self._unwritten, Spent()
+        self._wrote_since_wake = True
+        return taken
+
+    def _give_back(self, spent: Spent) -> None:
+        owed = self._unwritten
+        self._unwritten = Spent(owed.tokens + spent.tokens, owed.cost + spent.cost, owed.calls + spent.calls)
+
+    def _synced(self, total: Spent) -> None:
+        """The stored total (every daemon's spend) plus what this one has not written."""
+        owed = self._unwritten
+        self.spent = total.tokens + owed.tokens
+        self.cost = total.cost + owed.cost
+        self.calls = max(self.calls, total.calls + owed.calls)
+        self._wake()

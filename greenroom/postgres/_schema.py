@@ -108,6 +108,15 @@ MIGRATIONS: list[list[str]] = [
             UNIQUE (task_id, key, kind)
         )""",
     ],
+    [  # 5: what each named budget spent, across restarts and daemons
+        """CREATE TABLE gr_budgets (
+            name text PRIMARY KEY,
+            tokens bigint NOT NULL,
+            cost double precision NOT NULL,
+            calls bigint NOT NULL,
+            updated_at double precision NOT NULL
+        )""",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -25,7 +25,8 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import ChatStore, EventStore, StepStore, TaskStore
+from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore
+from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, tail_events
@@ -130,6 +131,9 @@ class PostgresStore:
 
     def step_store(self) -> StepStore:
         return PostgresStepStore(self.db)
+
+    def budget_store(self) -> BudgetStore:
+        return PostgresBudgetStore(self.db)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@
 - Its parts, one interface per capability, each owned by the layer that uses it:
   :class:`TaskStore` (the supervisor actor's), :class:`EventStore` (the log actor's),
   :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
-  agent work: :class:`Step`).
+  agent work: :class:`Step`), :class:`BudgetStore` (what each named budget spent:
+  :class:`Spent`).
 - The task rules (:func:`check_submission`, the reasons a task carries, the payloads of
   its events) and refusals (:class:`TaskGraphError` and its kinds), the same on every
   backend.
@@ -15,6 +16,7 @@ A third backend implements :class:`Store` and its parts, obeys the rules, and pa
 the contract suite (``tests/test_store_contract.py``); nothing else changes.
 """
 
+from ._budgets import BudgetStore, Spent
 from ._chat import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from ._errors import (
     DuplicateTask,
@@ -30,6 +32,7 @@ from ._store import Store
 from ._tasks import TaskStore
 
 __all__ = [
+    "BudgetStore",
     "ChatStore",
     "ConversationNotFound",
     "DuplicateTask",
@@ -37,6 +40,7 @@ __all__ = [
     "InvalidSubmission",
     "InvalidTransition",
     "NotOwner",
+    "Spent",
     "Step",
     "StepStore",
     "Store",

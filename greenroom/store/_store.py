@@ -16,6 +16,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ._budgets import BudgetStore
 from ._chat import ChatStore
 from ._events import EventStore
 from ._steps import StepStore
@@ -70,6 +71,10 @@ class Store(Protocol):
     def step_store(self) -> StepStore:
         """The step journal of durable agent work (a new one each call, as the chat store:
         its user closes it with ``aclose``)."""
+        ...
+
+    def budget_store(self) -> BudgetStore:
+        """What each named budget spent (a new one each call: its user closes it)."""
         ...
 
     def events(

@@ -1,0 +1,128 @@
+"""``BudgetLedgerActor``: named budgets whose spend lasts — across restarts, and across
+the daemons of a fleet sharing one database.
+
+Give a :class:`TokenBudget` a ``name`` and ask the ledger to ``TrackBudget`` it: the
+budget starts from the total the store holds for that name (not from zero), and from then
+on each call it admits adds its spend to that total. The ledger writes in batches: a call
+that spends wakes it, and it adds everything spent since its last write in one
+transaction, whenever its mailbox is empty. The store answers each write with the new
+totals — what every daemon spent — and the budget takes them as its own, so a fleet
+shares one limit (each daemon may overshoot it by the calls it has in flight), and an
+operator's ``greenroom budgets reset NAME`` reaches running daemons. While nothing is
+spent, the ledger reads the totals every ``refresh_every`` seconds.
+
+A tracked budget is not charged again by a replayed step (``TokenBudget.restore`` does
+nothing for it): what the step spent is in the total already. What a SIGKILL can lose is
+the spend of calls that finished after the ledger's last write (milliseconds of work).
+
+Messages sent before ``stop()`` are handled; the spend not yet written is written on stop.
+Messages sent after are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._request import Request
+from ..actors import Actor
+from ..store import BudgetStore, Spent
+from ._budget import WRITE_SPEND, TokenBudget
+
+logger = logging.getLogger("greenroom.harness")
+
+
+class TrackBudget(Request[Spent]):
+    """Make ``budget`` (it has a ``name``) durable: it continues from its stored total,
+    answered. A second budget of the same name shares the total (both are kept in step)."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self, budget: TokenBudget) -> None:
+        self.budget = budget
+
+
+class _Refresh:
+    __slots__ = ()
+
+
+_REFRESH = _Refresh()
+
+
+class BudgetLedgerActor(Actor):
+    """Keeps the named budgets of one process in step with ``store`` (a ``BudgetStore``)."""
+
+    def __init__(self, store: BudgetStore, *, refresh_every: float = 5.0) -> None:
+        self.store = store
+        self.refresh_every = refresh_every
+        self.budgets: dict[str, list[TokenBudget]] = {}
+        self._dirty = False
+        self.writes = 0
+
+    async def on_start(self) -> None:
+        self.context.schedule_repeatedly(self.refresh_every, _REFRESH)
+
+    async def receive(self, message: Any) -> Any:
+        if message is WRITE_SPEND:
+            self._dirty = True
+        elif message is _REFRESH:
+            if not self._dirty:
+                await self._refresh()
+        elif isinstance(message, TrackBudget):
+            return await self._track(message.budget)
+        else:
+            raise TypeError(f"BudgetLedgerActor does not handle {type(message).__name__} messages")
+        if self._dirty and self.context.queued == 0:
+            await self._write()
+        return None
+
+    async def _track(self, budget: TokenBudget) -> Spent:
+        name = budget.name
+        if name is None:
+            raise ValueError("TrackBudget: only a budget with a name can be tracked")
+        await self._write()  # the total includes what the budgets of this name spent so far
+        total = (await self.store.read([name])).get(name, Spent())
+        same = self.budgets.setdefault(name, [])
+        if budget not in same:
+            same.append(budget)
+        budget._track(self.context.ref, total)
+        return total
+
+    async def _write(self) -> None:
+        self._dirty = False
+        spends: dict[str, Spent] = {}
+        taken: list[tuple[TokenBudget, Spent]] = []
+        for name, budgets in self.budgets.items():
+            tokens, cost, calls = 0, 0.0, 0
+            for budget in budgets:
+                spent = budget._take_unwritten()
+                taken.append((budget, spent))
+                tokens, cost, calls = tokens + spent.tokens, cost + spent.cost, calls + spent.calls
+            if tokens or cost or calls:
+                spends[name] = Spent(tokens, cost, calls)
+        if not spends:
+            return
+        try:
+            totals = await self.store.add(spends)
+        except BaseException:
+            for budget, spent in taken:  # not written: written by the next write instead
+                budget._give_back(spent)
+            raise
+        self.writes += 1
+        self._apply(totals)
+
+    async def _refresh(self) -> None:
+        if self.budgets:
+            totals = await self.store.read(list(self.budgets))
+            self._apply({name: totals.get(name, Spent()) for name in self.budgets})
+
+    def _apply(self, totals: dict[str, Spent]) -> None:
+        for name, total in totals.items():
+            for budget in self.budgets.get(name, ()):
+                budget._synced(total)
+
+    async def on_stop(self) -> None:
+        try:
+            await self._write()
+        finally:
+            await self.store.aclose()

@@ -76,35 +76,6 @@ def _append(path: str, line: str) -> None:
         os.close(fd)
 
 
-class DurableAgent(BaseAgent):
-    """Two phases, each a tool call and an answer, on the daemon's ``[llm]`` model."""
-
-    agent_type = "durable"
-
-    def __init__(self, name: str | None = None, **options: object) -> None:
-        from greenroom.harness import HarnessSetup, RiskLevel, Sandbox, Tool
-        from greenroom.llm import ScriptedModel
-
-        setup = HarnessSetup(
-            ScriptedModel(["unused: the daemon's [llm] model replaces it"]),
-            tools=[Tool("note", _note, risk=RiskLevel.WRITES)],
-            sandbox=Sandbox(max_risk=RiskLevel.WRITES),
-        )
-        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
-
-    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
-        answers = []
-        for phase in range(2):
-            result = await self._run_phase(
-                user_message=f"task {task.id} phase {phase}",
-                tool_names=["note"],
-                max_iterations=4,
-                context_label=f"phase{phase}",
-            )
-            answers.append(result.final_text)
-        return AgentResult(task_id=task.id, outcome="done", artifacts={"answers": answers})
-
-
 def _ship(order: str) -> str:
     """Not idempotent, no key: each run is one line in ``$GREENROOM_TEST_ACKS``."""
     _record(f"shipped {order}")
@@ -160,3 +131,41 @@ class TeamAgent(BaseAgent):
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         result = await self._run_phase(user_message=f"look into {task.id}")
         return AgentResult(task_id=task.id, outcome="done", notes=result.stop_reason)
+
+
+def _append_line(line: str) -> str:
+    """Not idempotent, no key: each run appends ``line`` to ``$GREENROOM_TEST_EFFECTS``."""
+    _append(os.environ["GREENROOM_TEST_EFFECTS"], line)
+    return "appended"
+
+
+class StormAgent(BaseAgent):
+    """Three phases on the daemon's ``[llm]`` model, each a reply asking two tool calls
+    (``append``: no idempotency key; ``note``: takes one) and an answer."""
+
+    agent_type = "storm"
+
+    def __init__(self, name: str | None = None, **options: object) -> None:
+        from greenroom.harness import HarnessSetup, RiskLevel, Sandbox, Tool
+        from greenroom.llm import ScriptedModel
+
+        setup = HarnessSetup(
+            ScriptedModel(["unused: the daemon's [llm] model replaces it"]),
+            tools=[
+                Tool("append", _append_line, risk=RiskLevel.WRITES),
+                Tool("note", _note, risk=RiskLevel.WRITES),
+            ],
+            sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+        )
+        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        answers = []
+        for phase in range(3):
+            result = await self._run_phase(
+                user_message=f"task {task.id} phase {phase}",
+                max_iterations=4,
+                context_label=f"phase{phase}",
+            )
+            answers.append(result.final_text)
+        return AgentResult(task_id=task.id, outcome="done", artifacts={"answers": answers})

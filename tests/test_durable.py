@@ -3,7 +3,7 @@ reply and tool result before acting on it, and a later attempt replays them — 
 stores, on both event loops.
 
 The model is a scripted one that counts what it is asked; the tools count their runs.
-A real process killed with SIGKILL is in ``test_a_killed_daemon_resumes_without_asking_again``.
+Real processes killed with SIGKILL are in ``test_crash_storm.py``.
 """
 
 from __future__ import annotations
@@ -196,8 +196,9 @@ async def test_a_tool_that_may_have_run_is_not_run_again_blindly(
 ) -> None:
     """Begun, no result: a tool that changes things and takes no idempotency key is not
     run again blindly — the task waits for a person to say whether to (yes: it runs once
-    more; done: it is recorded as done, not run; no: that is its result); one that takes a key runs with the same key a first
-    attempt would have had; a read-only one simply runs."""
+    more; done: it is recorded as done, not run; no: that is its result); one that takes
+    a key runs with the same key a first attempt would have had; a read-only one simply
+    runs."""
     async with journal_on(store_url, tmp_path / "data") as (system, writer):
         await _crashed_mid_tool(writer)
         effects = Effects()
@@ -244,136 +245,6 @@ async def test_a_tool_that_may_have_run_is_not_run_again_blindly(
         await harness.aclose()
         assert effects.ran == [("note", "t1/p0/main/m0/t0"), ("look", "sky")]
         assert len(model.requests) == 1 and result.stop_reason == "done"  # only the second turn was asked
-
-
-# -- a real daemon, killed -----------------------------------------------------------------
-
-
-class CountingModel:
-    """An OpenAI-compatible server on 127.0.0.1 that answers by rule and counts what it is
-    asked per step: (the phase's user message, the number of messages so far)."""
-
-    def __init__(self) -> None:
-        import threading
-        from collections import Counter
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        self.asked: Counter[tuple[str, int]] = Counter()
-        self.changed = threading.Condition()
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                import json
-                import time
-
-                from _chat_server import completion
-
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                messages = body["messages"]
-                user = next(m["content"] for m in messages if m["role"] == "user")
-                with model.changed:
-                    model.asked[(user, len(messages))] += 1
-                    model.changed.notify_all()
-                time.sleep(0.01)  # a kill can land while a request is out
-                if messages[-1]["role"] == "tool":
-                    answer = completion(f"{user}: {messages[-1]['content']}")
-                else:
-                    answer = completion(tool_calls=[("c1", "note", json.dumps({"text": user}))])
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client killed mid-request: nothing to report
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def wait_for(self, requests: int, timeout: float) -> None:
-        """Until ``requests`` requests in all have arrived (or ``timeout`` seconds)."""
-        with self.changed:
-            self.changed.wait_for(lambda: sum(self.asked.values()) >= requests, timeout)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.mark.timeout(240)
-def test_a_killed_daemon_resumes_without_asking_again(store_url: str | None, tmp_path: Path) -> None:
-    """Daemons SIGKILLed while 60 durable tasks run, then one run to the end, on the files
-    and on PostgreSQL: every task completes; a step the journal holds is never asked of
-    the model again (beyond one request per agent in flight at each kill); a tool's effect
-    happens once per call."""
-    import json
-    import random
-    import signal
-    import subprocess
-    import sys
-
-    from test_daemon import _env, greenroom
-
-    data_dir = tmp_path / "data"
-    calls, effects = tmp_path / "calls.log", tmp_path / "effects.log"
-    model = CountingModel()
-    config = tmp_path / "durable.toml"
-    config.write_text(
-        f'lease_seconds = 5\nshutdown_grace = 5\n\n[llm]\nbase_url = "{model.url}"\nmodel = "m"\n'
-        "timeout = 10\nmax_retries = 0\n\n"
-        '[agents.durable]\nagent = "crash_agents:DurableAgent"\nconcurrency = 4\nmodel = "m"\n'
-    )
-    tasks = tmp_path / "tasks.json"
-    tasks.write_text(str([{"id": f"d{i:02}", "type": "durable"} for i in range(60)]).replace("'", '"'))
-    store = ["--store", store_url] if store_url else []
-    if store_url:  # the schema, as an operator creates it
-        upgraded = subprocess.run([sys.executable, "-m", "greenroom", "db", "upgrade", *store], timeout=60)
-        assert upgraded.returncode == 0
-    assert greenroom("tasks", "add", "--file", str(tasks), *store, data_dir=data_dir).returncode == 0
-    env = {**_env(data_dir), "GREENROOM_TEST_CALLS": str(calls), "GREENROOM_TEST_EFFECTS": str(effects)}
-    command = [sys.executable, "-m", "greenroom", "run", "--config", str(config), "--quiet", "--no-api",
-               "--data-dir", str(data_dir), *store]  # fmt: skip
-    kills = 0
-    rng = random.Random(24)
-    try:
-        for _ in range(4):
-            before = sum(model.asked.values())
-            with (tmp_path / f"run{kills}.err").open("w") as err:
-                process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
-            model.wait_for(before + rng.randint(5, 25), timeout=60)
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
-            kills += 1
-        done = subprocess.run(
-            [*command, "--until-idle"], env=env, capture_output=True, text=True, timeout=150
-        )
-    finally:
-        model.close()
-    assert done.returncode == 0, done.stderr
-    listed = greenroom("tasks", "list", "--json", *store, data_dir=data_dir)
-    stored = [task for task in json.loads(listed.stdout)]
-    failed = {task["id"]: task.get("error") for task in stored if task["status"] != "COMPLETED"}
-    assert len(stored) == 60 and failed == {}, done.stderr[-3000:]
-    steps = 60 * 2 * 2  # two phases, each a tool-call reply and an answer
-    assert len(model.asked) == steps
-    asked_again = sum(count - 1 for count in model.asked.values())
-    assert asked_again <= kills * 4, f"{asked_again} repeated requests after {kills} kills of 4 agents"
-    keys = [line.split(" ", 1)[0] for line in effects.read_text().splitlines()]
-    assert len(keys) == len(set(keys)) == 60 * 2  # one effect per tool call, never twice
-    invoked = [line.split(" ", 1)[0] for line in calls.read_text().splitlines()]
-    assert len(invoked) - len(set(invoked)) <= kills * 4  # a call in flight at a kill may run again
-    assert all(key.startswith("d") and "/p" in key for key in keys)
 
 
 # -- approvals -----------------------------------------------------------------------------

@@ -299,10 +299,10 @@ async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg
         assert [agent for agent, _ in rows] == ["a", "b", "c", "d"]  # logged in the agents' order
         assert len({xid for _, xid in rows[:3]}) == 1  # one transaction for the three
 
-        # suspects (running when their process died): at most one per statement, and none
-        # while another is in progress anywhere
+        # suspects (running at two deaths of their process): at most one per statement, and
+        # none while another is in progress anywhere
         await db.run(lambda c: graph.submit(c, [task("s1"), task("s2"), task("s3")]))
-        await db.run(lambda c: c.execute("UPDATE gr_tasks SET crashes = 1 WHERE id LIKE 's%'"))
+        await db.run(lambda c: c.execute("UPDATE gr_tasks SET crashes = 2 WHERE id LIKE 's%'"))
         first = await db.run(lambda c: graph.claim_many(c, ["x", "y", "z"], "w", 30.0), single=True)
         assert sum(t is not None for t in first) == 1 and first[0] is not None
         assert await db.run(lambda c: graph.claim_many(c, ["y", "z"], "w", 30.0), single=True) == [None, None]

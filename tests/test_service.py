@@ -481,9 +481,11 @@ async def test_the_chat_budget_continues_after_a_restart(tmp_path: Path) -> None
     assert bad.returncode == 1 and "budget name must be" in bad.stderr
     reset = await anyio.to_thread.run_sync(cli, "reset", "chat")
     assert reset.returncode == 0 and f"it had spent {spent} tokens" in reset.stdout, reset.stderr
-    async with running(tmp_path, chat=ChatConfig(budget_tokens=spent)) as daemon:
-        async with daemon.client("alice") as alice:
-            assert (await alice.chat("hello"))["success"]  # a new period
+    async with (
+        running(tmp_path, chat=ChatConfig(budget_tokens=spent)) as daemon,
+        daemon.client("alice") as alice,
+    ):
+        assert (await alice.chat("hello"))["success"]  # a new period
 
 
 async def test_llm_prices_price_the_servers_models_and_chats_budget_in_money(tmp_path: Path) -> None:

@@ -552,7 +552,7 @@ async def test_a_dead_process_s_task_is_requeued_uncharged_and_a_poison_task_is_
     again, the attempt refunded and the death counted in ``crashes``; a task running each
     time its process died (``max_crashes``) is FAILED as a poison task, with the reason.
     ("Processes" here are instances of one node: ``node-1:<n>``.)"""
-    limits = TaskLimits(max_crashes=3)
+    limits = TaskLimits(max_crashes=3, isolate_after_crashes=1)
     async with open_node(backend, limits=limits, instance="node-1:1") as node:
         await node.supervisor.ask(Submit([task("poison"), task("done"), task("innocent")]))
         for agent in ("a@node-1:1", "b@node-1:1", "c@node-1:1"):
@@ -583,6 +583,34 @@ async def test_a_dead_process_s_task_is_requeued_uncharged_and_a_poison_task_is_
     assert poison.error is not None and "died while running it 3 times (max_crashes)" in poison.error.reason
     assert finished.status is TaskStatus.COMPLETED and finished.crashes == 0
     assert (innocent.status, innocent.attempt, innocent.crashes) == (TaskStatus.COMPLETED, 1, 1)
+
+
+async def test_after_one_death_its_tasks_run_side_by_side_and_after_two_one_at_a_time(
+    backend: Store,
+) -> None:
+    """One death does not say which task in flight caused it (a restart, a host's OOM
+    kill): those tasks run again at full concurrency. A task running at a second death
+    (``isolate_after_crashes``, default 2) is a suspect: one at a time."""
+    async with open_node(backend, instance="node-1:1") as node:
+        await node.supervisor.ask(Submit([task("a"), task("b"), task("c")]))
+        for agent in ("x@node-1:1", "y@node-1:1"):
+            await node.supervisor.ask(Claim(agent, "w"))
+    async with open_node(backend, instance="node-1:2") as node:
+        granted = [await node.supervisor.ask(Claim(f"{agent}@node-1:2", "w")) for agent in "xyz"]
+        assert sorted(g.task.id for g in granted if isinstance(g, Granted)) == ["a", "b", "c"]
+        assert {g.task.id: g.task.crashes for g in granted if isinstance(g, Granted)} == {
+            "a": 1,
+            "b": 1,
+            "c": 0,
+        }
+        await node.supervisor.ask(Complete("c", "z@node-1:2", done("c")))
+    async with open_node(backend, instance="node-1:3") as node:
+        first = await node.supervisor.ask(Claim("x@node-1:3", "w"))
+        assert isinstance(first, Granted) and first.task.crashes == 2
+        assert await node.supervisor.ask(Claim("y@node-1:3", "w")) == NoWork()  # one suspect at a time
+        await node.supervisor.ask(Complete(first.task.id, "x@node-1:3", done(first.task.id)))
+        second = await node.supervisor.ask(Claim("y@node-1:3", "w"))
+        assert isinstance(second, Granted) and {first.task.id, second.task.id} == {"a", "b"}
 
 
 # -- events of the task graph ---------------------------------------------------------------

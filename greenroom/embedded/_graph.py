@@ -73,8 +73,9 @@ class TaskGraph:
         self.tasks: dict[str, AgentTask] = {}
         self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         self._suspects: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
-        """Runnable tasks that were running when their process died, by type: granted one
-        at a time (``_suspect_running``), before other tasks of their type."""
+        """Runnable tasks that were running when their process died (``isolate_after_crashes``
+        times), by type: granted one at a time (``_suspect_running``), after the other
+        tasks of their priority."""
         self._suspect_running: str | None = None
         self._unmet: dict[str, int] = {}
         self._dependents: defaultdict[str, list[str]] = defaultdict(list)
@@ -99,7 +100,7 @@ class TaskGraph:
             elif task.status is IN_PROGRESS:
                 expires = task.lease_expires_at if task.lease_expires_at is not None else now + lease
                 self._leases[task.id] = expires
-                if task.crashes:
+                if task.crashes >= self.limits.isolate_after_crashes:
                     self._suspect_running = task.id
         self._changes.clear()
         self._events.clear()
@@ -166,7 +167,7 @@ class TaskGraph:
 
     def _make_runnable(self, task: AgentTask) -> None:
         self._unmet.pop(task.id, None)
-        if task.crashes:  # spread: suspects in a random order, so the same ones are not always first
+        if task.crashes >= self.limits.isolate_after_crashes:  # in a random order: not always the same first
             heapq.heappush(self._suspects[task.type], (-task.priority, _random_rank(), task.id))
         else:
             heapq.heappush(self._ready[task.type], (-task.priority, task.order, task.id))
@@ -204,7 +205,7 @@ class TaskGraph:
 
     def claim(self, agent_id: str, agent_type: str, now: float, lease: float) -> AgentTask | None:
         """Grant the best runnable task of ``agent_type`` to ``agent_id``, or ``None``.
-        A suspect (a task that was running when its process died) waits behind the other
+        A suspect (a task running at ``isolate_after_crashes`` deaths of its process) waits behind the other
         tasks of its priority, and runs only while no other suspect does."""
         ready = self._ready.get(agent_type)
         tasks = self.tasks

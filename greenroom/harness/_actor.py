@@ -190,6 +190,7 @@ class HarnessActor(Actor):
         self._specs: dict[str, ToolSpec] = {name: tool.spec() for name, tool in self.tools.items()}
         self.journal = journal
         """The task's step journal (durable phases), or ``None``: nothing is recorded."""
+        self._reported = (0, 0)  # the journal's counts at the last phase event
 
     interruptible = True
 
@@ -536,6 +537,11 @@ class HarnessActor(Actor):
             "total_tokens": self.spend.total_tokens,
             "cost": round(self.spend.cost, 6),
         }
+        journal = self.journal
+        if journal is not None:  # how much of the phase came from the journal: a replay shows
+            payload["replayed"] = journal.replayed - self._reported[0]
+            payload["recorded"] = journal.recorded - self._reported[1]
+            self._reported = (journal.replayed, journal.recorded)
         append = Append(type=HARNESS_PHASE, payload=payload, task_id=self.task_id, agent_id=self.agent_id)
         if self._unsent:  # keep their order
             self._unsent.append(append)

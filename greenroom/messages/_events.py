@@ -23,7 +23,8 @@ TASK_DENIED = "TASK_DENIED"
 """A person decided a waiting call (who and when in the payload); the task is PENDING again."""
 NARRATION = "NARRATION"
 HARNESS_PHASE = "HARNESS_PHASE"
-"""One bounded phase of a harness actor ended (internal)."""
+"""One bounded phase of a harness actor ended (internal). A durable phase says how many
+of its steps were ``replayed`` from the journal and how many it ``recorded``."""
 
 AGENT_EVENTS = frozenset({AGENT_UPDATE, AGENT_RESULT})
 """Event types that agents emit; the log actor forces them to ``visibility="internal"``."""

@@ -106,9 +106,13 @@ class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """An agent's result, as JSON. Larger: the attempt fails (not retried), saying so."""
     max_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
     """A task running each time its process died this many times is failed as a poison
-    task. Until then such a task is a suspect: re-queued without being charged an attempt,
-    and run with no other suspect in progress, so an innocent task that happened to run
-    beside a poison one is not blamed for its crashes."""
+    task. Until then it is re-queued without being charged an attempt."""
+    isolate_after_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 2
+    """A task running each time its process died this many times is a suspect: it runs
+    with no other suspect in progress, so an innocent task that happened to run beside a
+    poison one is not blamed for its crashes. One death says nothing about which of the
+    tasks in flight caused it (a restart, an OOM kill of the host): those run again at
+    full concurrency; a poison task dies again, and is isolated then."""
     max_error_chars: Annotated[int, msgspec.Meta(ge=80, le=1 << 20)] = 2000
     """A failure's reason is cut to this many characters (marked as cut) before it is
     stored or logged."""

@@ -249,7 +249,7 @@ class PostgresGraph:
         order (the first agent gets the best task), each logged as ``TASK_CLAIMED``.
         Returns each agent's task, ``None`` for the agents left without one.
 
-        Fresh work first; a suspect (a task that was running when its process died) only
+        Fresh work first; a suspect (running at ``isolate_after_crashes`` deaths of its process) only
         when no fresh one is left, in a random order, at most one per statement, and only
         while no other suspect is in progress anywhere (checked under an advisory lock, so
         two claimers cannot both take one): the tasks beside a poison task are not blamed
@@ -262,14 +262,15 @@ class PostgresGraph:
                     SELECT agent, k FROM unnest(%(agents)s::text[]) WITH ORDINALITY AS w(agent, k)),
                 fresh AS (
                     SELECT id, priority, ord FROM gr_tasks
-                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes = 0
+                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes < %(isolate)s
                     ORDER BY priority DESC, ord LIMIT %(n)s FOR UPDATE SKIP LOCKED),
                 suspect AS (
                     SELECT id, priority, ord FROM gr_tasks
-                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes > 0
+                    WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes >= %(isolate)s
                         AND (SELECT count(*) FROM fresh) < %(n)s
                         AND pg_try_advisory_xact_lock(%(suspects)s)
-                        AND NOT EXISTS (SELECT 1 FROM gr_tasks WHERE status = 'IN_PROGRESS' AND crashes > 0)
+                        AND NOT EXISTS (SELECT 1 FROM gr_tasks
+                                        WHERE status = 'IN_PROGRESS' AND crashes >= %(isolate)s)
                     ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED),
                 picked AS (
                     SELECT id, row_number() OVER (ORDER BY suspect, priority DESC, ord) AS k
@@ -294,6 +295,7 @@ class PostgresGraph:
                 "expires": now + lease,
                 "now": now,
                 "suspects": SUSPECTS_LOCK,
+                "isolate": self.limits.isolate_after_crashes,
             },
         ).fetchall()
         tasks: list[AgentTask | None] = [None] * len(agent_ids)

@@ -687,13 +687,16 @@ def _wait_until(done: Callable[[], bool], deadline: float, why: Callable[[], str
         time.sleep(0.1)
 
 
-def _daemon(url: str, config: Path, data_dir: Path, acks: Path) -> subprocess.Popen[str]:
-    """A daemon whose stderr goes to ``<data_dir>.err`` (read when a check fails)."""
+def _daemon(
+    url: str, config: Path, data_dir: Path, acks: Path, *, api: bool = False
+) -> subprocess.Popen[str]:
+    """A daemon whose stderr goes to ``<data_dir>.err`` (read when a check fails); with
+    ``api``, serving its HTTP API on a free port of 127.0.0.1."""
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{data_dir}.err", "a") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "greenroom", "run", "--store", url, "--config", str(config), "--no-api",
-             "--quiet", "--data-dir", str(data_dir)],
+            [sys.executable, "-m", "greenroom", "run", "--store", url, "--config", str(config),
+             *([] if api else ["--no-api"]), "--quiet", "--data-dir", str(data_dir)],
             stdout=subprocess.DEVNULL, stderr=err, text=True,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_TEST_ACKS": str(acks)},
         )  # fmt: skip
@@ -955,33 +958,45 @@ def test_greenroom_chat_keeps_its_tasks_in_the_shared_database_with_store(
     assert anyio.run(listed) == ["buy milk"]
 
 
-@pytest.mark.timeout(300)
-def test_approvals_on_two_daemons_run_each_approved_call_at_most_once(
+@pytest.mark.timeout(400)
+def test_a_hundred_approvals_through_the_cli_and_the_api_run_each_approved_call_once(
     pg_server: Any, pg_url: str, tmp_path: Path
 ) -> None:
-    """Twenty-four tasks wait for approval on two daemons sharing one database; half are
-    approved (some twice at once), half denied, from the command line with no daemon of
-    its own, while one daemon is SIGKILLed and restarted between approval and execution.
-    Every task completes; a denied call never ran, an approved one ran at most once (a
-    call the kill cut short is not run again: it comes back as a question, answered no)."""
+    """A hundred tasks wait for approval on two daemons sharing one database, and survive
+    a restart of one of them. Then, all at once: approvals and denials through the API of
+    one daemon and through the command line (with no daemon of its own, or through the
+    other daemon's API); some tasks decided twice at the same moment (one decision counts,
+    the other is refused); one daemon SIGKILLed between approvals and their execution.
+    A call a kill cut short comes back as the question "it may have run"; the operator
+    answers by the record (``--as-done`` if it shipped, else ``approve``). In the end every
+    approved call ran exactly once and no denied call ran."""
     import collections
+    import concurrent.futures
 
+    import httpx2
     import psycopg
 
-    _seed_nothing = subprocess.run([sys.executable, "-m", "greenroom", "db", "upgrade", "--store", pg_url],
-                                   capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert _seed_nothing.returncode == 0, _seed_nothing.stderr
+    count_tasks = 100
+    upgraded = _cli("db", "upgrade", "--store", pg_url)
+    assert upgraded.returncode == 0, upgraded.stderr
     tasks = tmp_path / "ship.json"
-    tasks.write_text(json.dumps([{"id": f"o{i:02}", "type": "ship"} for i in range(24)]))
+    tasks.write_text(json.dumps([{"id": f"o{i:03}", "type": "ship"} for i in range(count_tasks)]))
     added = _cli("tasks", "add", "--file", str(tasks), "--store", pg_url, "--data-dir", str(tmp_path / "cli"))
     assert added.returncode == 0, added.stderr
     config = tmp_path / "ship.toml"
     config.write_text(
         "lease_seconds = 5\nshutdown_grace = 5\n\n"
-        '[agents.ship]\nagent = "crash_agents:ShipAgent"\nconcurrency = 4\n'
+        '[agents.ship]\nagent = "crash_agents:ShipAgent"\nconcurrency = 8\n'
     )
     acks = tmp_path / "acks.log"
-    daemons = [_daemon(pg_url, config, tmp_path / f"node{n}", acks) for n in range(2)]
+    api_dir = tmp_path / "node1"
+    token = _cli(
+        "tokens", "add", "--user", "ops", "--scope", "tasks", "--data-dir", str(api_dir)
+    ).stdout.strip()
+    daemons = [
+        _daemon(pg_url, config, tmp_path / "node0", acks),
+        _daemon(pg_url, config, api_dir, acks, api=True),
+    ]
     watch = psycopg.connect(pg_url, autocommit=True)
 
     def count(status: str) -> int:
@@ -992,53 +1007,87 @@ def test_approvals_on_two_daemons_run_each_approved_call_at_most_once(
         errs = [(tmp_path / f"node{n}.err").read_text()[-800:] for n in range(2)]
         return f"{rows}; daemons said {errs}"
 
-    def decide(task_id: str, action: str) -> subprocess.CompletedProcess[str]:
-        extra = ["--reason", "not this one"] if action == "deny" else []
-        return _cli("tasks", action, task_id, *extra, "--store", pg_url, "--data-dir", str(tmp_path / "cli"))
+    def waiting_calls() -> dict[str, Any]:
+        rows = watch.execute("SELECT id, doc->'waiting' FROM gr_tasks WHERE status = 'WAITING' ORDER BY id")
+        return {task_id: call for task_id, call in rows.fetchall()}
 
-    deadline = time.monotonic() + 250
+    def api_url() -> str:
+        return str(json.loads((api_dir / "daemon.json").read_text())["url"])
+
+    def by_cli(task_id: str, action: str, *extra: str, through_daemon: bool = False) -> int:
+        where = (
+            ["--data-dir", str(api_dir)]
+            if through_daemon
+            else ["--store", pg_url, "--data-dir", str(tmp_path / "cli")]
+        )
+        reason = ["--reason", "not this one"] if action == "deny" else []
+        return _cli("tasks", action, task_id, *reason, *extra, *where).returncode
+
+    def by_api(task_id: str, action: str, body: dict[str, Any] | None = None) -> int:
+        reply = httpx2.post(
+            f"{api_url()}/v1/tasks/{task_id}/{action}",
+            json=body or ({"reason": "not this one"} if action == "deny" else {}),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        return reply.status_code
+
+    deadline = time.monotonic() + 360
     try:
-        _wait_until(lambda: count("WAITING") == 24, deadline, said)
-        approved = {f"o{i:02}" for i in range(0, 24, 2)}
-        twice = sorted(approved)[:4]
-        for task_id in sorted(approved) + [f"o{i:02}" for i in range(1, 24, 2)]:
-            if task_id == "o10":  # between approval and execution: one daemon dies mid-way
-                daemons[0].send_signal(signal.SIGKILL)
-                daemons[0].wait(30)
-                daemons[0] = _daemon(pg_url, config, tmp_path / "node0", acks)
-            if task_id in twice:  # two people approve at once: one decision counts
-                both = [
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "greenroom",
-                            "tasks",
-                            "approve",
-                            task_id,
-                            "--store",
-                            pg_url,
-                            "--data-dir",
-                            str(tmp_path / f"cli{k}"),
-                        ],
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                    for k in range(2)
-                ]
-                codes = sorted(p.wait(60) for p in both)
-                for p in both:
-                    p.communicate()
-                assert codes == [0, 1], codes
-                continue
-            done = decide(task_id, "approve" if task_id in approved else "deny")
-            assert done.returncode == 0, done.stderr
-        while count("COMPLETED") < 24:  # a call a kill cut short comes back as a question
-            _wait_until(lambda: count("COMPLETED") + count("WAITING") == 24, deadline, said)
-            for (task_id,) in watch.execute("SELECT id FROM gr_tasks WHERE status = 'WAITING'").fetchall():
-                assert decide(task_id, "deny").returncode == 0
-            _wait_until(lambda: count("WAITING") == 0 or count("COMPLETED") == 24, deadline, said)
+        _wait_until(
+            lambda: count("WAITING") == count_tasks and (api_dir / "daemon.json").exists(), deadline, said
+        )
+        shown = waiting_calls()
+        daemons[1].send_signal(signal.SIGKILL)  # a waiting task holds nothing: it survives this
+        daemons[1].wait(30)
+        (api_dir / "daemon.json").unlink(missing_ok=True)
+        daemons[1] = _daemon(pg_url, config, api_dir, acks, api=True)
+        _wait_until(lambda: (api_dir / "daemon.json").exists(), deadline, said)
+        assert waiting_calls() == shown  # the same calls wait, exactly
+        assert all(call["tool"] == "ship" for call in shown.values())
+
+        ids = sorted(shown)
+        approved = set(ids[0::5] + ids[1::5] + ids[2::5])  # 60 approved, 40 denied
+        twice = sorted(approved)[:10]  # decided twice at once: through the CLI and the API
+        outcomes: dict[str, list[int]] = collections.defaultdict(list)
+
+        def decide(index_and_id: tuple[int, str]) -> None:
+            index, task_id = index_and_id
+            action = "approve" if task_id in approved else "deny"
+            if task_id in twice:
+                with concurrent.futures.ThreadPoolExecutor(2) as both:
+                    cli = both.submit(by_cli, task_id, action)
+                    api = both.submit(by_api, task_id, action)
+                    outcomes[task_id] = sorted([cli.result(), api.result()])
+            elif index % 3 == 0:
+                outcomes[task_id] = [by_api(task_id, action)]
+            elif index % 3 == 1:
+                outcomes[task_id] = [by_cli(task_id, action, through_daemon=True)]
+            else:
+                outcomes[task_id] = [by_cli(task_id, action)]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            decided = pool.map(decide, enumerate(ids))
+            _wait_until(lambda: count("COMPLETED") >= 10, deadline, said)
+            daemons[0].send_signal(signal.SIGKILL)  # between approvals and their execution
+            daemons[0].wait(30)
+            daemons[0] = _daemon(pg_url, config, tmp_path / "node0", acks)
+            list(decided)
+        for task_id, codes in outcomes.items():
+            if task_id in twice:  # one decision counts: a 200 (API) or 0 (CLI), and a refusal
+                assert codes in ([0, 409], [1, 200]), (task_id, codes)
+            else:
+                assert codes in ([0], [200]), (task_id, codes)
+        put_to_a_person = 0
+        while count("COMPLETED") < count_tasks:  # a call a kill cut short comes back as a question
+            _wait_until(lambda: count("COMPLETED") + count("WAITING") == count_tasks, deadline, said)
+            ran = {line.split()[1] for line in acks.read_text().splitlines() if line.startswith("shipped")}
+            for task_id, call in waiting_calls().items():
+                assert "may have run" in call["question"] and task_id in approved
+                as_done = ["--as-done"] if call["arguments"]["order"] in ran else []
+                assert by_cli(task_id, "approve", *as_done, "--step", call["step"]) == 0
+                put_to_a_person += 1
+            _wait_until(lambda: count("WAITING") == 0 or count("COMPLETED") == count_tasks, deadline, said)
     finally:
         _stop_all(daemons)
         watch.close()
@@ -1046,5 +1095,5 @@ def test_approvals_on_two_daemons_run_each_approved_call_at_most_once(
         line.split()[1] for line in acks.read_text().splitlines() if line.startswith("shipped")
     )
     assert not set(shipped) - approved, "a denied call ran"
-    assert max(shipped.values()) == 1, f"an approved call ran twice: {shipped}"
-    assert len(shipped) >= 12 - 8  # at most the calls in flight at the kill were cut short
+    assert set(shipped) == approved and max(shipped.values()) == 1, f"not exactly once: {shipped}"
+    print(f"\n{count_tasks} approvals: {put_to_a_person} calls a kill cut short put to a person")

@@ -166,8 +166,9 @@ async def _crashed_mid_tool(writer: ActorRef) -> None:
     await writer.ask(DropSteps(("t1",)))
     specs = tuple(sorted((tool.spec() for tool in Effects().tools()), key=_name))
     request = ChatRequest((_user("write it down"),), specs)
+    offered = tuple(map(_name, specs))
     steps = (
-        Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=_request_digest(request),
+        Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=_request_digest(request, offered),
              body=dict(_builtins(first_reply()))),
         Step(task_id="t1", key="p0/main/m0/t0", kind="tool_started",
              fingerprint=fingerprint(("note", {"text": "hello"}, None))),

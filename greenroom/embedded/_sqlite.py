@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -36,7 +37,7 @@ class SQLiteFile:
         if db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
+            _use_wal(db)
             db.execute("PRAGMA synchronous=FULL")
             if self._foreign_keys:
                 db.execute("PRAGMA foreign_keys=ON")
@@ -74,3 +75,20 @@ class SQLiteFile:
                     self._db = None
 
         await anyio.to_thread.run_sync(close)
+
+
+def _use_wal(db: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """Put the file in WAL mode. Switching needs the file to itself, and SQLite answers
+    "database is locked" at once, without waiting, while another connection (another
+    store object, another process) has it: wait and try again, as every other statement
+    waits for a lock (up to ``timeout`` seconds). A file in WAL mode already is left so."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)  # a worker thread, not the event loop: the other holder needs a moment

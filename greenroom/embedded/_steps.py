@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .._errors import StorageError, storage_error
-from ..store._steps import Step, check_step, step_from_row
+from ..store._steps import Step, check_step, encoded_body, step_from_row
 from ._sqlite import SQLiteFile
 
 STEPS_DB = "steps.sqlite3"
@@ -52,7 +52,7 @@ class SQLiteStepStore:
         rows = []
         for step in steps:
             check_step(step)
-            body = _encoder.encode(step.body)
+            body = encoded_body(step)
             rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
         if not rows:
             return

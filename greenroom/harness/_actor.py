@@ -63,17 +63,17 @@ _MAY_HAVE_RUN = (
 )
 
 
-def _request_digest(request: ChatRequest) -> str:
+def _request_digest(request: ChatRequest, tools: tuple[str, ...]) -> str:
     """What a model call asks, for the journal's divergence check, in time independent of
     the history's length: the messages since the last reply (the user's message, or the
-    tool results), how many came before, the system prompt and the tools offered. What
-    came before was itself checked, step by step, when it was asked."""
+    tool results), how many came before, the system prompt and the tools offered
+    (``tools``: their names). What came before was itself checked, step by step, when it
+    was asked."""
     messages = request.messages
     start = len(messages)
     while start > 0 and messages[start - 1].role != "assistant":
         start -= 1
     system = messages[0].content if messages and messages[0].role == "system" else None
-    tools = tuple(spec.name for spec in request.tools)
     return fingerprint((len(messages), system, messages[start:], tools, request.tool_choice))
 
 
@@ -240,9 +240,13 @@ class HarnessActor(Actor):
                 result = await self._tool_phase(message.direct_tool_calls, phase)
             else:
                 result = await self._llm_phase(message, phase)
+            if self.journal is not None:  # durable before the agent acts on the phase
+                await self.journal.sync()
         except Exception as error:
             # fail this ask, not the actor: a restart would lose every history
             self._phase = None
+            if self.journal is not None and not isinstance(error, ActorStopped):
+                await self._sync_after(error)
             pending = self.context.reply_later()
             if pending is None:
                 logger.warning("harness: a told RunBounded failed: %s", error)
@@ -256,6 +260,15 @@ class HarnessActor(Actor):
             with anyio.CancelScope(shield=True):  # a finished phase is reported as finished
                 await self._write_summary(result.stop_reason)
         return result
+
+    async def _sync_after(self, error: Exception) -> None:
+        """What the failed phase recorded is durable before its failure is reported (a
+        task parked for a person is replayed up to exactly the call it shows)."""
+        assert self.journal is not None
+        try:
+            await self.journal.sync()
+        except Exception as lost:  # the phase's own error is the one to report
+            logger.warning("harness %r: steps before %r not written: %s", self.agent_id, error, lost)
 
     # -- LLM mode -----------------------------------------------------------------------
 
@@ -292,13 +305,14 @@ class HarnessActor(Actor):
         )
         journal = self.journal
         place = f"p{journal.next_phase()}/{label or 'main'}" if journal is not None else ""
+        offered = tuple(spec.name for spec in specs)
         while True:
             request = ChatRequest((*system, *history, *pending), specs)
             key = f"{place}/m{loop.iterations}"
             if journal is None:
                 reply = await loop.call(request)
             else:
-                reply = await self._journaled_call(loop, request, key)
+                reply = await self._journaled_call(loop, request, key, offered)
             if reply is None:
                 break
             tool_calls = reply.tool_calls
@@ -318,20 +332,24 @@ class HarnessActor(Actor):
         assert loop.stop_reason is not None
         return PhaseResult(phase.text, records, loop.stop_reason)
 
-    async def _journaled_call(self, loop: BoundedLoop, request: ChatRequest, key: str) -> ChatReply | None:
+    async def _journaled_call(
+        self, loop: BoundedLoop, request: ChatRequest, key: str, offered: tuple[str, ...]
+    ) -> ChatReply | None:
         """The model's reply at ``key``: from the journal when it is recorded there (no
         request, no budget; ``ReplayDiverged`` if the request differs), else from the
         model, recorded durably before the phase acts on it."""
         journal = self.journal
         assert journal is not None
-        asked = _request_digest(request)
+        asked = _request_digest(request, offered)
         step = journal.get(key, "model", asked, f"a model request with digest {asked}")
         if step is not None:
             recorded: ChatReply = convert(step.body, ChatReply, f"journal step {key!r}")
             return loop.replayed(recorded)
         reply = await loop.call(request)
-        if reply is not None:
-            await journal.record(key, "model", asked, msgspec.to_builtins(reply))
+        if reply is not None:  # durable before anything acts on it (see ``receive``)
+            encoded = _encoder.encode(reply)
+            if not journal.record_soon(key, "model", asked, encoded):
+                await journal.record(key, "model", asked, msgspec.json.decode(encoded))
         return reply
 
     # -- tool calls (both modes) --------------------------------------------------------
@@ -367,7 +385,9 @@ class HarnessActor(Actor):
             record, content = await self._run_tool_once(
                 loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
             )
-            await journal.record(step, "tool", asked, {"record": record, "content": content})
+            body = {"record": record, "content": content}
+            if not journal.record_soon(step, "tool", asked, _encoder.encode(body)):
+                await journal.record(step, "tool", asked, body)
             return record, content
         return await self._run_tool_once(
             loop, call_id, name, arguments, arguments_error, allowed, None, "", ""

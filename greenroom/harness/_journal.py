@@ -2,7 +2,9 @@
 
 ``StepJournalActor`` owns a process's :class:`~greenroom.store.StepStore` and writes the
 steps every harness records in batches (one transaction for whatever arrived while the
-last one was written), answering each ``RecordSteps`` only once it is durable.
+last one was written), answering each ``RecordSteps`` only once it is durable. Harnesses
+of its own event loop record through its :class:`StepSink` instead (a group commit: one
+message per batch, not per step; each writer waits for its batch to be durable).
 Messages sent before ``stop()`` are written and answered; messages sent after are refused.
 
 ``TaskJournal`` is one task's view: what its earlier attempts recorded, keyed by place
@@ -25,11 +27,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import msgspec
 
 from .._errors import GreenroomError
 from .._request import Request
-from ..actors import Actor, ActorRef, PendingReply
+from ..actors import Actor, ActorRef, ActorStopped, PendingReply
 from ..store import Step, StepStore
 
 logger = logging.getLogger("greenroom.harness")
@@ -47,6 +50,77 @@ class ReadSteps(msgspec.Struct, Request[list[Step]], frozen=True):
     """What the journal holds for one task, in the order it was recorded."""
 
     task_id: str
+
+
+class OpenTaskJournal(msgspec.Struct, Request["tuple[list[Step], StepSink]"], frozen=True):
+    """What the journal holds for one task, and the :class:`StepSink` its harness records
+    new steps through."""
+
+    task_id: str
+
+
+class _Batch:
+    """Steps put into a sink since the journal last took them, and who waits for them."""
+
+    __slots__ = ("done", "error", "steps")
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+
+class _Flush:
+    __slots__ = ()
+
+
+_FLUSH = _Flush()
+
+
+class StepSink:
+    """The journal's group commit, for the harnesses of its own event loop: a step put
+    here joins the batch the :class:`StepJournalActor` writes next (it is told once per
+    batch, not once per step), and :meth:`write` returns once that batch is durable.
+
+    A caller cancelled while waiting leaves its step in the batch: it is written (as a
+    message already sent would be). After the journal stops, ``write`` raises
+    ``ActorStopped``; the steps put before it stopped are written first.
+    """
+
+    __slots__ = ("_open", "_ref", "closed")
+
+    def __init__(self, ref: ActorRef) -> None:
+        self._ref = ref
+        self._open = _Batch()
+        self.closed = False
+
+    def put(self, step: Step) -> _Batch:
+        """Put ``step`` in the next batch, at once; the batch says when it is durable
+        (``await wait_written(batch)``)."""
+        if self.closed:
+            raise ActorStopped(self._ref)
+        batch = self._open
+        if not batch.steps:
+            self._ref.tell(_FLUSH)  # the first step of a batch wakes the journal
+        batch.steps.append(step)
+        return batch
+
+    async def write(self, step: Step) -> None:
+        """Put ``step`` in the next batch; return once it is durable (the store's error
+        if the batch could not be written)."""
+        await wait_written(self.put(step))
+
+    def _take(self) -> _Batch:
+        batch, self._open = self._open, _Batch()
+        return batch
+
+
+async def wait_written(batch: _Batch) -> None:
+    """Return once ``batch`` is durable; raise the store's error if it could not be."""
+    if not batch.done.is_set():
+        await batch.done.wait()
+    if batch.error is not None:
+        raise batch.error
 
 
 class DropSteps(msgspec.Struct, Request[int], frozen=True):
@@ -93,19 +167,27 @@ class StepJournalActor(Actor):
         self.store = store
         self.max_batch = max_batch
         self._batch: list[Step] = []
-        self._owed: list[PendingReply | None] = []
-        self._reads: list[tuple[str, PendingReply | None]] = []
+        self._owed: list[PendingReply | _Batch | None] = []
+        self._reads: list[tuple[str, PendingReply | None, bool]] = []
+        self._sink: StepSink | None = None
         self.written = 0
+
+    async def on_start(self) -> None:
+        self._sink = StepSink(self.context.ref)
 
     async def receive(self, message: Any) -> Any:
         """Writes and reads wait while more messages are queued, then go together: every
         write of the batch in one transaction, then every read in one query (a read sees
         the writes before it)."""
-        if isinstance(message, RecordSteps):
+        if message is _FLUSH:
+            self._take_sink()
+        elif isinstance(message, RecordSteps):
             self._batch.extend(message.steps)
             self._owed.append(self.context.reply_later())
         elif isinstance(message, ReadSteps):
-            self._reads.append((message.task_id, self.context.reply_later()))
+            self._reads.append((message.task_id, self.context.reply_later(), False))
+        elif isinstance(message, OpenTaskJournal):
+            self._reads.append((message.task_id, self.context.reply_later(), True))
         elif isinstance(message, DropSteps):
             await self._settle()
             return await self.store.drop(message.task_ids)
@@ -115,7 +197,15 @@ class StepJournalActor(Actor):
             await self._settle()
         return None
 
+    def _take_sink(self) -> None:
+        sink = self._sink
+        if sink is not None and sink._open.steps:
+            batch = sink._take()
+            self._batch.extend(batch.steps)
+            self._owed.append(batch)
+
     async def _settle(self) -> None:
+        self._take_sink()  # what harnesses put since: in this batch too
         if self._batch:
             await self._flush()
         if self._reads:
@@ -124,15 +214,15 @@ class StepJournalActor(Actor):
     async def _read(self) -> None:
         reads, self._reads = self._reads, []
         try:
-            found = await self.store.read_many([task_id for task_id, _ in reads])
+            found = await self.store.read_many([task_id for task_id, _, _ in reads])
         except BaseException as error:
-            for _, pending in reads:
+            for _, pending, _ in reads:
                 if pending is not None:
                     pending.fail(error)
             raise
-        for task_id, pending in reads:
+        for task_id, pending, with_sink in reads:
             if pending is not None:
-                pending.succeed(found[task_id])
+                pending.succeed((found[task_id], self._sink) if with_sink else found[task_id])
 
     async def _flush(self) -> None:
         batch, owed = self._batch, self._owed
@@ -141,17 +231,29 @@ class StepJournalActor(Actor):
             await self.store.write(batch)
         except BaseException as error:
             for pending in owed:
-                if pending is not None:
+                if isinstance(pending, _Batch):
+                    pending.error = error
+                    pending.done.set()
+                elif pending is not None:
                     pending.fail(error)
             raise
         self.written += len(batch)
         for pending in owed:
-            if pending is not None:
+            if isinstance(pending, _Batch):
+                pending.done.set()
+            elif pending is not None:
                 pending.succeed(None)
 
     async def on_stop(self) -> None:
-        await self._settle()
-        await self.store.aclose()
+        try:
+            await self._settle()
+        finally:
+            if self._sink is not None:
+                self._sink.closed = True
+                self._take_sink()
+                if self._owed:  # the last batch could not be written: its waiters are told
+                    await self._flush()
+            await self.store.aclose()
 
 
 class TaskJournal:
@@ -168,18 +270,23 @@ class TaskJournal:
         steps: Sequence[Step],
         writer: ActorRef,
         decisions: dict[str, dict[str, Any]] | None = None,
+        sink: StepSink | None = None,
     ) -> None:
         self.task_id = task_id
+        self.sink = sink
+        """Where new steps go (the writer's group commit); ``None``: a ``RecordSteps`` ask each."""
         self.decisions = dict(decisions or {})
         """People's decisions on the task's calls, by step (from the task)."""
         self.attempt = attempt
         self.writer = writer
-        self._recorded: dict[tuple[str, str], Step] = {(step.key, step.kind): step for step in steps}
+        self._recorded: dict[str, Step] = {f"{step.key}\x00{step.kind}": step for step in steps}
         self.replayed = 0
         """Steps answered from the journal in this attempt."""
         self.recorded = 0
         """Steps this attempt wrote."""
         self._phases = 0
+        self._unsynced: list[_Batch] = []
+        self._written: set[str] = set()
 
     @classmethod
     async def load(
@@ -187,7 +294,8 @@ class TaskJournal:
     ) -> TaskJournal:
         """The journal of ``task_id`` as recorded so far (a request to the writer), with
         the decisions people made on its calls (``AgentTask.decisions``)."""
-        return cls(task_id, attempt, await writer.ask(ReadSteps(task_id), timeout=None), writer, decisions)
+        steps, sink = await writer.ask(OpenTaskJournal(task_id), timeout=None)
+        return cls(task_id, attempt, steps, writer, decisions, sink)
 
     def next_phase(self) -> int:
         """The place of the next phase of this attempt (0, 1, ...)."""
@@ -197,7 +305,7 @@ class TaskJournal:
     def get(self, key: str, kind: str, asked: str, what: str) -> Step | None:
         """The step recorded at ``key`` (of ``kind``), checked against what is asked now
         (``asked``: its fingerprint; ``what``: how to name it); ``None`` if none is."""
-        step = self._recorded.get((key, kind))
+        step = self._recorded.get(f"{key}\x00{kind}")
         if step is None:
             return None
         if step.fingerprint != asked:
@@ -207,14 +315,48 @@ class TaskJournal:
         return step
 
     def has(self, key: str, kind: str) -> bool:
-        return (key, kind) in self._recorded
+        place = f"{key}\x00{kind}"
+        return place in self._recorded or place in self._written
 
     async def record(self, key: str, kind: str, asked: str, body: dict[str, Any] | None = None) -> None:
-        """Write a step durably (returns once it is) and remember it."""
-        step = Step(
-            task_id=self.task_id, key=key, kind=kind,  # type: ignore[arg-type]
-            fingerprint=asked, body=body or {}, attempt=self.attempt, at=time.time(),
-        )  # fmt: skip
-        await self.writer.ask(RecordSteps((step,)), timeout=None)
-        self._recorded[(key, kind)] = step
+        """Write a step and remember it; return once it — and every step recorded before
+        it — is durable."""
+        step = self._step(key, kind, asked, body or {}, b"")
+        if self.sink is None:
+            await self.writer.ask(RecordSteps((step,)), timeout=None)
+        else:
+            batch = self.sink.put(step)
+            await self.sync()
+            await wait_written(batch)
+        self._written.add(f"{key}\x00{kind}")  # its place only: the step itself goes with its batch
         self.recorded += 1
+
+    def record_soon(self, key: str, kind: str, asked: str, encoded: bytes) -> bool:
+        """Put a step (its body already encoded as a JSON object) in the journal's next
+        batch, at once, and remember it; :meth:`sync` waits until it is durable (steps
+        are written in the order they are recorded: a step durable has every step before
+        it durable too). ``False`` (nothing done) with no group commit to put it in: then
+        :meth:`record` it."""
+        sink = self.sink
+        if sink is None:
+            return False
+        batch = sink.put(self._step(key, kind, asked, {}, encoded))
+        unsynced = self._unsynced
+        if not unsynced or unsynced[-1] is not batch:
+            unsynced.append(batch)
+        self._written.add(f"{key}\x00{kind}")
+        self.recorded += 1
+        return True
+
+    def _step(self, key: str, kind: str, asked: str, body: dict[str, Any], encoded: bytes) -> Step:
+        return Step(
+            task_id=self.task_id, key=key, kind=kind,  # type: ignore[arg-type]
+            fingerprint=asked, body=body, encoded=encoded, attempt=self.attempt, at=time.time(),
+        )  # fmt: skip
+
+    async def sync(self) -> None:
+        """Return once every step recorded so far is durable (the store's error if one
+        could not be written)."""
+        while self._unsynced:
+            await wait_written(self._unsynced[0])
+            del self._unsynced[0]

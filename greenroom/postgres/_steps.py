@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ..store._steps import Step, check_step, step_from_row
+from ..store._steps import Step, check_step, encoded_body, step_from_row
 from ._db import Database
 
 _encoder = msgspec.json.Encoder()
@@ -26,7 +26,7 @@ class PostgresStepStore:
         rows = []
         for step in steps:
             check_step(step)
-            body = _encoder.encode(step.body).decode()
+            body = encoded_body(step).decode()
             rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
         if not rows:
             return

@@ -30,8 +30,9 @@ MAX_KEY = 512
 MAX_BODY = 16 << 20
 
 
-class Step(msgspec.Struct, frozen=True, kw_only=True):
-    """One recorded step of a task's work."""
+class Step(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One recorded step of a task's work. (Not tracked by the garbage collector: a step
+    never takes part in a reference cycle, and a journal holds many.)"""
 
     task_id: str
     key: str
@@ -43,6 +44,10 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     replay that asks something else at this place has diverged."""
     body: dict[str, Any] = {}
     """What was answered (the reply, the tool's record); ``{}`` for ``tool_started``."""
+    encoded: bytes = b""
+    """``body`` already encoded as a JSON object, which a writer may give instead of
+    ``body`` (the harness encodes a reply straight from its struct); a store keeps these
+    bytes, and a step read back has ``body`` decoded from them (``encoded`` empty)."""
     attempt: int = 0
     """The attempt that recorded it (for the reader; replay ignores it)."""
     at: float = 0.0
@@ -60,9 +65,17 @@ def check_step(step: Step) -> None:
         )
     if step.kind not in ("model", "tool_started", "tool"):
         raise InvalidInput(f"step kind must be model, tool_started or tool, got {step.kind!r}", field="kind")
+    if step.encoded and (not isinstance(step.encoded, bytes) or not step.encoded.startswith(b"{")):
+        raise InvalidInput(f"step encoded must be a JSON object, got {step.encoded!r:.80}", field="encoded")
+
+
+def encoded_body(step: Step) -> bytes:
+    """The step's body as JSON (what a store keeps)."""
+    return step.encoded or _encoder.encode(step.body)
 
 
 _body = msgspec.json.Decoder(dict[str, Any])
+_encoder = msgspec.json.Encoder()
 
 
 def step_from_row(task_id: str, row: tuple[Any, ...], where: str) -> Step:

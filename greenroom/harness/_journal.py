@@ -10,7 +10,12 @@ Messages sent before ``stop()`` are written and answered; messages sent after ar
 ``TaskJournal`` is one task's view: what its earlier attempts recorded, keyed by place
 (``p<phase>/<context label>/m<model call>`` and ``.../t<tool call>``), never by attempt.
 A harness given one answers each step already recorded from it — no model request, no
-tool call, no budget spent — and records each new one before acting on it. A step asked
+tool call, no budget spent — and records each new one as it happens. It waits for what
+it recorded to be durable before anything acts on it: before a tool that is not read-only
+runs (its "begun" step is written after everything before it), and before the phase
+returns to the agent or parks the task. A model request or a read-only tool may start
+while the step before it is still being written (a millisecond): a crash then loses at
+most the steps in flight, as it would anyway. A step asked
 for differently than it was recorded (another request at the same place: changed code, a
 prompt that is not deterministic) stops the attempt with :class:`ReplayDiverged`, naming
 the place, never a quiet mix of old and new. A call that changes things is recorded as

@@ -242,6 +242,25 @@ async def test_the_same_id_submitted_at_once_is_added_once_and_the_other_is_a_co
         assert (await node.supervisor.ask(Stats(), timeout=20)).total == 20
 
 
+async def test_tasks_are_listed_a_page_at_a_time_in_submission_order(backend: Store) -> None:
+    """``ListTasks(after=, limit=)`` pages inside the store: the tasks after a position,
+    in submission order (within a batch too, whatever its dependency order), filtered."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("x", depends_on=["y"]), task("y")]))  # y is stored first
+        await sup.ask(Submit([task(f"t{i}", type_="v" if i % 2 else "w") for i in range(7)]))
+        everything = await sup.ask(ListTasks())
+        assert [t.id for t in everything] == ["x", "y"] + [f"t{i}" for i in range(7)]
+        pages, after = [], 0
+        while page := await sup.ask(ListTasks(after=after, limit=4)):
+            pages.append([t.id for t in page])
+            after = page[-1].order
+        assert pages == [["x", "y", "t0", "t1"], ["t2", "t3", "t4", "t5"], ["t6"]]
+        odd = await sup.ask(ListTasks(type="v", after=everything[3].order, limit=2))
+        assert [t.id for t in odd] == ["t3", "t5"]
+        assert await sup.ask(ListTasks(status=TaskStatus.COMPLETED, limit=3)) == []
+
+
 async def test_tasks_are_listed_and_counted_in_submission_order(backend: Store) -> None:
     async with open_node(backend) as node:
         await node.supervisor.ask(Submit([task("b"), task("a", type_="v"), task("c", depends_on=["b"])]))

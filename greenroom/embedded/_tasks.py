@@ -267,12 +267,7 @@ class FileTaskStore:
         if kind is GetTask:
             return graph.get(message.task_id)
         if kind is ListTasks:
-            return [
-                task
-                for task in graph.tasks.values()
-                if (message.status is None or task.status is message.status)
-                and (message.type is None or task.type == message.type)
-            ]
+            return graph.page(message.status, message.type, message.after, message.limit)
         if kind is Release:
             return graph.release(message.task_id, message.agent_id, now, message.attempt)
         if kind is Cancel:

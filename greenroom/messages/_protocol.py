@@ -105,8 +105,14 @@ class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
 
 
 class ListTasks(msgspec.Struct, Request[list[AgentTask]], frozen=True):
+    """The tasks (of ``status``, of ``type``) submitted after the one whose ``order`` is
+    ``after``, in submission order, at most ``limit`` (``None``: all): a page, found by
+    the store without copying or sorting the graph."""
+
     status: TaskStatus | None = None
     type: str | None = None
+    after: int = 0
+    limit: int | None = None
 
 
 class Stats(msgspec.Struct, Request["GraphStats"], frozen=True):

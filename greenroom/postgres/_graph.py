@@ -135,12 +135,17 @@ class PostgresGraph:
         return _task(row)
 
     def list_tasks(
-        self, connection: Any, status: TaskStatus | None = None, agent_type: str | None = None
+        self,
+        connection: Any,
+        status: TaskStatus | None = None,
+        agent_type: str | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[AgentTask]:
         rows = connection.execute(
             f"SELECT {_COLUMNS} FROM gr_tasks WHERE (%(s)s::text IS NULL OR status = %(s)s) "
-            "AND (%(t)s::text IS NULL OR type = %(t)s) ORDER BY ord",
-            {"s": status.value if status else None, "t": agent_type},
+            "AND (%(t)s::text IS NULL OR type = %(t)s) AND ord > %(after)s ORDER BY ord LIMIT %(limit)s",
+            {"s": status.value if status else None, "t": agent_type, "after": after, "limit": limit},
         ).fetchall()
         return [_task(row) for row in rows]
 

@@ -355,7 +355,9 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
     if isinstance(message, GetTask):
         return await db.run(lambda c: graph.get(c, message.task_id))
     if isinstance(message, ListTasks):
-        return await db.run(lambda c: graph.list_tasks(c, message.status, message.type))
+        return await db.run(
+            lambda c: graph.list_tasks(c, message.status, message.type, message.after, message.limit)
+        )
     counts, runnable, total = await db.run(graph.stats)
     return GraphStats(by_status=counts, runnable_types=runnable, total=total)
 

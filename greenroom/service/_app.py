@@ -323,8 +323,8 @@ def create_app(parts: ServiceParts) -> Starlette:
         agent_type = request.query_params.get("type")
         after = _query_int(request, "after", 0, 0, 2**62)
         limit = _query_int(request, "limit", 100, 1, MAX_PAGE)
-        found: list[AgentTask] = await supervisor.ask(ListTasks(wanted, agent_type), timeout=None)
-        found = sorted((t for t in found if t.order > after), key=lambda t: t.order)
+        # one more than a page: whether there is a next one (the store pages; nothing is sorted here)
+        found = await supervisor.ask(ListTasks(wanted, agent_type, after, limit + 1), timeout=None)
         page = found[:limit]
         more = len(found) > limit
         return _json({"tasks": page, "next": page[-1].order if more else None})

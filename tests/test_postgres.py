@@ -119,8 +119,20 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
 
         await db.run(version_2)
         graph = PostgresGraph()
-        await db.run(lambda c: graph.submit(c, [task("running"), task("kept")]))
-        await db.run(lambda c: graph.claim(c, "a", "w", 30.0))
+
+        def rows_of_version_2(connection: Any) -> None:  # as a version-2 greenroom wrote them
+            now = time.time()
+            for order, (task_id, status, lease) in enumerate(
+                [("running", "IN_PROGRESS", now + 30), ("kept", "PENDING", None)], 1
+            ):
+                connection.execute(
+                    "INSERT INTO gr_tasks (id, type, status, owner, priority, ord, attempt, max_attempts, "
+                    "unmet, created_at, updated_at, lease_expires_at, doc) VALUES "
+                    "(%s, 'w', %s, %s, 0, %s, %s, 3, 0, %s, %s, %s, '{}'::jsonb)",
+                    (task_id, status, "a" if lease else None, order, 1 if lease else 0, now, now, lease),
+                )
+
+        await db.run(rows_of_version_2)
         assert await db.run(upgrade) == (2, VERSION)
         await db.run(check)
         plans = await db.run(lambda c: c.execute("SHOW plan_cache_mode").fetchone()[0])

@@ -1127,3 +1127,98 @@ async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
         await eventually(lambda: again.spent == 0 and not again.exhausted, timeout=10)  # a new period
         await ledger.stop()
         await elsewhere.stop()
+
+
+# -- the archive ---------------------------------------------------------------------------
+
+
+async def _archived_ids(supervisor: ActorRef) -> list[str]:
+    return [t.id for t in await supervisor.ask(ListTasks(archived=True))]
+
+
+async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(backend: Store) -> None:
+    """Past ``archive_after``, finished tasks leave the live graph: the live listing and
+    the counts no longer hold them, ``GetTask`` and the archived listing still find them,
+    their ids stay taken, a task depending on an archived one is decided by its status
+    (completed: ready; cancelled: failed), and an archived task cannot be changed. All of
+    it after a restart too, and for a reader with no daemon."""
+    from greenroom.store._retention import Retention
+
+    now = [1_000_000.0]
+    options: dict[str, Any] = {
+        "retention": Retention(archive_after=60, keep_finished=None, check_every=0.01),
+        "clock": lambda: now[0],
+        "lease_check_interval": 0.01,
+    }
+    async with open_node(backend, **options) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("a"), task("b"), task("c", depends_on=["a", "b"]), task("d")]))
+        for task_id in ("a", "b"):
+            granted = await sup.ask(Claim("x", "w"))
+            assert isinstance(granted, Granted) and granted.task.id == task_id
+            await sup.ask(Complete(task_id, "x", done(task_id)))
+        await sup.ask(Cancel("d", "not needed"))
+        assert await _archived_ids(sup) == []  # finished just now: live for a minute
+        now[0] += 120
+
+        async def archived() -> bool:
+            return await _archived_ids(sup) == ["a", "b", "d"]
+
+        await eventually(archived, timeout=10)
+        assert [t.id for t in await sup.ask(ListTasks())] == ["c"]
+        assert (await sup.ask(Stats())).total == 1
+        found = await sup.ask(GetTask("a"))
+        assert found.status is TaskStatus.COMPLETED and found.result is not None
+        with pytest.raises(DuplicateTask):  # an archived id stays taken
+            await sup.ask(Submit([task("a")]))
+        with pytest.raises(InvalidTransition, match=r"cancel task 'a': it is COMPLETED \(archived\)"):
+            await sup.ask(Cancel("a"))
+        await sup.ask(Submit([task("e", depends_on=["a"]), task("f", depends_on=["d"])]))
+        assert (await sup.ask(GetTask("f"))).status is TaskStatus.DEPENDENCY_FAILED
+        claimed = {(await sup.ask(Claim(agent, "w"))).task.id for agent in ("y", "z")}  # type: ignore[union-attr]
+        assert claimed == {"c", "e"}  # a dependency met in the archive
+    async with open_node(backend, **options) as node:  # a restart
+        sup = node.supervisor
+        assert (await sup.ask(GetTask("b"))).status is TaskStatus.COMPLETED
+        assert await _archived_ids(sup) == ["a", "b", "d"]
+        assert {t.id for t in await sup.ask(ListTasks())} == {"c", "e", "f"}
+    assert (await backend.read_task("d")).status is TaskStatus.CANCELLED  # no daemon
+    assert [t.id for t in await backend.read_tasks(archived=True)] == ["a", "b", "d"]
+    with pytest.raises(UnknownTask):
+        await backend.read_task("nope")
+
+
+async def test_the_newest_finished_stay_live_and_the_archive_forgets_past_archive_for(
+    backend: Store,
+) -> None:
+    """``keep_finished``: only the newest finished tasks stay live; ``archive_for``: the
+    archive drops what is older, whole (then the id is free again)."""
+    from greenroom.store._retention import Retention
+
+    now = [1_000_000.0]
+    retention = Retention(archive_after=None, keep_finished=1, archive_for=86400, check_every=0.01)
+    async with open_node(
+        backend, retention=retention, clock=lambda: now[0], lease_check_interval=0.01
+    ) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task(f"t{i}") for i in range(3)]))
+        for _ in range(3):
+            granted = await sup.ask(Claim("x", "w"))
+            assert isinstance(granted, Granted)
+            await sup.ask(Complete(granted.task.id, "x", done(granted.task.id)))
+            now[0] += 1
+
+        async def two_archived() -> bool:
+            return await _archived_ids(sup) == ["t0", "t1"]
+
+        await eventually(two_archived, timeout=10)
+        assert [t.id for t in await sup.ask(ListTasks())] == ["t2"]  # the newest stays live
+        now[0] += 3 * 86400
+
+        async def forgotten() -> bool:
+            return await _archived_ids(sup) == []
+
+        await eventually(forgotten, timeout=10)
+        with pytest.raises(UnknownTask):
+            await sup.ask(GetTask("t0"))
+        await sup.ask(Submit([task("t0")]))  # past archive_for the id is free again

@@ -30,6 +30,9 @@ def add_parsers(commands: Any) -> None:
     listing.add_argument("--status")
     listing.add_argument("--type", dest="task_type")
     listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--archived", action="store_true", help="the finished tasks that left the live graph for the archive"
+    )
     listing.set_defaults(handler=_async(_tasks_list))
     show = task_commands.add_parser("show", help="one task, whole")
     _args.remote(show)
@@ -132,7 +135,9 @@ async def _tasks_add(args: argparse.Namespace, new: list[Any]) -> int:
 async def _tasks_list(args: argparse.Namespace) -> int:
     from . import _format, _operate
 
-    found = await _operate.list_tasks(await _target(args), args.status, args.task_type)
+    found = await _operate.list_tasks(
+        await _target(args), args.status, args.task_type, archived=args.archived
+    )
     print(_format.to_json(found) if args.json else _format.task_table(found))
     return 0
 

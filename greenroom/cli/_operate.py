@@ -126,14 +126,16 @@ async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
             raise _refused(error) from None
 
 
-async def list_tasks(target: Target, status: str | None, agent_type: str | None) -> list[AgentTask]:
+async def list_tasks(
+    target: Target, status: str | None, agent_type: str | None, *, archived: bool = False
+) -> list[AgentTask]:
     wanted = files.decode_status(status) if status is not None else None
     if not target.remote:
         async with target.backend() as store:
-            return await store.read_tasks(wanted, agent_type)
+            return await store.read_tasks(wanted, agent_type, archived=archived)
     async with target.client() as api:
         try:
-            return await api.list_tasks(wanted.value if wanted else None, agent_type)
+            return await api.list_tasks(wanted.value if wanted else None, agent_type, archived=archived)
         except ServiceError as error:
             raise _refused(error) from None
 

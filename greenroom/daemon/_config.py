@@ -54,6 +54,7 @@ from ..agents import BaseAgent
 from ..agents.examples import AGENTS
 from ..llm import Price
 from ..messages import RecordError, TaskLimits, convert
+from ..store._retention import Retention
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
@@ -169,6 +170,8 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     chat: ChatConfig = ChatConfig()
     tracing: TracingConfig = TracingConfig()
     store: StoreConfig = StoreConfig()
+    retention: Retention = Retention()
+    """When finished tasks leave the live graph for the archive, and how long it keeps them."""
 
 
 class ConfigError(InvalidInput):

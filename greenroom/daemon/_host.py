@@ -125,7 +125,11 @@ class AgentHost:
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
                 store.task_store(
-                    log=log, lease_seconds=config.lease_seconds, limits=config.limits, instance=instance
+                    log=log,
+                    lease_seconds=config.lease_seconds,
+                    limits=config.limits,
+                    instance=instance,
+                    retention=config.retention,
                 )
             ),
             name="supervisor",

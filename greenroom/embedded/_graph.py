@@ -18,8 +18,8 @@ import bisect
 import heapq
 import itertools
 import random
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from msgspec.structs import replace
@@ -70,9 +70,16 @@ class TaskGraph:
         now: float = 0.0,
         lease: float = 30.0,
         limits: TaskLimits | None = None,
+        archived: Mapping[str, TaskStatus] | None = None,
     ) -> None:
         self.limits = limits or TaskLimits()
         self.tasks: dict[str, AgentTask] = {}
+        self.archived: dict[str, TaskStatus] = dict(archived or {})
+        """The final status of archived tasks that the graph's tasks, or a submission being
+        taken, name as dependencies (looked up in the archive by the store; not all of it)."""
+        self._finished: deque[str] = deque()
+        """Finished tasks, in the order they finished: the archive takes them from the left."""
+        self._forgotten = 0
         self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         self._suspects: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         """Runnable tasks that were running when their process died (``isolate_after_crashes``
@@ -93,7 +100,10 @@ class TaskGraph:
             self.next_order = max(self.next_order, task.order + 1)
         for task in self.tasks.values():
             for dep in task.depends_on:
-                self._dependents[dep].append(task.id)
+                if dep in self.tasks:  # an archived one is final: nothing will wake its dependents
+                    self._dependents[dep].append(task.id)
+        for task in sorted((t for t in self.tasks.values() if t.status.final), key=lambda t: t.updated_at):
+            self._finished.append(task.id)
         in_order = sorted(self.tasks.values(), key=lambda t: t.order)
         self._orders = [task.order for task in in_order]
         self._ordered_ids = [task.id for task in in_order]
@@ -129,12 +139,64 @@ class TaskGraph:
         found: list[AgentTask] = []
         tasks = self.tasks
         for task_id in itertools.islice(self._ordered_ids, bisect.bisect_right(self._orders, after), None):
-            task = tasks[task_id]
+            task = tasks.get(task_id)
+            if task is None:
+                continue  # archived
             if (status is None or task.status is status) and (agent_type is None or task.type == agent_type):
                 found.append(task)
                 if limit is not None and len(found) >= limit:
                     break
         return found
+
+    # -- leaving for the archive --------------------------------------------------------
+
+    def finished_before(self, before: float, keep: int, most: int) -> list[AgentTask]:
+        """The finished tasks to archive, oldest first, at most ``most``: those that
+        finished before ``before``, and the oldest beyond the newest ``keep``."""
+        found: list[AgentTask] = []
+        finished, tasks = self._finished, self.tasks
+        excess = len(finished) - keep
+        for task_id in finished:
+            if len(found) >= most:
+                break
+            task = tasks.get(task_id)
+            if task is None:
+                continue
+            if task.updated_at >= before and len(found) >= excess:
+                break
+            found.append(task)
+        return found
+
+    def forget(self, task_ids: Iterable[str]) -> int:
+        """Take finished tasks out of the graph (they are in the archive now); how many."""
+        gone = 0
+        tasks = self.tasks
+        for task_id in task_ids:
+            task = tasks.get(task_id)
+            if task is None or not task.status.final:
+                continue
+            del tasks[task_id]
+            self.counts[task.status] -= 1
+            self._changes.pop(task_id, None)
+            self._dependents.pop(task_id, None)
+            for dep in task.depends_on:
+                dependents = self._dependents.get(dep)
+                if dependents is not None and task_id in dependents:
+                    dependents.remove(task_id)
+                    if not dependents:
+                        del self._dependents[dep]
+            gone += 1
+        finished = self._finished
+        while finished and finished[0] not in tasks:
+            finished.popleft()
+        self._forgotten += gone
+        if self._forgotten > len(tasks):  # the order index is mostly archived tasks: rebuild it
+            pairs = zip(self._orders, self._ordered_ids, strict=True)
+            kept = [(order, task_id) for order, task_id in pairs if task_id in tasks]
+            self._orders = [order for order, _ in kept]
+            self._ordered_ids = [task_id for _, task_id in kept]
+            self._forgotten = 0
+        return gone
 
     def has_runnable(self, agent_type: str) -> bool:
         if self._suspect_running is None and _top(self._suspects.get(agent_type), self.tasks):
@@ -164,6 +226,8 @@ class TaskGraph:
         old = self.tasks.get(task.id)
         if old is not None:
             self.counts[old.status] -= 1
+        if task.status.final and (old is None or not old.status.final):
+            self._finished.append(task.id)
         self.counts[task.status] += 1
         self.tasks[task.id] = task
         self._changes[task.id] = task
@@ -174,7 +238,7 @@ class TaskGraph:
     def _index_pending(self, task: AgentTask, now: float) -> None:
         unmet = 0
         for dep in task.depends_on:
-            status = self.tasks[dep].status
+            status = self._status_of(dep)
             if status is COMPLETED:
                 continue
             if status.final:
@@ -186,6 +250,10 @@ class TaskGraph:
             self._unmet[task.id] = unmet
         else:
             self._make_runnable(task)
+
+    def _status_of(self, task_id: str) -> TaskStatus:
+        task = self.tasks.get(task_id)
+        return task.status if task is not None else self.archived[task_id]
 
     def _make_runnable(self, task: AgentTask) -> None:
         self._unmet.pop(task.id, None)
@@ -208,10 +276,10 @@ class TaskGraph:
         cycles are refused."""
         batch = check_submission(tasks, self.limits)
         for task in tasks:
-            if task.id in self.tasks:
+            if task.id in self.tasks or task.id in self.archived:  # an archived id stays taken
                 raise DuplicateTask(task.id)
             for dep in task.depends_on:
-                if dep not in self.tasks and dep not in batch:
+                if dep not in self.tasks and dep not in batch and dep not in self.archived:
                     raise InvalidSubmission(task.id, "depends_on", dep, "is not a known task")
         # Stamp and index in dependency order, so a dependency inside the batch is indexed first.
         base = self.next_order
@@ -221,7 +289,8 @@ class TaskGraph:
             task = replace(task, created_at=now, updated_at=now, order=base + position[task.id])
             self._put(task, TASK_SUBMITTED)
             for dep in task.depends_on:
-                self._dependents[dep].append(task.id)
+                if dep in self.tasks:
+                    self._dependents[dep].append(task.id)
             self._index_pending(task, now)
         for order, task_id in sorted((self.tasks[task.id].order, task.id) for task in tasks):
             self._orders.append(order)  # every order of a batch is above the ones before it
@@ -383,8 +452,8 @@ class TaskGraph:
         while stack:
             upstream = stack.pop()
             for dependent_id in self._dependents.get(upstream, ()):
-                dependent = self.tasks[dependent_id]
-                if dependent.status.final:
+                dependent = self.tasks.get(dependent_id)
+                if dependent is None or dependent.status.final:
                     continue
                 self._unmet.pop(dependent_id, None)
                 self._leases.pop(dependent_id, None)
@@ -392,7 +461,7 @@ class TaskGraph:
                 stack.append(dependent_id)
 
     def _dependency_failed(self, task: AgentTask, upstream: str, now: float) -> None:
-        status = self.tasks[upstream].status.value
+        status = self._status_of(upstream).value
         self._put(
             replace(
                 task,
@@ -445,10 +514,11 @@ def _random_rank() -> int:
 
 
 def _pop(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> AgentTask | None:
-    """The best PENDING task of ``heap``, removed (stale entries dropped on the way)."""
+    """The best PENDING task of ``heap``, removed (stale entries — a task no longer
+    pending, or archived — dropped on the way)."""
     while heap:
-        task = tasks[heapq.heappop(heap)[2]]
-        if task.status is PENDING:
+        task = tasks.get(heapq.heappop(heap)[2])
+        if task is not None and task.status is PENDING:
             return task
     return None
 
@@ -456,7 +526,8 @@ def _pop(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -
 def _top(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -> bool:
     """Whether ``heap`` holds a PENDING task (stale entries dropped on the way)."""
     while heap:
-        if tasks[heap[0][2]].status is PENDING:
+        task = tasks.get(heap[0][2])
+        if task is not None and task.status is PENDING:
             return True
         heapq.heappop(heap)
     return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -32,7 +33,7 @@ from .._files import (
     replace_durably,
     truncate_durably,
 )
-from ..messages import AgentTask, RecordError
+from ..messages import AgentTask, RecordError, TaskStatus
 from ..messages._codec import decode_json, prepare_types
 from ..messages._events import OutboxEvent
 from ..store._rules import find_cycle
@@ -47,6 +48,9 @@ class GraphFileError(DataError):
 
 FORMAT = "greenroom.tasks/1"
 GRAPH_FILE = "tasks.graph.json"
+
+ArchiveLookup = Callable[[list[str]], dict[str, TaskStatus]]
+"""Task ids -> the final status of those that are archived (a blocking call)."""
 JOURNAL_FILE = "tasks.graph.journal"
 
 
@@ -72,6 +76,8 @@ class JournalBatch(msgspec.Struct, forbid_unknown_fields=True):
     events: list[OutboxEvent] = []
     """The events these transitions caused (the outbox): the event log follows the
     journal, so a transition and its events are one durable fact."""
+    archived: list[str] = []
+    """Finished tasks that left the graph for the archive (written there first)."""
 
 
 class LoadReport(msgspec.Struct):
@@ -96,17 +102,24 @@ class GraphFiles:
         self.snapshot_bytes = 0
         self.journal_bytes = 0
         self.outbox: list[OutboxBatch] = []
+        self.archived_deps: dict[str, TaskStatus] = {}
+        """The final status of the archived tasks live ones depend on (as loaded)."""
         """The outbox as loaded: the snapshot's unconfirmed events, then the events of
         every journal batch (the supervisor sends the log what it lacks)."""
         self._fd: int | None = None
 
     # -- loading ----------------------------------------------------------------------
 
-    def load(self, *, owner: bool = True) -> tuple[list[AgentTask], LoadReport]:
+    def load(
+        self, *, owner: bool = True, archived: ArchiveLookup | None = None
+    ) -> tuple[list[AgentTask], LoadReport]:
         """Read snapshot and journal. Raises :class:`GraphFileError` naming the file and
         the problem; then nothing on disk has been changed. Only the ``owner`` (the
         process holding the graph's lock) cuts a torn journal end and removes an
-        interrupted compaction's temp file; ``owner=False`` never writes."""
+        interrupted compaction's temp file; ``owner=False`` never writes.
+
+        ``archived``: how to find the final status of archived tasks that live ones
+        depend on (a dependency in neither is damage); kept in ``archived_deps``."""
         report = LoadReport()
         tasks: dict[str, AgentTask] = {}
         seq = 0
@@ -156,9 +169,13 @@ class GraphFiles:
             report.journal_batches += 1
             for task in batch.tasks:
                 tasks[task.id] = task
+            for task_id in batch.archived:
+                tasks.pop(task_id, None)
             if batch.events:
                 self.outbox.append(OutboxBatch(batch.seq, 0, batch.events))
-        check_loaded_graph(tasks, self.graph_path)
+        missing = sorted({dep for task in tasks.values() for dep in task.depends_on} - tasks.keys())
+        self.archived_deps = archived(missing) if archived is not None and missing else {}
+        check_loaded_graph(tasks, self.graph_path, self.archived_deps)
         if torn and owner:
             logger.warning(
                 "%s: cut %d bytes of a torn last batch (a write interrupted by a crash; it was never "
@@ -177,12 +194,17 @@ class GraphFiles:
 
     # -- writing ----------------------------------------------------------------------
 
-    def append(self, changed: list[AgentTask], events: list[OutboxEvent] | None = None) -> int:
-        """Write one batch of changed tasks, and the events they caused, durably (one
-        fsync). Returns the batch's ``seq``."""
+    def append(
+        self,
+        changed: list[AgentTask],
+        events: list[OutboxEvent] | None = None,
+        archived: list[str] | None = None,
+    ) -> int:
+        """Write one batch of changed tasks, and the events they caused (or the ids of
+        tasks that left for the archive), durably (one fsync). Returns the batch's ``seq``."""
         if self._fd is None:
             self._fd = open_for_append(self.journal_path)
-        line = _encoder.encode(JournalBatch(self.seq + 1, changed, events or [])) + b"\n"
+        line = _encoder.encode(JournalBatch(self.seq + 1, changed, events or [], archived or [])) + b"\n"
         try:
             append_durably(self._fd, line)
         except OSError as error:
@@ -219,7 +241,9 @@ class GraphFiles:
             os.close(fd)
 
 
-def check_loaded_graph(tasks: dict[str, AgentTask], where: Path) -> None:
+def check_loaded_graph(
+    tasks: dict[str, AgentTask], where: Path, archived: Mapping[str, TaskStatus] | None = None
+) -> None:
     """Refuse a graph no submission could have made (a file edited by hand, or damaged):
     a missing or self dependency, a cycle (its tasks would stay PENDING forever), an
     ``attempt`` above ``max_attempts``. Raises :class:`GraphFileError` naming the task,
@@ -228,7 +252,7 @@ def check_loaded_graph(tasks: dict[str, AgentTask], where: Path) -> None:
         for dep in task.depends_on:
             if dep == task.id:
                 raise GraphFileError(f"{where}: task {task.id!r} field 'depends_on' names the task itself")
-            if dep not in tasks:
+            if dep not in tasks and dep not in (archived or {}):
                 raise GraphFileError(
                     f"{where}: task {task.id!r} field 'depends_on' names {dep!r}, which is not in the "
                     "graph (was the file edited by hand?)"

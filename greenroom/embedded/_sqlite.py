@@ -45,36 +45,41 @@ class SQLiteFile:
             self._db = db
         return db
 
+    def run_blocking(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """``fn(connection)`` in one transaction, in the calling thread: for code already
+        in a worker thread (never the event loop's)."""
+        with self._lock:
+            db = self._connect()
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                value = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return value
+
     async def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
         """``fn(connection)`` in one transaction, in a worker thread (see the module doc)."""
 
         def call() -> T:
-            with self._lock:
-                db = self._connect()
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    value = fn(db)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-                return value
+            return self.run_blocking(fn, write=write)
 
         limiter = self._limiter
         if limiter is None:
             limiter = self._limiter = anyio.CapacityLimiter(1)
         return await anyio.to_thread.run_sync(call, limiter=limiter)
 
+    def close_blocking(self) -> None:
+        """Close the connection, from a worker thread (a later call opens it again)."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
     async def aclose(self) -> None:
         """Close the connection (a later call opens it again)."""
-
-        def close() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
-
-        await anyio.to_thread.run_sync(close)
+        await anyio.to_thread.run_sync(self.close_blocking)
 
 
 def _use_wal(db: sqlite3.Connection, timeout: float = 30.0) -> None:

@@ -24,6 +24,8 @@ from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore, UnknownTask
+from ..store._retention import Retention
+from ._archive import TaskArchive
 from ._events import FileEventStore
 from ._graph import TaskGraph
 from ._journal import GraphFiles
@@ -80,6 +82,7 @@ class EmbeddedStore:
         limits: TaskLimits | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
+        retention: Retention | None = None,
     ) -> TaskStore:
         return FileTaskStore(
             self.data_dir,
@@ -88,6 +91,7 @@ class EmbeddedStore:
             limits=limits,
             compact_min_bytes=self.compact_min_bytes,
             clock=clock,
+            retention=retention,
         )
 
     def event_store(self) -> EventStore:
@@ -125,20 +129,31 @@ class EmbeddedStore:
             async for event in events:
                 yield event
 
-    def _load(self) -> list[AgentTask]:
-        """The graph as on disk: never creates, cuts or locks anything for writing (a
-        shared lock excludes an owner while it reads). Blocking."""
+    def _load(self) -> tuple[list[AgentTask], dict[str, TaskStatus]]:
+        """The live graph as on disk, and the final status of the archived tasks it
+        depends on: never creates, cuts or locks anything for writing (a shared lock
+        excludes an owner while it reads). Blocking."""
         lock = OwnerLock(self.data_dir / "tasks.graph.lock", "the task graph")
         lock.acquire_shared()
+        archive = TaskArchive(self.data_dir)
         try:
-            return GraphFiles(self.data_dir).load(owner=False)[0]
+            files = GraphFiles(self.data_dir)
+            tasks = files.load(owner=False, archived=archive.statuses_blocking)[0]
+            return tasks, files.archived_deps
         finally:
+            archive.close_blocking()
             lock.release()
 
     async def read_tasks(
-        self, status: TaskStatus | None = None, agent_type: str | None = None
+        self, status: TaskStatus | None = None, agent_type: str | None = None, *, archived: bool = False
     ) -> list[AgentTask]:
-        found = await anyio.to_thread.run_sync(self._load)
+        if archived:
+            archive = TaskArchive(self.data_dir)
+            try:
+                return await archive.page(status, agent_type, 0, None)
+            finally:
+                await archive.aclose()
+        found, _ = await anyio.to_thread.run_sync(self._load)
         return sorted(
             (
                 task
@@ -150,14 +165,22 @@ class EmbeddedStore:
         )
 
     async def read_task(self, task_id: str) -> AgentTask:
-        for task in await anyio.to_thread.run_sync(self._load):
+        tasks, _ = await anyio.to_thread.run_sync(self._load)
+        for task in tasks:
             if task.id == task_id:
                 return task
-        raise UnknownTask(task_id)
+        archive = TaskArchive(self.data_dir)
+        try:
+            found = await archive.get(task_id)
+        finally:
+            await archive.aclose()
+        if found is None:
+            raise UnknownTask(task_id)
+        return found
 
     async def read_stats(self) -> GraphStats:
-        tasks = await anyio.to_thread.run_sync(self._load)
-        graph = TaskGraph(tasks, now=time.time())
+        tasks, archived = await anyio.to_thread.run_sync(self._load)
+        graph = TaskGraph(tasks, now=time.time(), archived=archived)
         return GraphStats(
             by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
         )

@@ -22,6 +22,7 @@ the journal is folded into ``tasks.graph.json``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -54,9 +55,11 @@ from ..messages import (
 )
 from ..messages._events import OutboxEvent
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
-from ..store import TaskGraphError
+from ..store import InvalidTransition, TaskGraphError, UnknownTask
+from ..store._retention import Retention
 from ..store._rules import lease_report, result_event, transition_payload
 from ..store._tasks import ExpireLeases, GraphOwner, Reply
+from ._archive import TaskArchive
 from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._outbox import Outbox
@@ -88,6 +91,7 @@ class FileTaskStore:
         compact_min_bytes: int = 1 << 20,
         recover_orphans: bool = True,
         clock: Callable[[], float] = time.time,
+        retention: Retention | None = None,
     ) -> None:
         self._data_dir_arg = data_dir
         self.log = log
@@ -108,6 +112,13 @@ class FileTaskStore:
         self._lock: OwnerLock | None = None
         self._files: GraphFiles | None = None
         self._broken = False
+        self.retention = retention
+        self.archive: TaskArchive | None = None
+        self._archive_used = False
+        """Whether any task was ever archived: until then nothing waits for a lookup."""
+        self._deferred: list[tuple[Any, Reply]] = []
+        """Requests taken while an archive lookup is due: applied, in order, at the flush."""
+        self._next_pass = 0.0
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -119,12 +130,15 @@ class FileTaskStore:
         await anyio.to_thread.run_sync(lock.acquire)
         self._lock = lock
         files = GraphFiles(data_dir, compact_min_bytes=self.compact_min_bytes)
+        archive = self.archive = TaskArchive(data_dir)
         try:
-            tasks, _ = await anyio.to_thread.run_sync(files.load)
+            tasks, _ = await anyio.to_thread.run_sync(lambda: files.load(archived=archive.statuses_blocking))
+            self._archive_used = (await archive.sizes()).tasks > 0
             self._files = files
             self.graph = graph = TaskGraph(
-                tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits
-            )
+                tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits,
+                archived=files.archived_deps,
+            )  # fmt: skip
             if self.log is not None:
                 self._sending = Outbox(owner.context.ref)
                 await self._redeliver(files)
@@ -135,6 +149,8 @@ class FileTaskStore:
         except BaseException:
             self._files = None
             files.close()
+            with anyio.CancelScope(shield=True):
+                await archive.aclose()
             lock.release()
             self._lock = None
             raise
@@ -202,6 +218,8 @@ class FileTaskStore:
                 logger.exception("supervisor: folding the journal into %s failed", files.graph_path)
             finally:
                 files.close()
+        if self.archive is not None:
+            await self.archive.aclose()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -226,13 +244,32 @@ class FileTaskStore:
 
     @property
     def unflushed(self) -> bool:
-        return bool(self._commits) or bool(self._outbox)
+        return bool(self._commits) or bool(self._outbox) or bool(self._deferred)
 
     @property
     def batch_full(self) -> bool:
         return len(self._commits) >= self.max_batch
 
     def request(self, message: Any, reply: Reply) -> None:
+        if self._deferred or self._needs_archive(message):
+            self._deferred.append((message, reply))  # and what follows it: the order holds
+            return
+        self._take(message, reply)
+
+    def _needs_archive(self, message: Any) -> bool:
+        """Whether answering ``message`` needs the archive: a submission (its ids must not
+        be taken there; its dependencies may be there), a task that is not in the live
+        graph, an archived listing."""
+        kind = type(message)
+        if kind is ListTasks:
+            return bool(message.archived)
+        if not self._archive_used:
+            return False
+        if kind is Submit:
+            return True
+        return kind in _BY_ID and message.task_id not in self.graph.tasks
+
+    def _take(self, message: Any, reply: Reply) -> None:
         try:
             value = self._apply(message)
         except TaskGraphError as error:
@@ -316,9 +353,12 @@ class FileTaskStore:
 
     async def flush(self) -> None:
         """Make the batch's changes and events durable (one write, one fsync), answer
-        it, then hand its events to the log."""
+        it, then hand its events to the log. Requests that waited for the archive are
+        taken first; an archiving pass follows when one is due."""
         files = self._files
         assert files is not None
+        if self._deferred:
+            await self._take_deferred()
         changed = self.graph.take_changes()
         events, self._outbox = self._outbox, []
         written: list[int] = []
@@ -348,6 +388,79 @@ class FileTaskStore:
             except BaseException:
                 self._broken = True
                 raise
+        retention = self.retention
+        if retention is not None and self.clock() >= self._next_pass:
+            self._next_pass = self.clock() + retention.check_every
+            await self._archive_pass(retention)
+
+    # -- the archive --------------------------------------------------------------------
+
+    async def _take_deferred(self) -> None:
+        """Look up, in one query, what the waiting requests need from the archive, then
+        take them in order: an archived task is read from it; one that is neither live
+        nor archived is unknown; a submission sees the archived ids and dependencies."""
+        archive, graph = self.archive, self.graph
+        assert archive is not None
+        deferred, self._deferred = self._deferred, []
+        wanted: set[str] = set()
+        for message, _ in deferred:
+            if type(message) is Submit:
+                for task in message.tasks:
+                    wanted.add(task.id)
+                    wanted.update(task.depends_on)
+            elif type(message) in _BY_ID:
+                wanted.add(message.task_id)
+        wanted.difference_update(graph.tasks)
+        graph.archived = await archive.statuses(sorted(wanted)) if wanted and self._archive_used else {}
+        try:
+            for message, reply in deferred:
+                kind = type(message)
+                if kind is ListTasks and message.archived:
+                    wanted_page = (message.status, message.type, message.after, message.limit)
+                    reply.succeed(await archive.page(*wanted_page))
+                    continue
+                task_id = getattr(message, "task_id", None)
+                if kind not in _BY_ID or task_id in graph.tasks or task_id not in graph.archived:
+                    self._take(message, reply)
+                elif kind is GetTask:
+                    found = await archive.get(task_id)
+                    if found is None:
+                        reply.fail(UnknownTask(task_id))
+                    else:
+                        reply.succeed(found)
+                else:
+                    status = f"{graph.archived[task_id].value} (archived)"
+                    action = _BY_ID[kind] if kind is not Decide else "approve" if message.approved else "deny"
+                    reply.fail(InvalidTransition(task_id, status, action))
+        finally:
+            graph.archived = {}
+
+    async def _archive_pass(self, retention: Retention) -> None:
+        """Move the finished tasks the policy lets go into the archive (written there
+        durably first, then forgotten here with a journal line), and drop what the
+        archive keeps no longer."""
+        archive, files, graph = self.archive, self._files, self.graph
+        assert archive is not None and files is not None
+        now = self.clock()
+        if retention.archives:
+            before = now - retention.archive_after if retention.archive_after is not None else -math.inf
+            keep = retention.keep_finished if retention.keep_finished is not None else 2**62
+            leaving = graph.finished_before(before, keep, retention.batch)
+            if leaving:
+                await archive.add(leaving)
+                ids = [task.id for task in leaving]
+                graph.forget(ids)
+                try:
+                    await run_blocking(files.append, [], [], ids)
+                except BaseException:
+                    self._broken = True  # memory is ahead of the disk: the restart reloads it
+                    raise
+                self._archive_used = True
+                logger.info("supervisor: archived %d finished task(s)", len(ids))
+        if retention.archive_for is not None:
+            dropped = await archive.drop_finished_before(now - retention.archive_for)
+            if dropped:
+                logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
 
     async def _write_and_deliver(self) -> None:
         """A commit with no replies (recovery at open): write, then deliver."""
@@ -388,3 +501,6 @@ class FileTaskStore:
 
 
 _NOTHING_READY: Any = object()
+
+_BY_ID: dict[type, str] = {GetTask: "get", Cancel: "cancel", Decide: "decide"}
+"""Requests about one task (and what they do), answered from the archive when it is there."""

@@ -113,6 +113,8 @@ class ListTasks(msgspec.Struct, Request[list[AgentTask]], frozen=True):
     type: str | None = None
     after: int = 0
     limit: int | None = None
+    archived: bool = False
+    """The archived tasks instead (finished ones that left the live graph)."""
 
 
 class Stats(msgspec.Struct, Request["GraphStats"], frozen=True):

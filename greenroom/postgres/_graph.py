@@ -63,6 +63,8 @@ from ._events import insert_events
 
 CHANNEL = "greenroom_runnable"
 SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
+ARCHIVE_LOCK = 0x6772_6172  # "grar": taken by archiving (exclusive) and submitting (shared)
+DAY = 86400.0
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
 _COLUMNS = (
@@ -73,6 +75,13 @@ _DOC_FIELDS = ("input", "context", "metadata", "depends_on", "result", "error", 
 _encode = msgspec.json.encode
 EventRow = tuple[str, str | None, str | None, dict[str, Any]]
 """An event to write: ``(type, task_id, agent_id, payload)``."""
+
+
+_decode_task = msgspec.json.Decoder(AgentTask)
+
+
+def _archived_task(text: str) -> AgentTask:
+    return _decode_task.decode(text)
 
 
 def _task(row: tuple[Any, ...]) -> AgentTask:
@@ -129,10 +138,24 @@ class PostgresGraph:
     # -- reading --------------------------------------------------------------------
 
     def get(self, connection: Any, task_id: str) -> AgentTask:
+        """The task, live or archived (``UnknownTask``: neither)."""
         row = connection.execute(f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s", (task_id,)).fetchone()
-        if row is None:
+        if row is not None:
+            return _task(row)
+        archived = connection.execute(
+            "SELECT task::text FROM gr_archive WHERE id = %s", (task_id,)
+        ).fetchone()
+        if archived is None:
             raise UnknownTask(task_id)
-        return _task(row)
+        return _archived_task(archived[0])
+
+    @staticmethod
+    def archived_statuses(connection: Any, ids: list[str]) -> dict[str, str]:
+        """The archived ones among ``ids``, with their final status."""
+        if not ids:
+            return {}
+        rows = connection.execute("SELECT id, status FROM gr_archive WHERE id = ANY(%s)", (ids,))
+        return {task_id: status for task_id, status in rows}
 
     def list_tasks(
         self,
@@ -141,7 +164,15 @@ class PostgresGraph:
         agent_type: str | None = None,
         after: int = 0,
         limit: int | None = None,
+        archived: bool = False,
     ) -> list[AgentTask]:
+        if archived:
+            found = connection.execute(
+                "SELECT task::text FROM gr_archive WHERE (%(s)s::text IS NULL OR status = %(s)s) "
+                "AND (%(t)s::text IS NULL OR type = %(t)s) AND ord > %(after)s ORDER BY ord LIMIT %(limit)s",
+                {"s": status.value if status else None, "t": agent_type, "after": after, "limit": limit},
+            ).fetchall()
+            return [_archived_task(text) for (text,) in found]
         rows = connection.execute(
             f"SELECT {_COLUMNS} FROM gr_tasks WHERE (%(s)s::text IS NULL OR status = %(s)s) "
             "AND (%(t)s::text IS NULL OR type = %(t)s) AND ord > %(after)s ORDER BY ord LIMIT %(limit)s",
@@ -168,9 +199,15 @@ class PostgresGraph:
         batch = check_submission(tasks, self.limits)
         for task in tasks:
             _storable(task)
+        # shared: submissions never wait for each other, only for an archiving pass moving
+        # tasks between the tables (a task on its way must not look free to take)
+        connection.execute("SELECT pg_advisory_xact_lock_shared(%s)", (ARCHIVE_LOCK,))
         taken = connection.execute("SELECT id FROM gr_tasks WHERE id = ANY(%s)", (list(batch),)).fetchone()
         if taken is not None:
             raise DuplicateTask(taken[0])
+        archived_ids = self.archived_statuses(connection, list(batch))
+        if archived_ids:  # an archived id stays taken
+            raise DuplicateTask(min(archived_ids))
         outside = sorted({dep for task in tasks for dep in task.depends_on if dep not in batch})
         known: dict[str, str] = {}
         if outside:
@@ -181,6 +218,8 @@ class PostgresGraph:
                     "SELECT id, status FROM gr_tasks WHERE id = ANY(%s) FOR SHARE", (outside,)
                 ).fetchall()
             )
+        archived = self.archived_statuses(connection, [dep for dep in outside if dep not in known])
+        known.update(archived)  # final: their dependents are decided now, no edge is needed
         for task in tasks:
             for dep in task.depends_on:
                 if dep not in batch and dep not in known:
@@ -232,7 +271,7 @@ class PostgresGraph:
             inserted = {row[0] for _ in cursor.results() for row in cursor.fetchall()}
             if len(inserted) < len(rows):
                 raise DuplicateTask(next(row[0] for row in rows if row[0] not in inserted))
-            deps = [(dep, task.id) for task in tasks for dep in task.depends_on]
+            deps = [(dep, task.id) for task in tasks for dep in task.depends_on if dep not in archived]
             if deps:
                 cursor.executemany("INSERT INTO gr_deps (dep_id, task_id) VALUES (%s, %s)", deps)
         self._emit(connection, events)
@@ -308,15 +347,89 @@ class PostgresGraph:
             tasks[row[0] - 1] = _task(row[1:])
         return tasks
 
-    @staticmethod
-    def _locked(connection: Any, task_id: str) -> AgentTask:
-        """The task's row, locked until the transaction ends; ``UnknownTask`` if none."""
+    @classmethod
+    def _locked(cls, connection: Any, task_id: str, action: str = "change") -> AgentTask:
+        """The task's row, locked until the transaction ends; ``InvalidTransition`` if it
+        is archived (finished), ``UnknownTask`` if there is none."""
         row = connection.execute(
             f"SELECT {_COLUMNS} FROM gr_tasks WHERE id = %s FOR UPDATE", (task_id,)
         ).fetchone()
         if row is None:
+            archived = cls.archived_statuses(connection, [task_id])
+            if archived:
+                raise InvalidTransition(task_id, f"{archived[task_id]} (archived)", action)
             raise UnknownTask(task_id)
         return _task(row)
+
+    # -- the archive ----------------------------------------------------------------
+
+    def archive(self, connection: Any, before: float, keep: int | None, most: int) -> int:
+        """Move finished tasks into ``gr_archive`` (their day's partition, made when
+        missing): those that finished before ``before``, and the oldest beyond the newest
+        ``keep``; at most ``most``. How many moved. Small statements, never a mass
+        ``DELETE``: the live table only ever holds the recent past."""
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (ARCHIVE_LOCK,))
+        excess = 0
+        if keep is not None:
+            finished = connection.execute(
+                "SELECT count(*) FROM gr_tasks WHERE status = ANY(%s)", (list(FINAL),)
+            ).fetchone()[0]
+            excess = max(0, int(finished) - keep)
+        rows = connection.execute(
+            f"SELECT {_COLUMNS} FROM gr_tasks WHERE status = ANY(%s) ORDER BY updated_at LIMIT %s "
+            "FOR UPDATE SKIP LOCKED",
+            (list(FINAL), most),
+        ).fetchall()
+        leaving: list[AgentTask] = []
+        for row in rows:
+            task = _task(row)
+            if task.updated_at >= before and len(leaving) >= excess:
+                break
+            leaving.append(task)
+        if not leaving:
+            return 0
+        for day in sorted({int(task.updated_at // DAY) for task in leaving}):
+            connection.execute(
+                f"CREATE TABLE IF NOT EXISTS gr_archive_d{day} PARTITION OF gr_archive "
+                f"FOR VALUES FROM ({day * DAY!r}) TO ({(day + 1) * DAY!r})"
+            )
+        ids = [task.id for task in leaving]
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gr_archive (id, ord, status, type, finished_at, task) "
+                "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                [(t.id, t.order, t.status.value, t.type, t.updated_at, _encode(t).decode()) for t in leaving],
+            )
+        connection.execute("DELETE FROM gr_deps WHERE task_id = ANY(%s) OR dep_id = ANY(%s)", (ids, ids))
+        connection.execute("DELETE FROM gr_tasks WHERE id = ANY(%s)", (ids,))
+        return len(ids)
+
+    @staticmethod
+    def drop_archive(connection: Any, before: float) -> int:
+        """Drop the archive's days that ended before ``before``, whole; how many tasks went."""
+        days = connection.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'gr_archive'::regclass"
+        ).fetchall()
+        gone = 0
+        for (name,) in days:
+            match = re.fullmatch(r"gr_archive_d(\d+)", name)
+            if match is None or (int(match.group(1)) + 1) * DAY > before:
+                continue
+            gone += int(connection.execute(f"SELECT count(*) FROM {name}").fetchone()[0])
+            connection.execute(f"DROP TABLE {name}")
+        return gone
+
+    @staticmethod
+    def archive_sizes(connection: Any) -> tuple[int, int]:
+        """Archived tasks, and the days (partitions) they are in."""
+        tasks = int(connection.execute("SELECT count(*) FROM gr_archive").fetchone()[0])
+        days = int(
+            connection.execute(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'gr_archive'::regclass"
+            ).fetchone()[0]
+        )
+        return tasks, days
 
     def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
         task = self._locked(connection, task_id)
@@ -547,7 +660,7 @@ class PostgresGraph:
         """A person's decision on the call a WAITING task waits on: PENDING again (the row
         locked first: of two decisions at once, on any daemons, the second is refused)."""
         task_id, approved = decision.task_id, decision.approved
-        task = self._locked(connection, task_id)
+        task = self._locked(connection, task_id, "approve" if approved else "deny")
         if task.status is not TaskStatus.WAITING:
             raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
         task = decided(task, decision, self.clock())
@@ -557,7 +670,7 @@ class PostgresGraph:
         return task
 
     def cancel(self, connection: Any, task_id: str, reason: str) -> AgentTask:
-        task = self._locked(connection, task_id)
+        task = self._locked(connection, task_id, "cancel")
         if task.status.final:
             raise InvalidTransition(task_id, task.status.value, "cancel")
         error = _printable(self.limits.clip(AgentError(reason=reason)))

@@ -108,7 +108,8 @@ MIGRATIONS: list[list[str]] = [
             UNIQUE (task_id, key, kind)
         )""",
     ],
-    [  # 5: what each named budget spent, across restarts and daemons
+    [  # 5: what each named budget spent, across restarts and daemons; the archive of
+        # finished tasks, partitioned by the day they finished (retention drops a day whole)
         """CREATE TABLE gr_budgets (
             name text PRIMARY KEY,
             tokens bigint NOT NULL,
@@ -116,6 +117,18 @@ MIGRATIONS: list[list[str]] = [
             calls bigint NOT NULL,
             updated_at double precision NOT NULL
         )""",
+        """CREATE TABLE gr_archive (
+            id text NOT NULL,
+            ord bigint NOT NULL,
+            status text NOT NULL,
+            type text NOT NULL,
+            finished_at double precision NOT NULL,
+            task jsonb NOT NULL
+        ) PARTITION BY RANGE (finished_at)""",
+        "CREATE INDEX gr_archive_id ON gr_archive (id)",
+        "CREATE INDEX gr_archive_ord ON gr_archive (ord)",
+        "CREATE INDEX gr_tasks_finished ON gr_tasks (updated_at) "
+        "WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')",
     ],
 ]
 VERSION = len(MIGRATIONS)

@@ -26,6 +26,7 @@ from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore
+from ..store._retention import Retention
 from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
@@ -108,6 +109,7 @@ class PostgresStore:
         limits: TaskLimits | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
+        retention: Retention | None = None,
     ) -> TaskStore:
         """The graph writes its own events, in each transition's transaction: ``log`` is
         not needed. With ``instance`` (see :meth:`instance`), the tasks this node's
@@ -121,6 +123,7 @@ class PostgresStore:
             node=None if instance is None else instance.rpartition(":")[0],
             instance=instance,
             clock=clock,
+            retention=retention,
         )
 
     def event_store(self) -> EventStore:
@@ -148,11 +151,11 @@ class PostgresStore:
             await stream.aclose()
 
     async def read_tasks(
-        self, status: TaskStatus | None = None, agent_type: str | None = None
+        self, status: TaskStatus | None = None, agent_type: str | None = None, *, archived: bool = False
     ) -> list[AgentTask]:
         graph = PostgresGraph()
         await self.db.run(check)
-        return await self.db.run(lambda c: graph.list_tasks(c, status, agent_type))
+        return await self.db.run(lambda c: graph.list_tasks(c, status, agent_type, archived=archived))
 
     async def read_task(self, task_id: str) -> AgentTask:
         graph = PostgresGraph()

@@ -27,6 +27,7 @@ expired row is won by one.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -55,6 +56,7 @@ from ..messages import (
     TaskLimits,
 )
 from ..store import TaskGraphError
+from ..store._retention import Retention
 from ..store._rules import lease_report
 from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
@@ -122,8 +124,12 @@ class PostgresTaskStore:
         node: str | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
+        retention: Retention | None = None,
     ) -> None:
         self.db = db
+        self.retention = retention
+        self.clock = clock
+        self._next_pass = 0.0
         self.lease_seconds = check_seconds("PostgresTaskStore", "lease_seconds", lease_seconds)
         self.limits = limits or TaskLimits()
         self.workers = check_int("PostgresTaskStore", "workers", workers)
@@ -304,6 +310,10 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
         store.database_answered()
         for task in expired:
             logger.warning(lease_report(task), task.id, task.status.value)
+        retention = store.retention
+        if retention is not None and store.clock() >= store._next_pass:
+            store._next_pass = store.clock() + retention.check_every
+            await _archive_pass(store, retention)
         for job in jobs:
             job.reply.succeed(None)
     elif isinstance(first, Claim):
@@ -313,6 +323,28 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
     else:
         for job in jobs:
             await _answer(store, job.reply, partial(_call, store, job.message))
+
+
+async def _archive_pass(store: PostgresTaskStore, retention: Retention) -> None:
+    """Move what the policy lets go into the archive, a batch per transaction, and drop
+    the archive's days past ``archive_for`` (every daemon may run one: rows being moved
+    by another are skipped)."""
+    graph, now = store.graph, store.clock()
+    try:
+        if retention.archives:
+            before = now - retention.archive_after if retention.archive_after is not None else -math.inf
+            moved = await store.db.run(
+                lambda c: graph.archive(c, before, retention.keep_finished, retention.batch)
+            )
+            if moved:
+                logger.info("supervisor: archived %d finished task(s)", moved)
+        if retention.archive_for is not None:
+            horizon = now - retention.archive_for
+            dropped = await store.db.run(lambda c: graph.drop_archive(c, horizon))
+            if dropped:
+                logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
+    except DatabaseError as error:  # the next pass tries again
+        logger.warning("supervisor: archiving failed: %s", error)
 
 
 async def _answer(store: PostgresTaskStore, reply: Reply, call: Callable[[], Awaitable[Any]]) -> None:
@@ -355,9 +387,8 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
     if isinstance(message, GetTask):
         return await db.run(lambda c: graph.get(c, message.task_id))
     if isinstance(message, ListTasks):
-        return await db.run(
-            lambda c: graph.list_tasks(c, message.status, message.type, message.after, message.limit)
-        )
+        wanted = (message.status, message.type, message.after, message.limit, message.archived)
+        return await db.run(lambda c: graph.list_tasks(c, *wanted))
     counts, runnable, total = await db.run(graph.stats)
     return GraphStats(by_status=counts, runnable_types=runnable, total=total)
 

@@ -323,8 +323,12 @@ def create_app(parts: ServiceParts) -> Starlette:
         agent_type = request.query_params.get("type")
         after = _query_int(request, "after", 0, 0, 2**62)
         limit = _query_int(request, "limit", 100, 1, MAX_PAGE)
+        archived = request.query_params.get("archived", "0")
+        if archived not in ("0", "1", "true", "false"):
+            raise ApiError(400, "invalid_input", "archived must be 0 or 1", field="archived", value=archived)
         # one more than a page: whether there is a next one (the store pages; nothing is sorted here)
-        found = await supervisor.ask(ListTasks(wanted, agent_type, after, limit + 1), timeout=None)
+        listing = ListTasks(wanted, agent_type, after, limit + 1, archived=archived in ("1", "true"))
+        found = await supervisor.ask(listing, timeout=None)
         page = found[:limit]
         more = len(found) > limit
         return _json({"tasks": page, "next": page[-1].order if more else None})

@@ -125,12 +125,16 @@ class ServiceClient:
         answer = await self._call("POST", "/v1/tasks", content=body, headers=_JSON)
         return msgspec.convert(answer["tasks"], list[AgentTask])
 
-    async def list_tasks(self, status: str | None = None, agent_type: str | None = None) -> list[AgentTask]:
-        """Every matching task, page by page, in submission order."""
+    async def list_tasks(
+        self, status: str | None = None, agent_type: str | None = None, *, archived: bool = False
+    ) -> list[AgentTask]:
+        """Every matching task (``archived``: of the archive), page by page, in submission order."""
         found: list[AgentTask] = []
         after = 0
         while True:
             params: dict[str, Any] = {"after": after, "limit": 1000}
+            if archived:
+                params["archived"] = "1"
             if status:
                 params["status"] = status
             if agent_type:

@@ -19,6 +19,7 @@ from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._budgets import BudgetStore
 from ._chat import ChatStore
 from ._events import EventStore
+from ._retention import Retention
 from ._steps import StepStore
 from ._tasks import TaskStore
 
@@ -53,11 +54,13 @@ class Store(Protocol):
         limits: TaskLimits | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
+        retention: Retention | None = None,
     ) -> TaskStore:
         """The task graph's storage for a supervisor actor. ``log``: the log actor the
         graph's events reach when the store does not write them itself. ``instance``:
         this process's name (see :meth:`instance`), so a restart recognises the tasks its
-        previous process was running."""
+        previous process was running. ``retention``: when finished tasks leave the live
+        graph for the archive (``None``: never)."""
         ...
 
     def event_store(self) -> EventStore:
@@ -86,14 +89,14 @@ class Store(Protocol):
         ...
 
     async def read_tasks(
-        self, status: TaskStatus | None = None, agent_type: str | None = None
+        self, status: TaskStatus | None = None, agent_type: str | None = None, *, archived: bool = False
     ) -> list[AgentTask]:
         """The tasks as stored, in submission order (for commands run with no daemon);
-        writes nothing."""
+        ``archived``: the archived ones instead. Writes nothing."""
         ...
 
     async def read_task(self, task_id: str) -> AgentTask:
-        """One task as stored (``UnknownTask`` if none); writes nothing."""
+        """One task as stored, live or archived (``UnknownTask`` if none); writes nothing."""
         ...
 
     async def read_stats(self) -> GraphStats:

@@ -1,0 +1,252 @@
+"""``TaskArchive``: finished tasks that left the live graph, on the files.
+
+A daemon that runs for months cannot keep every task it ever ran in memory: finished
+tasks leave the live graph (by the ``[retention]`` policy) into the archive, where
+``tasks show``, ``tasks list --archived`` and the API still find them and their ids stay
+taken. The archive is ``archive/`` under the data dir:
+
+- ``tasks-<n>.jsonl.gz``: segments, one per archiving pass, each written once (temp file,
+  fsync, rename) and never changed: a gzip of one JSON task per line. Retention drops a
+  segment whole.
+- ``index.sqlite3``: where each archived task is (its segment), with what a listing
+  filters on (status, type, order) — a lookup reads one segment, a listing pages the
+  index.
+
+Writes come from one process (the graph's owner, holding its lock); any process may read.
+Every method blocks only a worker thread.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from .._errors import DataError
+from .._files import replace_durably
+from ..messages import AgentTask, TaskStatus
+from ._sqlite import SQLiteFile
+
+ARCHIVE_DIR = "archive"
+INDEX_DB = "index.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS segments (
+    seq INTEGER PRIMARY KEY,
+    tasks INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    last_finished REAL NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    segment INTEGER NOT NULL,
+    ord INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    type TEXT NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_order ON tasks (ord);
+CREATE INDEX IF NOT EXISTS tasks_by_segment ON tasks (segment);
+"""
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AgentTask)
+
+
+class ArchiveSizes(msgspec.Struct, frozen=True):
+    tasks: int = 0
+    segments: int = 0
+    bytes: int = 0
+
+
+class TaskArchive:
+    """The archive of one data dir. ``cached_segments``: decoded segments kept for
+    lookups (a ``tasks show`` of neighbours reads one file once)."""
+
+    def __init__(self, data_dir: Path, *, cached_segments: int = 2) -> None:
+        self.path = data_dir / ARCHIVE_DIR
+        self._index = SQLiteFile(self.path / INDEX_DB, _SCHEMA)
+        self._cache: OrderedDict[int, dict[str, AgentTask]] = OrderedDict()
+        self._cache_size = cached_segments
+        self._cache_lock = threading.Lock()
+
+    def segment_path(self, seq: int) -> Path:
+        return self.path / f"tasks-{seq:08d}.jsonl.gz"
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def add(self, tasks: Sequence[AgentTask]) -> int:
+        """Write ``tasks`` (final ones) as a new segment, durably, and index them; the
+        segment's number. A task archived before is indexed at its new place (a pass a
+        crash interrupted before the live graph forgot it)."""
+        if not tasks:
+            return 0
+        for task in tasks:
+            if not task.status.final:
+                raise ValueError(f"archive: task {task.id!r} is {task.status.value}, not finished")
+        seq = await self._index.run(_next_segment, write=False)
+        data = gzip.compress(b"".join(_encoder.encode(task) + b"\n" for task in tasks), compresslevel=6)
+        path = self.segment_path(seq)
+        await anyio.to_thread.run_sync(_write_segment, path, data)
+        rows = [(t.id, seq, t.order, t.status.value, t.type, t.updated_at) for t in tasks]
+        last = max(t.updated_at for t in tasks)
+
+        def index(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO segments (seq, tasks, bytes, last_finished, created_at) VALUES (?, ?, ?, ?, ?)",
+                (seq, len(rows), len(data), last, time.time()),
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO tasks (id, segment, ord, status, type, finished_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+        await self._index.run(index, write=True)
+        return seq
+
+    async def drop_finished_before(self, before: float) -> int:
+        """Drop every segment whose tasks all finished before ``before`` (whole files,
+        never row by row); how many tasks went."""
+
+        def forget(db: sqlite3.Connection) -> list[tuple[int, int]]:
+            gone = db.execute("SELECT seq, tasks FROM segments WHERE last_finished < ?", (before,)).fetchall()
+            for seq, _ in gone:
+                db.execute("DELETE FROM tasks WHERE segment = ?", (seq,))
+                db.execute("DELETE FROM segments WHERE seq = ?", (seq,))
+            return gone
+
+        gone = await self._index.run(forget, write=True)
+        for seq, _ in gone:  # the index no longer points at them: remove the files
+            await anyio.to_thread.run_sync(_unlink, self.segment_path(seq))
+            with self._cache_lock:
+                self._cache.pop(seq, None)
+        return sum(count for _, count in gone)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def statuses(self, ids: Sequence[str]) -> dict[str, TaskStatus]:
+        """The archived ones among ``ids``, with their final status."""
+        return await anyio.to_thread.run_sync(self.statuses_blocking, list(ids))
+
+    def statuses_blocking(self, ids: list[str]) -> dict[str, TaskStatus]:
+        """:meth:`statuses` in the calling (worker) thread."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted or not (self.path / INDEX_DB).exists():
+            return {}
+
+        def fetch(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            rows: list[tuple[str, str]] = []
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows += db.execute(f"SELECT id, status FROM tasks WHERE id IN ({marks})", chunk).fetchall()
+            return rows
+
+        rows = self._index.run_blocking(fetch, write=False)
+        return {task_id: TaskStatus(status) for task_id, status in rows}
+
+    async def get(self, task_id: str) -> AgentTask | None:
+        """The archived task ``task_id``, or ``None``."""
+        if not await self._exists():
+            return None
+        found = await self._index.run(
+            lambda db: db.execute("SELECT segment FROM tasks WHERE id = ?", (task_id,)).fetchone(),
+            write=False,
+        )
+        if found is None:
+            return None
+        return (await self._segment(int(found[0]))).get(task_id)
+
+    async def page(
+        self, status: TaskStatus | None, agent_type: str | None, after: int, limit: int | None
+    ) -> list[AgentTask]:
+        """Archived tasks (of ``status``, of ``agent_type``) with ``order > after``, in
+        submission order, at most ``limit``."""
+        if not await self._exists():
+            return []
+
+        def fetch(db: sqlite3.Connection) -> list[tuple[str, int]]:
+            return db.execute(
+                "SELECT id, segment FROM tasks WHERE ord > ? AND (? IS NULL OR status = ?) "
+                "AND (? IS NULL OR type = ?) ORDER BY ord LIMIT ?",
+                (after, status and status.value, status and status.value, agent_type, agent_type,
+                 -1 if limit is None else limit),
+            ).fetchall()  # fmt: skip
+
+        found: list[AgentTask] = []
+        for task_id, seq in await self._index.run(fetch, write=False):
+            task = (await self._segment(seq)).get(task_id)
+            if task is not None:
+                found.append(task)
+        return found
+
+    async def sizes(self) -> ArchiveSizes:
+        if not await self._exists():
+            return ArchiveSizes()
+        tasks, segments, size = await self._index.run(
+            lambda db: db.execute(
+                "SELECT COALESCE(SUM(tasks), 0), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
+            ).fetchone(),
+            write=False,
+        )
+        return ArchiveSizes(int(tasks), int(segments), int(size))
+
+    async def _exists(self) -> bool:
+        return await anyio.to_thread.run_sync((self.path / INDEX_DB).exists)
+
+    async def _segment(self, seq: int) -> dict[str, AgentTask]:
+        with self._cache_lock:
+            cached = self._cache.get(seq)
+            if cached is not None:
+                self._cache.move_to_end(seq)
+                return cached
+        tasks = await anyio.to_thread.run_sync(_read_segment, self.segment_path(seq))
+        with self._cache_lock:
+            self._cache[seq] = tasks
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return tasks
+
+    async def aclose(self) -> None:
+        await self._index.aclose()
+
+    def close_blocking(self) -> None:
+        """:meth:`aclose` from a worker thread."""
+        self._index.close_blocking()
+
+
+def _next_segment(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM segments").fetchone()[0])
+
+
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _write_segment(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_durably(path, data)
+
+
+def _read_segment(path: Path) -> dict[str, AgentTask]:
+    try:
+        data = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError) as error:
+        raise DataError(f"cannot read the archive segment {path}: {error}") from None
+    found: dict[str, AgentTask] = {}
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            task = _decoder.decode(line)
+        except msgspec.DecodeError as error:
+            raise DataError(f"{path}, line {number}: not a task ({error})") from None
+        found[task.id] = task
+    return found

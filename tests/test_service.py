@@ -447,6 +447,9 @@ async def test_chat_spend_and_its_budget_show_in_status(tmp_path: Path) -> None:
     assert chat["llm_calls"] == 1 and chat["total_tokens"] > 1  # the one call admitted alone
     assert chat["budget_tokens"] == 1 and chat["budget_exhausted"] is True
     assert chat["cost"] == 0  # the scripted model has no price
+    storage = status["storage"]  # what the store holds on disk, per file
+    assert storage["bytes"] > 0 and "tasks.graph.lock" not in storage["by_part"]
+    assert storage["archived_tasks"] == 0
 
 
 async def test_the_chat_budget_continues_after_a_restart(tmp_path: Path) -> None:

@@ -1158,6 +1158,8 @@ async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(b
             assert isinstance(granted, Granted) and granted.task.id == task_id
             await sup.ask(Complete(task_id, "x", done(task_id)))
         await sup.ask(Cancel("d", "not needed"))
+        journal = backend.step_store()
+        await journal.write([_step("a", "p0/main/m0", body={"text": "done"})])
         assert await _archived_ids(sup) == []  # finished just now: live for a minute
         now[0] += 120
 
@@ -1167,6 +1169,8 @@ async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(b
         await eventually(archived, timeout=10)
         assert [t.id for t in await sup.ask(ListTasks())] == ["c"]
         assert (await sup.ask(Stats())).total == 1
+        assert await journal.read("a") == []  # its step journal went with it
+        await journal.aclose()
         found = await sup.ask(GetTask("a"))
         assert found.status is TaskStatus.COMPLETED and found.result is not None
         with pytest.raises(DuplicateTask):  # an archived id stays taken
@@ -1184,6 +1188,9 @@ async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(b
         assert {t.id for t in await sup.ask(ListTasks())} == {"c", "e", "f"}
     assert (await backend.read_task("d")).status is TaskStatus.CANCELLED  # no daemon
     assert [t.id for t in await backend.read_tasks(archived=True)] == ["a", "b", "d"]
+    sizes = await backend.sizes()
+    assert (sizes.archived_tasks, sizes.archive_parts) == (3, 1) and sizes.bytes > 0
+    assert sizes.bytes == sum(sizes.by_part.values())
     with pytest.raises(UnknownTask):
         await backend.read_task("nope")
 

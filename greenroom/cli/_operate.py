@@ -226,9 +226,10 @@ async def status(target: Target) -> dict[str, Any]:
         return {"running": True, "url": target.url, **document}
     async with target.backend() as store:
         stats = await store.read_stats()
+        sizes = await store.sizes()
         where = store.where
     tasks = {"total": stats.total, "by_status": stats.by_status}
-    return {"running": False, "data_dir": where, "tasks": tasks}
+    return {"running": False, "data_dir": where, "tasks": tasks, "storage": msgspec.to_builtins(sizes)}
 
 
 def format_status(document: dict[str, Any]) -> str:
@@ -268,7 +269,22 @@ def format_status(document: dict[str, Any]) -> str:
         )
     if document.get("mailboxes"):
         lines.append("mailboxes: " + " · ".join(f"{k} {v}" for k, v in document["mailboxes"].items()))
+    storage = document.get("storage")
+    if storage:
+        lines.append(
+            f"storage: {_bytes(storage['bytes'])} on disk · archived tasks {storage['archived_tasks']} "
+            f"in {storage['archive_parts']} part(s) · live tasks {tasks['total']}"
+        )
     return "\n".join(lines)
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
 
 
 async def stop(target: Target, *, wait: float, out: TextIO = sys.stderr) -> int:

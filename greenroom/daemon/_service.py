@@ -218,6 +218,7 @@ class DaemonService:
             "agents": agents,
             "chat": None if runner is None else _chat_status(runner.engine),
             "mailboxes": mailboxes,
+            "storage": msgspec.to_builtins(await host.store.sizes()),
         }
 
     async def _close(self) -> None:

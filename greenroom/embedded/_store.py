@@ -25,6 +25,7 @@ from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore, UnknownTask
 from ..store._retention import Retention
+from ..store._store import StoreSizes
 from ._archive import TaskArchive
 from ._events import FileEventStore
 from ._graph import TaskGraph
@@ -178,9 +179,31 @@ class EmbeddedStore:
             raise UnknownTask(task_id)
         return found
 
+    async def sizes(self) -> StoreSizes:
+        archive = TaskArchive(self.data_dir)
+        try:
+            archived = await archive.sizes()
+        finally:
+            await archive.aclose()
+        by_part = await anyio.to_thread.run_sync(_file_sizes, self.data_dir)
+        return StoreSizes(archived.tasks, archived.segments, sum(by_part.values()), by_part)
+
     async def read_stats(self) -> GraphStats:
         tasks, archived = await anyio.to_thread.run_sync(self._load)
         graph = TaskGraph(tasks, now=time.time(), archived=archived)
         return GraphStats(
             by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
         )
+
+
+def _file_sizes(data_dir: Path) -> dict[str, int]:
+    """The bytes of each file the store keeps under the data dir (the archive's segments
+    together, as ``archive/``). Blocking."""
+    sizes: dict[str, int] = {}
+    for path in sorted(data_dir.iterdir()):
+        if path.is_file() and not path.name.endswith((".lock", ".tmp")):
+            sizes[path.name] = path.stat().st_size
+    archive = data_dir / "archive"
+    if archive.is_dir():
+        sizes["archive/"] = sum(path.stat().st_size for path in archive.iterdir() if path.is_file())
+    return sizes

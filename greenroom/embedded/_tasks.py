@@ -435,6 +435,19 @@ class FileTaskStore:
         finally:
             graph.archived = {}
 
+    async def _drop_steps(self, task_ids: list[str]) -> None:
+        """The step journals of archived tasks go with them: nothing replays a finished task."""
+        from ._steps import STEPS_DB, SQLiteStepStore
+
+        path = self.data_dir / STEPS_DB
+        if not await anyio.to_thread.run_sync(path.exists):
+            return
+        steps = SQLiteStepStore(path)
+        try:
+            await steps.drop(task_ids)
+        finally:
+            await steps.aclose()
+
     async def _archive_pass(self, retention: Retention) -> None:
         """Move the finished tasks the policy lets go into the archive (written there
         durably first, then forgotten here with a journal line), and drop what the
@@ -456,6 +469,7 @@ class FileTaskStore:
                     self._broken = True  # memory is ahead of the disk: the restart reloads it
                     raise
                 self._archive_used = True
+                await self._drop_steps(ids)
                 logger.info("supervisor: archived %d finished task(s)", len(ids))
         if retention.archive_for is not None:
             dropped = await archive.drop_finished_before(now - retention.archive_for)

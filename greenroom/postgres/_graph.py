@@ -401,6 +401,7 @@ class PostgresGraph:
                 [(t.id, t.order, t.status.value, t.type, t.updated_at, _encode(t).decode()) for t in leaving],
             )
         connection.execute("DELETE FROM gr_deps WHERE task_id = ANY(%s) OR dep_id = ANY(%s)", (ids, ids))
+        connection.execute("DELETE FROM gr_steps WHERE task_id = ANY(%s)", (ids,))  # nothing replays them
         connection.execute("DELETE FROM gr_tasks WHERE id = ANY(%s)", (ids,))
         return len(ids)
 

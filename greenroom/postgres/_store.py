@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 
@@ -27,6 +27,7 @@ from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore
 from ..store._retention import Retention
+from ..store._store import StoreSizes
 from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
@@ -161,6 +162,21 @@ class PostgresStore:
         graph = PostgresGraph()
         await self.db.run(check)
         return await self.db.run(lambda c: graph.get(c, task_id))
+
+    async def sizes(self) -> StoreSizes:
+        def measure(connection: Any) -> StoreSizes:
+            tasks, days = PostgresGraph.archive_sizes(connection)
+            rows = connection.execute(
+                "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE 'gr\\_%' "
+                "ORDER BY c.relname"
+            ).fetchall()
+            by_part = {name: int(size) for name, size in rows}
+            return StoreSizes(tasks, days, sum(by_part.values()), by_part)
+
+        await self.db.run(check)
+        return await self.db.run(measure)
 
     async def read_stats(self) -> GraphStats:
         graph = PostgresGraph()

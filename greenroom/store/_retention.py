@@ -4,8 +4,9 @@ A finished task (completed, failed, cancelled) stays in the live graph for
 ``archive_after`` seconds, and at most the newest ``keep_finished`` of them do; older ones
 leave for the archive, where reads still find them and their ids stay taken.
 ``archive_for`` drops archived tasks that old, a whole segment (files) or partition
-(PostgreSQL) at a time. The defaults keep a day of finished tasks live and the archive
-forever: a short run behaves as if nothing were archived.
+(PostgreSQL) at a time. A task's step journal (durable work) goes when the task is
+archived: nothing replays a finished task. The defaults keep a day of finished tasks live
+and the archive forever: a short run behaves as if nothing were archived.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+import msgspec
+
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._budgets import BudgetStore
@@ -22,6 +24,17 @@ from ._events import EventStore
 from ._retention import Retention
 from ._steps import StepStore
 from ._tasks import TaskStore
+
+
+class StoreSizes(msgspec.Struct, frozen=True):
+    """The store's size (``greenroom status``): archived tasks and the parts they are in
+    (segments on the files, days on PostgreSQL), and bytes on disk, in all and per part
+    (a file under the data dir, a table)."""
+
+    archived_tasks: int = 0
+    archive_parts: int = 0
+    bytes: int = 0
+    by_part: dict[str, int] = {}
 
 
 @runtime_checkable
@@ -97,6 +110,10 @@ class Store(Protocol):
 
     async def read_task(self, task_id: str) -> AgentTask:
         """One task as stored, live or archived (``UnknownTask`` if none); writes nothing."""
+        ...
+
+    async def sizes(self) -> StoreSizes:
+        """What the store holds beyond the live graph, and its bytes on disk."""
         ...
 
     async def read_stats(self) -> GraphStats:

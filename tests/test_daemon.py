@@ -590,6 +590,37 @@ def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tm
     assert "failed 1 task(s) as poison" in done.stderr
 
 
+def test_finished_tasks_are_archived_and_still_shown_from_the_cli(tmp_path: Path) -> None:
+    """With ``[retention] keep_finished = 0`` every finished task leaves the live graph:
+    ``tasks list`` shows what is live, ``tasks list --archived`` and ``tasks show`` find
+    the rest, with no daemon running; ``status`` says how much is archived."""
+    agents = "".join(
+        f'[agents.{name}]\nagent = "greenroom.agents.examples:{cls}"\nconcurrency = 2\n'
+        for name, cls in (("research", "ResearchAgent"), ("write", "WriteAgent"),
+                          ("review", "ReviewAgent"), ("publish", "PublishAgent"))
+    )  # fmt: skip
+    config = tmp_path / "archive.toml"
+    config.write_text(
+        f"{agents}\n[retention]\narchive_after = 0.001\nkeep_finished = 0\ncheck_every = 0.01\n"
+    )
+    data_dir = tmp_path / "data"
+    done = greenroom("run", "--config", str(config), "--seed-example", "2", "--until-idle", "--quiet",
+                     data_dir=data_dir)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    live = json.loads(greenroom("tasks", "list", "--json", data_dir=data_dir).stdout)
+    archived = json.loads(greenroom("tasks", "list", "--archived", "--json", data_dir=data_dir).stdout)
+    assert len(live) + len(archived) == 8 and all(t["status"] == "COMPLETED" for t in archived)
+    assert len(archived) >= 6 and [t["status"] for t in live if t["status"] != "COMPLETED"] == ["WAITING"]
+    shown = json.loads(greenroom("tasks", "show", archived[0]["id"], data_dir=data_dir).stdout)
+    assert shown["id"] == archived[0]["id"] and shown["result"] is not None
+    status = greenroom("status", data_dir=data_dir)
+    assert f"archived tasks {len(archived)}" in status.stdout, status.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"{agents}\n[retention]\narchive_after = -5\n")
+    refused = greenroom("run", "--config", str(bad), "--until-idle", data_dir=data_dir)
+    assert refused.returncode != 0 and "retention.archive_after" in refused.stderr, refused.stderr
+
+
 def test_status_stop_tokens_and_cancel_from_the_cli_with_and_without_a_daemon(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     tasks = [{"id": f"w{n}", "type": "waiting"} for n in range(3)]  # no agent serves them: they wait

@@ -572,3 +572,27 @@ async def test_a_team_budget_of_the_agents_continues_after_a_restart(tmp_path: P
         finally:
             await budgets.aclose()
     assert await run(["c", "d"]) == ["done", "budget_exhausted"]  # not from zero
+
+
+async def test_archived_tasks_are_listed_and_shown_through_the_api(tmp_path: Path) -> None:
+    """``GET /v1/tasks?archived=1`` pages the archive; ``GET /v1/tasks/{id}`` finds an
+    archived task; a bad ``archived`` value is a 400 naming it."""
+    from greenroom.messages import AgentTask
+    from greenroom.store._retention import Retention
+
+    retention = Retention(archive_after=0.001, keep_finished=0, check_every=0.01)
+    pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=2)}
+    async with running(tmp_path, agents=pools, retention=retention) as daemon, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(3)])
+
+        async def all_archived() -> bool:
+            return len(await ops.list_tasks(archived=True)) == 3
+
+        await eventually(all_archived, timeout=20)
+        assert await ops.list_tasks() == []
+        assert (await ops.get_task("w1")).status is TaskStatus.COMPLETED
+        async with daemon.http("ops") as http:
+            page = (await http.get("/v1/tasks", params={"archived": "1", "limit": "2"})).json()
+            assert [t["id"] for t in page["tasks"]] == ["w0", "w1"] and page["next"] is not None
+            bad = await http.get("/v1/tasks", params={"archived": "maybe"})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "archived"

@@ -192,12 +192,10 @@ class TaskArchive:
     async def sizes(self) -> ArchiveSizes:
         if not await self._exists():
             return ArchiveSizes()
-        tasks, segments, size = await self._index.run(
-            lambda db: db.execute(
-                "SELECT COALESCE(SUM(tasks), 0), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
-            ).fetchone(),
-            write=False,
-        )
+        # tasks counted in the index, not per segment: a pass a crash cut short between the
+        # index and the graph's journal archives its tasks again, into a later segment
+        query = "SELECT (SELECT COUNT(*) FROM tasks), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
+        tasks, segments, size = await self._index.run(lambda db: db.execute(query).fetchone(), write=False)
         return ArchiveSizes(int(tasks), int(segments), int(size))
 
     async def _exists(self) -> bool:

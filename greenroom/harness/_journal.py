@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from .._errors import GreenroomError
+from .._errors import DataError, GreenroomError
 from .._request import Request
 from ..actors import Actor, ActorRef, ActorStopped, PendingReply
 from ..store import Step, StepStore
@@ -250,14 +250,16 @@ class StepJournalActor(Actor):
                 pending.succeed(None)
 
     async def on_stop(self) -> None:
+        """Write what was taken before the stop; from now on the sink refuses. A store
+        that cannot write (a full disk) fails the waiters of the last batch with its error
+        and is said in one line: the failure that stopped the process was said already."""
+        if self._sink is not None:
+            self._sink.closed = True
         try:
             await self._settle()
+        except (DataError, OSError) as error:
+            logger.error("journal: the last steps taken were not written: %s", error)
         finally:
-            if self._sink is not None:
-                self._sink.closed = True
-                self._take_sink()
-                if self._owed:  # the last batch could not be written: its waiters are told
-                    await self._flush()
             await self.store.aclose()
 
 

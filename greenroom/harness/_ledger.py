@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._errors import DataError
 from .._request import Request
 from ..actors import Actor
 from ..store import BudgetStore, Spent
@@ -122,7 +123,11 @@ class BudgetLedgerActor(Actor):
                 budget._synced(total)
 
     async def on_stop(self) -> None:
+        """The spend not yet written is written; a store that cannot (a full disk) is
+        said in one line."""
         try:
             await self._write()
+        except (DataError, OSError) as error:
+            logger.error("budgets: the last spend was not written: %s", error)
         finally:
             await self.store.aclose()

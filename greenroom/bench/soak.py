@@ -4,7 +4,9 @@ Load, from this process (httpx, keep-alive): chat users talking to the assistant
 submitters (batches of fast ``review`` tasks, some chained), and an event-stream reader
 following ``/v1/events``; about 1 % of requests are malformed on purpose (bad JSON,
 unknown fields, wrong types, oversized, nested too deeply). The daemon's resident memory
-is sampled as it runs.
+is sampled as it runs. The long mode (``--tasks N``) loads until N tasks went through,
+with retention on, and samples RSS and bytes on disk at each tenth of them; it also times
+the daemon's restart after 1,000 tasks and after N.
 
 At the end it waits for every acknowledged task to finish, stops the daemon through
 the API, and checks: 0 acknowledged tasks lost or not completed; 0 events lost (the
@@ -55,10 +57,15 @@ def _rss_kb(pid: int) -> int | None:
 
 
 class Soak:
-    def __init__(self, url: str, tokens: dict[str, str], seconds: float, seed: int) -> None:
+    def __init__(
+        self, url: str, tokens: dict[str, str], seconds: float, seed: int, tasks: int | None = None
+    ) -> None:
         self.url = url
         self.tokens = tokens
         self.deadline = time.monotonic() + seconds
+        self.target = tasks
+        """The long mode: load until this many tasks were acknowledged (then ``deadline`` is
+        only a guard)."""
         self.rng = random.Random(seed)
         self.acknowledged: set[str] = set()
         self.requests = {"chat": 0, "tasks": 0, "malformed": 0}
@@ -86,11 +93,16 @@ class Soak:
             self.server_errors.append(f"{path}: HTTP {answer.status_code} {answer.text[:200]}")
         return answer
 
+    def done(self) -> bool:
+        if self.target is not None:
+            return len(self.acknowledged) >= self.target or time.monotonic() > self.deadline
+        return time.monotonic() > self.deadline
+
     async def chatter(self, user: str) -> None:
         async with self.client(self.tokens[user]) as http:
             conversation = None
             for turn in itertools.count():
-                if time.monotonic() > self.deadline:
+                if self.done():
                     return
                 if turn % 20 == 0:
                     conversation = None
@@ -105,9 +117,9 @@ class Soak:
 
     async def submitter(self, name: str) -> None:
         async with self.client(self.tokens["ops"]) as http:
-            while time.monotonic() < self.deadline:
+            while not self.done():
                 batch: list[dict[str, Any]] = []
-                for _ in range(self.rng.randint(1, 8)):
+                for _ in range(self.rng.randint(1, 8) if self.target is None else self.rng.randint(20, 60)):
                     task: dict[str, Any] = {"id": f"{name}-{next(self.ids)}", "type": "review"}
                     if batch and self.rng.random() < 0.3:
                         task["depends_on"] = [batch[-1]["id"]]
@@ -115,7 +127,7 @@ class Soak:
                 answer = await self._post(http, "tasks", "/v1/tasks", json.dumps({"tasks": batch}).encode())
                 if answer is not None and answer.status_code == 201:
                     self.acknowledged.update(t["id"] for t in answer.json()["tasks"])
-                await anyio.sleep(0.05)
+                await anyio.sleep(0.05 if self.target is None else 0.01)
 
     async def reader(self, stop: anyio.Event) -> None:
         from ..service import ServiceClient
@@ -130,7 +142,67 @@ class Soak:
     final_seq = 0
 
 
-async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
+def _disk_bytes(path: Path) -> int:
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+async def _start(data: Path, backend: str) -> tuple[subprocess.Popen[str], float]:
+    """A daemon on ``data``; how long it took to serve its API (the start-up time)."""
+    (data / "daemon.json").unlink(missing_ok=True)
+    began = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data),
+         "--config", str(data / "soak.toml"), "--backend", backend, "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with anyio.fail_after(300):
+        while not (data / "daemon.json").exists():
+            if process.poll() is not None:
+                raise RuntimeError(f"the daemon exited: {process.stderr.read() if process.stderr else ''}")
+            await anyio.sleep(0.02)
+    return process, time.monotonic() - began
+
+
+async def _stop(url: str, admin: str, process: subprocess.Popen[str]) -> None:
+    async with httpx2.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60
+    ) as http:
+        await http.post("/v1/stop")
+    await anyio.to_thread.run_sync(lambda: process.wait(120))
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+async def _warm_up(data: Path, backend: str, tokens: dict[str, str], admin: str, count: int) -> float:
+    """The long mode's reference: ``count`` tasks through a daemon, then its restart time."""
+    process, _ = await _start(data, backend)
+    url = json.loads((data / "daemon.json").read_text())["url"]
+    async with httpx2.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {tokens['ops']}"}, timeout=60
+    ) as http:
+        for start in range(0, count, 100):
+            batch = [{"id": f"warm-{i}", "type": "review"} for i in range(start, min(count, start + 100))]
+            await http.post("/v1/tasks", content=json.dumps({"tasks": batch}).encode(),
+                            headers={"Content-Type": "application/json"})  # fmt: skip
+        with anyio.fail_after(300):
+            while (await http.get("/v1/tasks", params={"status": "PENDING", "limit": 1})).json()["tasks"] or (
+                await http.get("/v1/tasks", params={"status": "IN_PROGRESS", "limit": 1})
+            ).json()["tasks"]:
+                await anyio.sleep(0.1)
+    await _stop(url, admin, process)
+    process, restart = await _start(data, backend)
+    await _stop(json.loads((data / "daemon.json").read_text())["url"], admin, process)
+    return restart
+
+
+async def _run(seconds: float, backend: str, seed: int, tasks: int | None = None) -> dict[str, Any]:
     from ..service import TokenStore
 
     with tempfile.TemporaryDirectory(prefix="greenroom-soak-") as tmp:
@@ -139,24 +211,18 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
         tokens = {user: store.add(user, "chat")[0] for user in ("u0", "u1", "u2", "u3", "u4")}
         tokens["ops"] = store.add("ops", "tasks")[0]
         admin = store.add("root", "admin")[0]
-        (data / "soak.toml").write_text(
-            '[agents.review]\nagent = "greenroom.agents.examples:ReviewAgent"\nconcurrency = 16\n'
+        retention = (
+            "\n[retention]\narchive_after = 60\nkeep_finished = 10000\ncheck_every = 1\n" if tasks else ""
         )
-        process = subprocess.Popen(
-            [sys.executable, "-m", "greenroom", "run", "--data-dir", tmp, "--config", str(data / "soak.toml"),
-             "--backend", backend, "--quiet"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        (data / "soak.toml").write_text(
+            '[agents.review]\nagent = "greenroom.agents.examples:ReviewAgent"\nconcurrency = 16\n' + retention
+        )
+        restart_small = await _warm_up(data, backend, tokens, admin, 1000) if tasks else None
+        process, _ = await _start(data, backend)
+        samples: list[tuple[float, int, int, int]] = []  # (s, tasks acknowledged, RSS KB, bytes on disk)
         try:
-            with anyio.fail_after(60):
-                while not (data / "daemon.json").exists():
-                    if process.poll() is not None:
-                        raise RuntimeError(
-                            f"the daemon exited: {process.stderr.read() if process.stderr else ''}"
-                        )
-                    await anyio.sleep(0.05)
             url = json.loads((data / "daemon.json").read_text())["url"]
-            soak = Soak(url, tokens, seconds, seed)
+            soak = Soak(url, tokens, seconds, seed, tasks)
             memory: list[tuple[float, int]] = []
             started = time.monotonic()
             stop_reading = anyio.Event()
@@ -166,7 +232,10 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
                     rss = _rss_kb(process.pid)
                     if rss is not None:
                         memory.append((time.monotonic() - started, rss))
-                    await anyio.sleep(max(1.0, seconds / 60))
+                        if tasks:
+                            disk = await anyio.to_thread.run_sync(_disk_bytes, data)
+                            samples.append((time.monotonic() - started, len(soak.acknowledged), rss, disk))
+                    await anyio.sleep(0.25 if tasks else max(1.0, seconds / 60))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sample)
@@ -190,13 +259,15 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
                                 break
                             await anyio.sleep(0.2)
                     listed: list[dict[str, Any]] = []
-                    after = 0
-                    while True:
-                        page = (await http.get("/v1/tasks", params={"after": after, "limit": 1000})).json()
-                        listed.extend(page["tasks"])
-                        if page["next"] is None:
-                            break
-                        after = page["next"]
+                    for archived in ("0", "1"):  # the live graph, then the archive
+                        after = 0
+                        while True:
+                            params = {"after": after, "limit": 1000, "archived": archived}
+                            page = (await http.get("/v1/tasks", params=params)).json()
+                            listed.extend(page["tasks"])
+                            if page["next"] is None:
+                                break
+                            after = page["next"]
                     status = (await http.get("/v1/status")).json()
                 soak.final_seq = max(status_seq(data), 0)
                 stop_reading.set()
@@ -204,16 +275,17 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
                     while not soak.seen_seqs or soak.seen_seqs[-1] < soak.final_seq:
                         await anyio.sleep(0.05)
                 tg.cancel_scope.cancel()
-            async with soak.client(admin) as http:
-                await http.post("/v1/stop")
-            await anyio.to_thread.run_sync(lambda: process.wait(60))
+            await _stop(url, admin, process)
+            restart_large = None
+            if tasks:
+                process, restart_large = await _start(data, backend)
+                await _stop(json.loads((data / "daemon.json").read_text())["url"], admin, process)
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            for stream in (process.stdout, process.stderr):
-                if stream is not None:
-                    stream.close()
+            if process.stderr is not None and not process.stderr.closed:
+                process.stderr.close()
         from ..embedded import read_events
 
         stored = read_events(data / "events.jsonl")
@@ -224,7 +296,8 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
         stored_seqs = {event.seq for event in stored}
         gaps = [b for a, b in itertools.pairwise([0, *seen]) if b != a + 1]
         missing_events = [s for s in seen if s not in stored_seqs]
-        quarter = [kb for t, kb in memory if t >= seconds * 0.25]
+        span = memory[-1][0] if memory else seconds  # the long mode ends when its tasks are through
+        quarter = [kb for t, kb in memory if t >= min(seconds, span) * 0.25]
         return {
             "backend": backend,
             "seconds": seconds,
@@ -246,7 +319,39 @@ async def _run(seconds: float, backend: str, seed: int) -> dict[str, Any]:
                 else None
             ),
             "daemon_exit": process.returncode,
+            **(_long_figures(samples, tasks, restart_small, restart_large) if tasks else {}),
         }
+
+
+def _long_figures(
+    samples: list[tuple[float, int, int, int]],
+    tasks: int,
+    restart_small: float | None,
+    restart_large: float | None,
+) -> dict[str, Any]:
+    """RSS, disk and tasks/s at each tenth of the long run, and the restart times."""
+    tenths: list[dict[str, Any]] = []
+    previous = (0.0, 0)
+    for k in range(1, 11):
+        mark = tasks * k // 10
+        at = next((sample for sample in samples if sample[1] >= mark), samples[-1] if samples else None)
+        if at is None:
+            break
+        elapsed, done, rss, disk = at
+        rate = (done - previous[1]) / max(1e-9, elapsed - previous[0])
+        tenths.append(
+            {"tasks": done, "rss_mb": round(rss / 1024, 1), "disk_bytes": disk, "tasks_per_s": round(rate, 1)}
+        )
+        previous = (elapsed, done)
+    return {
+        "tasks_target": tasks,
+        "tenths": tenths,
+        "rss_mb": [t["rss_mb"] for t in tenths],
+        "disk_bytes": [t["disk_bytes"] for t in tenths],
+        "restart_after_1k_s": restart_small,
+        "restart_after_n_s": restart_large,
+        "restart_ratio": (restart_large / restart_small) if restart_small and restart_large else None,
+    }
 
 
 def status_seq(data: Path) -> int:
@@ -275,7 +380,13 @@ def format_table(figures: dict[str, Any]) -> str:
     growth = figures["rss_growth_after_warmup"]
     return "\n".join(
         [
-            f"soak on {figures['backend']}: {figures['seconds']:.0f}s of chat, tasks and an event reader",
+            f"soak on {figures['backend']}: "
+            + (
+                f"{figures['tasks_target']} tasks (long mode, retention on)"
+                if "tenths" in figures
+                else f"{figures['seconds']:.0f}s"
+            )
+            + " of chat, tasks and an event reader",
             f"  requests: chat {r['chat']}, tasks {r['tasks']}, malformed {r['malformed']} "
             f"(all 4xx: {'yes' if not figures['malformed_not_4xx'] else figures['malformed_not_4xx']})",
             f"  tasks acknowledged {figures['tasks_acknowledged']}: lost {figures['tasks_lost']}, "
@@ -285,17 +396,39 @@ def format_table(figures: dict[str, Any]) -> str:
             f"  5xx to well-formed requests: {figures['server_error_count']} {figures['server_errors'][:3]}",
             f"  daemon RSS MB over the run: {curve}; after warm-up x{growth:.2f}"
             if growth
-            else "  daemon RSS: not sampled",
+            else f"  daemon RSS MB over the run: {curve}",
             f"  ({figures['rss_kb_per_1000_tasks']:.0f} KB per 1000 tasks kept in the graph)"
             if figures["rss_kb_per_1000_tasks"] is not None
             else "",
             f"  daemon exit {figures['daemon_exit']} · {'PASS' if ok(figures) else 'FAIL'}",
+            *_long_lines(figures),
         ]
     )
 
 
+def _long_lines(figures: dict[str, Any]) -> list[str]:
+    if "tenths" not in figures:
+        return []
+    lines = ["  at each tenth of the tasks (tasks · RSS MB · disk MB · tasks/s):"]
+    for tenth in figures["tenths"]:
+        lines.append(
+            f"    {tenth['tasks']:>9} · {tenth['rss_mb']:7.1f} · {tenth['disk_bytes'] / 2**20:8.1f} · "
+            f"{tenth['tasks_per_s']:8.1f}"
+        )
+    ratio = figures.get("restart_ratio")
+    lines.append(
+        f"  restart after 1,000 tasks {figures['restart_after_1k_s']:.2f} s, after the run "
+        f"{figures['restart_after_n_s']:.2f} s" + (f" ({ratio:.2f}x)" if ratio else "")
+    )
+    return lines
+
+
 def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--seconds", type=positive_int, default=600, help="how long to load (default 600)")
+    parser.add_argument(
+        "--tasks", type=positive_int, default=None,
+        help="the long mode: load until N tasks went through (retention on; --seconds is a guard)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
 
 
@@ -305,7 +438,8 @@ def main(args: argparse.Namespace) -> int:
     failures = []
 
     def measure(backend: str) -> dict[str, Any]:
-        figures = anyio.run(_run, float(args.seconds), backend, args.seed)
+        seconds = float(args.seconds) if args.tasks is None else max(float(args.seconds), 24 * 3600.0)
+        figures = anyio.run(_run, seconds, backend, args.seed, args.tasks)
         if not ok(figures):
             failures.append(backend)
         return figures

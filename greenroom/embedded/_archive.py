@@ -189,6 +189,15 @@ class TaskArchive:
                 found.append(task)
         return found
 
+    async def used(self) -> bool:
+        """Whether anything was ever archived (cheap: no count)."""
+        if not await self._exists():
+            return False
+        found = await self._index.run(
+            lambda db: db.execute("SELECT 1 FROM segments LIMIT 1").fetchone(), write=False
+        )
+        return found is not None
+
     async def sizes(self) -> ArchiveSizes:
         if not await self._exists():
             return ArchiveSizes()

@@ -133,7 +133,7 @@ class FileTaskStore:
         archive = self.archive = TaskArchive(data_dir)
         try:
             tasks, _ = await anyio.to_thread.run_sync(lambda: files.load(archived=archive.statuses_blocking))
-            self._archive_used = (await archive.sizes()).tasks > 0
+            self._archive_used = await archive.used()
             self._files = files
             self.graph = graph = TaskGraph(
                 tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits,

@@ -34,6 +34,7 @@ import anyio
 import httpx2
 
 HELP = "a daemon under mixed API load for minutes: lost tasks/events, 5xx, memory"
+SUBMITTERS = 3
 
 MALFORMED: list[tuple[str, bytes]] = [
     ("/v1/tasks", b"{not json"),
@@ -58,12 +59,19 @@ def _rss_kb(pid: int) -> int | None:
 
 class Soak:
     def __init__(
-        self, url: str, tokens: dict[str, str], seconds: float, seed: int, tasks: int | None = None
+        self,
+        url: str,
+        tokens: dict[str, str],
+        seconds: float,
+        seed: int,
+        tasks: int | None = None,
+        rate: float = 1000.0,
     ) -> None:
         self.url = url
         self.tokens = tokens
         self.deadline = time.monotonic() + seconds
         self.target = tasks
+        self.rate = rate
         """The long mode: load until this many tasks were acknowledged (then ``deadline`` is
         only a guard)."""
         self.rng = random.Random(seed)
@@ -127,7 +135,10 @@ class Soak:
                 answer = await self._post(http, "tasks", "/v1/tasks", json.dumps({"tasks": batch}).encode())
                 if answer is not None and answer.status_code == 201:
                     self.acknowledged.update(t["id"] for t in answer.json()["tasks"])
-                await anyio.sleep(0.05 if self.target is None else 0.01)
+                if self.target is None:
+                    await anyio.sleep(0.05)
+                else:  # a steady rate, shared by the submitters: the graph holds what is running
+                    await anyio.sleep(len(batch) * SUBMITTERS / self.rate)
 
     async def reader(self, stop: anyio.Event) -> None:
         from ..service import ServiceClient
@@ -202,7 +213,9 @@ async def _warm_up(data: Path, backend: str, tokens: dict[str, str], admin: str,
     return restart
 
 
-async def _run(seconds: float, backend: str, seed: int, tasks: int | None = None) -> dict[str, Any]:
+async def _run(
+    seconds: float, backend: str, seed: int, tasks: int | None = None, rate: float = 1000.0
+) -> dict[str, Any]:
     from ..service import TokenStore
 
     with tempfile.TemporaryDirectory(prefix="greenroom-soak-") as tmp:
@@ -222,7 +235,7 @@ async def _run(seconds: float, backend: str, seed: int, tasks: int | None = None
         samples: list[tuple[float, int, int, int]] = []  # (s, tasks acknowledged, RSS KB, bytes on disk)
         try:
             url = json.loads((data / "daemon.json").read_text())["url"]
-            soak = Soak(url, tokens, seconds, seed, tasks)
+            soak = Soak(url, tokens, seconds, seed, tasks, rate)
             memory: list[tuple[float, int]] = []
             started = time.monotonic()
             stop_reading = anyio.Event()
@@ -243,7 +256,7 @@ async def _run(seconds: float, backend: str, seed: int, tasks: int | None = None
                 async with anyio.create_task_group() as load:
                     for user in ("u0", "u1", "u2", "u3", "u4"):
                         load.start_soon(soak.chatter, user)
-                    for name in ("s0", "s1", "s2"):
+                    for name in [f"s{n}" for n in range(SUBMITTERS)]:
                         load.start_soon(soak.submitter, name)
                 # every acknowledged task finishes
                 async with soak.client(tokens["ops"]) as http:
@@ -429,6 +442,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
         "--tasks", type=positive_int, default=None,
         help="the long mode: load until N tasks went through (retention on; --seconds is a guard)",
     )  # fmt: skip
+    parser.add_argument(
+        "--rate", type=positive_int, default=1000, help="the long mode's tasks submitted per second (1000)"
+    )
     parser.add_argument("--seed", type=int, default=7)
 
 
@@ -439,7 +455,7 @@ def main(args: argparse.Namespace) -> int:
 
     def measure(backend: str) -> dict[str, Any]:
         seconds = float(args.seconds) if args.tasks is None else max(float(args.seconds), 24 * 3600.0)
-        figures = anyio.run(_run, seconds, backend, args.seed, args.tasks)
+        figures = anyio.run(_run, seconds, backend, args.seed, args.tasks, float(args.rate))
         if not ok(figures):
             failures.append(backend)
         return figures

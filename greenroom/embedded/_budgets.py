@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._errors import StorageError, storage_error
-from ..store._budgets import Spent, check_budget_name, check_spent
+from ..store._budgets import Spent, check_budget_name, spend_rows
 from ._sqlite import SQLiteFile
 
 BUDGETS_DB = "budgets.sqlite3"
@@ -38,13 +37,9 @@ class SQLiteBudgetStore:
         self._file = SQLiteFile(self.path, _SCHEMA)
 
     async def add(self, spends: Mapping[str, Spent]) -> dict[str, Spent]:
-        for name, spent in spends.items():
-            check_budget_name(name)
-            check_spent(name, spent)
-        if not spends:
+        rows = spend_rows(spends)
+        if not rows:
             return {}
-        now = time.time()
-        rows = [(name, s.tokens, float(s.cost), s.calls, now) for name, s in spends.items()]
 
         def upsert(db: sqlite3.Connection) -> dict[str, Spent]:
             db.executemany(

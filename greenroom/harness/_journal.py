@@ -85,10 +85,10 @@ _FLUSH = _Flush()
 class StepSink:
     """The journal's group commit, for the harnesses of its own event loop: a step put
     here joins the batch the :class:`StepJournalActor` writes next (it is told once per
-    batch, not once per step), and :meth:`write` returns once that batch is durable.
+    batch, not once per step), and ``wait_written`` returns once that batch is durable.
 
     A caller cancelled while waiting leaves its step in the batch: it is written (as a
-    message already sent would be). After the journal stops, ``write`` raises
+    message already sent would be). After the journal stops, ``put`` raises
     ``ActorStopped``; the steps put before it stopped are written first.
     """
 
@@ -109,11 +109,6 @@ class StepSink:
             self._ref.tell(_FLUSH)  # the first step of a batch wakes the journal
         batch.steps.append(step)
         return batch
-
-    async def write(self, step: Step) -> None:
-        """Put ``step`` in the next batch; return once it is durable (the store's error
-        if the batch could not be written)."""
-        await wait_written(self.put(step))
 
     def _take(self) -> _Batch:
         batch, self._open = self._open, _Batch()

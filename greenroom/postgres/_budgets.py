@@ -5,11 +5,10 @@ tokens + %s``), so daemons adding at once never lose one another's spend."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..store._budgets import Spent, check_budget_name, check_spent
+from ..store._budgets import Spent, check_budget_name, spend_rows
 from ._db import Database
 
 _COLUMNS = "name, tokens, cost, calls, updated_at"
@@ -29,13 +28,9 @@ class PostgresBudgetStore:
         self.db = db
 
     async def add(self, spends: Mapping[str, Spent]) -> dict[str, Spent]:
-        for name, spent in spends.items():
-            check_budget_name(name)
-            check_spent(name, spent)
-        if not spends:
+        rows = spend_rows(spends)
+        if not rows:
             return {}
-        now = time.time()
-        rows = [(name, s.tokens, float(s.cost), s.calls, now) for name, s in sorted(spends.items())]
         names = [row[0] for row in rows]
 
         def upsert(connection: Any) -> dict[str, Spent]:

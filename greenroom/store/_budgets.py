@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -57,6 +58,17 @@ def check_spent(name: str, spent: Spent) -> None:
         raise InvalidInput(f"budget {name!r}: cost must be a number >= 0, got {spent.cost!r}", field="cost")
     if isinstance(spent.calls, bool) or not isinstance(spent.calls, int) or not 0 <= spent.calls < 2**62:
         raise InvalidInput(f"budget {name!r}: calls must be 0 to 2**62, got {spent.calls!r}", field="calls")
+
+
+def spend_rows(spends: Mapping[str, Spent]) -> list[tuple[str, int, float, int, float]]:
+    """``(name, tokens, cost, calls, now)`` for each increment, in name order (two writers
+    lock rows in one order), after checking them all (``InvalidInput`` naming the field:
+    nothing of a refused batch is added)."""
+    for name, spent in spends.items():
+        check_budget_name(name)
+        check_spent(name, spent)
+    now = time.time()
+    return [(name, s.tokens, float(s.cost), s.calls, now) for name, s in sorted(spends.items())]
 
 
 @runtime_checkable

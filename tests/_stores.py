@@ -63,10 +63,14 @@ async def open_node(
     store: Store, *, lease_check_interval: float | None = None, **task_options: Any
 ) -> AsyncIterator[Node]:
     """The log actor and the supervisor on ``store`` (``task_options`` go to
-    ``store.task_store``); both stopped on the way out, the supervisor first."""
+    ``store.task_store``, a ``retention`` to the event store too); both stopped on the way
+    out, the supervisor first."""
     narrator = NarratorCapability()
+    retention = task_options.get("retention")
     async with ActorSystem() as system:
-        log = await system.spawn(lambda: LogActor(store.event_store(), narrator=narrator), name="log")
+        log = await system.spawn(
+            lambda: LogActor(store.event_store(retention=retention), narrator=narrator), name="log"
+        )
         supervisor = await system.spawn(
             lambda: SupervisorActor(
                 store.task_store(log=log, **task_options), lease_check_interval=lease_check_interval

@@ -244,6 +244,12 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
          "field 'chat.budget_cost' is 5, but chat's model 'scripted' has no price"),
         ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[chat]\nbudget_tokens = 0\n",
          "field 'chat.budget_tokens' expected `int` >= 1 (got 0)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[retention]\nevents_per_segment = 0\n",
+         "field 'retention.events_per_segment' expected `int` >= 1 (got 0)"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[retention]\ndisk_budget = '5GB'\n",
+         "field 'retention.disk_budget' expected `int | null`"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[retention]\nchat_for = 0\n",
+         "field 'retention.chat_for' expected `float` > 0.0"),
     ],
 )  # fmt: skip
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -619,6 +625,35 @@ def test_finished_tasks_are_archived_and_still_shown_from_the_cli(tmp_path: Path
     bad.write_text(f"{agents}\n[retention]\narchive_after = -5\n")
     refused = greenroom("run", "--config", str(bad), "--until-idle", data_dir=data_dir)
     assert refused.returncode != 0 and "retention.archive_after" in refused.stderr, refused.stderr
+
+
+def test_the_cli_reads_a_log_in_segments_and_refuses_a_cursor_retention_passed(tmp_path: Path) -> None:
+    """``[retention] events_per_segment`` rolls the log; with a disk budget the oldest
+    segments go: ``events tail --after`` a dropped ``seq`` is refused naming the oldest
+    kept, ``--last`` shows the newest, ``status`` says what was dropped."""
+    config = tmp_path / "segments.toml"
+    config.write_text(
+        '[agents.write]\nagent = "greenroom.agents.examples:WriteAgent"\nconcurrency = 2\n'
+        "[retention]\nevents_per_segment = 5\ndisk_budget = 1\ncheck_every = 0.01\n"
+    )
+    data_dir = tmp_path / "data"
+    (tmp_path / "tasks.json").write_text(
+        json.dumps([{"id": f"w{n}", "type": "write", "input": {"topic": "t"}} for n in range(4)])
+    )
+    assert (
+        greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir).returncode == 0
+    )
+    done = greenroom("run", "--config", str(config), "--until-idle", "--quiet", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(greenroom("status", "--json", data_dir=data_dir).stdout)
+    floor = status["storage"]["events_dropped_through"]
+    assert floor > 0 and status["storage"]["event_segments"] >= 2
+    refused = greenroom("events", "tail", "--after", "0", data_dir=data_dir)
+    assert refused.returncode != 0 and f"the oldest kept is {floor + 1}" in refused.stderr, refused.stderr
+    newest = greenroom("events", "tail", "--last", "2", "--json", data_dir=data_dir)
+    assert newest.returncode == 0 and len(newest.stdout.splitlines()) == 2, newest.stderr
+    kept = greenroom("events", "tail", "--after", str(floor), "--json", data_dir=data_dir)
+    assert json.loads(kept.stdout.splitlines()[0])["seq"] == floor + 1
 
 
 def test_status_stop_tokens_and_cancel_from_the_cli_with_and_without_a_daemon(tmp_path: Path) -> None:

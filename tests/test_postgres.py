@@ -56,7 +56,14 @@ from greenroom.postgres import (
     redact,
     upgrade,
 )
-from greenroom.postgres._events import EventCursor, read_events, tail_events
+from greenroom.postgres._events import (
+    EventCursor,
+    ensure_event_parts,
+    event_parts,
+    insert_events,
+    read_events,
+    tail_events,
+)
 from greenroom.postgres._graph import PostgresGraph
 from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, SupervisorActor
 
@@ -133,7 +140,20 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
                 )
 
         await db.run(rows_of_version_2)
+        await db.run(
+            lambda c: c.execute(
+                "INSERT INTO gr_events (ts, type, visibility, payload) "
+                "SELECT 1.0, 'agent.update', 'internal', jsonb_build_object('i', i) "
+                "FROM generate_series(1, 5) i"
+            )
+        )
         assert await db.run(upgrade) == (2, VERSION)
+        # the log's old table is its first partition, as it was; new events follow on
+        assert [(e.seq, e.payload["i"]) for e in await db.run(read_events)] == [(i, i) for i in range(1, 6)]
+        assert [name for _, _, name in await db.run(event_parts)] == ["gr_events_1_6"]
+        await db.run(lambda c: ensure_event_parts(c, 100))
+        await db.run(lambda c: insert_events(c, [(2.0, "agent.update", None, None, "internal", {"i": 6})]))
+        assert [e.seq for e in await db.run(read_events)] == [1, 2, 3, 4, 5, 6]
         await db.run(check)
         plans = await db.run(lambda c: c.execute("SHOW plan_cache_mode").fetchone()[0])
         assert plans == "force_generic_plan"  # each pooled connection plans a statement once

@@ -596,3 +596,66 @@ async def test_archived_tasks_are_listed_and_shown_through_the_api(tmp_path: Pat
             assert [t["id"] for t in page["tasks"]] == ["w0", "w1"] and page["next"] is not None
             bad = await http.get("/v1/tasks", params={"archived": "maybe"})
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "archived"
+
+
+async def test_a_reader_resuming_before_what_retention_kept_gets_410_with_the_oldest(tmp_path: Path) -> None:
+    """``GET /v1/events`` after a ``seq`` retention dropped (by ``?after=`` or
+    ``Last-Event-ID``) is a 410 naming the oldest kept, not a silent gap; the client
+    raises ``EventsGone``; resuming from the oldest kept, or asking for the newest, works."""
+    from greenroom.messages import AgentTask
+    from greenroom.store import EventsGone
+    from greenroom.store._retention import Retention
+
+    retention = Retention(events_per_segment=5, disk_budget=1, check_every=0.01)
+    pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=2)}
+    async with running(tmp_path, agents=pools, retention=retention) as daemon, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(4)])
+
+        async def dropped() -> int:
+            return await daemon.host.store.events_dropped_through()
+
+        async def idle() -> bool:  # nothing more is written: what is kept stays put
+            done = all(task.status is TaskStatus.COMPLETED for task in await ops.list_tasks())
+            return done and await dropped() > 0
+
+        await eventually(idle, timeout=20)
+        floor = await dropped()
+        async with daemon.http("ops") as http:
+            for request in ({"params": {"after": "0", "follow": "0"}}, {"headers": {"Last-Event-ID": "1"}}):
+                gone = await http.get("/v1/events", **request)  # type: ignore[arg-type]
+                assert gone.status_code == 410, gone.text
+                error = gone.json()["error"]
+                assert error["code"] == "gone" and error["field"] == "after"
+                assert error["oldest"] >= floor + 1
+            kept = await http.get("/v1/events", params={"after": str(floor + 2), "follow": "0"})
+            assert kept.status_code == 200 and f"id: {floor + 3}\n" in kept.text, kept.text[:300]
+            newest = await http.get("/v1/events", params={"last": "2", "follow": "0"})
+            assert newest.status_code == 200 and newest.text.count("id: ") == 2
+        with pytest.raises(EventsGone) as refused:
+            async with ops.events(after=0, follow=False) as events:
+                async for _ in events:
+                    pass
+        assert refused.value.oldest >= floor + 1
+
+
+async def test_idle_conversations_are_forgotten_by_the_daemon_past_chat_for(tmp_path: Path) -> None:
+    """``[retention] chat_for``: the daemon forgets a conversation idle that long (its
+    page is then a 404), and the user's tasks stay."""
+    from greenroom.store._retention import Retention
+
+    retention = Retention(chat_for=0.01, check_every=0.01)
+    async with running(tmp_path, retention=retention) as daemon, daemon.client("alice") as alice:
+        first = await alice.chat("add buy milk")
+        assert first["success"]
+
+        async def forgotten() -> bool:
+            try:
+                await alice.conversation(first["conversation_id"])
+            except ServiceError as error:
+                return error.status == 404
+            return False
+
+        await eventually(forgotten, timeout=20)
+        async with daemon.http("alice") as http:
+            tasks = (await http.get("/v1/chat/tasks")).json()["tasks"]
+            assert [t["title"] for t in tasks] == ["buy milk"]

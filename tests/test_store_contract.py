@@ -795,6 +795,69 @@ async def test_following_the_log_sees_new_events_as_they_come(backend: Store) ->
     assert [e.payload["i"] for e in got] == [0, 1, 2]
 
 
+async def test_the_log_rolls_into_segments_read_as_one_and_followed_across_rolls(backend: Store) -> None:
+    """``events_per_segment``: the log rolls (files renamed whole; PostgreSQL partitions,
+    made as inserts reach them), and reads — all, from a point, the newest few, a
+    follower started before — see every event once, in order."""
+    from greenroom.store._retention import Retention
+
+    retention = Retention(events_per_segment=10, check_every=0.01)
+    got: list[Event] = []
+    async with open_node(backend, retention=retention, lease_check_interval=0.01) as node:
+
+        async def follow() -> None:
+            async with aclosing(backend.events(after=0, follow=True)) as events:
+                async for event in events:
+                    got.append(event)
+                    if len(got) == 35:
+                        return
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                for i in range(35):
+                    await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"))
+    events = await stored_events(backend)
+    assert [e.payload["i"] for e in events] == list(range(35))
+    assert [e.seq for e in events] == sorted({e.seq for e in events})  # PostgreSQL's may have holes
+    assert [e.seq for e in got] == [e.seq for e in events]
+    assert [e.seq for e in await stored_events(backend, after=events[12].seq)] == [e.seq for e in events[13:]]
+    async with aclosing(backend.events(last=3)) as last:
+        assert [e.seq for e in [e async for e in last]] == [e.seq for e in events[-3:]]
+    sizes = await backend.sizes()
+    assert sizes.event_segments >= 4 and sizes.events_dropped_through == 0
+
+
+async def test_retention_drops_old_segments_whole_and_a_reader_from_before_is_told(backend: Store) -> None:
+    """``events_for``: closed segments that old go, oldest first, never the newest; a
+    reader after a dropped ``seq`` gets ``EventsGone`` naming the oldest kept, one after it
+    reads an unbroken run, and ``last`` gives the newest kept without a refusal."""
+    from greenroom.store import EventsGone
+    from greenroom.store._retention import Retention
+
+    retention = Retention(events_per_segment=10, events_for=0.001, check_every=0.01)
+    async with open_node(backend, retention=retention, lease_check_interval=0.01) as node:
+        for i in range(35):
+            await node.log.ask(Append(AGENT_UPDATE, {"i": i}, "t", "a"))
+
+        async def dropped() -> bool:
+            await node.log.ask(Append(AGENT_UPDATE, {"i": -1}, "t", "a"))  # the files prune as they write
+            return await backend.events_dropped_through() >= 20
+
+        await eventually(dropped, timeout=20)
+    floor = await backend.events_dropped_through()
+    with pytest.raises(EventsGone) as gone:
+        await stored_events(backend, after=floor - 1)
+    assert gone.value.oldest == floor + 1 and gone.value.field == "after"
+    kept = await stored_events(backend, after=floor)
+    assert kept and kept[0].seq == floor + 1
+    assert [e.seq for e in kept] == sorted({e.seq for e in kept})
+    async with aclosing(backend.events(last=1000)) as last:
+        assert [e.seq for e in [e async for e in last]] == [e.seq for e in kept]
+    sizes = await backend.sizes()
+    assert sizes.events_dropped_through == floor and sizes.event_segments >= 1
+
+
 # -- the chat store -----------------------------------------------------------------------------
 
 
@@ -879,6 +942,34 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
         assert await chat.load_pending("alice", "c1") is None
         assert await chat.hold_conversation("c1", "me", 30.0)
         await chat.let_go_conversation("c1", "me")
+    finally:
+        await chat.aclose()
+
+
+async def test_idle_conversations_are_forgotten_whole_but_not_one_held_or_recent(backend: Store) -> None:
+    """``forget_idle`` (``[retention] chat_for``): a conversation with no turn since
+    ``before`` goes with its messages and pending confirmation; one a request holds now,
+    one with a recent turn and the user's task list stay."""
+    chat = backend.chat_store()
+    try:
+        pending = StoredPending(tool_name="delete_task", parameters={"task_id": 1}, title="x", expires_at=9e9)
+        await chat.add_task("alice", "keep me")
+        for conversation, at in (("old", 10.0), ("held", 10.0), ("recent", 4e9)):
+            await chat.open_conversation("alice", conversation, create=True)
+            turn = [StoredMessage(role="user", content="q", created_at=at)]
+            await chat.save_turn("alice", conversation, turn, pending)
+        assert await chat.hold_conversation("held", "me", 30.0)
+        assert await chat.forget_idle(500.0) == 1
+        with pytest.raises(ConversationNotFound):
+            await chat.open_conversation("alice", "old", create=False)
+        assert await chat.load_pending("alice", "old") is None
+        for kept in ("held", "recent"):
+            assert [m.content for m in await chat.load_history("alice", kept, 10)] == ["q"]
+            assert await chat.load_pending("alice", kept) == pending
+        await chat.let_go_conversation("held", "me")
+        assert await chat.forget_idle(500.0) == 1 and await chat.forget_idle(500.0) == 0
+        assert [m.content for m in await chat.load_history("alice", "recent", 10)] == ["q"]
+        assert [t.title for t in await chat.list_tasks("alice")] == ["keep me"]
     finally:
         await chat.aclose()
 

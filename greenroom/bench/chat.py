@@ -190,6 +190,7 @@ async def _http(
                 parts = ServiceParts(
                     supervisor=supervisor,
                     events=lambda after, follow, last: backend.events(after=after, follow=follow, last=last),
+                    events_dropped_through=backend.events_dropped_through,
                     tokens=TokenStore(Path(tmp), extra=extra),
                     status=_no_status,
                     stop=stop.set,

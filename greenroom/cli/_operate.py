@@ -273,7 +273,13 @@ def format_status(document: dict[str, Any]) -> str:
     if storage:
         lines.append(
             f"storage: {_bytes(storage['bytes'])} on disk · archived tasks {storage['archived_tasks']} "
-            f"in {storage['archive_parts']} part(s) · live tasks {tasks['total']}"
+            f"in {storage['archive_parts']} part(s) · live tasks {tasks['total']} · event segments "
+            f"{storage.get('event_segments', 0)}"
+            + (
+                f" (dropped through seq {storage['events_dropped_through']})"
+                if storage.get("events_dropped_through")
+                else ""
+            )
         )
     return "\n".join(lines)
 

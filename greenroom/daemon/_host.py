@@ -117,7 +117,7 @@ class AgentHost:
         instance = self.instance
         narrator = self.narrator
         self.log = await self.system.spawn(
-            lambda: LogActor(store.event_store(), narrator=narrator), name="log"
+            lambda: LogActor(store.event_store(retention=config.retention), narrator=narrator), name="log"
         )
         log = self.log
         self.journal = await self.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")

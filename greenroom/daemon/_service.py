@@ -23,6 +23,7 @@ import anyio
 import msgspec
 
 from .. import __version__
+from .._errors import DataError
 from .._files import replace_durably
 from ..harness import TokenBudget
 from ..harness._ledger import TrackBudget
@@ -54,6 +55,7 @@ class DaemonService:
         self._stack = AsyncExitStack()
         self._socket: Any = None
         self._owned_files = False
+        self._chat_store: Any = None
         self.stopped_by_api = False
         """``POST /v1/stop`` asked for the stop."""
 
@@ -85,6 +87,7 @@ class DaemonService:
         self.parts = ServiceParts(
             supervisor=host.supervisor,
             events=self._events,
+            events_dropped_through=self.host.store.events_dropped_through,
             tokens=tokens,
             status=self.status,
             stop=self._stop_requested,
@@ -127,7 +130,23 @@ class DaemonService:
         )
         runner = await AgentRunner.spawn(host.system, engine, store, timeout=chat.timeout)
         self._stack.push_async_callback(runner.aclose)
+        self._chat_store = store
         return runner
+
+    async def _forget_idle_chats(self) -> None:
+        """``[retention] chat_for``: every ``check_every`` s, the conversations idle that
+        long go, a batch at a time. A failed pass is logged; the next one tries again."""
+        retention = self.config.retention
+        store = self._chat_store
+        if retention.chat_for is None or store is None:
+            return
+        while True:
+            try:
+                while (gone := await store.forget_idle(time.time() - retention.chat_for)) > 0:
+                    logger.info("chat: forgot %d conversation(s) idle past chat_for", gone)
+            except DataError as error:
+                logger.warning("chat: forgetting idle conversations failed: %s", error)
+            await anyio.sleep(retention.check_every)
 
     def _stop_requested(self) -> None:
         self.stopped_by_api = True
@@ -174,6 +193,13 @@ class DaemonService:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serving)
             tg.start_soon(stop_chat)
+            forgetting = anyio.CancelScope()
+
+            async def forget_idle_chats() -> None:
+                with forgetting:
+                    await self._forget_idle_chats()
+
+            tg.start_soon(forget_idle_chats)
             try:
                 await done.wait()
             finally:
@@ -181,6 +207,7 @@ class DaemonService:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(GRACEFUL + 5):
                     await done.wait()
                 shield.cancel()  # past the bound: close it hard
+                forgetting.cancel()
 
     async def status(self) -> dict[str, Any]:
         host = self.host

@@ -32,6 +32,7 @@ import msgspec
 from .._errors import DataError
 from .._files import replace_durably
 from ..messages import AgentTask, TaskStatus
+from ..store._retention import HistoryPart, over_budget
 from ._sqlite import SQLiteFile
 
 ARCHIVE_DIR = "archive"
@@ -117,8 +118,23 @@ class TaskArchive:
         """Drop every segment whose tasks all finished before ``before`` (whole files,
         never row by row); how many tasks went."""
 
+        return await self._drop("last_finished < ?", (before,))
+
+    async def drop_over_budget(self, budget: int | None) -> int:
+        """Drop the segments the disk budget has no room for, the archive's share of the
+        oldest history (see :func:`over_budget`); how many tasks went."""
+        if budget is None:
+            return 0
+        parts = await anyio.to_thread.run_sync(history_parts, self.path.parent)
+        names = [part.name for part in over_budget(parts, budget) if part.kind == "archive"]
+        seqs = [int(name.removeprefix("tasks-").removesuffix(".jsonl.gz")) for name in names]
+        if not seqs:
+            return 0
+        return await self._drop(f"seq IN ({', '.join('?' * len(seqs))})", tuple(seqs))
+
+    async def _drop(self, where: str, params: tuple[object, ...]) -> int:
         def forget(db: sqlite3.Connection) -> list[tuple[int, int]]:
-            gone = db.execute("SELECT seq, tasks FROM segments WHERE last_finished < ?", (before,)).fetchall()
+            gone = db.execute(f"SELECT seq, tasks FROM segments WHERE {where}", params).fetchall()
             for seq, _ in gone:
                 db.execute("DELETE FROM tasks WHERE segment = ?", (seq,))
                 db.execute("DELETE FROM segments WHERE seq = ?", (seq,))
@@ -257,3 +273,23 @@ def _read_segment(path: Path) -> dict[str, AgentTask]:
             raise DataError(f"{path}, line {number}: not a task ({error})") from None
         found[task.id] = task
     return found
+
+
+def history_parts(data_dir: Path) -> list[HistoryPart]:
+    """The parts of the history under ``data_dir`` retention may drop (the event log's
+    closed segments and the archive's segments), each with its file's time and size — the
+    event log and the archive both judge the disk budget from this listing. Blocking."""
+    from ._reader import EVENTS_DIR
+
+    parts = []
+    for kind, directory, pattern in (
+        ("events", data_dir / EVENTS_DIR, "*.jsonl"),
+        ("archive", data_dir / ARCHIVE_DIR, "tasks-*.jsonl.gz"),
+    ):
+        for path in directory.glob(pattern):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            parts.append(HistoryPart(kind, path.name, stat.st_mtime, stat.st_size))
+    return parts

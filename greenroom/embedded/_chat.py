@@ -72,6 +72,7 @@ class SQLiteChatStore:
         self.path = Path(path)
         self.clock = clock
         self._file = SQLiteFile(self.path, _SCHEMA, foreign_keys=True)
+        self._held: dict[str, int] = {}
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
         return await self._file.run(fn, write=write)
@@ -299,11 +300,31 @@ class SQLiteChatStore:
 
     async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
         """Always ``True``: one daemon owns a data dir, and its runner already serves a
-        conversation one request at a time."""
+        conversation one request at a time. The hold only keeps :meth:`forget_idle` off it."""
+        self._held[conversation_id] = self._held.get(conversation_id, 0) + 1
         return True
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
-        return None
+        count = self._held.pop(conversation_id, 0) - 1
+        if count > 0:
+            self._held[conversation_id] = count
+
+    async def forget_idle(self, before: float, *, limit: int = 1000) -> int:
+        held = set(self._held)
+
+        def forget(db: sqlite3.Connection) -> int:
+            rows = db.execute(
+                "SELECT c.id FROM conversations c WHERE coalesce((SELECT max(m.created_at) FROM messages m "
+                "WHERE m.conversation_id = c.id), c.created_at) < ? LIMIT ?",
+                (before, limit + len(held)),
+            ).fetchall()
+            gone = [(row[0],) for row in rows if row[0] not in held][:limit]
+            db.executemany("DELETE FROM messages WHERE conversation_id = ?", gone)
+            db.executemany("DELETE FROM pending_actions WHERE conversation_id = ?", gone)
+            db.executemany("DELETE FROM conversations WHERE id = ?", gone)
+            return len(gone)
+
+        return await self._run(forget)
 
     async def aclose(self) -> None:
         await self._file.aclose()

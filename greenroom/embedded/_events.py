@@ -3,7 +3,11 @@ the PostgreSQL event store.
 
 One JSON line per event, appended by one log actor: a batch is numbered (``seq`` starts at
 1 and has no gaps), written with one ``write`` and one ``fsync``, and only then
-acknowledged, so ``seq`` order is file order. On open a torn end (bytes after the last
+acknowledged, so ``seq`` order is file order. With a retention policy the file rolls:
+once it holds ``events_per_segment`` events it is renamed whole into
+``events/<first>-<last>.jsonl`` and a new ``events.jsonl`` begins; closed segments past
+``events_for`` or the disk budget are deleted, oldest first, never the newest (see
+:mod:`._reader`). On open a torn end (bytes after the last
 newline: an append a crash cut short, never acknowledged) is cut off and reported, never
 parsed as data; a complete line that is not a valid event stops the open with an error
 naming it, and nothing is cut. The OS lock is held from :meth:`open` to :meth:`close`.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,12 +26,14 @@ import msgspec
 from msgspec.structs import replace
 
 from .._errors import storage_error
-from .._files import OwnerLock, append_durably, open_for_append, resolve_data_dir, truncate_durably
+from .._files import OwnerLock, append_durably, fsync_dir, open_for_append, resolve_data_dir, truncate_durably
 from .._threads import run_blocking
 from ..messages import Event, RecordError
 from ..messages._codec import decode_json
 from ..store._events import Origin
-from ._reader import EVENTS_FILE, EventLogError
+from ..store._retention import Retention, over_budget
+from ._archive import history_parts
+from ._reader import EVENTS_DIR, EVENTS_FILE, EventLogError, _first_seq, segment_name, segments
 
 logger = logging.getLogger("greenroom.log")
 
@@ -117,12 +124,19 @@ def last_origin(path: Path) -> tuple[int, int] | None:
 
 class FileEventStore:
     """``events.jsonl`` of ``data_dir`` (default ``$STREAMING_LLM_DATA_DIR`` or
-    ``~/.local/share/greenroom``)."""
+    ``~/.local/share/greenroom``); ``retention``: when it rolls and what goes (``None``:
+    one file, kept whole)."""
 
-    def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, data_dir: str | os.PathLike[str] | None = None, *, retention: Retention | None = None
+    ) -> None:
         self._data_dir_arg = data_dir
+        self.retention = retention
         self.seq = 0
         """The last event's number."""
+        self.first = 1
+        """The first event's number in the open segment (``seq + 1`` while it is empty)."""
+        self._next_prune = 0.0
         self.torn_bytes = 0
         """Bytes cut off the end at open: a write a crash interrupted."""
         self._fd: int | None = None
@@ -136,6 +150,11 @@ class FileEventStore:
         self._lock = lock
         try:
             self.seq, self.torn_bytes = await anyio.to_thread.run_sync(recover_tail, self.path)
+            closed = await anyio.to_thread.run_sync(segments, self.path)
+            first = await anyio.to_thread.run_sync(_first_seq, self.path)
+            if not self.seq and closed:  # a roll just before a crash: the open segment is empty
+                self.seq = closed[-1][1]
+            self.first = first if first is not None else self.seq + 1
             if self.torn_bytes:
                 logger.warning(
                     "%s: cut %d bytes of a torn last line (a crash cut the append short; never acknowledged)",
@@ -143,6 +162,10 @@ class FileEventStore:
                     self.torn_bytes,
                 )
             position = await anyio.to_thread.run_sync(last_origin, self.path)
+            for _, _, segment in reversed(closed):  # the open segment has none yet
+                if position is not None:
+                    break
+                position = await anyio.to_thread.run_sync(last_origin, segment)
             self._fd = await anyio.to_thread.run_sync(open_for_append, self.path)
         except BaseException:
             lock.release()
@@ -180,7 +203,62 @@ class FileEventStore:
 
             await run_blocking(append)
             self.seq = seq
+            retention = self.retention
+            if retention is not None:
+                if seq - self.first + 1 >= retention.events_per_segment:
+                    await run_blocking(self._roll)
+                    self._next_prune = 0.0
+                if time.monotonic() >= self._next_prune:
+                    self._next_prune = time.monotonic() + retention.check_every
+                    await run_blocking(self._prune)
         return out
+
+    def _roll(self) -> None:
+        """Close the open segment: rename it whole into ``events/`` and begin a new one.
+        A crash between the two leaves no open segment, which :meth:`open` starts again.
+        Blocking; on an error the open segment stays as it was (the next write tries
+        again)."""
+        directory = self.path.parent / EVENTS_DIR
+        try:
+            directory.mkdir(exist_ok=True)
+            os.replace(self.path, directory / segment_name(self.first, self.seq))
+            fsync_dir(directory)
+            fsync_dir(self.path.parent)
+            fd = open_for_append(self.path)
+        except OSError as error:
+            raise storage_error(self.path, error) from None
+        old, self._fd = self._fd, fd
+        if old is not None:
+            os.close(old)
+        self.first = self.seq + 1
+
+    def _prune(self) -> None:
+        """Delete the closed segments past ``events_for`` or the disk budget, oldest first,
+        never the newest. Blocking; a failure is logged, and the next pass tries again."""
+        retention = self.retention
+        assert retention is not None
+        closed = segments(self.path)[:-1]
+        if not closed:
+            return
+        expired = {path.name for path in _older_than(closed, retention.events_for)}
+        expired.update(
+            part.name
+            for part in over_budget(history_parts(self.path.parent), retention.disk_budget)
+            if part.kind == "events"
+        )
+        gone = 0
+        try:
+            for _, last, path in closed:
+                if path.name not in expired:
+                    break  # only the oldest run goes: what is kept stays unbroken
+                path.unlink()
+                gone = last
+            if gone:
+                fsync_dir(path.parent)
+        except OSError as error:
+            logger.warning("event log: could not delete an old segment: %s", error)
+        if gone:
+            logger.info("event log: retention dropped the events through seq %d", gone)
 
     async def close(self) -> None:
         fd, self._fd = self._fd, None
@@ -189,3 +267,17 @@ class FileEventStore:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
+
+
+def _older_than(closed: list[tuple[int, int, Path]], seconds: float | None) -> list[Path]:
+    if seconds is None:
+        return []
+    horizon = time.time() - seconds
+    old = []
+    for _, _, path in closed:
+        try:
+            if path.stat().st_mtime < horizon:
+                old.append(path)
+        except FileNotFoundError:
+            continue
+    return old

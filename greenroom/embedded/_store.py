@@ -30,7 +30,7 @@ from ._archive import TaskArchive
 from ._events import FileEventStore
 from ._graph import TaskGraph
 from ._journal import GraphFiles
-from ._reader import EVENTS_FILE, read_events, tail_events
+from ._reader import EVENTS_DIR, EVENTS_FILE, dropped_through, last_seq, segments, tail_events
 from ._tasks import FileTaskStore
 
 
@@ -95,8 +95,8 @@ class EmbeddedStore:
             retention=retention,
         )
 
-    def event_store(self) -> EventStore:
-        return FileEventStore(self.data_dir)
+    def event_store(self, *, retention: Retention | None = None) -> EventStore:
+        return FileEventStore(self.data_dir, retention=retention)
 
     def chat_store(self) -> ChatStore:
         from ._chat import CHAT_DB, SQLiteChatStore  # SQLite, for the commands that use it
@@ -119,16 +119,16 @@ class EmbeddedStore:
         self, *, after: int = 0, follow: bool = False, last: int | None = None
     ) -> AsyncGenerator[Event, None]:
         path = self.data_dir / EVENTS_FILE
-        if last is not None:
-            stored = await anyio.to_thread.run_sync(partial(read_events, path, after_seq=after))
-            for event in stored[max(0, len(stored) - last) :] if last else ():
-                yield event
-            if not follow:
-                return
-            after = max([after, *(event.seq for event in stored[-1:])])
+        if last is not None:  # the newest `last` of those kept: never a refusal
+            newest = await anyio.to_thread.run_sync(last_seq, path)
+            floor = await anyio.to_thread.run_sync(dropped_through, path)
+            after = max(after, newest - last, floor)
         async with aclosing(tail_events(path, after_seq=after, follow=follow, poll_interval=0.1)) as events:
             async for event in events:
                 yield event
+
+    async def events_dropped_through(self) -> int:
+        return await anyio.to_thread.run_sync(dropped_through, self.data_dir / EVENTS_FILE)
 
     def _load(self) -> tuple[list[AgentTask], dict[str, TaskStatus]]:
         """The live graph as on disk, and the final status of the archived tasks it
@@ -186,7 +186,16 @@ class EmbeddedStore:
         finally:
             await archive.aclose()
         by_part = await anyio.to_thread.run_sync(_file_sizes, self.data_dir)
-        return StoreSizes(archived.tasks, archived.segments, sum(by_part.values()), by_part)
+        log = self.data_dir / EVENTS_FILE
+        closed = await anyio.to_thread.run_sync(segments, log)
+        return StoreSizes(
+            archived.tasks,
+            archived.segments,
+            sum(by_part.values()),
+            by_part,
+            event_segments=len(closed) + 1,
+            events_dropped_through=await anyio.to_thread.run_sync(dropped_through, log),
+        )
 
     async def read_stats(self) -> GraphStats:
         tasks, archived = await anyio.to_thread.run_sync(self._load)
@@ -203,7 +212,8 @@ def _file_sizes(data_dir: Path) -> dict[str, int]:
     for path in sorted(data_dir.iterdir()):
         if path.is_file() and not path.name.endswith((".lock", ".tmp")):
             sizes[path.name] = path.stat().st_size
-    archive = data_dir / "archive"
-    if archive.is_dir():
-        sizes["archive/"] = sum(path.stat().st_size for path in archive.iterdir() if path.is_file())
+    for name in ("archive", EVENTS_DIR):
+        directory = data_dir / name
+        if directory.is_dir():
+            sizes[f"{name}/"] = sum(path.stat().st_size for path in directory.iterdir() if path.is_file())
     return sizes

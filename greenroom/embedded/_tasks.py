@@ -475,6 +475,9 @@ class FileTaskStore:
             dropped = await archive.drop_finished_before(now - retention.archive_for)
             if dropped:
                 logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
+        dropped = await archive.drop_over_budget(retention.disk_budget)
+        if dropped:
+            logger.info("supervisor: dropped %d archived task(s) past the disk budget", dropped)
 
     async def _write_and_deliver(self) -> None:
         """A commit with no replies (recovery at open): write, then deliver."""

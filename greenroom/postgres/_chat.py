@@ -266,5 +266,21 @@ class PostgresChatStore:
             )
         )
 
+    async def forget_idle(self, before: float, *, limit: int = 1000) -> int:
+        """One statement, a batch at a time (never a mass ``DELETE``); a conversation a
+        daemon holds now, or one another pass is deleting, is skipped."""
+        query = (
+            "WITH gone AS (SELECT c.id FROM greenroom_chat.conversations c WHERE coalesce("
+            "(SELECT max(m.created_at) FROM greenroom_chat.messages m WHERE m.conversation_id = c.id), "
+            "c.created_at) < %s AND (c.busy_until IS NULL OR c.busy_until < %s) LIMIT %s "
+            "FOR UPDATE SKIP LOCKED), "
+            "m AS (DELETE FROM greenroom_chat.messages WHERE conversation_id IN (SELECT id FROM gone)), "
+            "p AS (DELETE FROM greenroom_chat.pending_actions "
+            "WHERE conversation_id IN (SELECT id FROM gone)) "
+            "DELETE FROM greenroom_chat.conversations WHERE id IN (SELECT id FROM gone)"
+        )
+        now = self.clock()
+        return int(await self._run(lambda c: c.execute(query, (before, now, limit)).rowcount))
+
     async def aclose(self) -> None:
         """The pool is the backend's: nothing to close here."""

@@ -73,6 +73,9 @@ class Database:
         self.timeout = timeout
         self._pool: Any = None
         self._limiter = anyio.CapacityLimiter(max_size)
+        self.event_segment = 100_000
+        """The width (in ``seq``) of the event log's partitions made when an insert finds
+        none for its row (``[retention] events_per_segment``)."""
         # the pool logs each failed reconnection while a server restarts; the supervisor
         # says once that PostgreSQL is away and once that it is back
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
@@ -114,12 +117,32 @@ class Database:
 
         if self._pool is None:
             raise DatabaseError("the database is closed")
+        for attempt in range(3):
+            try:
+                with self._pool.connection() as connection:
+                    if single:
+                        return fn(connection)
+                    with connection.transaction():
+                        return fn(connection)
+            except psycopg.errors.CheckViolation as error:
+                # an event numbered beyond the log's partitions (made ahead every pass, but
+                # a burst outran them): make them, and run the rolled-back transaction again
+                if attempt == 2 or 'partition of relation "gr_events"' not in str(error):
+                    raise self.mapped(error) from None
+                self._make_event_partitions()
+            except psycopg.Error as error:
+                raise self.mapped(error) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _make_event_partitions(self) -> None:
+        import psycopg
+
+        from ._events import ensure_event_parts
+
+        width = self.event_segment
         try:
-            with self._pool.connection() as connection:
-                if single:
-                    return fn(connection)
-                with connection.transaction():
-                    return fn(connection)
+            with self._pool.connection() as connection, connection.transaction():
+                ensure_event_parts(connection, width)
         except psycopg.Error as error:
             raise self.mapped(error) from None
 

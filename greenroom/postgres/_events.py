@@ -9,6 +9,8 @@ cursor still reads each event once, in order (see :class:`EventCursor`).
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import AsyncGenerator, Sequence
 from functools import partial
 from typing import Any
@@ -17,11 +19,15 @@ import anyio
 import msgspec
 
 from ..messages import Event, Visibility
+from ..store._errors import EventsGone
 from ..store._events import Origin
+from ..store._retention import HistoryPart, Retention, over_budget
 from ._db import Database, DataRefused
 from ._schema import check
 
 _encode = msgspec.json.encode
+
+EVENTS_LOCK = 0x6772_6576  # "grev": the advisory lock of the log's partitions
 
 EventItem = tuple[float, str, str | None, str | None, Visibility, dict[str, Any]]
 """An event to insert: ``(ts, type, task_id, agent_id, visibility, payload)``, already held
@@ -90,6 +96,8 @@ class EventCursor:
         return self._gap_xmax is not None
 
     def read(self, connection: Any, limit: int = 1000) -> list[Event]:
+        """The next events (at most ``limit``). Raises ``EventsGone`` when retention
+        dropped some after :attr:`after`."""
         rows = connection.execute(
             "SELECT seq, ts, type, task_id, agent_id, visibility, payload, "
             "pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
@@ -97,6 +105,10 @@ class EventCursor:
             "FROM gr_events WHERE seq > %s ORDER BY seq LIMIT %s",
             (self.after, limit),
         ).fetchall()
+        if not rows or rows[0][0] != self.after + 1:  # a hole, or the end: was it dropped?
+            dropped = dropped_through(connection)
+            if self.after < dropped:
+                raise EventsGone(self.after, dropped + 1)
         events: list[Event] = []
         for seq, ts, kind, task_id, agent_id, visibility, payload, xmin, xmax in rows:
             if seq != self.after + 1:  # a hole: an append in flight, or one that was rolled back
@@ -148,13 +160,13 @@ async def tail_events(
     :class:`EventCursor` reads them, so nothing is skipped or repeated. Without
     ``follow`` it ends at the end of the log, never at a hole an append still in flight
     may fill (it waits for that append to commit or roll back). Works from any host."""
-    if last is not None:
+    if last is not None:  # the newest `last` of those kept: never a refusal
         newest = await db.run(
             lambda c: c.execute(
                 "SELECT coalesce(max(seq), 0) FROM gr_events WHERE seq > %s", (after,)
             ).fetchone()[0]
         )
-        after = max(after, int(newest) - last)
+        after = max(after, int(newest) - last, await db.run(dropped_through))
     cursor = EventCursor(after)
     while True:
         events = await db.run(partial(cursor.read, limit=1000), single=True)
@@ -167,15 +179,133 @@ async def tail_events(
         await anyio.sleep(poll_interval)
 
 
-class PostgresEventStore:
-    """The log actor's store on ``db`` (whose schema must be this greenroom's)."""
+def dropped_through(connection: Any) -> int:
+    """The last ``seq`` retention dropped (0: none)."""
+    return int(connection.execute("SELECT seq FROM gr_events_dropped").fetchone()[0])
 
-    def __init__(self, db: Database) -> None:
+
+def event_parts(connection: Any) -> list[tuple[int, int, str]]:
+    """The log's partitions, oldest first: ``(first seq, end seq (excluded), name)``."""
+    rows = connection.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'gr_events'::regclass"
+    ).fetchall()
+    parts = []
+    for (name,) in rows:
+        match = re.fullmatch(r"gr_events_(\d+)_(\d+)", name)
+        if match is not None:
+            parts.append((int(match.group(1)), int(match.group(2)), name))
+    return sorted(parts)
+
+
+def ensure_event_parts(connection: Any, width: int) -> int:
+    """Create the partitions the next ``width`` events (at least) go to, ``width`` seqs
+    each; how many were made. Under an advisory lock: daemons doing it at once make each
+    one once."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s)", (EVENTS_LOCK,))
+    connection.execute("SET LOCAL lock_timeout = '5s'")
+    parts = event_parts(connection)
+    top = parts[-1][1] if parts else 1
+    last_value, called = connection.execute("SELECT last_value, is_called FROM gr_event_ids").fetchone()
+    next_seq = int(last_value) + 1 if called else int(last_value)
+    made = 0
+    while top <= next_seq + width:
+        end = top + width
+        # made apart, then attached: ATTACH takes a lock inserts do not wait on (CREATE
+        # TABLE ... PARTITION OF would wait for every append in flight, and stop new ones)
+        connection.execute(
+            f"CREATE TABLE gr_events_{top}_{end} (LIKE gr_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        )
+        connection.execute(
+            f"ALTER TABLE gr_events ATTACH PARTITION gr_events_{top}_{end} FOR VALUES FROM ({top}) TO ({end})"
+        )
+        top, made = end, made + 1
+    return made
+
+
+def history_parts(connection: Any) -> tuple[list[HistoryPart], int]:
+    """The history retention may drop — every closed partition of the log (all but the
+    one holding the newest event, and those after it) and every day of the archive —
+    with its newest entry's time and its bytes; and the newest event's ``seq``."""
+    newest = int(connection.execute("SELECT coalesce(max(seq), 0) FROM gr_events").fetchone()[0])
+    parts: list[HistoryPart] = []
+    for _, end, name in event_parts(connection):
+        if end > newest:
+            break
+        row = connection.execute(
+            f"SELECT ts, pg_total_relation_size('{name}') FROM {name} ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        at, size = (float(row[0]), int(row[1])) if row else (0.0, 0)
+        parts.append(HistoryPart("events", name, at, size))
+    for (name,) in connection.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'gr_archive'::regclass"
+    ).fetchall():
+        match = re.fullmatch(r"gr_archive_d(\d+)", name)
+        if match is not None:
+            size = int(connection.execute(f"SELECT pg_total_relation_size('{name}')").fetchone()[0])
+            parts.append(HistoryPart("archive", name, (int(match.group(1)) + 1) * 86400.0, size))
+    return parts, newest
+
+
+def prune_history(connection: Any, retention: Retention, now: float) -> tuple[int, int]:
+    """Drop the log's closed partitions past ``events_for``, and the oldest history (log
+    partitions and archive days) past the disk budget, whole; never the partition holding
+    the newest event. Records what was dropped first, in the same transaction. Returns
+    ``(events dropped through, archived tasks dropped)``."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s)", (EVENTS_LOCK,))
+    connection.execute("SET LOCAL lock_timeout = '2s'")
+    parts, _ = history_parts(connection)
+    doomed = {part.name for part in over_budget(parts, retention.disk_budget)}
+    if retention.events_for is not None:
+        horizon = now - retention.events_for
+        doomed.update(part.name for part in parts if part.kind == "events" and part.at < horizon)
+    through = 0
+    for part in parts:  # the log's partitions, oldest first: only an unbroken run goes
+        if part.kind != "events":
+            continue
+        if part.name not in doomed:
+            break
+        through = int(part.name.rsplit("_", 1)[1]) - 1
+    if through:
+        connection.execute("UPDATE gr_events_dropped SET seq = greatest(seq, %s)", (through,))
+        for _, end, name in event_parts(connection):
+            if end - 1 <= through:
+                connection.execute(f"DROP TABLE {name}")
+    tasks = 0
+    for part in parts:
+        if part.kind == "archive" and part.name in doomed:
+            tasks += int(connection.execute(f"SELECT count(*) FROM {part.name}").fetchone()[0])
+            connection.execute(f"DROP TABLE IF EXISTS {part.name}")
+    return through, tasks
+
+
+def maintain(connection: Any, retention: Retention, now: float) -> tuple[int, int]:
+    """One retention pass over the log and the archive: partitions made ahead, history
+    dropped by the policy (see :func:`prune_history`)."""
+    ensure_event_parts(connection, retention.events_per_segment)
+    return prune_history(connection, retention, now)
+
+
+class PostgresEventStore:
+    """The log actor's store on ``db`` (whose schema must be this greenroom's);
+    ``retention``: the width of the log's partitions (the ones ahead are made at open and
+    every ``check_every`` s)."""
+
+    def __init__(self, db: Database, *, retention: Retention | None = None) -> None:
         self.db = db
+        self.retention = retention or Retention()
+        self._next_check = 0.0
 
     async def open(self) -> Origin | None:
         await self.db.run(check)
+        await self._ensure()
         return None  # the task graph writes its own events: no outbox to follow
+
+    async def _ensure(self) -> None:
+        self._next_check = time.monotonic() + self.retention.check_every
+        width = self.retention.events_per_segment
+        await self.db.run(lambda c: ensure_event_parts(c, width))
 
     async def write(self, events: Sequence[Event]) -> list[Event | ValueError]:
         """One transaction for the batch. A payload PostgreSQL cannot hold (a NUL
@@ -196,6 +326,8 @@ class PostgresEventStore:
             )
         if not items:
             return out
+        if time.monotonic() >= self._next_check:
+            await self._ensure()
         try:
             stored = await self.db.run(lambda c: insert_events(c, items))
         except DataRefused as error:

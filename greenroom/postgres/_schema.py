@@ -130,6 +130,37 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX gr_tasks_finished ON gr_tasks (updated_at) "
         "WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')",
     ],
+    [  # 6: the event log in segments: gr_events partitioned by ranges of seq, named
+        # gr_events_<first>_<end> (end excluded), so retention drops a range whole; what
+        # was dropped is remembered (gr_events_dropped: a reader after it gets a 410). The
+        # old table becomes the first range as it is (attached, not copied).
+        "ALTER TABLE gr_events RENAME TO gr_events_before",
+        "ALTER INDEX gr_events_pkey RENAME TO gr_events_before_pkey",
+        """CREATE TABLE gr_events (
+            seq bigint NOT NULL DEFAULT nextval('gr_event_ids'),
+            xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+            ts double precision NOT NULL,
+            type text NOT NULL,
+            task_id text,
+            agent_id text,
+            visibility text NOT NULL,
+            payload jsonb NOT NULL,
+            PRIMARY KEY (seq)
+        ) PARTITION BY RANGE (seq)""",
+        """DO $$
+        DECLARE
+            top bigint;
+        BEGIN
+            SELECT greatest(coalesce(max(seq), 0), (SELECT last_value FROM gr_event_ids)) + 1
+                INTO top FROM gr_events_before;
+            ALTER TABLE gr_events_before ALTER COLUMN seq DROP DEFAULT;
+            EXECUTE format('ALTER TABLE gr_events_before RENAME TO %I', 'gr_events_1_' || top);
+            EXECUTE format('ALTER TABLE gr_events ATTACH PARTITION %I FOR VALUES FROM (1) TO (%s)',
+                           'gr_events_1_' || top, top);
+        END $$""",
+        "CREATE TABLE gr_events_dropped (seq bigint NOT NULL)",
+        "INSERT INTO gr_events_dropped VALUES (0)",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -31,7 +31,7 @@ from ..store._store import StoreSizes
 from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
-from ._events import PostgresEventStore, tail_events
+from ._events import PostgresEventStore, dropped_through, event_parts, tail_events
 from ._graph import PostgresGraph
 from ._schema import check
 from ._steps import PostgresStepStore
@@ -115,6 +115,8 @@ class PostgresStore:
         """The graph writes its own events, in each transition's transaction: ``log`` is
         not needed. With ``instance`` (see :meth:`instance`), the tasks this node's
         previous process was running are recovered at open."""
+        if retention is not None:
+            self.db.event_segment = retention.events_per_segment
         return PostgresTaskStore(
             self.db,
             lease_seconds=lease_seconds,
@@ -127,8 +129,10 @@ class PostgresStore:
             retention=retention,
         )
 
-    def event_store(self) -> EventStore:
-        return PostgresEventStore(self.db)
+    def event_store(self, *, retention: Retention | None = None) -> EventStore:
+        if retention is not None:
+            self.db.event_segment = retention.events_per_segment
+        return PostgresEventStore(self.db, retention=retention)
 
     def chat_store(self) -> ChatStore:
         return PostgresChatStore(self.db)
@@ -151,6 +155,10 @@ class PostgresStore:
         finally:
             await stream.aclose()
 
+    async def events_dropped_through(self) -> int:
+        await self.db.run(check)
+        return await self.db.run(dropped_through)
+
     async def read_tasks(
         self, status: TaskStatus | None = None, agent_type: str | None = None, *, archived: bool = False
     ) -> list[AgentTask]:
@@ -172,8 +180,18 @@ class PostgresStore:
                 "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE 'gr\\_%' "
                 "ORDER BY c.relname"
             ).fetchall()
-            by_part = {name: int(size) for name, size in rows}
-            return StoreSizes(tasks, days, sum(by_part.values()), by_part)
+            by_part: dict[str, int] = {}
+            for name, size in rows:  # a partitioned table's parts under its name
+                table = re.sub(r"^(gr_events)_\d+_\d+$|^(gr_archive)_d\d+$", r"\1\2", name)
+                by_part[table] = by_part.get(table, 0) + int(size)
+            return StoreSizes(
+                tasks,
+                days,
+                sum(by_part.values()),
+                by_part,
+                event_segments=len(event_parts(connection)),
+                events_dropped_through=dropped_through(connection),
+            )
 
         await self.db.run(check)
         return await self.db.run(measure)

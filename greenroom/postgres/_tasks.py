@@ -60,6 +60,7 @@ from ..store._retention import Retention
 from ..store._rules import lease_report
 from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
+from ._events import maintain
 from ._graph import CHANNEL, PostgresGraph
 from ._schema import check
 
@@ -326,9 +327,10 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
 
 
 async def _archive_pass(store: PostgresTaskStore, retention: Retention) -> None:
-    """Move what the policy lets go into the archive, a batch per transaction, and drop
-    the archive's days past ``archive_for`` (every daemon may run one: rows being moved
-    by another are skipped)."""
+    """Move what the policy lets go into the archive, a batch per transaction, drop the
+    archive's days past ``archive_for``, and the history past ``events_for`` and the
+    disk budget (every daemon may run one: rows being moved by another are skipped, and
+    partitions change under an advisory lock)."""
     graph, now = store.graph, store.clock()
     try:
         if retention.archives:
@@ -343,6 +345,11 @@ async def _archive_pass(store: PostgresTaskStore, retention: Retention) -> None:
             dropped = await store.db.run(lambda c: graph.drop_archive(c, horizon))
             if dropped:
                 logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
+        through, dropped = await store.db.run(lambda c: maintain(c, retention, now))
+        if through:
+            logger.info("supervisor: retention dropped the events through seq %d", through)
+        if dropped:
+            logger.info("supervisor: dropped %d archived task(s) past the disk budget", dropped)
     except DatabaseError as error:  # the next pass tries again
         logger.warning("supervisor: archiving failed: %s", error)
 

@@ -66,6 +66,8 @@ class ServiceParts:
     supervisor: ActorRef
     events: Callable[[int, bool, int | None], AsyncGenerator[Event, None]]
     """Where ``/v1/events`` reads (``after``, ``follow``, ``last``): the backend's events."""
+    events_dropped_through: Callable[[], Awaitable[int]]
+    """The last ``seq`` retention dropped (a reader after an older one gets 410)."""
     tokens: TokenStore
     status: Callable[[], Awaitable[dict[str, Any]]]
     stop: Callable[[], None]
@@ -78,12 +80,22 @@ class ApiError(GreenroomError):
     """An answer of the API other than 200: its HTTP ``status``, a ``code`` and the
     ``field`` / ``value`` it is about (what ``error_response`` sends as ``{"error": ...}``)."""
 
-    def __init__(self, status: int, code: str, message: str, *, field: str = "", value: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str = "",
+        value: Any = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.field = field
         self.value = value
+        self.extra = extra or {}
 
 
 _encoder = msgspec.json.Encoder()
@@ -99,6 +111,7 @@ def error_response(error: ApiError) -> Response:
         body["field"] = error.field
     if error.value is not None:
         body["value"] = shown(error.value)
+    body.update(error.extra)
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
     return Response(
         _encoder.encode({"error": body}),
@@ -109,10 +122,14 @@ def error_response(error: ApiError) -> Response:
 
 
 def _as_api_error(error: Exception) -> ApiError:
-    from ..store import ConversationNotFound, DuplicateTask, InvalidTransition, UnknownTask
+    from ..store import ConversationNotFound, DuplicateTask, EventsGone, InvalidTransition, UnknownTask
 
     if isinstance(error, ApiError):
         return error
+    if isinstance(error, EventsGone):
+        return ApiError(
+            410, "gone", str(error), field="after", value=error.after, extra={"oldest": error.oldest}
+        )
     if isinstance(error, UnknownTask | ConversationNotFound):
         return ApiError(404, "not_found", str(error), field=error.field, value=error.value)
     if isinstance(error, InvalidTransition | DuplicateTask):
@@ -377,6 +394,12 @@ def create_app(parts: ServiceParts) -> Starlette:
             after = max(after, int(last_id))
         follow = request.query_params.get("follow", "1") not in ("0", "false", "no")
         last = _query_int(request, "last", -1, 0, 10_000_000) if "last" in request.query_params else None
+        if last is None:
+            from ..store import EventsGone
+
+            dropped = await parts.events_dropped_through()
+            if after < dropped:
+                raise EventsGone(after, dropped + 1)
         source = _stream(parts.events(after, follow, last))
         return StreamingResponse(
             source,
@@ -500,7 +523,15 @@ def create_app(parts: ServiceParts) -> Starlette:
 
 
 async def _stream(events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
+    """The Server-Sent Events of ``events``. A reader that fell behind retention gets a
+    last ``gone`` event (``{"after": ..., "oldest": ...}``) and the stream ends."""
+    from ..store import EventsGone
+
     yield b": greenroom events\n\n"
     async with aclosing(events) as stream:
-        async for event in stream:
-            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
+        try:
+            async for event in stream:
+                yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
+        except EventsGone as gone:
+            document = {"after": gone.after, "oldest": gone.oldest, "message": str(gone)}
+            yield b"event: gone\ndata: %s\n\n" % _encoder.encode(document)

@@ -201,15 +201,22 @@ class ServiceClient:
         ``last`` already stored, then new ones). Without ``follow`` it ends at the current
         end; with it, it runs until the block is left, and after a dropped connection
         resumes from the last event it got. A reader task feeds the stream; leaving the
-        block cancels it, which closes the HTTP response at once."""
+        block cancels it, which closes the HTTP response at once. A refusal (``EventsGone``
+        when retention dropped events after ``after``; ``ServiceError``) is raised as itself
+        when the stream ends."""
         send, receive = anyio.create_memory_object_stream[Event](256)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._read_events, send, after, follow, last)
-            try:
-                yield receive
-            finally:
-                tg.cancel_scope.cancel()
-                receive.close()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_events, send, after, follow, last)
+                try:
+                    yield receive
+                finally:
+                    tg.cancel_scope.cancel()
+                    receive.close()
+        except BaseExceptionGroup as group:  # the reader's refusal, as itself (EventsGone, ...)
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], GreenroomError):
+                raise group.exceptions[0] from None
+            raise
 
     async def _read_events(
         self, send: MemoryObjectSendStream[Event], after: int, follow: bool, last: int | None
@@ -227,11 +234,18 @@ class ServiceClient:
                     ) as response:
                         if response.status_code != 200:
                             await response.aread()
+                            if response.status_code == 410:
+                                _gone(msgspec.json.decode(response.content).get("error", {}), seen)
                             _decoded(response)
                         data: list[str] = []
+                        kind = ""
                         async for line in response.aiter_lines():
                             if line.startswith("data:"):
                                 data.append(line[5:].strip())
+                            elif line.startswith("event:"):
+                                kind = line[6:].strip()
+                            elif not line and data and kind == "gone":
+                                _gone(msgspec.json.decode("\n".join(data)), seen)
                             elif not line and data:
                                 event = msgspec.json.decode("\n".join(data), type=Event)
                                 data = []
@@ -249,6 +263,14 @@ class ServiceClient:
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _gone(document: Any, after: int) -> None:
+    """Raise the ``EventsGone`` the daemon answered (a 410, or a stream's ``gone`` event)."""
+    from ..store import EventsGone
+
+    oldest = document.get("oldest") if isinstance(document, dict) else None
+    raise EventsGone(after, oldest if isinstance(oldest, int) else after + 1)
 
 
 def _segment(value: str) -> str:

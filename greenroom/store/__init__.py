@@ -20,6 +20,7 @@ from ._budgets import BudgetStore, Spent
 from ._chat import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from ._errors import (
     DuplicateTask,
+    EventsGone,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
@@ -37,6 +38,7 @@ __all__ = [
     "ConversationNotFound",
     "DuplicateTask",
     "EventStore",
+    "EventsGone",
     "InvalidSubmission",
     "InvalidTransition",
     "NotOwner",

@@ -132,6 +132,12 @@ class ChatStore(Protocol):
         """Give back a hold ``holder`` has (nothing if it has none)."""
         ...
 
+    async def forget_idle(self, before: float, *, limit: int = 1000) -> int:
+        """Delete at most ``limit`` conversations with no turn since ``before`` (their
+        messages and pending confirmation with them), never one held by a request now;
+        how many went (``[retention] chat_for``). A user's task list is not touched."""
+        ...
+
     async def aclose(self) -> None:
         """Release what the store holds (a pool it was given stays open)."""
         ...

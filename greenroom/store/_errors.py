@@ -51,3 +51,18 @@ class DuplicateTask(InvalidSubmission):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(task_id, "id", task_id, "is already taken")
+
+
+class EventsGone(InvalidInput):
+    """A reader asked for events after ``after``, but retention dropped the log through
+    ``oldest - 1``: resume from ``oldest`` (HTTP 410). Nothing is skipped silently."""
+
+    def __init__(self, after: int, oldest: int) -> None:
+        self.after = after
+        self.oldest = oldest
+        super().__init__(
+            f"events after {after} are gone: retention dropped the log through {oldest - 1}; "
+            f"the oldest kept is {oldest}",
+            field="after",
+            value=after,
+        )

@@ -28,13 +28,18 @@ from ._tasks import TaskStore
 
 class StoreSizes(msgspec.Struct, frozen=True):
     """The store's size (``greenroom status``): archived tasks and the parts they are in
-    (segments on the files, days on PostgreSQL), and bytes on disk, in all and per part
-    (a file under the data dir, a table)."""
+    (segments on the files, days on PostgreSQL), bytes on disk, in all and per part (a
+    file or directory under the data dir, a table with its partitions), and the event
+    log's segments."""
 
     archived_tasks: int = 0
     archive_parts: int = 0
     bytes: int = 0
     by_part: dict[str, int] = {}
+    event_segments: int = 0
+    """The event log's segments (files; partitions), the open one included."""
+    events_dropped_through: int = 0
+    """The last event ``seq`` retention dropped (0: none)."""
 
 
 @runtime_checkable
@@ -76,8 +81,9 @@ class Store(Protocol):
         graph for the archive (``None``: never)."""
         ...
 
-    def event_store(self) -> EventStore:
-        """The event log's storage for a log actor."""
+    def event_store(self, *, retention: Retention | None = None) -> EventStore:
+        """The event log's storage for a log actor. ``retention``: when the log rolls into
+        segments and which ones go (``None``: everything is kept)."""
         ...
 
     def chat_store(self) -> ChatStore:
@@ -98,7 +104,14 @@ class Store(Protocol):
     ) -> AsyncGenerator[Event, None]:
         """The events with ``seq > after`` in order (``last``: only the newest ``last`` of
         those stored now); with ``follow``, then every new one until cancelled. Never one
-        twice, never one skipped. Readable while a daemon writes, from any process."""
+        twice, never one skipped: events after ``after`` that retention dropped raise
+        ``EventsGone`` (at once, or for a follower that fell behind, when it gets there).
+        Readable while a daemon writes, from any process."""
+        ...
+
+    async def events_dropped_through(self) -> int:
+        """The last ``seq`` retention dropped from the event log (0: none): a reader after
+        an older one gets ``EventsGone``."""
         ...
 
     async def read_tasks(

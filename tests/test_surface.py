@@ -130,6 +130,7 @@ PUBLIC: dict[str, list[str]] = {
         "ConversationNotFound",
         "DuplicateTask",
         "EventStore",
+        "EventsGone",
         "InvalidSubmission",
         "InvalidTransition",
         "NotOwner",

@@ -119,12 +119,16 @@ class EmbeddedStore:
         self, *, after: int = 0, follow: bool = False, last: int | None = None
     ) -> AsyncGenerator[Event, None]:
         path = self.data_dir / EVENTS_FILE
-        if last is not None:  # the newest `last` of those kept: never a refusal
+        until: int | None = None
+        if last is not None:  # the newest `last` of those kept now: never a refusal
             newest = await anyio.to_thread.run_sync(last_seq, path)
             floor = await anyio.to_thread.run_sync(dropped_through, path)
             after = max(after, newest - last, floor)
+            until = None if follow else newest
         async with aclosing(tail_events(path, after_seq=after, follow=follow, poll_interval=0.1)) as events:
             async for event in events:
+                if until is not None and event.seq > until:
+                    return
                 yield event
 
     async def events_dropped_through(self) -> int:

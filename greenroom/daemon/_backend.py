@@ -24,6 +24,7 @@ def choose_store(
     *,
     pool_size: int = 16,
     create: bool = True,
+    notify: str = "commit",
 ) -> Store:
     """The backend for ``url`` (``None``: the data dir's files). ``create``: make a
     missing data dir (``False`` for commands that only read). Not opened yet: use
@@ -35,4 +36,4 @@ def choose_store(
     from ..postgres._db import check_url
     from ..postgres._store import PostgresStore
 
-    return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size)
+    return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size, notify=notify)  # type: ignore[arg-type]

@@ -65,7 +65,9 @@ class AgentHost:
         self.store: Store = (
             store
             if store is not None
-            else choose_store(config.store.url, data_dir, pool_size=config.store.pool_size)
+            else choose_store(
+                config.store.url, data_dir, pool_size=config.store.pool_size, notify=config.store.notify
+            )
         )
         """The backend: everything durable goes through it."""
         self.narrator = narrator

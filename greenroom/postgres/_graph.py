@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -62,6 +62,13 @@ from ..store._rules import (
 from ._events import insert_events
 
 CHANNEL = "greenroom_runnable"
+
+Notify = Literal["commit", "batched", "none"]
+"""How tasks that became ready are announced to the other daemons: ``commit`` — a
+``NOTIFY`` in the transaction that made them ready; ``batched`` — after it commits, at most
+one ``NOTIFY`` per type per 20 ms, from a transaction of its own; ``none`` — not at all
+(other daemons find them at their next lease check). This daemon's own supervisor learns
+of them at once in every mode."""
 SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
 ARCHIVE_LOCK = 0x6772_6172  # "grar": taken by archiving (exclusive) and submitting (shared)
 DAY = 86400.0
@@ -114,9 +121,15 @@ class PostgresGraph:
     """The operations of the task graph on PostgreSQL; each method takes a connection in
     an open transaction (``Database.run``) and returns what the file supervisor would."""
 
-    def __init__(self, *, limits: TaskLimits | None = None, clock: Any = time.time) -> None:
+    def __init__(
+        self, *, limits: TaskLimits | None = None, clock: Any = time.time, notify: Notify = "commit"
+    ) -> None:
         self.limits = limits or TaskLimits()
         self.clock = clock
+        self.notify = notify
+        self.ready_types: set[str] = set()
+        """With ``notify`` other than ``"commit"``: the types that became ready since the
+        store last took them (it announces them after the commit, or not at all)."""
 
     # -- events ---------------------------------------------------------------------
 
@@ -130,8 +143,10 @@ class PostgresGraph:
     def _transition_event(kind: str, task: AgentTask) -> EventRow:
         return (kind, task.id, task.owner, transition_payload(task, kind))
 
-    @staticmethod
-    def _notify(connection: Any, types: set[str]) -> None:
+    def _notify(self, connection: Any, types: set[str]) -> None:
+        if self.notify != "commit":
+            self.ready_types.update(types)
+            return
         for agent_type in sorted(types):
             connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, agent_type))
 
@@ -565,16 +580,19 @@ class PostgresGraph:
                         UNION ALL SELECT k, 1, 'AGENT_RESULT', id, owner, payload FROM done) e
                     ORDER BY k, i),
                 announced AS (
-                    SELECT pg_notify(%(channel)s, type)
+                    SELECT type, CASE WHEN %(at_commit)s THEN pg_notify(%(channel)s, type) END
                     FROM (SELECT DISTINCT type FROM ready WHERE unmet = 0) r)
-                SELECT k, {_COLUMNS}, (SELECT count(*) FROM announced) FROM done""",
+                SELECT k, {_COLUMNS}, (SELECT array_agg(type) FROM announced) FROM done""",
             {
                 "now": now,
                 "ids": [item["id"] for item in given],  # the primary key's lookups, whatever the statistics
                 "given": _encode(given).decode(),
                 "channel": CHANNEL,
+                "at_commit": self.notify == "commit",
             },
         ).fetchall()
+        if rows and rows[0][-1] and self.notify != "commit":
+            self.ready_types.update(rows[0][-1])
         for row in rows:
             out[positions[row[0] - 1]] = _task(row[1:-1])
         return out

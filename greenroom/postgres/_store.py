@@ -32,7 +32,7 @@ from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, dropped_through, event_parts, tail_events
-from ._graph import PostgresGraph
+from ._graph import Notify, PostgresGraph
 from ._schema import check
 from ._steps import PostgresStepStore
 from ._tasks import PostgresTaskStore
@@ -72,8 +72,10 @@ class PostgresStore:
         pool_size: int = 16,
         workers: int = 8,
         batch_size: int = 64,
+        notify: Notify = "commit",
     ) -> None:
         self.url = check_url(url)
+        self.notify = notify
         self.where = redact(url)
         self._data_dir_arg = data_dir
         self.pool_size = pool_size
@@ -127,6 +129,7 @@ class PostgresStore:
             instance=instance,
             clock=clock,
             retention=retention,
+            notify=self.notify,
         )
 
     def event_store(self, *, retention: Retention | None = None) -> EventStore:

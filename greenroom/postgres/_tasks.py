@@ -61,7 +61,7 @@ from ..store._rules import lease_report
 from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
 from ._events import maintain
-from ._graph import CHANNEL, PostgresGraph
+from ._graph import CHANNEL, Notify, PostgresGraph
 from ._schema import check
 
 logger = logging.getLogger("greenroom.postgres")
@@ -126,6 +126,7 @@ class PostgresTaskStore:
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
+        notify: Notify = "commit",
     ) -> None:
         self.db = db
         self.retention = retention
@@ -135,7 +136,8 @@ class PostgresTaskStore:
         self.limits = limits or TaskLimits()
         self.workers = check_int("PostgresTaskStore", "workers", workers)
         self.batch_size = check_int("PostgresTaskStore", "batch_size", batch_size)
-        self.graph = PostgresGraph(limits=self.limits, clock=clock)
+        self.graph = PostgresGraph(limits=self.limits, clock=clock, notify=notify)
+        self._announcer: ActorRef | None = None
         self.listen = listen
         self.node = node
         self.instance = instance
@@ -177,6 +179,10 @@ class PostgresTaskStore:
                 lambda: _Listener(self.db, context.ref), name=f"{context.ref.name}.listen"
             )
             listener.tell(_LISTEN)
+        if self.graph.notify == "batched":
+            self._announcer = await context.spawn(
+                lambda: _Announcer(self.db, self.graph), name=f"{context.ref.name}.announce"
+            )
 
     async def close(self) -> None:
         """The workers have stopped: run what is still queued here (a claim is answered
@@ -188,6 +194,23 @@ class PostgresTaskStore:
                     job.reply.succeed(None)
             elif not isinstance(jobs[0].message, ExpireLeases):
                 await _run(self, list(jobs))
+
+    def announce(self) -> None:
+        """Unless the transactions announced them (``notify = "commit"``): tell this
+        daemon's supervisor at once which types became ready, and the announcer (batched)
+        to tell the other daemons."""
+        graph = self.graph
+        if graph.notify == "commit" or not graph.ready_types or self.owner is None:
+            return
+        types = frozenset(graph.ready_types)
+        if graph.notify == "none":
+            graph.ready_types = set()
+        try:
+            self.owner.context.ref.tell(TasksRunnable(types))
+            if self._announcer is not None:
+                self._announcer.tell(_ANNOUNCE)
+        except ActorStopped:
+            return
 
     # -- requests -----------------------------------------------------------------------
 
@@ -270,6 +293,7 @@ class _GraphWorker(Actor):
         jobs: list[_Job] | None = batch.jobs
         while jobs is not None:
             await _run(self.store, jobs)
+            self.store.announce()
             jobs = self.store.worker_free(self.context.ref)
 
 
@@ -462,6 +486,29 @@ async def _completions(store: PostgresTaskStore, jobs: list[_Job]) -> None:
 def _complete_alone(graph: PostgresGraph, message: Complete, connection: Any) -> Any:
     """A completion the batch left unchanged, in a transaction of its own (it says why)."""
     return graph.complete(connection, message.task_id, message.agent_id, message.result, at_once=False)
+
+
+class _Announcer(Actor):
+    """``notify = "batched"``: sends the types that became ready as ``NOTIFY`` in a
+    transaction of its own, all that gathered since the last one, at most one every 20 ms
+    (the commits that made them ready never wait on the notification queue's lock)."""
+
+    def __init__(self, db: Database, graph: PostgresGraph) -> None:
+        self.db = db
+        self.graph = graph
+
+    async def receive(self, message: Any) -> None:
+        types, self.graph.ready_types = sorted(self.graph.ready_types), set()
+        if not types:
+            return  # sent with an earlier message's
+        try:
+            await self.db.run(lambda c: [c.execute("SELECT pg_notify(%s, %s)", (CHANNEL, t)) for t in types])
+        except DatabaseError as error:  # the others find them at their next lease check
+            logger.warning("supervisor: could not announce ready tasks: %s", error)
+        await anyio.sleep(0.02)  # pacing: what becomes ready meanwhile goes in the next one
+
+
+_ANNOUNCE = object()
 
 
 class _Listener(Actor):

@@ -41,6 +41,9 @@ HELP = "a daemon under mixed API load for minutes: lost tasks/events, 5xx, memor
 SUBMITTERS = 3
 HISTORY_BUDGET = 128 << 20
 """The long mode's ``[retention] disk_budget``: old event segments and the archive."""
+BACKLOG = 2000
+"""The long mode's most tasks acknowledged and not yet seen completed: it loads the
+daemon at the rate it completes them (or ``--rate``, if lower), never faster."""
 
 MALFORMED: list[tuple[str, bytes]] = [
     ("/v1/tasks", b"{not json"),
@@ -151,8 +154,11 @@ class Soak:
                     self.acknowledged.update(t["id"] for t in answer.json()["tasks"])
                 if self.target is None:
                     await anyio.sleep(0.05)
-                else:  # a steady rate, shared by the submitters: the graph holds what is running
+                else:  # a steady rate, shared by the submitters, at most what the daemon
+                    # completes: the backlog stays under BACKLOG, so the graph holds what runs
                     await anyio.sleep(len(batch) * SUBMITTERS / self.rate)
+                    while len(self.acknowledged) - len(self.completed) > BACKLOG and not self.done():
+                        await anyio.sleep(0.01)
 
     async def reader(self, stop: anyio.Event) -> None:
         """Follows ``/v1/events`` from the start; if it ever falls behind retention, the
@@ -285,7 +291,7 @@ async def _run(
                 raise RuntimeError(f"greenroom db upgrade: {upgraded.stderr}")
         restart_small = await _warm_up(data, backend, tokens, admin, 1000, store_url) if tasks else None
         process, _ = await _start(data, backend, store_url)
-        samples: list[tuple[float, int, int, int]] = []  # (s, tasks acknowledged, RSS KB, bytes on disk)
+        samples: list[tuple[float, int, int, int]] = []  # (s, tasks completed, RSS KB, bytes on disk)
         try:
             url = json.loads((data / "daemon.json").read_text())["url"]
             soak = Soak(url, tokens, seconds, seed, tasks, rate)
@@ -300,7 +306,7 @@ async def _run(
                         memory.append((time.monotonic() - started, rss))
                         if tasks:
                             disk = await anyio.to_thread.run_sync(_disk_bytes, data, store_url)
-                            samples.append((time.monotonic() - started, len(soak.acknowledged), rss, disk))
+                            samples.append((time.monotonic() - started, len(soak.completed), rss, disk))
                     await anyio.sleep(
                         (0.25 if store_url is None else 1.0) if tasks else max(1.0, seconds / 60)
                     )

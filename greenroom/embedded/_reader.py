@@ -14,6 +14,7 @@ silent gap.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import AsyncGenerator, Iterator
@@ -55,7 +56,9 @@ def segments(log: Path) -> list[tuple[int, int, Path]]:
 
 
 def _parse_lines(data: bytes, path: Path, first_line: int) -> Iterator[Event]:
-    for offset, line in enumerate(data.splitlines()):
+    """The events of ``data`` (whole lines), one line at a time: a segment's lines are
+    never all split out at once."""
+    for offset, line in enumerate(io.BytesIO(data)):
         try:
             yield decode_json(line, Event, "event")
         except RecordError as error:
@@ -150,6 +153,7 @@ async def tail_events(
     target = Path(path)
     seen = after_seq
     inode: int | None = None
+    file_first: int | None = None  # the open segment's first event, once read
     position = 0
     line_number = 1
     buffer = b""
@@ -159,19 +163,26 @@ async def tail_events(
             file = await anyio.open_file(target, "rb")
         except FileNotFoundError:
             file = None
-        rolled: list[Path] = []
+        rolled: list[tuple[Path, int, bytes]] = []  # (segment, from byte, what was read of it)
         chunk = b""
         if file is not None:
             async with file:  # opened first: a roll after this leaves it a closed segment
                 current = os.fstat(file.wrapped.fileno()).st_ino
                 if current != inode:  # the first look, or the open segment rolled since
                     closed = await anyio.to_thread.run_sync(segments, target)
-                    rolled = [segment for _, last, segment in closed if last > seen]
-                    inode, position, line_number, buffer = current, 0, 1, b""
+                    for first, last, segment in closed:
+                        if last > seen:  # the one it was reading goes on from where it was (its
+                            # first event and inode both: a deleted file's inode is reused)
+                            same = (
+                                first == file_first
+                                and await anyio.to_thread.run_sync(_inode, segment) == inode
+                            )
+                            rolled.append((segment, position, buffer) if same else (segment, 0, b""))
+                    inode, position, line_number, buffer, file_first = current, 0, 1, b"", None
                 await file.seek(position)
                 chunk = await file.read()
-        for segment in rolled:  # read them before what the open one holds
-            data = await anyio.to_thread.run_sync(_read_segment, segment, target, seen)
+        for segment, start, head in rolled:  # read them before what the open one holds
+            data = head + await anyio.to_thread.run_sync(_read_segment, segment, target, seen, start)
             for event in _parse_lines(data, segment, 1):
                 if event.seq > seen:
                     if event.seq != seen + 1:
@@ -184,6 +195,8 @@ async def tail_events(
             end = buffer.rfind(b"\n") + 1
             complete, buffer = buffer[:end], buffer[end:]
             for event in _parse_lines(complete, target, line_number):
+                if file_first is None:
+                    file_first = event.seq
                 if event.seq > seen:
                     if event.seq != seen + 1:
                         raise EventsGone(seen, event.seq)
@@ -195,10 +208,20 @@ async def tail_events(
         await anyio.sleep(poll_interval)
 
 
-def _read_segment(path: Path, log: Path, after: int) -> bytes:
-    """A closed segment's bytes; one retention deleted meanwhile is :class:`EventsGone`."""
+def _inode(path: Path) -> int | None:
     try:
-        return path.read_bytes()
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _read_segment(path: Path, log: Path, after: int, start: int = 0) -> bytes:
+    """A closed segment's bytes from ``start``; one retention deleted meanwhile is
+    :class:`EventsGone`."""
+    try:
+        with path.open("rb") as file:
+            file.seek(start)
+            return file.read()
     except FileNotFoundError:
         _check_kept(log, after)
         raise

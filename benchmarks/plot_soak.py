@@ -118,7 +118,7 @@ class Canvas:
 def _nice(top: float) -> float:
     """A round axis maximum at or above ``top``."""
     for power in range(0, 12):
-        for step in (1, 2, 5):
+        for step in (1, 2, 2.5, 5):
             value = step * 10**power
             if value >= top:
                 return float(value)
@@ -137,14 +137,15 @@ def panel(canvas: Canvas, box: tuple[int, int, int, int], points: list[tuple[flo
         x = left + (right - left) * k // 10
         canvas.line(x, top, x, bottom, GREY)
         value = x_max * k / 10
-        label = f"{value / 1e6:g}M" if value >= 1e6 else f"{value / 1000:g}K" if value else "0"
+        label = f"{value / 1e6:.3g}M" if value >= 1e6 else f"{value / 1000:.3g}K" if value else "0"
         canvas.text(x - 6 * len(label), bottom + 8, label)
     canvas.line(left, bottom, right, bottom, BLACK)
     canvas.line(left, top, left, bottom, BLACK)
     canvas.text(left, top - 24, title, colour)
     previous = None
     for tasks, value in points:
-        here = (left + round((right - left) * tasks / x_max), bottom - round((bottom - top) * value / y_max))
+        x = left + round((right - left) * min(tasks, x_max) / x_max)  # the last may pass the target
+        here = (x, bottom - round((bottom - top) * value / y_max))
         if previous is not None:
             canvas.line(*previous, *here, colour, width=2)
         previous = here
@@ -152,7 +153,7 @@ def panel(canvas: Canvas, box: tuple[int, int, int, int], points: list[tuple[flo
 
 def plot(figures: dict, out: Path) -> None:
     curve = figures["curve"]
-    x_max = _nice(max(point[0] for point in curve))
+    x_max = float(figures.get("tasks_target") or _nice(max(point[0] for point in curve)))
     canvas = Canvas(WIDTH, HEIGHT)
     canvas.text(
         90, 12, f"GREENROOM SOAK: {figures['tasks_target']:,} TASKS, {figures['backend']}".replace(",", " ")

@@ -86,6 +86,7 @@ async def _ready(url: str) -> AsyncIterator[Database]:
     """A pool on ``url``, its schema created."""
     async with Database(url, max_size=16) as db:
         await db.run(upgrade)
+        await db.run(lambda c: ensure_event_parts(c, 100_000))  # as a daemon's stores do at open
         yield db
 
 

@@ -156,9 +156,10 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: Annotated[str, msgspec.Meta(pattern=r"^postgres(ql)?://", max_length=2000)] | None = None
     pool_size: Annotated[int, msgspec.Meta(ge=2, le=1000)] = 16
     """Connections this daemon keeps to PostgreSQL (its transactions run on them at once)."""
-    notify: Literal["commit", "batched", "none"] = "commit"
+    notify: Literal["commit", "batched", "none"] = "batched"
     """How tasks made ready are announced to the other daemons (``greenroom.postgres``'s
-    ``Notify``): in the transaction, coalesced after it, or not (their lease checks)."""
+    ``Notify``): in the transaction, coalesced after it (the default), or not (they find
+    them at their lease checks)."""
 
 
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):

@@ -60,7 +60,7 @@ from ..store._retention import Retention
 from ..store._rules import lease_report
 from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
 from ._db import ConflictError, Database, DatabaseError, DataRefused
-from ._events import maintain
+from ._events import ensure_event_parts, maintain
 from ._graph import CHANNEL, Notify, PostgresGraph
 from ._schema import check
 
@@ -126,7 +126,7 @@ class PostgresTaskStore:
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
-        notify: Notify = "commit",
+        notify: Notify = "batched",
     ) -> None:
         self.db = db
         self.retention = retention
@@ -138,6 +138,8 @@ class PostgresTaskStore:
         self.batch_size = check_int("PostgresTaskStore", "batch_size", batch_size)
         self.graph = PostgresGraph(limits=self.limits, clock=clock, notify=notify)
         self._announcer: ActorRef | None = None
+        self.to_announce: set[str] = set()
+        """``notify = "batched"``: ready types the announcer has not sent yet."""
         self.listen = listen
         self.node = node
         self.instance = instance
@@ -153,6 +155,8 @@ class PostgresTaskStore:
     async def open(self, owner: GraphOwner) -> None:
         self.owner = owner
         await self.db.run(check)  # a database without our schema is refused before any work
+        width = self.db.event_segment
+        await self.db.run(lambda c: ensure_event_parts(c, width))  # the log's next partitions
         if self.node is not None and self.instance is not None:
             node, instance = self.node, self.instance
             recovered = await self.db.run(lambda c: self.graph.recover_orphans(c, node, instance))
@@ -181,7 +185,7 @@ class PostgresTaskStore:
             listener.tell(_LISTEN)
         if self.graph.notify == "batched":
             self._announcer = await context.spawn(
-                lambda: _Announcer(self.db, self.graph), name=f"{context.ref.name}.announce"
+                lambda: _Announcer(self), name=f"{context.ref.name}.announce"
             )
 
     async def close(self) -> None:
@@ -199,15 +203,15 @@ class PostgresTaskStore:
         """Unless the transactions announced them (``notify = "commit"``): tell this
         daemon's supervisor at once which types became ready, and the announcer (batched)
         to tell the other daemons."""
-        graph = self.graph
-        if graph.notify == "commit" or not graph.ready_types or self.owner is None:
+        if self.graph.notify == "commit" or self.owner is None:
             return
-        types = frozenset(graph.ready_types)
-        if graph.notify == "none":
-            graph.ready_types = set()
+        types = self.graph.take_ready()
+        if not types:
+            return
         try:
             self.owner.context.ref.tell(TasksRunnable(types))
             if self._announcer is not None:
+                self.to_announce.update(types)
                 self._announcer.tell(_ANNOUNCE)
         except ActorStopped:
             return
@@ -493,16 +497,16 @@ class _Announcer(Actor):
     transaction of its own, all that gathered since the last one, at most one every 20 ms
     (the commits that made them ready never wait on the notification queue's lock)."""
 
-    def __init__(self, db: Database, graph: PostgresGraph) -> None:
-        self.db = db
-        self.graph = graph
+    def __init__(self, store: PostgresTaskStore) -> None:
+        self.store = store
 
     async def receive(self, message: Any) -> None:
-        types, self.graph.ready_types = sorted(self.graph.ready_types), set()
+        store = self.store
+        types, store.to_announce = sorted(store.to_announce), set()
         if not types:
             return  # sent with an earlier message's
         try:
-            await self.db.run(lambda c: [c.execute("SELECT pg_notify(%s, %s)", (CHANNEL, t)) for t in types])
+            await store.db.run(lambda c: [c.execute("SELECT pg_notify(%s, %s)", (CHANNEL, t)) for t in types])
         except DatabaseError as error:  # the others find them at their next lease check
             logger.warning("supervisor: could not announce ready tasks: %s", error)
         await anyio.sleep(0.02)  # pacing: what becomes ready meanwhile goes in the next one
@@ -512,8 +516,9 @@ _ANNOUNCE = object()
 
 
 class _Listener(Actor):
-    """Waits for ``NOTIFY greenroom_runnable`` on a connection of its own (one second
-    at a time in a worker thread) and tells the supervisor which types became ready."""
+    """Waits for ``NOTIFY greenroom_runnable`` on a connection of its own (in a worker
+    thread, up to a second at a time) and tells the supervisor which types became ready as
+    soon as a notification arrives."""
 
     def __init__(self, db: Database, supervisor: ActorRef) -> None:
         self.db = db
@@ -529,7 +534,9 @@ class _Listener(Actor):
         if self.connection is None:
             self.connection = self.db.connect()
             self.connection.execute(f"LISTEN {CHANNEL}")
-        return {notice.payload for notice in self.connection.notifies(timeout=1.0, stop_after=256)}
+        # back as soon as a packet of notifications arrives (up to a second without one):
+        # gathering them for the whole second kept a parked claim waiting up to a second
+        return {notice.payload for notice in self.connection.notifies(timeout=1.0, stop_after=1)}
 
     async def receive(self, message: Any) -> None:
         try:

@@ -24,7 +24,7 @@ def choose_store(
     *,
     pool_size: int = 16,
     create: bool = True,
-    notify: str = "batched",
+    notify: str = "commit",
 ) -> Store:
     """The backend for ``url`` (``None``: the data dir's files). ``create``: make a
     missing data dir (``False`` for commands that only read). Not opened yet: use

@@ -156,9 +156,9 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: Annotated[str, msgspec.Meta(pattern=r"^postgres(ql)?://", max_length=2000)] | None = None
     pool_size: Annotated[int, msgspec.Meta(ge=2, le=1000)] = 16
     """Connections this daemon keeps to PostgreSQL (its transactions run on them at once)."""
-    notify: Literal["commit", "batched", "none"] = "batched"
+    notify: Literal["commit", "batched", "none"] = "commit"
     """How tasks made ready are announced to the other daemons (``greenroom.postgres``'s
-    ``Notify``): in the transaction, coalesced after it (the default), or not (they find
+    ``Notify``): in the transaction (the default), coalesced after it, or not (they find
     them at their lease checks)."""
 
 

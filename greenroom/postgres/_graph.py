@@ -67,12 +67,13 @@ CHANNEL = "greenroom_runnable"
 
 Notify = Literal["commit", "batched", "none"]
 """How tasks that became ready are announced to the other daemons: ``commit`` — a
-``NOTIFY`` in the transaction that made them ready; ``batched`` (the daemon's default) —
-after it commits, all that gathered in one transaction of its own, at most one per 20 ms;
-``none`` — not at all (other daemons find them at their next lease check). This daemon's
-own supervisor learns of them at once in every mode. ``NOTIFY`` takes a database-wide
-lock at commit; ``benchmarks/notify.py`` measured 4 daemons on one database: batched
-1.00-1.12x of commit's tasks/s, none 1.02-1.19x (but a wake-up up to a lease check late)."""
+``NOTIFY`` in the transaction that made them ready (the default); ``batched`` — after it
+commits, all that gathered in one transaction of its own, at most one per 20 ms; ``none``
+— not at all (other daemons find them at their next lease check). This daemon's own
+supervisor learns of them at once in every mode. ``NOTIFY`` takes a database-wide lock at
+commit; ``benchmarks/notify.py`` measured 4 daemons on one database (2 cores): batched
+0.85-0.91x of commit's tasks/s, none 0.98-1.04x — the daemons' CPU, not that lock, was
+the limit there, and batching costs a transaction of its own."""
 SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
 ARCHIVE_LOCK = 0x6772_6172  # "grar": taken by archiving (exclusive) and submitting (shared)
 DAY = 86400.0

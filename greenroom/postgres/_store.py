@@ -72,7 +72,7 @@ class PostgresStore:
         pool_size: int = 16,
         workers: int = 8,
         batch_size: int = 64,
-        notify: Notify = "batched",
+        notify: Notify = "commit",
     ) -> None:
         self.url = check_url(url)
         self.notify = notify

@@ -126,7 +126,7 @@ class PostgresTaskStore:
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
-        notify: Notify = "batched",
+        notify: Notify = "commit",
     ) -> None:
         self.db = db
         self.retention = retention

@@ -850,7 +850,7 @@ async def test_retention_drops_old_segments_whole_and_a_reader_from_before_is_to
         await stored_events(backend, after=floor - 1)
     assert gone.value.oldest == floor + 1 and gone.value.field == "after"
     kept = await stored_events(backend, after=floor)
-    assert kept and kept[0].seq == floor + 1
+    assert kept and kept[0].seq > floor  # PostgreSQL's seq may have a hole (an aborted append) there
     assert [e.seq for e in kept] == sorted({e.seq for e in kept})
     async with aclosing(backend.events(last=1000)) as last:
         assert [e.seq for e in [e async for e in last]] == [e.seq for e in kept]

@@ -314,6 +314,65 @@ async def test_a_finite_tail_waits_for_an_append_in_flight_instead_of_ending_at_
     assert got == ["SLOW", "QUICK"]
 
 
+async def test_an_append_paused_after_drawing_its_seq_is_not_skipped_by_a_reader(pg_url: str) -> None:
+    """A writer descheduled right after drawing its ``seq`` (before its row exists) must
+    already be a transaction the reader waits for: the hole rule counts the writers that
+    had an ``xid`` when the hole was seen. The writer is paused here at that point (its
+    row's ``xid`` default waits on an advisory lock) while a later append commits and the
+    reader meets the hole twice."""
+    import psycopg
+
+    from greenroom.postgres._events import insert_events
+
+    pause = 0x7061_7573  # "paus"
+    async with _ready(pg_url) as db:
+        admin = await anyio.to_thread.run_sync(lambda: psycopg.connect(pg_url, autocommit=True))
+        slow = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
+        try:
+
+            def prepare() -> None:
+                admin.execute(
+                    "CREATE FUNCTION gr_test_paused_xid() RETURNS xid8 LANGUAGE plpgsql AS $$ BEGIN "
+                    "IF current_setting('greenroom_test.pause', true) = 'on' THEN "
+                    f"PERFORM pg_advisory_lock({pause}); PERFORM pg_advisory_unlock({pause}); END IF; "
+                    "RETURN pg_current_xact_id(); END $$"
+                )
+                admin.execute("ALTER TABLE gr_events ALTER COLUMN xid SET DEFAULT gr_test_paused_xid()")
+                admin.execute("SELECT pg_advisory_lock(%s)", (pause,))
+                slow.execute("SET greenroom_test.pause = 'on'")
+                slow.commit()
+
+            await anyio.to_thread.run_sync(prepare)
+            first = await db.run(lambda c: insert_events(c, [(1.0, "FIRST", None, None, "internal", {})]))
+            cursor = EventCursor(first[0].seq)
+
+            def paused_append() -> None:
+                insert_events(slow, [(2.0, "SLOW", None, None, "internal", {})])
+                slow.commit()
+
+            def waiting() -> bool:
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                return bool(row and row[0])
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, paused_append)
+                await eventually(lambda: anyio.to_thread.run_sync(waiting))  # holds its seq, paused
+                try:
+                    await db.run(lambda c: insert_events(c, [(3.0, "QUICK", None, None, "internal", {})]))
+                    seen = [e.type for e in await db.run(cursor.read)]
+                    seen += [e.type for e in await db.run(cursor.read)]  # the hole again: in flight
+                finally:  # let the paused writer go whatever was seen
+                    await anyio.to_thread.run_sync(admin.execute, f"SELECT pg_advisory_unlock({pause})")
+                assert seen == []
+            seen += [e.type for e in await db.run(cursor.read)]
+        finally:
+            await anyio.to_thread.run_sync(slow.close)
+            await anyio.to_thread.run_sync(admin.close)
+    assert seen == ["SLOW", "QUICK"]
+
+
 async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg_url: str) -> None:
     async with _ready(pg_url) as db:
         graph = PostgresGraph()

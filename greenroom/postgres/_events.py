@@ -83,7 +83,9 @@ class EventCursor:
     numbers belong to transactions running when the gap was first seen (their ``xid`` is
     below the snapshot's ``xmax`` then), so once every one of those has ended
     (``pg_snapshot_xmin`` reached that ``xmax``) a gap still open was an aborted
-    transaction's, and the cursor moves past it. Events are never skipped and never
+    transaction's, and the cursor moves past it. This holds because a writer has its
+    ``xid`` before it draws its ``seq`` (the column's default asks for the ``xid`` first:
+    schema 7). Events are never skipped and never
     repeated; ``seq`` may have holes (aborted appends), never an event out of order."""
 
     def __init__(self, after: int = 0) -> None:

@@ -38,8 +38,10 @@ def add_parsers(commands: Any) -> None:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
+    from .._malloc import limit_arenas
     from ._run import run_daemon as run
 
+    limit_arenas()  # before any worker thread: a daemon's RSS stays flat for months
     return anyio.run(
         lambda: run(
             data_dir=args.data_dir,

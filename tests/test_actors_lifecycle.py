@@ -9,6 +9,7 @@ import pytest
 from _support import eventually
 
 from greenroom import Actor, ActorRef, ActorStopped, ActorSystem, DeadLetter, Terminated
+from greenroom.testing import Probe
 
 pytestmark = pytest.mark.anyio
 
@@ -240,9 +241,14 @@ async def test_ten_thousand_asks_in_flight_at_shutdown_all_resolve() -> None:
     assert results == {i: i for i in range(10_000)}
 
 
+@pytest.mark.virtual_time
 async def test_shutdown_timeout_cancels_a_stuck_actor_and_fails_its_asks() -> None:
     class Stuck(Actor):
+        def __init__(self, probe: Probe) -> None:
+            self.probe = probe
+
         async def receive(self, message: Any) -> Any:
+            self.probe.ref.tell(message)
             await anyio.sleep_forever()
 
     outcomes: list[BaseException] = []
@@ -254,32 +260,40 @@ async def test_shutdown_timeout_cancels_a_stuck_actor_and_fails_its_asks() -> No
             outcomes.append(error)
 
     log: list[Any] = []
-    async with anyio.create_task_group() as group, ActorSystem(shutdown_timeout=0.1) as system:
-        stuck = await system.spawn(Stuck)
+    async with anyio.create_task_group() as group, ActorSystem(shutdown_timeout=30) as system:
+        probe = await Probe.spawn(system)
+        stuck = await system.spawn(lambda: Stuck(probe))
         idle = await system.spawn(lambda: Recorder(log), name="idle")
         group.start_soon(ask, stuck, "in-flight")
+        assert await probe.expect(str) == "in-flight"  # being handled (and stuck)
         group.start_soon(ask, stuck, "queued")
-        await anyio.sleep(0.02)
+        await eventually(lambda: stuck.queued == 1)
     assert len(outcomes) == 2 and all(isinstance(o, ActorStopped) for o in outcomes)
     assert not stuck.is_alive and not idle.is_alive
     assert log == [("stopped", "idle")]  # the idle actor stopped cleanly within the deadline
     assert system.dead_letters.by_reason["dropped"] == 1
 
 
+@pytest.mark.virtual_time
 async def test_idle_children_of_a_stuck_parent_still_get_on_stop_after_the_deadline() -> None:
     log: list[Any] = []
 
     class StuckParent(Actor):
+        def __init__(self, probe: Probe) -> None:
+            self.probe = probe
+
         async def on_start(self) -> None:
             await self.context.spawn(lambda: Recorder(log), name="kid")
 
         async def receive(self, message: Any) -> Any:
+            self.probe.ref.tell(message)
             await anyio.sleep_forever()
 
-    async with ActorSystem(shutdown_timeout=0.1) as system:
-        parent = await system.spawn(StuckParent)
+    async with ActorSystem(shutdown_timeout=30) as system:
+        probe = await Probe.spawn(system)
+        parent = await system.spawn(lambda: StuckParent(probe))
         parent.tell("hang")
-        await anyio.sleep(0.01)
+        assert await probe.expect(str) == "hang"  # stuck in receive
     assert log == [("stopped", "kid")]
     assert not parent.is_alive and system.actors == []
 
@@ -333,8 +347,10 @@ async def test_no_task_outlives_the_system() -> None:
 
 
 class Ticker(Actor):
-    def __init__(self, ticks: list[Any]) -> None:
-        self.ticks = ticks
+    """Sets timers on request; the ticks they deliver go on to ``report``."""
+
+    def __init__(self, report: ActorRef | None = None) -> None:
+        self.report = report
         self.timer: Any = None
 
     async def receive(self, message: Any) -> Any:
@@ -348,44 +364,47 @@ class Ticker(Actor):
             case "active":
                 return self.timer.active
             case _:
-                self.ticks.append(message)
+                if self.report is not None:
+                    self.report.tell(message)
         return None
 
 
+@pytest.mark.virtual_time
 async def test_schedule_once_delivers_and_cancel_prevents_delivery() -> None:
-    ticks: list[Any] = []
     async with ActorSystem() as system:
-        ref = await system.spawn(lambda: Ticker(ticks))
-        await ref.ask(("once", 0.01, "fired"))
-        await eventually(lambda: ticks)
-        assert ticks == ["fired"] and await ref.ask("active") is False
-        await ref.ask(("once", 0.05, "never"))
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: Ticker(probe.ref))
+        await ref.ask(("once", 10, "fired"))
+        await probe.expect_no_message(within=9.9)
+        assert await probe.expect(str, within=0.2) == "fired"
+        assert await ref.ask("active") is False
+        await ref.ask(("once", 10, "never"))
         await ref.ask("cancel")
-        await anyio.sleep(0.1)
-        assert ticks == ["fired"]
+        await probe.expect_no_message(within=60)
 
 
+@pytest.mark.virtual_time
 async def test_schedule_repeatedly_until_cancelled() -> None:
-    ticks: list[Any] = []
     async with ActorSystem() as system:
-        ref = await system.spawn(lambda: Ticker(ticks))
-        await ref.ask(("every", 0.01, "tick"))
-        await eventually(lambda: not (len(ticks) < 3))
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: Ticker(probe.ref))
+        started = anyio.current_time()
+        await ref.ask(("every", 10, "tick"))
+        for n in (1, 2, 3):
+            assert await probe.expect(str, within=10.1) == "tick"
+            assert anyio.current_time() - started >= 10 * n
         await ref.ask("cancel")
-        count = len(ticks)
-        await anyio.sleep(0.05)
-        assert len(ticks) == count and set(ticks) == {"tick"}
+        await probe.expect_no_message(within=60)
 
 
+@pytest.mark.virtual_time
 async def test_timers_die_with_their_actor() -> None:
-    ticks: list[Any] = []
     async with ActorSystem() as system:
-        ref = await system.spawn(lambda: Ticker(ticks))
-        await ref.ask(("every", 0.01, "tick"))
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: Ticker(probe.ref))
+        await ref.ask(("every", 10, "tick"))
         await ref.stop()
-        count = len(ticks)
-        await anyio.sleep(0.05)
-        assert len(ticks) == count
+        await probe.expect_no_message(within=60)
         assert system.dead_letters.count == 0  # cancelled, not fired into a dead mailbox
 
 
@@ -399,7 +418,7 @@ async def test_timers_die_with_their_actor() -> None:
 )
 async def test_timers_reject_bad_delays(message: Any, match: str) -> None:
     async with ActorSystem() as system:
-        ref = await system.spawn(lambda: Ticker([]))
+        ref = await system.spawn(Ticker)
         with pytest.raises(ValueError, match=match):
             await ref.ask(message)
 

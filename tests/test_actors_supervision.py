@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any
 
@@ -20,6 +19,7 @@ from greenroom import (
     SupervisorStrategy,
     Terminated,
 )
+from greenroom.testing import Probe
 
 pytestmark = pytest.mark.anyio
 
@@ -198,41 +198,52 @@ async def test_a_failure_while_handling_a_tell_is_logged(caplog: pytest.LogCaptu
     assert "directive: restart" in failures[0].getMessage()
 
 
+class Crashy(Actor):
+    """Tells ``probe`` when it starts and when it is about to fail (on any message)."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+
+    async def on_start(self) -> None:
+        self.probe.ref.tell(("started", anyio.current_time()))
+
+    async def receive(self, message: Any) -> Any:
+        self.probe.ref.tell(("failing", anyio.current_time()))
+        raise RuntimeError("again")
+
+
+@pytest.mark.virtual_time
 async def test_backoff_spaces_restarts_exponentially() -> None:
-    starts: list[float] = []
-
-    class Crashy(Actor):
-        async def on_start(self) -> None:
-            starts.append(anyio.current_time())
-
-        async def receive(self, message: Any) -> Any:
-            raise RuntimeError("again")
-
-    strategy = SupervisorStrategy(max_restarts=3, within=60, backoff=Backoff(initial=0.05, multiplier=2))
+    strategy = SupervisorStrategy(
+        max_restarts=3, within=600, backoff=Backoff(initial=5, multiplier=2, maximum=60)
+    )
     async with ActorSystem(supervisor_strategy=strategy) as system:
-        ref = await system.spawn(Crashy)
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: Crashy(probe))
+        await probe.expect(tuple)
+        gaps = []
         for _ in range(3):
             ref.tell("x")
-        with anyio.fail_after(5):
-            while len(starts) < 4:
-                await anyio.sleep(0.01)
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2
+            _, failed = await probe.expect(tuple, where=lambda m: m[0] == "failing")
+            _, started = await probe.expect(tuple, within=60, where=lambda m: m[0] == "started")
+            gaps.append(started - failed)
+    assert [round(gap) for gap in gaps] == [5, 10, 20]
 
 
+@pytest.mark.virtual_time
 async def test_stop_interrupts_a_backoff() -> None:
-    class Crashy(Actor):
-        async def receive(self, message: Any) -> Any:
-            raise RuntimeError("again")
-
     strategy = SupervisorStrategy(backoff=Backoff(initial=30, maximum=30))
     async with ActorSystem(supervisor_strategy=strategy) as system:
-        ref = await system.spawn(Crashy)
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: Crashy(probe))
+        await probe.expect(tuple)
         ref.tell("x")
-        await anyio.sleep(0.05)  # now in a 30 s backoff
-        with anyio.fail_after(5):
+        await probe.expect(tuple, where=lambda m: m[0] == "failing")
+        await probe.expect_no_message(within=1)  # now 1 s into a 30 s backoff
+        with anyio.fail_after(5):  # (virtual seconds: the backoff's 29 left would fail it)
             await ref.stop()
         assert not ref.is_alive
+        await probe.expect_no_message(within=60)  # and it never started again
 
 
 async def test_restart_stops_the_failed_actors_children() -> None:
@@ -316,3 +327,31 @@ async def test_a_decider_returning_garbage_stops_the_actor(caplog: pytest.LogCap
 def test_strategy_rejects_bad_parameters(build: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         build()
+
+
+@pytest.mark.virtual_time
+async def test_a_draining_stop_in_a_backoff_restarts_to_handle_what_was_sent_before_it() -> None:
+    class FailsOnce(Actor):
+        def __init__(self, probe: Probe) -> None:
+            self.probe = probe
+
+        async def on_start(self) -> None:
+            self.probe.ref.tell("started")
+
+        async def receive(self, message: Any) -> Any:
+            if message == "fail":
+                raise RuntimeError("once")
+            self.probe.ref.tell(message)
+
+    strategy = SupervisorStrategy(backoff=Backoff(initial=30, maximum=30))
+    async with ActorSystem(supervisor_strategy=strategy) as system:
+        probe = await Probe.spawn(system)
+        ref = await system.spawn(lambda: FailsOnce(probe))
+        assert await probe.expect(str) == "started"
+        ref.tell("fail")
+        ref.tell("sent before the stop")
+        await probe.expect_no_message(within=1)  # in its backoff
+        with anyio.fail_after(5):
+            await ref.stop()
+        assert [await probe.expect(str), await probe.expect(str)] == ["started", "sent before the stop"]
+        assert not ref.is_alive

@@ -305,6 +305,7 @@ PUBLIC: dict[str, list[str]] = {
         "find_daemon",
         "parse_address",
     ],
+    "testing": ["Probe", "ProbeTimeout", "VirtualTimeLoop", "virtual_time"],
     "daemon": [
         "AgentHost",
         "AgentPoolConfig",

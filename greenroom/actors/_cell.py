@@ -606,11 +606,17 @@ class ActorCell:
                 return
             if delay:
                 await self._backoff(delay)
+                if not self.accepting and (self.stop_now or self._only_control_queued()):
+                    await self.terminate(error)  # stopped in its backoff, nothing left to handle
+                    return
             try:
                 await self._restart()
                 return
             except Exception as restart_error:
                 error, what = restart_error, "its restart"
+
+    def _only_control_queued(self) -> bool:
+        return all(kind is CONTROL for _, kind in self.mailbox)
 
     async def _backoff(self, delay: float) -> None:
         self.backoff_wakeup = wakeup = self.system._event_class()

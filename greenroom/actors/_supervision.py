@@ -41,7 +41,9 @@ class Backoff:
     """Exponential delay between restarts: ``initial * multiplier**(n-1)``, capped at ``maximum``.
 
     ``n`` counts the restarts inside the strategy's window, so a child that stays up for
-    a whole window starts again from ``initial``.
+    a whole window starts again from ``initial``. A stop requested during the wait ends
+    it: the child is restarted only if messages sent before the stop wait to be handled
+    (a draining stop), else it stops as it is, without a new instance's ``on_start``.
     """
 
     initial: float = 0.1

@@ -1,0 +1,98 @@
+"""Virtual time on both loops: a clock that jumps ahead when every task waits.
+
+This module is backend-specific on purpose (like ``actors/_backend.py``): virtual time
+is each event loop's own clock.
+
+- **trio**: ``trio.testing.MockClock(autojump_threshold=...)``.
+- **asyncio**: :class:`VirtualTimeLoop`, a ``SelectorEventLoop`` whose ``time()`` is the
+  monotonic clock plus an offset. Its selector, asked to wait for a timer ``t`` seconds
+  away, first waits ``autojump_threshold`` real seconds for I/O; if none came, it adds
+  the rest of ``t`` to the offset and returns, so the timer is due at once.
+
+With a threshold of 0 (the default) time jumps as soon as every task waits — also while
+one waits on a worker thread or a socket, as with trio's ``MockClock``. A test whose
+tasks wait on threads or real I/O under a deadline gives a threshold (e.g. 0.05 real
+seconds) so the clock does not jump past the deadline while the thread works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import selectors
+import time
+from typing import Any
+
+
+class _JumpingSelector(selectors.BaseSelector):
+    def __init__(self, loop: VirtualTimeLoop, threshold: float) -> None:
+        self._loop = loop
+        self._threshold = threshold
+        self._inner = selectors.DefaultSelector()
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.modify(fileobj, events, data)
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self._inner.get_map()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None or timeout <= self._threshold:  # no timer to jump to, or a short wait
+            return self._inner.select(timeout)
+        ready = self._inner.select(self._threshold)
+        if not ready:
+            self._loop.jump(timeout - self._threshold)
+        return ready
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop whose clock jumps to the next timer when every task waits (for
+    ``autojump_threshold`` real seconds). ``anyio.current_time()`` and every deadline
+    (``fail_after``, ``sleep``, ``move_on_after``) follow it."""
+
+    def __init__(self, autojump_threshold: float = 0.0) -> None:
+        if autojump_threshold < 0:
+            raise ValueError(f"autojump_threshold must be >= 0, not {autojump_threshold!r}")
+        self._offset = 0.0
+        super().__init__(_JumpingSelector(self, autojump_threshold))
+
+    def time(self) -> float:
+        return time.monotonic() + self._offset
+
+    def jump(self, seconds: float) -> None:
+        """Move the clock ``seconds`` ahead now (timers due meanwhile run at the loop's next
+        turn)."""
+        if seconds < 0:
+            raise ValueError(f"a clock jumps forward: seconds must be >= 0, not {seconds!r}")
+        self._offset += seconds
+
+
+def virtual_time(backend: str, *, autojump_threshold: float = 0.0) -> tuple[str, dict[str, Any]]:
+    """An anyio backend with virtual time: ``(name, options)`` for ``anyio.run(...,
+    backend=name, backend_options=options)`` or as the value of anyio's pytest
+    ``anyio_backend`` fixture. Call it once per run (each gets its own clock).
+
+    ``backend`` is ``"asyncio"`` or ``"trio"``; ``autojump_threshold`` the real seconds
+    every task must wait before the clock jumps (see the module docstring).
+    """
+    if autojump_threshold < 0:
+        raise ValueError(f"autojump_threshold must be >= 0, not {autojump_threshold!r}")
+    if backend == "asyncio":
+        return "asyncio", {"loop_factory": functools.partial(VirtualTimeLoop, autojump_threshold)}
+    if backend == "trio":
+        from trio.testing import MockClock
+
+        return "trio", {"clock": MockClock(autojump_threshold=autojump_threshold)}
+    raise ValueError(f"backend must be 'asyncio' or 'trio', not {backend!r}")

@@ -1,0 +1,139 @@
+"""``greenroom.testing``: the probe and virtual time, on both loops."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from greenroom import Actor, ActorSystem, Terminated
+from greenroom.actors import Backoff, Directive, SupervisorStrategy
+from greenroom.testing import Probe, ProbeTimeout, VirtualTimeLoop, virtual_time
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time(str(request.param))
+
+
+async def test_an_hour_of_sleep_passes_in_virtual_time_and_timers_fire_in_order() -> None:
+    woke: list[tuple[str, float]] = []
+    start, real = anyio.current_time(), time.monotonic()
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        woke.append((name, anyio.current_time() - start))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper, "hour", 3600)
+        tg.start_soon(sleeper, "minute", 60)
+    assert [name for name, _ in woke] == ["minute", "hour"]
+    assert woke[0][1] >= 60 and woke[1][1] >= 3600
+    assert time.monotonic() - real < 3600  # the hour was the loop's, not the machine's
+
+
+async def test_a_deadline_expires_in_virtual_time() -> None:
+    with anyio.move_on_after(30) as scope:
+        await anyio.sleep_forever()
+    assert scope.cancelled_caught
+
+
+async def test_the_probe_takes_messages_in_order_and_checks_their_type() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        probe.ref.tell("one")
+        probe.ref.tell(2)
+        assert await probe.expect(str) == "one"
+        with pytest.raises(AssertionError, match="expected a str, got 2"):
+            await probe.expect(str)
+        probe.ref.tell(3)
+        assert await probe.expect((str, int), where=lambda n: n == 3) == 3
+        assert probe.received == ["one", 2, 3]
+
+
+async def test_expect_fails_when_nothing_arrives_within_the_time() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        with pytest.raises(ProbeTimeout, match="expected a str within 5 s, got nothing"):
+            await probe.expect(str, within=5)
+
+
+async def test_expect_no_message_fails_naming_what_came() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        await probe.expect_no_message(within=10)
+        async with anyio.create_task_group() as tg:
+
+            async def later() -> None:
+                await anyio.sleep(5)
+                probe.ref.tell("late")
+
+            tg.start_soon(later)
+            with pytest.raises(AssertionError, match="expected no message for 10 s, got 'late'"):
+                await probe.expect_no_message(within=10)
+
+
+async def test_an_ask_to_the_probe_gets_its_answer() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system, answer=lambda message: f"re: {message}")
+        assert await probe.ref.ask("hello") == "re: hello"
+        assert await probe.expect(str) == "hello"
+
+
+class Flaky(Actor):
+    """Fails on "fail" (its parent restarts it after a backoff), else reports to the probe."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+
+    async def on_start(self) -> None:
+        self.probe.ref.tell("started")
+
+    async def receive(self, message: Any) -> Any:
+        if message == "fail":
+            raise RuntimeError("asked to fail")
+        return message
+
+
+class Parent(Actor):
+    supervisor_strategy = SupervisorStrategy(
+        decider=lambda error: Directive.RESTART, backoff=Backoff(initial=30.0, maximum=30.0)
+    )
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+
+    async def receive(self, message: Any) -> Any:
+        return await self.context.spawn(lambda: Flaky(self.probe), name="flaky")
+
+
+async def test_a_restart_after_a_30_second_backoff_and_death_watch() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        parent = await system.spawn(lambda: Parent(probe))
+        child = await parent.ask("spawn")
+        assert await probe.expect(str) == "started"
+        child.tell("fail")
+        await probe.expect_no_message(within=29)  # still in its backoff
+        assert await probe.expect(str, within=2) == "started"  # restarted at 30 s
+        probe.watch(child)
+        await child.stop()
+        terminated = await probe.expect_terminated(child)
+        assert isinstance(terminated, Terminated) and terminated.reason is None
+
+
+def test_bad_options_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="backend must be 'asyncio' or 'trio', not 'curio'"):
+        virtual_time("curio")
+    with pytest.raises(ValueError, match="autojump_threshold must be >= 0, not -1"):
+        virtual_time("trio", autojump_threshold=-1)
+    loop = VirtualTimeLoop()
+    try:
+        with pytest.raises(ValueError, match="seconds must be >= 0, not -2"):
+            loop.jump(-2)
+    finally:
+        loop.close()

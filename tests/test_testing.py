@@ -137,3 +137,28 @@ def test_bad_options_are_refused_by_name() -> None:
             loop.jump(-2)
     finally:
         loop.close()
+
+
+class Reminder(Actor):
+    """The README's example, run as it is written there."""
+
+    def __init__(self, to: Any) -> None:
+        self.to = to
+
+    async def receive(self, message: Any) -> Any:
+        if message.startswith("remember: "):
+            self.to.tell(message)
+        else:
+            self.context.schedule_once(3600, f"remember: {message}")  # to itself
+
+
+async def test_a_reminder_comes_an_hour_later_and_not_before() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        reminder = await system.spawn(lambda: Reminder(probe.ref))
+        reminder.tell("milk")
+        await probe.expect_no_message(within=3599)  # virtual seconds
+        assert await probe.expect(str, within=2) == "remember: milk"
+        probe.watch(reminder)
+        await reminder.stop()
+        await probe.expect_terminated(reminder)

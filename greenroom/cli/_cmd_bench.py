@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
+from .._errors import InvalidInput
 from . import _args
 
 
@@ -37,6 +39,30 @@ def add_parsers(commands: Any, *, described: bool) -> None:
         module.add_arguments(suite, _args.positive_int)
         suite.add_argument("--json", action="store_true", help="print the figures as JSON")
         suite.set_defaults(handler=module.main)
+    plot = suites.add_parser("plot", help="draw a benchmark's --json result as a PNG")
+    plot.add_argument("file", metavar="FILE.json", help="what `greenroom bench SUITE --json` printed")
+    plot.add_argument("-o", "--output", metavar="OUT.png", required=True, help="the PNG to write")
+    plot.set_defaults(handler=run_plot)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from ..bench._plot import draw
+    from ._format import CommandError
+
+    try:
+        document = json.loads(Path(args.file).read_bytes())
+    except json.JSONDecodeError as error:
+        raise CommandError(f"bench plot FILE {args.file!r} is not JSON: {error}") from None
+    except UnicodeDecodeError as error:
+        raise CommandError(f"bench plot FILE {args.file!r} is not JSON: {error}") from None
+    name = args.file.rsplit("/", 1)[-1].removesuffix(".json").upper()
+    try:
+        png = draw(document, suite=name)
+    except InvalidInput as error:
+        raise CommandError(f"bench plot FILE {args.file!r}: {error}") from None
+    Path(args.output).write_bytes(png)
+    print(f"wrote {args.output} ({len(png):,} bytes)")
+    return 0
 
 
 def run_actors(args: argparse.Namespace) -> int:

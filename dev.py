@@ -3,7 +3,8 @@
 
     python3 dev.py run     create .venv, install greenroom, run the main job: the daemon
                            on a freshly seeded example graph, until it is done
-    python3 dev.py test    create .venv, install greenroom[dev], run the tests
+    python3 dev.py test    create .venv, install greenroom[dev] (and, on Debian as root, the
+                           chromium packages the browser tests use), run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
     python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat,
                            pipeline, soak); name suites to run only those (dev.py bench log chat)
@@ -48,6 +49,25 @@ def ensure_venv(extra: str) -> None:
     stamp.write_text(digest)
 
 
+def ensure_chromium() -> None:
+    """The status page's browser tests use Debian's chromium and chromium-driver: install
+    them when missing and this is a Debian machine we may install on (root, apt-get);
+    elsewhere those tests are skipped, saying why."""
+    import shutil
+
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    if not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        print("chromium / chromium-driver missing: the browser tests will be skipped", flush=True)
+        return
+    print("installing chromium and chromium-driver (Debian packages) for the browser tests", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL, env=env)
+    packages = ["chromium", "chromium-driver"]
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]
+    subprocess.run(install, check=True, stdout=subprocess.DEVNULL, env=env)
+
+
 def run(*args: str) -> int:
     return subprocess.run([str(PYTHON), *args], cwd=ROOT).returncode
 
@@ -63,6 +83,7 @@ def main(argv: list[str]) -> int:
         return run("-m", "greenroom", "run", "--data-dir", data_dir, "--seed-example", "--until-idle", *rest)
     ensure_venv("dev")
     if command == "test":
+        ensure_chromium()
         return run("-m", "pytest", *rest)
     if command == "lint":
         paths = ["greenroom", "tests", "benchmarks", "dev.py"]

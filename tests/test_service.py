@@ -18,12 +18,13 @@ import msgspec
 import pytest
 from _support import eventually
 
+from greenroom.agents import AgentRuntime, BaseAgent
 from greenroom.daemon import DaemonConfig
 from greenroom.daemon._config import AgentPoolConfig, ChatConfig
 from greenroom.daemon._host import AgentHost
 from greenroom.daemon._service import DaemonService
 from greenroom.embedded import EmbeddedStore
-from greenroom.messages import TaskStatus
+from greenroom.messages import AgentResult, AgentTask, TaskStatus
 from greenroom.service import ServiceClient, ServiceError, TokenFileError, TokenStore, find_daemon
 
 pytestmark = pytest.mark.anyio
@@ -232,6 +233,7 @@ async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_us
         ("GET", "/v1/tasks?after=-1", b"", 400, "after"),
         ("POST", "/v1/tasks/x/cancel", b'{"reason": 7}', 400, "reason"),
         ("GET", "/v1/events?after=abc", b"", 400, "after"),
+        ("GET", "/v1/events?task=", b"", 400, "task"),
         ("GET", "/v1/events?after=" + "9" * 30, b"", 400, "after"),
         ("POST", "/v1/tasks", b'{"id": "caf\xe9 \xff", "type": "w"}', 400, "body"),  # not UTF-8
         ("POST", "/v1/chat", b'{"message": "caf\xe9 \xff"}', 400, "body"),
@@ -377,6 +379,39 @@ async def test_status_reports_tasks_agents_mailboxes_and_uptime(tmp_path: Path) 
         assert document["agents"]["write"]["configured"] == 1 and document["agents"]["write"]["alive"] == 1
         assert set(document["mailboxes"]) == {"supervisor", "log", "chat-runner"}
         assert document["uptime"] >= 0 and document["pid"] == os.getpid()
+
+
+class HeldAgent(BaseAgent):
+    """Runs each task until the test sets ``release``."""
+
+    agent_type = "held"
+    release: anyio.Event | None = None
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        assert HeldAgent.release is not None
+        await HeldAgent.release.wait()
+        return AgentResult(task_id=task.id)
+
+
+async def test_status_counts_the_agents_busy_with_a_task_now(tmp_path: Path) -> None:
+    HeldAgent.release = anyio.Event()
+    pools = {"held": AgentPoolConfig(agent="test_service:HeldAgent", concurrency=3)}
+    async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as api:
+
+        async def busy() -> int:
+            return int((await api.status())["agents"]["held"]["busy"])
+
+        assert await busy() == 0
+        await api.submit([AgentTask(id="h1", type="held"), AgentTask(id="h2", type="held")])
+        await eventually(lambda: _is(busy(), 2))
+        entry = (await api.status())["agents"]["held"]
+        assert (entry["configured"], entry["alive"], entry["restarts"]) == (3, 3, 0)
+        HeldAgent.release.set()
+        await eventually(lambda: _is(busy(), 0))
+
+
+async def _is(value: Any, wanted: Any) -> bool:
+    return await value == wanted
 
 
 async def test_the_cli_finds_the_local_daemon_through_owner_only_files(tmp_path: Path) -> None:

@@ -87,7 +87,11 @@ class AgentActor(Actor):
                     except TaskGraphError as error:  # e.g. its lease ran out meanwhile
                         logger.warning("agent %r: %s not handed back: %s", runtime.agent_id, task.id, error)
                 else:
-                    await self.agent.run(task, runtime)
+                    runtime.running = task.id
+                    try:
+                        await self.agent.run(task, runtime)
+                    finally:
+                        runtime.running = None
         except (ActorStopped, AskTimeout, StorageError) as error:
             if self._stopping:
                 return  # no retry: this actor is stopping anyway

@@ -75,6 +75,8 @@ class AgentRuntime:
         """Set once the supervisor answered ``NoWork(closing=True)``: it grants no more."""
         self.last_heartbeat_at: float | None = None
         self.journal = journal
+        self.running: str | None = None
+        """The id of the task an :class:`AgentActor` runs with this runtime now (a gauge)."""
 
     # -- claiming ---------------------------------------------------------------------
 

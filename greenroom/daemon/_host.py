@@ -76,6 +76,8 @@ class AgentHost:
             shutdown_timeout=max(config.shutdown_grace, 1.0), supervisor_strategy=_STRATEGY
         )
         self.agents: list[tuple[BaseAgent, ActorRef]] = []
+        self.runtimes: dict[ActorRef, AgentRuntime] = {}
+        """Each agent actor's runtime (what it runs now: the status page's "busy")."""
         self.supervisor: ActorRef
         self.log: ActorRef
         self.journal: ActorRef
@@ -162,6 +164,7 @@ class AgentHost:
                     name=f"agent:{agent_type}-{index + 1}",
                 )
                 self.agents.append((agent, ref))
+                self.runtimes[ref] = runtime
         await self._track_budgets()
 
     async def _track_budgets(self) -> None:

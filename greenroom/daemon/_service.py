@@ -216,11 +216,23 @@ class DaemonService:
         for agent, ref in host.agents:
             entry = agents.setdefault(
                 agent.agent_type or type(agent).__name__,
-                {"configured": 0, "alive": 0, "queued": 0, "tokens_spent": 0, "model_calls": 0, "cost": 0.0},
+                {
+                    "configured": 0,
+                    "alive": 0,
+                    "busy": 0,
+                    "queued": 0,
+                    "restarts": 0,
+                    "tokens_spent": 0,
+                    "model_calls": 0,
+                    "cost": 0.0,
+                },
             )
             entry["configured"] += 1
             entry["alive"] += int(ref.is_alive)
+            runtime = host.runtimes.get(ref)
+            entry["busy"] += int(runtime is not None and runtime.running is not None)
             entry["queued"] += ref.queued
+            entry["restarts"] += ref.statistics().restarts
             if agent.llm is not None:
                 entry["tokens_spent"] += agent.llm.usage.spent
                 entry["model_calls"] += agent.llm.usage.calls

@@ -47,6 +47,7 @@ from .. import _tracing
 from .._errors import MISSING, GreenroomError, InvalidInput, StoreUnavailable, shown
 from ..actors import ActorRef, ActorStopped
 from ..messages import AgentTask, Cancel, Decide, Event, GetTask, ListTasks, Submit, TaskStatus, convert
+from ._page import page_routes
 from ._tokens import Principal, Scope, TokenStore
 
 logger = logging.getLogger("greenroom.service")
@@ -400,7 +401,10 @@ def create_app(parts: ServiceParts) -> Starlette:
             dropped = await parts.events_dropped_through()
             if after < dropped:
                 raise EventsGone(after, dropped + 1)
-        source = _stream(parts.events(after, follow, last))
+        task = request.query_params.get("task")
+        if task is not None and not (0 < len(task) <= 200 and task.isprintable()):
+            raise ApiError(400, "invalid_input", "task must be a task id", field="task", value=task[:80])
+        source = _stream(parts.events(after, follow, last), task=task)
         return StreamingResponse(
             source,
             media_type="text/event-stream",
@@ -518,20 +522,23 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/chat/conversations/{conversation_id:path}", "chat", conversation),
             route("/v1/chat/tasks", "chat", chat_tasks),
             route("/v1/stop", "admin", stop, "POST"),
+            *page_routes(),
         ],
     )
 
 
-async def _stream(events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
-    """The Server-Sent Events of ``events``. A reader that fell behind retention gets a
-    last ``gone`` event (``{"after": ..., "oldest": ...}``) and the stream ends."""
+async def _stream(events: AsyncGenerator[Event, None], task: str | None = None) -> AsyncIterator[bytes]:
+    """The Server-Sent Events of ``events`` (with ``task``: only that task's). A reader that
+    fell behind retention gets a last ``gone`` event (``{"after": ..., "oldest": ...}``)
+    and the stream ends."""
     from ..store import EventsGone
 
     yield b": greenroom events\n\n"
     async with aclosing(events) as stream:
         try:
             async for event in stream:
-                yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
+                if task is None or event.task_id == task:
+                    yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
         except EventsGone as gone:
             document = {"after": gone.after, "oldest": gone.oldest, "message": str(gone)}
             yield b"event: gone\ndata: %s\n\n" % _encoder.encode(document)

@@ -743,11 +743,10 @@ async def test_a_long_tool_result_is_summarised_in_its_event(tmp_path: Path) -> 
 async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: Path) -> None:
     import json
 
-    from _chat_server import ChatServer, Respond, completion
-
     from greenroom.llm import OpenAIChatModel
+    from greenroom.testing import ModelServer, Respond, completion
 
-    server = ChatServer()
+    server = ModelServer()
     server.add(
         Respond(
             body=completion(
@@ -790,11 +789,10 @@ async def test_the_openai_path_against_a_real_chat_completions_server(tmp_path: 
 @asynccontextmanager
 async def chat_on_server(tmp_path: Path, *, config: AgentEngineConfig | None = None) -> AsyncIterator[Any]:
     """A chat whose model is an ``OpenAIChatModel`` on the strict test server."""
-    from _chat_server import ChatServer
-
     from greenroom.llm import OpenAIChatModel
+    from greenroom.testing import ModelServer
 
-    with ChatServer().running() as server:
+    with ModelServer().running() as server:
         model = OpenAIChatModel("test-model", base_url=server.url, max_retries=1, max_retry_wait=0.05)
         try:
             async with open_chat(tmp_path, model, config=config) as chat:
@@ -804,7 +802,7 @@ async def chat_on_server(tmp_path: Path, *, config: AgentEngineConfig | None = N
 
 
 def overflow(limit: int = 512, requested: int = 900) -> dict[str, Any]:
-    from _chat_server import error_body
+    from greenroom.testing import error_body
 
     body = error_body(
         f"This model's maximum context length is {limit} tokens. However, you requested {requested} "
@@ -815,7 +813,7 @@ def overflow(limit: int = 512, requested: int = 900) -> dict[str, Any]:
 
 
 async def test_a_tool_round_trip_works_on_a_server_that_refuses_null_content(tmp_path: Path) -> None:
-    from _chat_server import Respond, completion
+    from greenroom.testing import Respond, completion
 
     async with chat_on_server(tmp_path) as (server, chat):
         server.add(
@@ -835,7 +833,7 @@ async def test_a_tool_round_trip_works_on_a_server_that_refuses_null_content(tmp
 async def test_a_model_failure_after_a_tool_ran_says_what_was_done_then_that_the_rest_failed(
     tmp_path: Path,
 ) -> None:
-    from _chat_server import Respond, completion, error_body
+    from greenroom.testing import Respond, completion, error_body
 
     async with chat_on_server(tmp_path) as (server, chat):
         server.add(
@@ -858,7 +856,7 @@ async def test_a_model_failure_after_a_tool_ran_says_what_was_done_then_that_the
 async def test_a_context_overflow_is_sent_again_with_the_history_fitted_to_the_window(
     tmp_path: Path,
 ) -> None:
-    from _chat_server import Respond, completion
+    from greenroom.testing import Respond, completion
 
     long = "word " * 700  # ~900 estimated tokens: more than the 512-token window
     async with chat_on_server(tmp_path) as (server, chat):
@@ -892,7 +890,7 @@ async def test_a_message_too_long_for_the_model_is_told_plainly_and_logged(
 ) -> None:
     import logging
 
-    from _chat_server import Respond
+    from greenroom.testing import Respond
 
     caplog.set_level(logging.WARNING, "greenroom.chat")
     async with chat_on_server(tmp_path) as (server, chat):
@@ -976,9 +974,9 @@ def test_greenroom_chat_works_offline_and_resumes_a_conversation(tmp_path: Path)
 
 
 def test_greenroom_chat_sends_its_max_tokens_and_temperature_to_the_server(tmp_path: Path) -> None:
-    from _chat_server import ChatServer, Respond, completion
+    from greenroom.testing import ModelServer, Respond, completion
 
-    with ChatServer().running() as server:
+    with ModelServer().running() as server:
         server.add(
             Respond(body=completion(tool_calls=[("c1", "add_task", '{"title": "buy milk"}')])),
             Respond(body=completion("ok")),

@@ -22,9 +22,10 @@ from typing import Any
 
 import anyio
 import pytest
-from _chat_server import completion
 from _stores import make_store
 from test_daemon import _env
+
+from greenroom.testing import completion
 
 TASKS = 1000
 PHASES = 3

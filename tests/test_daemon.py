@@ -339,11 +339,11 @@ def test_the_llm_section_puts_an_agent_type_on_a_real_server(tmp_path: Path) -> 
     """``[llm]`` + a pool's ``model``: the example research agent's phases go to an
     OpenAI-compatible server on 127.0.0.1 (with the key from the environment), and the
     task completes with what the server said."""
-    from _chat_server import ChatServer, Respond, completion
+    from greenroom.testing import ModelServer, Respond, completion
 
     data_dir = tmp_path / "data"
     config = tmp_path / "llm.toml"
-    server = ChatServer()
+    server = ModelServer()
     config.write_text(
         f'[llm]\nbase_url = "{server.url}"\nmodel = "default-model"\napi_key_env = "GREENROOM_TEST_KEY"\n'
         "timeout = 10\nmax_tokens = 300\ntemperature = 0.7\n\n"

@@ -10,7 +10,6 @@ from email.utils import format_datetime
 import anyio
 import msgspec
 import pytest
-from _chat_server import ChatServer, Respond, completion, error_body
 from _support import eventually
 
 from greenroom import ActorSystem
@@ -18,6 +17,7 @@ from greenroom.harness import Harness, Tool
 from greenroom.llm import BadRequest, ContextTooLong, OpenAIChatModel, RateLimited, TimedOut, Unavailable
 from greenroom.llm._openai import retry_after_seconds
 from greenroom.messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
+from greenroom.testing import ModelServer, Respond, completion, error_body
 
 pytestmark = pytest.mark.anyio
 
@@ -25,12 +25,12 @@ KEY = "sk-test-0123456789abcdef-secret"
 
 
 @pytest.fixture
-def server() -> Iterator[ChatServer]:
-    with ChatServer().running() as running:
+def server() -> Iterator[ModelServer]:
+    with ModelServer().running() as running:
         yield running
 
 
-def make_model(server: ChatServer, **options: object) -> OpenAIChatModel:
+def make_model(server: ModelServer, **options: object) -> OpenAIChatModel:
     settings: dict[str, object] = {"max_retries": 2, "max_retry_wait": 5.0, "timeout": 10.0}
     settings.update(options)
     return OpenAIChatModel("test-model", base_url=server.url, api_key=KEY, **settings)  # type: ignore[arg-type]
@@ -44,7 +44,7 @@ class Lookup(msgspec.Struct):
     city: str
 
 
-async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ChatServer) -> None:
+async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ModelServer) -> None:
     server.add(
         Respond(body=completion(tool_calls=[("call-1", "weather", '{"city": "Oslo"}')], prompt_tokens=20)),
         Respond(body=completion("It is 3 degrees in Oslo.", prompt_tokens=40, completion_tokens=9)),
@@ -84,7 +84,7 @@ async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ChatS
     assert tool == {"role": "tool", "content": '{"city":"Oslo","celsius":3}', "tool_call_id": "call-1"}
 
 
-async def test_usage_and_tool_arguments_are_mapped(server: ChatServer) -> None:
+async def test_usage_and_tool_arguments_are_mapped(server: ModelServer) -> None:
     server.add(
         Respond(
             body=completion(tool_calls=[("a", "f", "{not json"), ("b", "g", "[1, 2]")], completion_tokens=4)
@@ -100,7 +100,7 @@ async def test_usage_and_tool_arguments_are_mapped(server: ChatServer) -> None:
     assert server.seen[0].body["tool_choice"] == "auto"
 
 
-async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(server: ChatServer) -> None:
+async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(server: ModelServer) -> None:
     server.add(
         Respond(429, error_body("slow down", "rate_limit_error"), headers={"Retry-After": "0.3"}),
         Respond(body=completion("finally")),
@@ -115,7 +115,7 @@ async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(ser
 
 
 async def test_rate_limited_once_retries_are_spent(
-    server: ChatServer, caplog: pytest.LogCaptureFixture
+    server: ModelServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.add(*[Respond(429, error_body("no"), headers={"retry-after-ms": "10"}) for _ in range(3)])
     caplog.set_level(logging.WARNING, "greenroom.llm")
@@ -128,7 +128,7 @@ async def test_rate_limited_once_retries_are_spent(
     assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2
 
 
-async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ChatServer) -> None:
+async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ModelServer) -> None:
     server.add(Respond(429, error_body("come back tomorrow"), headers={"Retry-After": "86400"}))
     async with make_model(server, max_retry_wait=5.0) as model:
         with pytest.raises(RateLimited) as caught:
@@ -137,7 +137,7 @@ async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ChatServe
     assert caught.value.retry_after == 86400
 
 
-async def test_server_errors_are_retried_then_reported_unavailable(server: ChatServer) -> None:
+async def test_server_errors_are_retried_then_reported_unavailable(server: ModelServer) -> None:
     server.add(Respond(503, error_body("busy", "server_error"), headers={"Retry-After": "0"}))
     server.add(Respond(body=completion("ok")))
     async with make_model(server) as model:
@@ -149,7 +149,7 @@ async def test_server_errors_are_retried_then_reported_unavailable(server: ChatS
     assert len(server.seen) == 2 + 3
 
 
-async def test_a_bad_request_is_not_retried(server: ChatServer) -> None:
+async def test_a_bad_request_is_not_retried(server: ModelServer) -> None:
     server.add(Respond(400, error_body("unknown parameter: foo")))
     async with make_model(server) as model:
         with pytest.raises(BadRequest, match="unknown parameter") as caught:
@@ -170,7 +170,7 @@ async def test_an_unreachable_server_is_unavailable() -> None:
                 await model.chat(ask())
 
 
-async def test_a_call_longer_than_the_timeout_is_timed_out(server: ChatServer) -> None:
+async def test_a_call_longer_than_the_timeout_is_timed_out(server: ModelServer) -> None:
     server.add(Respond(body=completion("too late"), hold=True))
     async with make_model(server, timeout=0.3) as model:
         with pytest.raises(TimedOut, match=r"no answer within 0\.3s"):
@@ -178,7 +178,7 @@ async def test_a_call_longer_than_the_timeout_is_timed_out(server: ChatServer) -
     assert len(server.seen) == 1  # a timeout is not retried
 
 
-async def test_an_immediate_stop_cancels_a_slow_call(server: ChatServer) -> None:
+async def test_an_immediate_stop_cancels_a_slow_call(server: ModelServer) -> None:
     server.add(Respond(body=completion("never seen"), hold=True))
     async with make_model(server) as model, ActorSystem() as system:
         harness = await Harness.spawn(system, model)
@@ -198,7 +198,7 @@ async def test_an_immediate_stop_cancels_a_slow_call(server: ChatServer) -> None
 
 
 async def test_the_api_key_never_appears_in_errors_logs_or_repr(
-    server: ChatServer, caplog: pytest.LogCaptureFixture
+    server: ModelServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     server.add(Respond(401, echo_auth=True))
@@ -223,7 +223,7 @@ async def test_the_api_key_never_appears_in_errors_logs_or_repr(
 
 
 async def test_configuration_comes_from_arguments_or_the_environment(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_MODEL", "env-model")
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
@@ -239,7 +239,7 @@ async def test_configuration_comes_from_arguments_or_the_environment(
     assert server.seen[1].headers["authorization"] == "Bearer sk-from-arg"
 
 
-async def test_a_closed_model_refuses_calls(server: ChatServer) -> None:
+async def test_a_closed_model_refuses_calls(server: ModelServer) -> None:
     model = make_model(server)
     await model.aclose()
     await model.aclose()  # idempotent
@@ -273,7 +273,7 @@ def test_retry_after_accepts_seconds_milliseconds_and_http_dates() -> None:
     assert retry_after_seconds({"retry-after": "-5"}) == 0.0
 
 
-async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(server: ChatServer) -> None:
+async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(server: ModelServer) -> None:
     """With one call in flight, the calls reach the server one by one, in the order they
     were made (two admitted at once could race on the wire: order is the admission's)."""
     server.add(*(Respond(body=completion(text=f"r{i}"), hold=True) for i in range(5)))
@@ -309,7 +309,7 @@ def test_max_in_flight_is_checked() -> None:
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=0)
 
 
-async def test_calls_take_the_pools_in_turn(server: ChatServer) -> None:
+async def test_calls_take_the_pools_in_turn(server: ModelServer) -> None:
     server.add(*(Respond(body=completion(text=f"r{i}")) for i in range(4)))
     model = make_model(server, max_in_flight=4, pools=2)
     used: list[int] = []
@@ -335,7 +335,7 @@ def test_pools_need_a_bound_at_least_as_large() -> None:
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", pools=0)
 
 
-async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(server: ChatServer) -> None:
+async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(server: ModelServer) -> None:
     """The server (strict like llama-cpp-python's) answers a null ``content`` with a 500:
     a message without text is sent as ``""``, so the tool round trip completes."""
     server.add(Respond(body=completion("fine")))
@@ -351,7 +351,7 @@ async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(s
 
 
 async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_retried(
-    server: ChatServer,
+    server: ModelServer,
 ) -> None:
     openai_style = error_body(
         "This model's maximum context length is 2048 tokens. However, you requested 2300 tokens "
@@ -380,7 +380,7 @@ async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_ret
     assert len(server.seen) == 2
 
 
-async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ChatServer) -> None:
+async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ModelServer) -> None:
     invalid = error_body(
         "1 validation error for CreateChatCompletionRequest\nmessages.2.content\n  Input should be a "
         "valid string",
@@ -398,7 +398,9 @@ async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ChatS
     assert len(server.seen) == 1 + 3
 
 
-async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_request(server: ChatServer) -> None:
+async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_request(
+    server: ModelServer,
+) -> None:
     server.add(Respond(body=completion("a")), Respond(body=completion("b")))
     async with make_model(server, max_tokens=64, temperature=0.5) as model:
         await model.chat(ask())
@@ -408,7 +410,7 @@ async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_reques
     assert (second["max_tokens"], second["temperature"]) == (8, 0.0)
 
 
-async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(server: ChatServer) -> None:
+async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(server: ModelServer) -> None:
     """An abandoned request does not leave the connection open for the server to keep
     generating into: the server sees the client hang up while it is still working."""
     server.add(Respond(body=completion("never read"), hold=True))
@@ -423,7 +425,7 @@ async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(ser
 
 
 async def test_a_model_that_refuses_max_tokens_or_temperature_gets_them_as_it_takes_them(
-    server: ChatServer,
+    server: ModelServer,
 ) -> None:
     """OpenAI's reasoning models answer 400 to ``max_tokens`` (use ``max_completion_tokens``)
     and to any temperature but theirs: the call goes again in the form they take, once,

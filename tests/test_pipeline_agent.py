@@ -380,11 +380,10 @@ async def test_stage_tools_are_the_harness_tools_through_its_sandbox() -> None:
 
 
 async def test_an_llm_stage_through_a_real_chat_completions_server() -> None:
-    from _chat_server import ChatServer, Respond, completion
-
     from greenroom.llm import OpenAIChatModel
+    from greenroom.testing import ModelServer, Respond, completion
 
-    server = ChatServer()
+    server = ModelServer()
     server.add(Respond(body=completion(text='{"steps": ["a", "b"], "reasoning": "because"}')))
     with server.running() as running:
         model = OpenAIChatModel("stage-model", base_url=running.url, api_key="sk-test")

@@ -305,7 +305,17 @@ PUBLIC: dict[str, list[str]] = {
         "find_daemon",
         "parse_address",
     ],
-    "testing": ["Probe", "ProbeTimeout", "VirtualTimeLoop", "virtual_time"],
+    "testing": [
+        "ModelServer",
+        "Probe",
+        "ProbeTimeout",
+        "Respond",
+        "Seen",
+        "VirtualTimeLoop",
+        "completion",
+        "error_body",
+        "virtual_time",
+    ],
     "daemon": [
         "AgentHost",
         "AgentPoolConfig",

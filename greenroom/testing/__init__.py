@@ -5,6 +5,9 @@
 - :func:`virtual_time`: an anyio backend (asyncio or trio) whose clock jumps ahead when
   every task waits, so leases, backoffs, expiries and timers are tested in milliseconds
   of real time with no sleep as synchronisation.
+- :class:`ModelServer`: an OpenAI-compatible chat-completions server on 127.0.0.1 in a
+  thread, answering from scripted :class:`Respond` s (:func:`completion` builds a body),
+  recording each request.
 
 Example (pytest with anyio's plugin, on both loops)::
 
@@ -24,7 +27,18 @@ Example (pytest with anyio's plugin, on both loops)::
             await probe.expect_no_message(within=59)
 """
 
+from ._model_server import ModelServer, Respond, Seen, completion, error_body
 from ._probe import Probe, ProbeTimeout
 from ._virtual_time import VirtualTimeLoop, virtual_time
 
-__all__ = ["Probe", "ProbeTimeout", "VirtualTimeLoop", "virtual_time"]
+__all__ = [
+    "ModelServer",
+    "Probe",
+    "ProbeTimeout",
+    "Respond",
+    "Seen",
+    "VirtualTimeLoop",
+    "completion",
+    "error_body",
+    "virtual_time",
+]

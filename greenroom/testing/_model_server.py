@@ -1,4 +1,6 @@
-"""A real HTTP server on 127.0.0.1 speaking the chat-completions protocol, for tests.
+"""``ModelServer``: a real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions
+protocol, for tests of code that calls a model (``OpenAIChatModel`` pointed at its
+``url``), since tests have no network.
 
 It runs in its own thread (so it works the same under asyncio and trio) and answers
 from a queue of scripted responses. Each response is a ``Respond``: a status, a JSON
@@ -28,6 +30,9 @@ from typing import Any
 
 @dataclass
 class Respond:
+    """One scripted answer: ``status``, the JSON ``body`` (see :func:`completion`),
+    ``headers``; ``hold`` waits for ``release()`` (or the client hanging up) first."""
+
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -37,6 +42,8 @@ class Respond:
 
 @dataclass
 class Seen:
+    """A request the server received: its path, headers (lower-cased names) and JSON body."""
+
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
@@ -72,10 +79,16 @@ def completion(
 
 
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """An OpenAI-style error body."""
     return {"error": {"message": message, "type": kind, "code": None}}
 
 
-class ChatServer:
+class ModelServer:
+    """Use it as ``with ModelServer().running() as server:``; script answers with
+    ``server.add(Respond(body=completion("hi")))``; read what was asked in ``server.seen``.
+    A request with nothing scripted left gets a 500 saying so. ``running()`` stops the
+    server (and releases held requests) when the block ends."""
+
     def __init__(self) -> None:
         self.responses: deque[Respond] = deque()
         self.seen: list[Seen] = []
@@ -149,7 +162,7 @@ class ChatServer:
         self._wake_w.send(b"x")
 
     @contextmanager
-    def running(self) -> Iterator[ChatServer]:
+    def running(self) -> Iterator[ModelServer]:
         thread = threading.Thread(target=self._server.serve_forever, name="chat-server", daemon=True)
         thread.start()
         try:

@@ -174,3 +174,11 @@ async def test_a_waiting_call_is_approved_on_the_page_and_the_task_finishes(tmp_
         assert done.status is TaskStatus.COMPLETED
         assert next(iter(done.decisions.values()))["by"] == "ops"
         await browser.until("return document.querySelectorAll('#approvals li').length === 0")
+        await browser.until("return document.querySelector('#tasks tr[data-task=\"pub\"]') !== null")
+        await browser.click('#tasks tr[data-task="pub"]')  # its durable journal: the reply, the call
+        steps = await browser.until(
+            "const s = [...document.querySelectorAll('#task-steps li')]"
+            ".map(li => [li.dataset.key, li.dataset.kind]); return s.length > 0 && s"
+        )
+        journal = {key: kind for key, kind in steps}
+        assert journal["p0/main/m0"] == "model" and journal["p0/main/m0/t0"] == "tool"

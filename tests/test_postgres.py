@@ -329,20 +329,7 @@ async def test_an_append_paused_after_drawing_its_seq_is_not_skipped_by_a_reader
         admin = await anyio.to_thread.run_sync(lambda: psycopg.connect(pg_url, autocommit=True))
         slow = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
         try:
-
-            def prepare() -> None:
-                admin.execute(
-                    "CREATE FUNCTION gr_test_paused_xid() RETURNS xid8 LANGUAGE plpgsql AS $$ BEGIN "
-                    "IF current_setting('greenroom_test.pause', true) = 'on' THEN "
-                    f"PERFORM pg_advisory_lock({pause}); PERFORM pg_advisory_unlock({pause}); END IF; "
-                    "RETURN pg_current_xact_id(); END $$"
-                )
-                admin.execute("ALTER TABLE gr_events ALTER COLUMN xid SET DEFAULT gr_test_paused_xid()")
-                admin.execute("SELECT pg_advisory_lock(%s)", (pause,))
-                slow.execute("SET greenroom_test.pause = 'on'")
-                slow.commit()
-
-            await anyio.to_thread.run_sync(prepare)
+            await anyio.to_thread.run_sync(_pause_appends_of, admin, slow, pause)
             first = await db.run(lambda c: insert_events(c, [(1.0, "FIRST", None, None, "internal", {})]))
             cursor = EventCursor(first[0].seq)
 
@@ -350,15 +337,9 @@ async def test_an_append_paused_after_drawing_its_seq_is_not_skipped_by_a_reader
                 insert_events(slow, [(2.0, "SLOW", None, None, "internal", {})])
                 slow.commit()
 
-            def waiting() -> bool:
-                row = admin.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                ).fetchone()
-                return bool(row and row[0])
-
             async with anyio.create_task_group() as tg:
                 tg.start_soon(anyio.to_thread.run_sync, paused_append)
-                await eventually(lambda: anyio.to_thread.run_sync(waiting))  # holds its seq, paused
+                await eventually(lambda: anyio.to_thread.run_sync(_paused, admin))  # has its seq
                 try:
                     await db.run(lambda c: insert_events(c, [(3.0, "QUICK", None, None, "internal", {})]))
                     seen = [e.type for e in await db.run(cursor.read)]
@@ -371,6 +352,77 @@ async def test_an_append_paused_after_drawing_its_seq_is_not_skipped_by_a_reader
             await anyio.to_thread.run_sync(slow.close)
             await anyio.to_thread.run_sync(admin.close)
     assert seen == ["SLOW", "QUICK"]
+
+
+async def test_a_writer_with_a_younger_xid_than_the_snapshots_xmax_is_waited_for(pg_url: str) -> None:
+    """A snapshot's ``xmax`` is the newest *finished* transaction's id + 1, not the next id
+    to be given: a writer still running may have a larger one. Here the later append's
+    transaction took its id first and committed; the paused writer's id is larger than
+    that, so above the reader's ``xmax`` when it meets the hole. The reader must wait for
+    it all the same."""
+    import psycopg
+
+    from greenroom.postgres._events import insert_events
+
+    pause = 0x7061_7573  # "paus"
+    async with _ready(pg_url) as db:
+        admin = await anyio.to_thread.run_sync(lambda: psycopg.connect(pg_url, autocommit=True))
+        slow = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
+        quick = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
+        try:
+            await anyio.to_thread.run_sync(_pause_appends_of, admin, slow, pause)
+            first = await db.run(lambda c: insert_events(c, [(1.0, "FIRST", None, None, "internal", {})]))
+            cursor = EventCursor(first[0].seq)
+            await anyio.to_thread.run_sync(
+                lambda: quick.execute("SELECT pg_current_xact_id()")
+            )  # its id first
+
+            def paused_append() -> None:
+                insert_events(slow, [(2.0, "SLOW", None, None, "internal", {})])
+                slow.commit()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, paused_append)
+                await eventually(lambda: anyio.to_thread.run_sync(_paused, admin))  # has its seq
+                try:
+
+                    def quick_append() -> None:
+                        insert_events(quick, [(3.0, "QUICK", None, None, "internal", {})])
+                        quick.commit()
+
+                    await anyio.to_thread.run_sync(quick_append)
+                    seen = [e.type for e in await db.run(cursor.read)]
+                    seen += [e.type for e in await db.run(cursor.read)]  # the hole again: in flight
+                finally:  # let the paused writer go whatever was seen
+                    await anyio.to_thread.run_sync(admin.execute, f"SELECT pg_advisory_unlock({pause})")
+                assert seen == []
+            seen += [e.type for e in await db.run(cursor.read)]
+        finally:
+            for connection in (quick, slow, admin):
+                await anyio.to_thread.run_sync(connection.close)
+    assert seen == ["SLOW", "QUICK"]
+
+
+def _pause_appends_of(admin: Any, writer: Any, key: int) -> None:
+    """``writer``'s appends pause after drawing their ``seq`` (their row's ``xid`` default
+    waits on advisory lock ``key``, which ``admin`` takes)."""
+    admin.execute(
+        "CREATE FUNCTION gr_test_paused_xid() RETURNS xid8 LANGUAGE plpgsql AS $$ BEGIN "
+        "IF current_setting('greenroom_test.pause', true) = 'on' THEN "
+        f"PERFORM pg_advisory_lock({key}); PERFORM pg_advisory_unlock({key}); END IF; "
+        "RETURN pg_current_xact_id(); END $$"
+    )
+    admin.execute("ALTER TABLE gr_events ALTER COLUMN xid SET DEFAULT gr_test_paused_xid()")
+    admin.execute("SELECT pg_advisory_lock(%s)", (key,))
+    writer.execute("SET greenroom_test.pause = 'on'")
+    writer.commit()
+
+
+def _paused(admin: Any) -> bool:
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg_url: str) -> None:

@@ -217,6 +217,19 @@ async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_us
         assert done.result is not None and "published 'notes'" in done.result.notes
         decision = done.decisions["p0/main/m0/t0"]
         assert (decision["by"], decision["reason"], decision["approved"]) == ("ops", "looks right", True)
+        async with daemon.http("ops") as http:
+            journal = (await http.get("/v1/tasks/pub/steps")).json()
+            kinds = {step["key"]: step["kind"] for step in journal["steps"]}
+            assert kinds["p0/main/m0"] == "model" and kinds["p0/main/m0/t0"] == "tool"
+            assert journal["steps"][0]["body"]  # what was answered, as recorded
+            missing = await http.get("/v1/tasks/nope/steps")
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+        assert set(await _chat_budget(daemon)) == {"tokens", "cost", "limit", "cost_limit", "exhausted"}
+
+
+async def _chat_budget(daemon: Running) -> dict[str, Any]:
+    async with daemon.client("ops") as api:
+        return dict((await api.status())["budgets"]["chat"])
 
 
 @pytest.mark.parametrize(

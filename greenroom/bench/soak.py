@@ -371,7 +371,7 @@ async def _run(
         # holes, aborted appends, so gaps are judged against what is stored)
         seen_set = set(seen)
         final = seen[-1] if seen else 0
-        gaps = [event.seq for event in stored if event.seq <= final and event.seq not in seen_set]
+        gaps = [event for event in stored if event.seq <= final and event.seq not in seen_set]
         missing_events = [s for s in seen if s > floor and s not in stored_seqs]
         span = memory[-1][0] if memory else seconds  # the long mode ends when its tasks are through
         quarter = [kb for t, kb in memory if t >= min(seconds, span) * 0.25]
@@ -385,6 +385,7 @@ async def _run(
             "tasks_not_completed": len(unfinished),
             "events_seen": len(seen),
             "event_gaps": len(gaps),
+            "event_gap_samples": [[e.seq, e.type, e.task_id] for e in gaps[:10]],
             "event_gaps_announced": len(soak.announced_gaps),
             "events_dropped_through": floor,
             "events_seen_not_stored": len(missing_events),

@@ -26,6 +26,7 @@ from .. import __version__
 from .._errors import DataError
 from .._files import replace_durably
 from ..harness import TokenBudget
+from ..harness._journal import ReadSteps
 from ..harness._ledger import TrackBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats
@@ -34,6 +35,7 @@ from ..service._app import ServiceParts
 from ..service._client import ADMIN_TOKEN_FILE, DAEMON_FILE
 from ..service._serve import bind, serve
 from ..service._tokens import new_token
+from ..store import Step
 from ._config import SCRIPTED, price_for
 from ._host import AgentHost
 
@@ -92,10 +94,14 @@ class DaemonService:
             status=self.status,
             stop=self._stop_requested,
             chat=runner,
+            steps=self._steps,
             max_body_bytes=self.config.api.max_body_bytes,
         )
         info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
         await anyio.to_thread.run_sync(self._write_files, info, token)
+
+    async def _steps(self, task_id: str) -> list[Step]:
+        return await self.host.journal.ask(ReadSteps(task_id), timeout=None)
 
     def _events(self, after: int, follow: bool, last: int | None) -> AsyncGenerator[Event, None]:
         return self.host.store.events(after=after, follow=follow, last=last)
@@ -257,7 +263,29 @@ class DaemonService:
             "agents": agents,
             "chat": None if runner is None else _chat_status(runner.engine),
             "mailboxes": mailboxes,
+            "budgets": self._budgets(),
             "storage": msgspec.to_builtins(await host.store.sizes()),
+        }
+
+    def _budgets(self) -> dict[str, dict[str, Any]]:
+        """The named budgets in use here (the agents' and the chat's): what every daemon of
+        the store spent against each, as the ledger last read it."""
+        budgets: dict[str, TokenBudget] = {}
+        named = [agent.llm.budget for agent, _ in self.host.agents if agent.llm is not None]
+        if self.parts.chat is not None:
+            named.append(self.parts.chat.engine.budget)
+        for budget in named:
+            if budget is not None and budget.name is not None:
+                budgets.setdefault(budget.name, budget)
+        return {
+            name: {
+                "tokens": budget.spent,
+                "cost": round(budget.cost, 6),
+                "limit": budget.limit,
+                "cost_limit": budget.cost_limit,
+                "exhausted": budget.exhausted,
+            }
+            for name, budget in sorted(budgets.items())
         }
 
     async def _close(self) -> None:

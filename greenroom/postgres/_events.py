@@ -79,31 +79,32 @@ class EventCursor:
     parallel.
 
     A sequence hands out ``seq`` before the writing transaction commits, so ``seq`` 10 may
-    become visible after ``seq`` 11. The cursor therefore stops at a gap; the missing
-    numbers belong to transactions running when the gap was first seen (their ``xid`` is
-    below the snapshot's ``xmax`` then), so once every one of those has ended
-    (``pg_snapshot_xmin`` reached that ``xmax``) a gap still open was an aborted
-    transaction's, and the cursor moves past it. This holds because a writer has its
-    ``xid`` before it draws its ``seq`` (the column's default asks for the ``xid`` first:
-    schema 7). Events are never skipped and never
-    repeated; ``seq`` may have holes (aborted appends), never an event out of order."""
+    become visible after ``seq`` 11. The cursor therefore stops at a gap. The missing
+    numbers belong to transactions that had their ``xid`` before the gap was seen (a
+    writer takes its ``xid`` before it draws its ``seq``: the column's default asks for
+    it first, schema 7). So when the cursor first meets a gap it takes a transaction id
+    of its own — larger than every one given before — and once every transaction below
+    it has ended (``pg_snapshot_xmin`` passed it) a gap still open was an aborted
+    transaction's, and the cursor moves past it. (A snapshot's ``xmax`` will not do: it is
+    the newest *finished* transaction's id + 1, and a writer still running may hold a
+    larger one.) Events are never skipped and never repeated; ``seq`` may have holes
+    (aborted appends), never an event out of order."""
 
     def __init__(self, after: int = 0) -> None:
         self.after = after
-        self._gap_xmax: int | None = None
+        self._gap_horizon: int | None = None
 
     @property
     def waiting(self) -> bool:
         """At a hole whose writer may still commit."""
-        return self._gap_xmax is not None
+        return self._gap_horizon is not None
 
     def read(self, connection: Any, limit: int = 1000) -> list[Event]:
         """The next events (at most ``limit``). Raises ``EventsGone`` when retention
         dropped some after :attr:`after`."""
         rows = connection.execute(
             "SELECT seq, ts, type, task_id, agent_id, visibility, payload, "
-            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-            "pg_snapshot_xmax(pg_current_snapshot())::text::bigint "
+            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint "
             "FROM gr_events WHERE seq > %s ORDER BY seq LIMIT %s",
             (self.after, limit),
         ).fetchall()
@@ -112,14 +113,14 @@ class EventCursor:
             if self.after < dropped:
                 raise EventsGone(self.after, dropped + 1)
         events: list[Event] = []
-        for seq, ts, kind, task_id, agent_id, visibility, payload, xmin, xmax in rows:
+        for seq, ts, kind, task_id, agent_id, visibility, payload, xmin in rows:
             if seq != self.after + 1:  # a hole: an append in flight, or one that was rolled back
-                if self._gap_xmax is None:
-                    self._gap_xmax = int(xmax)
+                if self._gap_horizon is None:
+                    self._gap_horizon = _next_xid(connection)
                     break
-                if int(xmin) < self._gap_xmax:
+                if int(xmin) < self._gap_horizon:
                     break  # a transaction that may hold the missing seq is still running
-            self._gap_xmax = None
+            self._gap_horizon = None
             self.after = seq
             events.append(
                 msgspec.convert(
@@ -136,6 +137,12 @@ class EventCursor:
                 )
             )
         return events
+
+
+def _next_xid(connection: Any) -> int:
+    """An id no transaction running now has, nor one that started before: this
+    transaction's own (taken now) + 1. It ends with this transaction."""
+    return int(connection.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]) + 1
 
 
 def read_events(connection: Any, after: int = 0, limit: int = 10_000) -> list[Event]:

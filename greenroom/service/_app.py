@@ -73,6 +73,8 @@ class ServiceParts:
     status: Callable[[], Awaitable[dict[str, Any]]]
     stop: Callable[[], None]
     chat: Any = None
+    steps: Callable[[str], Awaitable[list[Any]]] | None = None
+    """A task's step journal (``Step`` records), or ``None``: ``/steps`` answers 404."""
     max_body_bytes: int = 4 << 20
     started: float = field(default_factory=time.time)
 
@@ -354,6 +356,22 @@ def create_app(parts: ServiceParts) -> Starlette:
     async def show_task(request: Request, principal: Principal | None) -> Response:
         return _json(await supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
 
+    async def task_steps(request: Request, principal: Principal | None) -> Response:
+        """A task's step journal, in the order recorded (its model replies and tool calls)."""
+        task = await supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None)
+        if parts.steps is None:
+            raise ApiError(404, "not_found", "this daemon keeps no step journal")
+        steps = await parts.steps(task.id)
+        return _json(
+            {
+                "task_id": task.id,
+                "steps": [
+                    {"key": s.key, "kind": s.kind, "attempt": s.attempt, "at": s.at, "body": s.body}
+                    for s in steps
+                ],
+            }
+        )
+
     async def cancel_task(request: Request, principal: Principal | None) -> Response:
         raw = await _body(request, parts, required=False)
         reason = "cancelled through the API"
@@ -514,6 +532,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/tasks", "tasks", submit, "POST"),
             route("/v1/tasks", "tasks", list_tasks),
             route("/v1/tasks/{task_id}", "tasks", show_task),
+            route("/v1/tasks/{task_id}/steps", "tasks", task_steps),
             route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),
             route("/v1/tasks/{task_id}/approve", "tasks", decide_task, "POST"),
             route("/v1/tasks/{task_id}/deny", "tasks", decide_task, "POST"),

@@ -56,7 +56,11 @@ function showLogin(message) {
   if (stream) stream.abort();
   stream = null;
   $("dashboard").hidden = true;
-  for (const body of document.querySelectorAll("#dashboard tbody, #counts, #approvals, #events, #task-events"))
+  $("task-section").hidden = true;
+  shownTask = null;
+  $("task-fields").replaceChildren();
+  $("task-input").textContent = "";
+  for (const body of document.querySelectorAll("#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps"))
     body.replaceChildren();
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -128,8 +132,17 @@ function showStatus(status) {
   let tokens = 0, cost = 0;
   for (const a of Object.values(status.agents)) { tokens += a.tokens_spent; cost += a.cost; }
   spend.append(row(["agents' tokens", tokens]), row(["agents' cost", cost.toFixed(4)]));
+  for (const [name, b] of Object.entries(status.budgets || {})) {
+    const limit = [b.limit !== null ? `${b.limit} tokens` : null, b.cost_limit !== null ? `${b.cost_limit}` : null]
+      .filter(Boolean).join(", ") || "no limit";
+    const tr = row([`budget ${name}`, `${b.tokens} tokens, ${b.cost} spent of ${limit}${b.exhausted ? " (exhausted)" : ""}`]);
+    tr.dataset.budget = name;
+    spend.append(tr);
+  }
   if (status.chat) {
-    for (const [name, value] of Object.entries(status.chat)) spend.append(row([`chat ${name}`, value]));
+    for (const name of ["llm_calls", "total_tokens", "cost"]) {
+      if (name in status.chat) spend.append(row([`chat ${name.replace("_", " ")}`, status.chat[name]]));
+    }
   }
 }
 
@@ -200,7 +213,24 @@ async function showTask(taskId, withEvents) {
   if (task.waiting) shown["waiting on"] = `${task.waiting.tool} ${JSON.stringify(task.waiting.arguments)}`;
   for (const [name, value] of Object.entries(shown)) fields.append(el("dt", name), el("dd", value));
   $("task-input").textContent = JSON.stringify(task.input, null, 2);
-  if (withEvents) await showTaskEvents(taskId);
+  if (withEvents) await Promise.all([showTaskEvents(taskId), showTaskSteps(taskId)]);
+}
+
+async function showTaskSteps(taskId) {
+  const list = $("task-steps");
+  list.replaceChildren();
+  let steps = [];
+  try {
+    steps = (await api(`/v1/tasks/${encodeURIComponent(taskId)}/steps`)).steps;
+  } catch (failure) {
+    if (failure.status !== 404) throw failure;
+  }
+  $("no-steps").hidden = steps.length > 0;
+  for (const step of steps) {
+    const summary = JSON.stringify(step.body);
+    const text = `${step.key} ${step.kind} (attempt ${step.attempt}) ${summary.length > 200 ? summary.slice(0, 200) + "…" : summary}`;
+    list.append(el("li", text, { "data-kind": step.kind, "data-key": step.key }));
+  }
 }
 
 async function showTaskEvents(taskId) {

@@ -270,7 +270,8 @@ async def test_bad_input_is_400_naming_the_field(
     [
         ("GET", "/v1/nope", 404, "not_found"),
         ("GET", "/v1/tasks/..%2F..%2Fx/cancel/more", 404, "not_found"),
-        ("GET", "/", 404, "not_found"),
+        ("GET", "/page/nope.js", 404, "not_found"),  # (GET / is the status page)
+        ("POST", "/", 405, "method_not_allowed"),
         ("DELETE", "/v1/tasks", 405, "method_not_allowed"),
         ("PUT", "/v1/stop", 405, "method_not_allowed"),
     ],

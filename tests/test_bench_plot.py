@@ -61,6 +61,18 @@ def test_each_ratio_is_a_bar_as_long_as_its_value_coloured_by_event_loop() -> No
     assert abs(blue[1] - 2 * blue[0]) <= 2 and abs(orange[0] * 2 - blue[0]) <= 2
 
 
+def test_the_ratios_are_the_named_figures_and_not_a_spreads_ends() -> None:
+    from greenroom.bench._plot import ratios
+
+    result = {"trio": {"log": {"ratio": 8.0, "ratio_min": 5.0, "limit_share": 0.2, "naive": 9000.0},
+                       "chat": [{"latency_ms": 50, "throughput_vs_plain_at_max": 1.4}]}}  # fmt: skip
+    assert ratios(result) == [
+        ("trio", "log ratio", 8.0),
+        ("trio", "log limit_share", 0.2),
+        ("trio", "chat latency ms 50 throughput_vs_plain_at_max", 1.4),
+    ]
+
+
 def test_a_soak_curve_draws_rss_and_disk_rising_left_to_right() -> None:
     curve = [[tasks, 100 + tasks / 100, 20 + tasks / 200] for tasks in range(0, 10_001, 1000)]
     pixels = decode(draw({"asyncio": {"backend": "asyncio", "tasks_target": 10_000, "curve": curve}}))

@@ -7,7 +7,8 @@ fresh machine draw the same pictures. What is drawn depends on what the file hol
 - chat (``rows`` by concurrency): p50 and p99 latency per concurrency, greenroom and the
   plain loop, per model latency;
 - any other suite: every ratio against an in-run baseline (a figure whose name says
-  ``ratio`` or ``_vs_``), one bar each, per event loop, with 1.0x marked.
+  ``ratio`` or ``_vs_``, or ends in ``_share``; not the ``_min``/``_max`` of a spread),
+  one bar each, per event loop, with 1.0x marked.
 """
 
 from __future__ import annotations
@@ -237,7 +238,8 @@ def chat_chart(results: dict[str, dict[str, Any]]) -> Canvas:
 
 def ratios(document: dict[str, Any]) -> list[tuple[str, str, float]]:
     """Every ratio in a result: ``(event loop, name, value)``; the name is the figure's
-    path (``workload ratio``), a list's entries named by their first text or number."""
+    path (``workload ratio``), a list's entries named by their first text or number; a
+    spread's ``_min`` / ``_max`` are left out (the median is drawn)."""
     found: list[tuple[str, str, float]] = []
 
     def walk(value: Any, backend: str, path: list[str]) -> None:
@@ -249,12 +251,17 @@ def ratios(document: dict[str, Any]) -> list[tuple[str, str, float]]:
                 walk(inner, backend, [*path, _name_of(inner, index)])
         elif isinstance(value, int | float) and not isinstance(value, bool) and path:
             key = path[-1]
-            if "ratio" in key or "_vs_" in key:
+            spread = key.endswith(("_min", "_max")) and _named(key[:-4])  # ratio_min: not drawn
+            if _named(key) and not spread:
                 found.append((backend, " ".join(path), float(value)))
 
     for backend, result in document.items():
         walk(result, backend, [])
     return found
+
+
+def _named(key: str) -> bool:
+    return "ratio" in key or "_vs_" in key or key.endswith("_share")
 
 
 def _name_of(item: Any, index: int) -> str:

@@ -251,7 +251,7 @@ def ratios(document: dict[str, Any]) -> list[tuple[str, str, float]]:
                 walk(inner, backend, [*path, _name_of(inner, index)])
         elif isinstance(value, int | float) and not isinstance(value, bool) and path:
             key = path[-1]
-            spread = key.endswith(("_min", "_max")) and _named(key[:-4])  # ratio_min: not drawn
+            spread = key.endswith(("ratio_min", "ratio_max", "share_min", "share_max"))  # not drawn
             if _named(key) and not spread:
                 found.append((backend, " ".join(path), float(value)))
 

@@ -190,7 +190,8 @@ def soak_chart(figures: dict[str, Any]) -> Canvas:
     x_max = float(figures.get("tasks_target") or _nice(max(point[0] for point in curve)))
     canvas = Canvas(WIDTH, HEIGHT)
     target = f"{int(figures.get('tasks_target') or 0):,}".replace(",", " ")
-    canvas.text(90, 12, f"GREENROOM SOAK: {target} TASKS, {figures.get('backend', '')}")
+    on = ", ".join(str(figures[key]) for key in ("backend", "store") if figures.get(key))
+    canvas.text(90, 12, f"GREENROOM SOAK: {target} TASKS, {on}")
     lines(
         canvas,
         (90, 70, WIDTH - 40, 250),

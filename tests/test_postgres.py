@@ -150,11 +150,13 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
         )
         assert await db.run(upgrade) == (2, VERSION)
         # the log's old table is its first partition, as it was; new events follow on
-        assert [(e.seq, e.payload["i"]) for e in await db.run(read_events)] == [(i, i) for i in range(1, 6)]
+        assert [(e.seq, e.payload["i"]) for e in await db.run(read_events, single=True)] == [
+            (i, i) for i in range(1, 6)
+        ]
         assert [name for _, _, name in await db.run(event_parts)] == ["gr_events_1_6"]
         await db.run(lambda c: ensure_event_parts(c, 100))
         await db.run(lambda c: insert_events(c, [(2.0, "agent.update", None, None, "internal", {"i": 6})]))
-        assert [e.seq for e in await db.run(read_events)] == [1, 2, 3, 4, 5, 6]
+        assert [e.seq for e in await db.run(read_events, single=True)] == [1, 2, 3, 4, 5, 6]
         await db.run(check)
         plans = await db.run(lambda c: c.execute("SHOW plan_cache_mode").fetchone()[0])
         assert plans == "force_generic_plan"  # each pooled connection plans a statement once
@@ -250,7 +252,7 @@ async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_p
                 for n in range(8):
                     writers.start_soon(submitter, n)
             done.set()
-        stored = await db.run(lambda c: read_events(c, 0))
+        stored = await db.run(lambda c: read_events(c, 0), single=True)
         assert seen == sorted(seen) == [e.seq for e in stored]  # in order, each once, none missed
         assert len(stored) == 80
 
@@ -425,6 +427,13 @@ def _paused(admin: Any) -> bool:
     return bool(row and row[0])
 
 
+async def test_read_events_refuses_a_connection_inside_a_transaction(pg_url: str) -> None:
+    async with _ready(pg_url) as db:
+        with pytest.raises(ValueError, match="read_events needs a connection outside a transaction"):
+            await db.run(read_events)  # (a hole met there could never be passed)
+        assert await db.run(read_events, single=True) == []
+
+
 async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg_url: str) -> None:
     async with _ready(pg_url) as db:
         graph = PostgresGraph()
@@ -570,7 +579,7 @@ async def test_two_nodes_share_the_work_and_each_task_completes_once(pg_url: str
     by_node = {t.result.artifacts["by"][0] for t in tasks if t.result is not None}
     assert by_node == {"a", "b"}  # both daemons took work
     async with Database(pg_url) as db:
-        events = await db.run(lambda c: read_events(c, 0))
+        events = await db.run(lambda c: read_events(c, 0), single=True)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     results = [e for e in events if e.type == "AGENT_RESULT"]
     updates = [e for e in events if e.type == "AGENT_UPDATE" and e.payload["message"] == "working"]
@@ -724,7 +733,7 @@ async def test_an_event_postgresql_cannot_store_fails_only_its_own_append(pg_url
                 tg.start_soon(append, i)
         assert isinstance(answers.pop(2), DataRefused)
         assert sorted(event.task_id for event in answers.values()) == ["t0", "t1", "t3", "t4"]
-        stored = await db.run(lambda c: read_events(c, 0))
+        stored = await db.run(lambda c: read_events(c, 0), single=True)
         assert sorted(e.task_id for e in stored) == ["t0", "t1", "t3", "t4"]
         await log.stop()
 
@@ -949,7 +958,7 @@ def test_four_daemons_killed_twenty_times_lose_nothing_and_never_share_a_task(
         async with Database(pg_url) as db:
             graph = PostgresGraph()
             tasks = await db.run(graph.list_tasks)
-            events = await db.run(lambda c: read_events(c, 0, 10_000_000))
+            events = await db.run(lambda c: read_events(c, 0, 10_000_000), single=True)
         assert len(tasks) == 10_000 and all(t.status is TaskStatus.COMPLETED for t in tasks)  # 0 lost
         holder: dict[str, str | None] = {}
         completions: dict[str, int] = {}

@@ -101,7 +101,9 @@ class EventCursor:
 
     def read(self, connection: Any, limit: int = 1000) -> list[Event]:
         """The next events (at most ``limit``). Raises ``EventsGone`` when retention
-        dropped some after :attr:`after`."""
+        dropped some after :attr:`after`. Run each read as a transaction of its own (an
+        autocommit connection): at a hole the cursor takes an id, and a hole is passed
+        only once that id's transaction has ended."""
         rows = connection.execute(
             "SELECT seq, ts, type, task_id, agent_id, visibility, payload, "
             "pg_snapshot_xmin(pg_current_snapshot())::text::bigint "
@@ -147,7 +149,14 @@ def _next_xid(connection: Any) -> int:
 
 def read_events(connection: Any, after: int = 0, limit: int = 10_000) -> list[Event]:
     """Every event with ``seq > after`` committed so far, in ``seq`` order (for tests and
-    a quiet log; a reader following a busy log uses :class:`EventCursor`)."""
+    a quiet log; a reader following a busy log uses :class:`EventCursor`). ``connection``
+    must not be in a transaction (``db.run(read_events, single=True)``): each read is its
+    own, so a hole an aborted append left is stepped over (``ValueError`` otherwise —
+    inside one transaction the cursor's own id would hold it at the first hole)."""
+    from psycopg.pq import TransactionStatus
+
+    if connection.info.transaction_status != TransactionStatus.IDLE or not connection.autocommit:
+        raise ValueError("read_events needs a connection outside a transaction: db.run(..., single=True)")
     cursor = EventCursor(after)
     events: list[Event] = []
     while len(events) < limit:

@@ -64,7 +64,8 @@ def test_each_ratio_is_a_bar_as_long_as_its_value_coloured_by_event_loop() -> No
 def test_the_ratios_are_the_named_figures_and_not_a_spreads_ends() -> None:
     from greenroom.bench._plot import ratios
 
-    result = {"trio": {"log": {"ratio": 8.0, "ratio_min": 5.0, "limit_share": 0.2, "naive": 9000.0},
+    result = {"trio": {"log": {"ratio": 8.0, "ratio_min": 5.0, "limit_share": 0.2, "naive": 9000.0,
+                               "iterations": 10, "overhead_per_iteration": 0.001},
                        "chat": [{"latency_ms": 50, "throughput_vs_plain_at_max": 1.4}]}}  # fmt: skip
     assert ratios(result) == [
         ("trio", "log ratio", 8.0),

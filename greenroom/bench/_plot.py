@@ -262,7 +262,8 @@ def ratios(document: dict[str, Any]) -> list[tuple[str, str, float]]:
 
 
 def _named(key: str) -> bool:
-    return "ratio" in key or "_vs_" in key or key.endswith("_share")
+    words = key.split("_")  # "ratio" as a word: not in "iterations"
+    return "ratio" in words or "vs" in words or key.endswith("_share")
 
 
 def _name_of(item: Any, index: int) -> str:

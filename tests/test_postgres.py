@@ -319,41 +319,8 @@ async def test_a_finite_tail_waits_for_an_append_in_flight_instead_of_ending_at_
 async def test_an_append_paused_after_drawing_its_seq_is_not_skipped_by_a_reader(pg_url: str) -> None:
     """A writer descheduled right after drawing its ``seq`` (before its row exists) must
     already be a transaction the reader waits for: the hole rule counts the writers that
-    had an ``xid`` when the hole was seen. The writer is paused here at that point (its
-    row's ``xid`` default waits on an advisory lock) while a later append commits and the
-    reader meets the hole twice."""
-    import psycopg
-
-    from greenroom.postgres._events import insert_events
-
-    pause = 0x7061_7573  # "paus"
-    async with _ready(pg_url) as db:
-        admin = await anyio.to_thread.run_sync(lambda: psycopg.connect(pg_url, autocommit=True))
-        slow = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
-        try:
-            await anyio.to_thread.run_sync(_pause_appends_of, admin, slow, pause)
-            first = await db.run(lambda c: insert_events(c, [(1.0, "FIRST", None, None, "internal", {})]))
-            cursor = EventCursor(first[0].seq)
-
-            def paused_append() -> None:
-                insert_events(slow, [(2.0, "SLOW", None, None, "internal", {})])
-                slow.commit()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(anyio.to_thread.run_sync, paused_append)
-                await eventually(lambda: anyio.to_thread.run_sync(_paused, admin))  # has its seq
-                try:
-                    await db.run(lambda c: insert_events(c, [(3.0, "QUICK", None, None, "internal", {})]))
-                    seen = [e.type for e in await db.run(cursor.read)]
-                    seen += [e.type for e in await db.run(cursor.read)]  # the hole again: in flight
-                finally:  # let the paused writer go whatever was seen
-                    await anyio.to_thread.run_sync(admin.execute, f"SELECT pg_advisory_unlock({pause})")
-                assert seen == []
-            seen += [e.type for e in await db.run(cursor.read)]
-        finally:
-            await anyio.to_thread.run_sync(slow.close)
-            await anyio.to_thread.run_sync(admin.close)
-    assert seen == ["SLOW", "QUICK"]
+    had an ``xid`` when the hole was seen."""
+    assert await _a_reader_meets_a_paused_writer(pg_url, later_takes_its_id_first=False) == ["SLOW", "QUICK"]
 
 
 async def test_a_writer_with_a_younger_xid_than_the_snapshots_xmax_is_waited_for(pg_url: str) -> None:
@@ -362,6 +329,13 @@ async def test_a_writer_with_a_younger_xid_than_the_snapshots_xmax_is_waited_for
     transaction took its id first and committed; the paused writer's id is larger than
     that, so above the reader's ``xmax`` when it meets the hole. The reader must wait for
     it all the same."""
+    assert await _a_reader_meets_a_paused_writer(pg_url, later_takes_its_id_first=True) == ["SLOW", "QUICK"]
+
+
+async def _a_reader_meets_a_paused_writer(pg_url: str, *, later_takes_its_id_first: bool) -> list[str]:
+    """A writer ("SLOW") paused right after drawing its ``seq``, a later append ("QUICK")
+    committed past it, a reader meeting the hole twice (it must see nothing yet), then the
+    writer let go: what the reader saw, in order."""
     import psycopg
 
     from greenroom.postgres._events import insert_events
@@ -371,38 +345,31 @@ async def test_a_writer_with_a_younger_xid_than_the_snapshots_xmax_is_waited_for
         admin = await anyio.to_thread.run_sync(lambda: psycopg.connect(pg_url, autocommit=True))
         slow = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
         quick = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
+
+        def append(connection: Any, kind: str) -> None:
+            insert_events(connection, [(1.0, kind, None, None, "internal", {})])
+            connection.commit()
+
         try:
             await anyio.to_thread.run_sync(_pause_appends_of, admin, slow, pause)
-            first = await db.run(lambda c: insert_events(c, [(1.0, "FIRST", None, None, "internal", {})]))
+            first = await db.run(lambda c: insert_events(c, [(0.5, "FIRST", None, None, "internal", {})]))
             cursor = EventCursor(first[0].seq)
-            await anyio.to_thread.run_sync(
-                lambda: quick.execute("SELECT pg_current_xact_id()")
-            )  # its id first
-
-            def paused_append() -> None:
-                insert_events(slow, [(2.0, "SLOW", None, None, "internal", {})])
-                slow.commit()
-
+            if later_takes_its_id_first:
+                await anyio.to_thread.run_sync(lambda: quick.execute("SELECT pg_current_xact_id()"))
             async with anyio.create_task_group() as tg:
-                tg.start_soon(anyio.to_thread.run_sync, paused_append)
+                tg.start_soon(anyio.to_thread.run_sync, append, slow, "SLOW")
                 await eventually(lambda: anyio.to_thread.run_sync(_paused, admin))  # has its seq
                 try:
-
-                    def quick_append() -> None:
-                        insert_events(quick, [(3.0, "QUICK", None, None, "internal", {})])
-                        quick.commit()
-
-                    await anyio.to_thread.run_sync(quick_append)
+                    await anyio.to_thread.run_sync(append, quick, "QUICK")
                     seen = [e.type for e in await db.run(cursor.read)]
                     seen += [e.type for e in await db.run(cursor.read)]  # the hole again: in flight
                 finally:  # let the paused writer go whatever was seen
                     await anyio.to_thread.run_sync(admin.execute, f"SELECT pg_advisory_unlock({pause})")
                 assert seen == []
-            seen += [e.type for e in await db.run(cursor.read)]
+            return seen + [e.type for e in await db.run(cursor.read)]
         finally:
             for connection in (quick, slow, admin):
                 await anyio.to_thread.run_sync(connection.close)
-    assert seen == ["SLOW", "QUICK"]
 
 
 def _pause_appends_of(admin: Any, writer: Any, key: int) -> None:

@@ -51,9 +51,7 @@ def run_plot(args: argparse.Namespace) -> int:
 
     try:
         document = json.loads(Path(args.file).read_bytes())
-    except json.JSONDecodeError as error:
-        raise CommandError(f"bench plot FILE {args.file!r} is not JSON: {error}") from None
-    except UnicodeDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CommandError(f"bench plot FILE {args.file!r} is not JSON: {error}") from None
     name = args.file.rsplit("/", 1)[-1].removesuffix(".json").upper()
     try:

@@ -27,7 +27,7 @@ from typing import Any, final
 
 from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
-from ..actors import Actor, ActorRef, ActorStopped, ActorSystem, PendingReply
+from ..actors import Actor, ActorRef, ActorStopped, ActorSystem, MailboxFull, PendingReply
 from ._agent import Agent, StageFailed
 from ._config import PipelineConfig
 from ._contracts import AgentOutcome
@@ -86,60 +86,73 @@ class StageActor(Actor):
                     "an envelope must be asked (its result has to reach someone)", field="message"
                 )
             hop = _Hop(message, reply)
+            self.pipeline._in_flight[reply] = None  # leaves once answered (or by aclose)
         else:
             raise TypeError(f"StageActor does not handle {type(message).__name__} messages")
-        in_flight = self.pipeline._in_flight
-        in_flight[hop.reply] = None
-        try:
-            await self._step(hop)
-        except Exception as error:  # the envelope's failure, not the stage's: it serves the next one
-            logger.error("pipeline: stage %r failed on an envelope", self.agent.name, exc_info=error)
-            failed = f"stage {self.agent.name!r} failed: {type(error).__name__}: {error}"
-            hop.reply.fail(PipelineError(failed))
-        except BaseException:
-            hop.reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
-            raise
-        finally:
-            if not hop.reply.wanted:
-                in_flight.pop(hop.reply, None)
-        return None
-
-    async def _step(self, hop: _Hop) -> None:
-        env = hop.envelope
-        pipeline = self.pipeline
+        # One coroutine per envelope and stage: the step is written out here, not awaited
+        # as a method of its own (a coroutine frame is a measurable share of a hop).
+        reply = hop.reply
         name = self.agent.name
         try:
-            env = await self.agent.process(env)
-        except StageFailed as failed:
-            hop.reply.succeed(
-                PipelineResult(env, AgentOutcome.ERROR, name, error=str(failed), trail=_trail(env))
-            )
-            return
-        outcome = env.outcome or AgentOutcome.SUCCESS
-        if outcome in _PAUSES:
-            env.metadata["paused_at"] = name
-            hop.reply.succeed(PipelineResult(env, outcome, name, question=env.question, trail=_trail(env)))
-            return
-        if outcome in _TERMINAL or env.next_stage is None:
-            final = outcome if outcome in _TERMINAL else AgentOutcome.SUCCESS
-            hop.reply.succeed(PipelineResult(env, final, name, trail=_trail(env)))
-            return
-        if env.hop_count >= pipeline.config.max_hops:
-            hop.reply.succeed(
-                PipelineResult(
-                    env,
-                    AgentOutcome.TERMINATE,
-                    name,
-                    error=f"stopped after {env.hop_count} hops (max_hops {pipeline.config.max_hops})",
-                    trail=_trail(env),
+            try:
+                env = await self.agent.process(hop.envelope)
+            except StageFailed as failed:
+                env = hop.envelope
+                reply.succeed(
+                    PipelineResult(env, AgentOutcome.ERROR, name, error=str(failed), trail=_trail(env))
                 )
-            )
-            return
-        hop.envelope = env
-        try:
-            await pipeline.stages[env.next_stage].send(hop)  # the same hop: no allocation per stage
-        except ActorStopped:
-            hop.reply.fail(PipelineError(f"stage {env.next_stage!r} is stopped; the envelope cannot go on"))
+                return None
+            outcome = env.outcome
+            if outcome is not _SUCCESS and outcome is not None:  # SUCCESS neither pauses nor ends
+                if outcome in _PAUSES:
+                    env.metadata["paused_at"] = name
+                    reply.succeed(
+                        PipelineResult(env, outcome, name, question=env.question, trail=_trail(env))
+                    )
+                    return None
+                if outcome in _TERMINAL:
+                    reply.succeed(PipelineResult(env, outcome, name, trail=_trail(env)))
+                    return None
+            next_stage = env.next_stage
+            if next_stage is None:
+                reply.succeed(PipelineResult(env, _SUCCESS, name, trail=_trail(env)))
+                return None
+            max_hops = self.pipeline.config.max_hops
+            if env.hop_count >= max_hops:
+                reply.succeed(
+                    PipelineResult(
+                        env,
+                        AgentOutcome.TERMINATE,
+                        name,
+                        error=f"stopped after {env.hop_count} hops (max_hops {max_hops})",
+                        trail=_trail(env),
+                    )
+                )
+                return None
+            hop.envelope = env
+            stage = self.pipeline.stages[next_stage]
+            try:
+                # The same hop goes on (no allocation per stage). ``tell`` while there is
+                # room: handing on is then not a checkpoint, so the worker goes on to the
+                # next envelope in this stage's mailbox (or to the next stage) without a
+                # task switch per hop; only a full mailbox waits, in ``send`` (backpressure).
+                try:
+                    stage.tell(hop)
+                except MailboxFull:
+                    await stage.send(hop)
+            except ActorStopped:
+                reply.fail(PipelineError(f"stage {next_stage!r} is stopped; the envelope cannot go on"))
+        except Exception as error:  # the envelope's failure, not the stage's: it serves the next one
+            logger.error("pipeline: stage %r failed on an envelope", name, exc_info=error)
+            failed = f"stage {name!r} failed: {type(error).__name__}: {error}"
+            reply.fail(PipelineError(failed))
+        except BaseException:
+            reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
+            raise
+        finally:
+            if not reply.wanted:
+                self.pipeline._in_flight.pop(reply, None)
+        return None
 
 
 class InterruptibleStageActor(StageActor):
@@ -149,6 +162,7 @@ class InterruptibleStageActor(StageActor):
     interruptible = True
 
 
+_SUCCESS = AgentOutcome.SUCCESS
 _PAUSES = frozenset(o for o in AgentOutcome if o.pauses())
 _TERMINAL = frozenset(o for o in AgentOutcome if o.is_terminal())
 

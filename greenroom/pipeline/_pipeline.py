@@ -144,8 +144,7 @@ class StageActor(Actor):
                 reply.fail(PipelineError(f"stage {next_stage!r} is stopped; the envelope cannot go on"))
         except Exception as error:  # the envelope's failure, not the stage's: it serves the next one
             logger.error("pipeline: stage %r failed on an envelope", name, exc_info=error)
-            failed = f"stage {name!r} failed: {type(error).__name__}: {error}"
-            reply.fail(PipelineError(failed))
+            reply.fail(PipelineError(f"stage {name!r} failed: {type(error).__name__}: {error}"))
         except BaseException:
             reply.fail(ActorStopped(self.context.ref, "was stopped while it held the envelope"))
             raise

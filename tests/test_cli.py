@@ -121,6 +121,9 @@ def test_bench_log_json_reports_the_median_of_its_rounds(
     assert (row["backend"], row["agents"], row["rounds"]) == (backend, 3, 3)
     assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
     assert row["naive"] > 0 and row["greenroom"] > 0
+    # the batched run: 4 events per agent in AppendMany messages of (by default) up to 10
+    assert row["per_message"] == 10 and row["batched"] > 0 and row["batched_limit"] > 0
+    assert row["batched_batch_size"] <= 3 * 4
 
 
 # -- errors: one line for the user's, a bug line (traceback behind --debug) for ours --------

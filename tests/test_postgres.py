@@ -155,7 +155,9 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
         ]
         assert [name for _, _, name in await db.run(event_parts)] == ["gr_events_1_6"]
         await db.run(lambda c: ensure_event_parts(c, 100))
-        await db.run(lambda c: insert_events(c, [(2.0, "agent.update", None, None, "internal", {"i": 6})]))
+        await db.run(
+            lambda c: insert_events(c, [(2.0, "agent.update", None, None, "internal", {"i": 6}, b'{"i":6}')])
+        )
         assert [e.seq for e in await db.run(read_events, single=True)] == [1, 2, 3, 4, 5, 6]
         await db.run(check)
         plans = await db.run(lambda c: c.execute("SHOW plan_cache_mode").fetchone()[0])
@@ -296,9 +298,9 @@ async def test_a_finite_tail_waits_for_an_append_in_flight_instead_of_ending_at_
         in_flight = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
         try:
             await anyio.to_thread.run_sync(
-                insert_events, in_flight, [(1.0, "SLOW", None, None, "internal", {})]
+                insert_events, in_flight, [(1.0, "SLOW", None, None, "internal", {}, b"{}")]
             )
-            await db.run(lambda c: insert_events(c, [(2.0, "QUICK", None, None, "internal", {})]))
+            await db.run(lambda c: insert_events(c, [(2.0, "QUICK", None, None, "internal", {}, b"{}")]))
             got: list[str] = []
 
             async def finite_tail() -> None:
@@ -347,12 +349,14 @@ async def _a_reader_meets_a_paused_writer(pg_url: str, *, later_takes_its_id_fir
         quick = await anyio.to_thread.run_sync(psycopg.connect, pg_url)
 
         def append(connection: Any, kind: str) -> None:
-            insert_events(connection, [(1.0, kind, None, None, "internal", {})])
+            insert_events(connection, [(1.0, kind, None, None, "internal", {}, b"{}")])
             connection.commit()
 
         try:
             await anyio.to_thread.run_sync(_pause_appends_of, admin, slow, pause)
-            first = await db.run(lambda c: insert_events(c, [(0.5, "FIRST", None, None, "internal", {})]))
+            first = await db.run(
+                lambda c: insert_events(c, [(0.5, "FIRST", None, None, "internal", {}, b"{}")])
+            )
             cursor = EventCursor(first[0].seq)
             if later_takes_its_id_first:
                 await anyio.to_thread.run_sync(lambda: quick.execute("SELECT pg_current_xact_id()"))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from _stores import make_store, open_node
 from _support import eventually, wait_for_status
@@ -32,6 +33,7 @@ from greenroom.messages import (
     AgentResult,
     AgentTask,
     Append,
+    AppendMany,
     Cancel,
     Claim,
     Complete,
@@ -44,6 +46,7 @@ from greenroom.messages import (
     ListTasks,
     NoWork,
     Park,
+    RecordError,
     Release,
     Stats,
     StopGranting,
@@ -698,6 +701,67 @@ async def test_the_visibility_policy_holds_on_every_store(backend: Store) -> Non
     assert [(e.type, e.visibility) for e in await stored_events(backend)] == [
         (AGENT_UPDATE, "internal"), (NARRATION, "user")
     ]  # fmt: skip
+
+
+async def test_many_events_from_one_source_are_stored_together_or_not_at_all(backend: Store) -> None:
+    """``AppendMany``: one reply with every event stored, in order, after each was checked;
+    one refused (its shape, the policy, a payload that is not JSON) refuses them all, by
+    index, and nothing of it is stored; the log keeps serving."""
+    async with open_node(backend) as node:
+        lifecycle = [
+            Append(AGENT_UPDATE, {"step": "started"}, "t1", "a1"),
+            Append(AGENT_UPDATE, {"step": "working", "progress": 0.5}, "t1", "a1"),
+            Append(NARRATION, {"text": "done soon"}, "t1", visibility="user", capability=node.narrator),
+        ]
+        stored = await node.log.ask(AppendMany(lifecycle))
+        assert [e.payload for e in stored] == [a.payload for a in lifecycle]
+        assert [e.visibility for e in stored] == ["internal", "internal", "user"]
+        assert stored[0].seq < stored[1].seq < stored[2].seq
+        ok, flag = Append(AGENT_UPDATE, {"i": 0}), Append(AGENT_UPDATE, {"show_to_user": True}, "t", "a")
+        refusals: list[tuple[list[Any], type[Exception], str, str]] = [
+            ([ok, Append("has space")], RecordError, "appends[1]", "appends[1].type"),
+            ([flag], PolicyError, "appends[0]", "appends[0]"),
+            (
+                [ok, Append(AGENT_UPDATE, {"bad": object()})],
+                ValueError,
+                "appends[1]: event payload cannot",
+                "",
+            ),
+            ([ok, "not an append"], RecordError, "must be an Append message", "appends[1]"),
+        ]
+        for appends, error, says, field in refusals:
+            with pytest.raises(error) as refused:
+                await node.log.ask(AppendMany(appends))
+            assert says in str(refused.value)
+            if field:
+                assert refused.value.field == field  # type: ignore[attr-defined]
+        with pytest.raises(RecordError, match="at most 4096 per message"):
+            await node.log.ask(AppendMany([Append(AGENT_UPDATE)] * 4097))
+        assert await node.log.ask(AppendMany([])) == []
+        after = await node.log.ask(Append(AGENT_UPDATE, {"after": True}, "t1", "a1"))
+    events = await stored_events(backend)
+    assert [e.payload for e in events] == [*(a.payload for a in lifecycle), {"after": True}]
+    assert events[-1].seq == after.seq
+
+
+async def test_a_payload_encoded_once_is_stored_as_those_bytes(backend: Store) -> None:
+    """``EventStore.write(events, encoded)``: the store writes the JSON it is given for
+    each payload (the log encodes once, as it admits) and answers the events numbered."""
+    store = backend.event_store()
+    await store.open()
+    try:
+        events = [
+            Event(seq=0, ts=1.0, type=AGENT_UPDATE, task_id="t", agent_id="a", payload={"i": i, "s": "é"})
+            for i in range(3)
+        ]
+        encoded = [msgspec.json.encode(e.payload) for e in events]
+        written = await store.write(events, encoded)
+    finally:
+        await store.close()
+    assert all(isinstance(e, Event) for e in written)
+    stored = await stored_events(backend)
+    assert [e.payload for e in stored] == [{"i": i, "s": "é"} for i in range(3)]
+    assert [e.seq for e in stored] == [e.seq for e in written if isinstance(e, Event)]
 
 
 class _Collector(Actor):

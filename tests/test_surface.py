@@ -78,6 +78,7 @@ PUBLIC: dict[str, list[str]] = {
         "AgentResult",
         "AgentTask",
         "Append",
+        "AppendMany",
         "Cancel",
         "ChatMessage",
         "ChatReply",

@@ -6,6 +6,10 @@ the :class:`EventStore` (``events.jsonl`` under a data dir, or PostgreSQL) in on
 then is answered, so ``seq`` order is mailbox order. An event the visibility policy
 refuses raises :class:`PolicyError` (a ``ValueError`` with ``policy_error``) in the asker
 and nothing is appended; so does one whose payload the store cannot hold.
+``AppendMany`` appends several events from one source at once (all or nothing; one
+reply, the stored events in order): the way to make the log cheap per event. Each
+payload is encoded once, here, as it is admitted (a payload that is not JSON is refused
+then, before anything is stored); the store writes those bytes.
 ``Subscribe(ref)`` tells ``ref`` each event after it is durable (a stopped subscriber is
 dropped; a full one misses the event, with a warning).
 
@@ -29,10 +33,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from .._checks import check_int
-from .._errors import StoreUnavailable
+from .._errors import InvalidInput, StoreUnavailable
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
-from ..messages import Append, Event, RecordError, Subscribe, Unsubscribe, Visibility
+from ..messages import Append, AppendMany, Event, RecordError, Subscribe, Unsubscribe, Visibility
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
 from ..store import EventStore
 from ..store._events import Origin
@@ -58,7 +64,19 @@ def admit(
         return None
 
 
-def _refuse(pending: PendingReply | None, kind: str, error: ValueError) -> None:
+_encode_payload = msgspec.json.Encoder().encode
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """``payload`` as the JSON the store writes, encoded once; ``ValueError`` if it is not
+    JSON (a value msgspec cannot encode)."""
+    try:
+        return _encode_payload(payload)
+    except (TypeError, msgspec.EncodeError) as error:
+        raise ValueError(f"event payload cannot be stored as JSON: {error}") from None
+
+
+def _refuse(pending: PendingReply | _Gathered | None, kind: str, error: ValueError) -> None:
     if pending is None:
         logger.warning("log: refused a told %s event: %s", kind, error)
     else:
@@ -80,6 +98,27 @@ def check_append(append: Append) -> None:
         value = getattr(append, field)
         if value is not None and not isinstance(value, str):
             raise RecordError("event", field, value, "must be a string or None")
+
+
+class _Gathered:
+    """The one reply of an ``AppendMany``: its events' outcomes, answered once all are in
+    (all stored: the list; one refused by the store as it wrote: that error)."""
+
+    __slots__ = ("events", "left", "pending")
+
+    def __init__(self, pending: PendingReply, count: int) -> None:
+        self.pending = pending
+        self.events: list[Event] = []
+        self.left = count
+
+    def succeed(self, event: Event) -> None:
+        self.events.append(event)
+        self.left -= 1
+        if not self.left:
+            self.pending.succeed(self.events)
+
+    def fail(self, error: BaseException) -> None:
+        self.pending.fail(error)  # the first failure answers; later fills are ignored
 
 
 class LogActor(Actor):
@@ -107,7 +146,9 @@ class LogActor(Actor):
         self._narrator = narrator
         self.max_batch = check_int("LogActor", "max_batch", max_batch)
         self.clock = clock
-        self._batch: list[tuple[PendingReply | None, Event]] = []
+        self._batch: list[tuple[PendingReply | _Gathered | None, Event]] = []
+        self._encoded: list[bytes] = []
+        """Each batched event's payload, encoded once as it was admitted."""
         self._acks: list[tuple[ActorRef, Origin]] = []
         self._subscribers: list[ActorRef] = []
         self.outbox_position: Origin | None = None
@@ -133,9 +174,22 @@ class LogActor(Actor):
             pending = context.reply_later()
             visibility = admit(message, self._narrator, pending)
             if visibility is not None:
-                self._add(
-                    pending, message.type, visibility, message.task_id, message.agent_id, message.payload
-                )
+                try:
+                    encoded = encode_payload(message.payload)
+                except ValueError as error:
+                    _refuse(pending, message.type, error)
+                else:
+                    self._add(
+                        pending,
+                        message.type,
+                        visibility,
+                        message.task_id,
+                        message.agent_id,
+                        message.payload,
+                        encoded,
+                    )
+        elif isinstance(message, AppendMany):
+            await self._add_many(message, context.reply_later())
         elif isinstance(message, AppendBatch):
             self._add_batch(message)
         elif isinstance(message, OutboxPosition):
@@ -156,12 +210,13 @@ class LogActor(Actor):
 
     def _add(
         self,
-        pending: PendingReply | None,
+        pending: PendingReply | _Gathered | None,
         kind: str,
         visibility: Visibility,
         task_id: str | None,
         agent_id: str | None,
         payload: dict[str, Any],
+        encoded: bytes,
         origin: Origin | None = None,
     ) -> None:
         event = Event(
@@ -175,6 +230,54 @@ class LogActor(Actor):
             origin=origin,
         )
         self._batch.append((pending, event))
+        self._encoded.append(encoded)
+
+    async def _add_many(self, message: AppendMany, pending: PendingReply | None) -> None:
+        """Check every append of ``message`` (nothing is added if one is refused), then add
+        them all to one batch, answered together once written."""
+        appends = message.appends
+        try:
+            if not isinstance(appends, (list, tuple)):
+                raise RecordError("event batch", "appends", appends, "must be a list of Append messages")
+            if len(appends) > self.max_batch:
+                raise RecordError(
+                    "event batch",
+                    "appends",
+                    f"{len(appends)} appends",
+                    f"at most {self.max_batch} per message",
+                )
+            admitted: list[tuple[Append, Visibility, bytes]] = []
+            for index, append in enumerate(appends):
+                if not isinstance(append, Append):
+                    raise RecordError("event batch", f"appends[{index}]", append, "must be an Append message")
+                try:
+                    check_append(append)
+                    visibility = apply_policy(append, self._narrator)
+                    encoded = encode_payload(append.payload)
+                except ValueError as error:  # the same error an Append gets, saying which one
+                    error.args = (f"appends[{index}]: {error}",)
+                    if isinstance(error, InvalidInput):
+                        error.field = (
+                            f"appends[{index}].{error.field}" if error.field else f"appends[{index}]"
+                        )
+                    raise
+                admitted.append((append, visibility, encoded))
+        except ValueError as error:
+            _refuse(pending, "batch of", error)
+            return
+        if not admitted:
+            if pending is not None:
+                pending.succeed([])
+            return
+        if len(self._batch) + len(admitted) > self.max_batch:
+            await self._flush()  # one message, one write: its events are never split
+        gathered = None if pending is None else _Gathered(pending, len(admitted))
+        ts = self.clock()  # one source, one moment: the events share their stamp
+        batch = self._batch
+        for append, visibility, encoded in admitted:
+            event = Event(0, ts, append.type, visibility, append.task_id, append.agent_id, append.payload)
+            batch.append((gathered, event))
+            self._encoded.append(encoded)
 
     def _add_batch(self, batch: AppendBatch) -> None:
         """The outbox of one journal batch: each event stored once, with its origin.
@@ -203,7 +306,21 @@ class LogActor(Actor):
                     "log: refused outbox event %s of batch %d: %s", outboxed.type, batch.seq, error
                 )
                 continue
-            self._add(None, append.type, visibility, append.task_id, append.agent_id, append.payload, origin)
+            try:
+                encoded = encode_payload(append.payload)
+            except ValueError as error:
+                logger.warning("log: refused outbox event %s of batch %d: %s", append.type, batch.seq, error)
+                continue
+            self._add(
+                None,
+                append.type,
+                visibility,
+                append.task_id,
+                append.agent_id,
+                append.payload,
+                encoded,
+                origin,
+            )
         if batch.events:
             last = (batch.seq, batch.first_index + len(batch.events) - 1)
             if known is None or last > known:
@@ -213,10 +330,11 @@ class LogActor(Actor):
 
     async def _flush(self) -> None:
         batch, self._batch = self._batch, []
+        encoded, self._encoded = self._encoded, []
         acks, self._acks = self._acks, []
         position, self._pending_position = self._pending_position, None
         try:
-            outcomes = await self.store.write([event for _, event in batch]) if batch else []
+            outcomes = await self.store.write([event for _, event in batch], encoded) if batch else []
         except BaseException as error:
             failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
             for pending, _ in batch:

@@ -39,6 +39,7 @@ from ._events import (
 )
 from ._protocol import (
     Append,
+    AppendMany,
     Cancel,
     Claim,
     Complete,
@@ -80,6 +81,7 @@ __all__ = [
     "AgentResult",
     "AgentTask",
     "Append",
+    "AppendMany",
     "Cancel",
     "ChatMessage",
     "ChatReply",

@@ -163,6 +163,21 @@ class Append(msgspec.Struct, Request[Event], frozen=True):
     capability: Any = None
 
 
+class AppendMany(msgspec.Struct, Request[list[Event]], frozen=True):
+    """Append several events from one source together (an agent's lifecycle events, a
+    stage's record): one message, one reply — the stored ``Event`` of each, in order,
+    once all are durable. Batching at the source is what makes the log cheap per event.
+
+    All or nothing: each is checked as an ``Append`` is (shape, visibility policy, a
+    payload the store can hold) before any is stored; one refused refuses them all,
+    naming its index (``appends[i]``), and nothing is appended. They are written in one
+    batch of the log (one ``fsync`` on the files, one transaction on PostgreSQL), in
+    order. At most the log's ``max_batch`` (4,096 by default) per message.
+    """
+
+    appends: list[Append]
+
+
 class Subscribe(msgspec.Struct, frozen=True):
     """Tell ``ref`` every event appended from now on (after it is durable)."""
 

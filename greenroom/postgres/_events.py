@@ -26,12 +26,13 @@ from ._db import Database, DataRefused
 from ._schema import check
 
 _encode = msgspec.json.encode
+encode_payload = _encode
 
 EVENTS_LOCK = 0x6772_6576  # "grev": the advisory lock of the log's partitions
 
-EventItem = tuple[float, str, str | None, str | None, Visibility, dict[str, Any]]
-"""An event to insert: ``(ts, type, task_id, agent_id, visibility, payload)``, already held
-to the visibility policy."""
+EventItem = tuple[float, str, str | None, str | None, Visibility, dict[str, Any], bytes]
+"""An event to insert: ``(ts, type, task_id, agent_id, visibility, payload, payload as
+JSON)``, already held to the visibility policy; the JSON is what is sent (encoded once)."""
 
 
 def insert_events(connection: Any, items: Sequence[EventItem]) -> list[Event]:
@@ -46,8 +47,8 @@ def insert_events(connection: Any, items: Sequence[EventItem]) -> list[Event]:
             "INSERT INTO gr_events (ts, type, task_id, agent_id, visibility, payload) "
             "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
             [
-                (ts, kind, task_id, agent_id, visibility, Jsonb(payload, dumps=_dumps))
-                for ts, kind, task_id, agent_id, visibility, payload in items
+                (ts, kind, task_id, agent_id, visibility, Jsonb(data, dumps=_as_is))
+                for ts, kind, task_id, agent_id, visibility, _, data in items
             ],
             returning=True,
         )
@@ -62,7 +63,7 @@ def insert_events(connection: Any, items: Sequence[EventItem]) -> list[Event]:
             agent_id=agent_id,
             payload=payload,
         )
-        for seq, (ts, kind, task_id, agent_id, visibility, payload) in zip(seqs, items, strict=True)
+        for seq, (ts, kind, task_id, agent_id, visibility, payload, _) in zip(seqs, items, strict=True)
     ]
 
 
@@ -70,8 +71,9 @@ def _insert_one(connection: Any, *, item: EventItem) -> list[Event]:
     return insert_events(connection, [item])
 
 
-def _dumps(value: Any) -> str:
-    return _encode(value).decode()
+def _as_is(data: bytes) -> bytes:
+    """The payload's JSON, encoded once before (psycopg sends bytes as they are)."""
+    return data
 
 
 class EventCursor:
@@ -332,22 +334,28 @@ class PostgresEventStore:
         width = self.retention.events_per_segment
         await self.db.run(lambda c: ensure_event_parts(c, width))
 
-    async def write(self, events: Sequence[Event]) -> list[Event | ValueError]:
+    async def write(
+        self, events: Sequence[Event], encoded: Sequence[bytes] | None = None
+    ) -> list[Event | ValueError]:
         """One transaction for the batch. A payload PostgreSQL cannot hold (a NUL
-        character) fails its own event only: the batch is written again one by one."""
+        character) fails its own event only: the batch is written again one by one.
+        Each payload is encoded once (``encoded`` when the log did it already)."""
         out: list[Event | ValueError] = []
         items: list[EventItem] = []
         places: list[int] = []
-        for event in events:
-            try:
-                _encode(event.payload)
-            except (TypeError, msgspec.EncodeError) as error:
-                out.append(ValueError(f"event payload cannot be stored as JSON: {error}"))
-                continue
+        for index, event in enumerate(events):
+            if encoded is not None:
+                data = encoded[index]
+            else:
+                try:
+                    data = _encode(event.payload)
+                except (TypeError, msgspec.EncodeError) as error:
+                    out.append(ValueError(f"event payload cannot be stored as JSON: {error}"))
+                    continue
             places.append(len(out))
             out.append(ValueError("not written"))
             items.append(
-                (event.ts, event.type, event.task_id, event.agent_id, event.visibility, event.payload)
+                (event.ts, event.type, event.task_id, event.agent_id, event.visibility, event.payload, data)
             )
         if not items:
             return out

@@ -61,7 +61,7 @@ from ..store._rules import (
     result_payload,
     transition_payload,
 )
-from ._events import insert_events
+from ._events import EventItem, encode_payload, insert_events
 
 CHANNEL = "greenroom_runnable"
 
@@ -151,8 +151,11 @@ class PostgresGraph:
     def _emit(self, connection: Any, events: list[EventRow]) -> None:
         if events:
             now = self.clock()
-            insert_events(connection, [(now, kind, task_id, agent_id, "internal", payload)
-                                       for kind, task_id, agent_id, payload in events])  # fmt: skip
+            rows: list[EventItem] = [
+                (now, kind, task_id, agent_id, "internal", payload, encode_payload(payload))
+                for kind, task_id, agent_id, payload in events
+            ]
+            insert_events(connection, rows)
 
     @staticmethod
     def _transition_event(kind: str, task: AgentTask) -> EventRow:

@@ -26,10 +26,16 @@ class EventStore(Protocol):
         ``DataError`` for a damaged or busy log, leaving it as found."""
         ...
 
-    async def write(self, events: Sequence[Event]) -> list[Event | ValueError]:
+    async def write(
+        self, events: Sequence[Event], encoded: Sequence[bytes] | None = None
+    ) -> list[Event | ValueError]:
         """Store ``events`` (their ``seq`` is 0; the store numbers them, in order) durably,
         in one go. Returns each one stored, with its ``seq`` — or the ``ValueError`` that
         kept it out (a payload the store cannot hold), which takes no number.
+
+        ``encoded``, when given, is each event's ``payload`` already encoded as JSON (the
+        log actor encodes each payload once, as it admits it): the store writes those
+        bytes instead of encoding the payload again.
 
         Raises ``StorageError`` when the batch could not be written: nothing of it is
         acknowledged (``StoreUnavailable``: the store was out of reach, try again later).

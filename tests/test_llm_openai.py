@@ -15,7 +15,7 @@ from _support import eventually
 from greenroom import ActorSystem
 from greenroom.harness import Harness, Tool
 from greenroom.llm import BadRequest, ContextTooLong, OpenAIChatModel, RateLimited, TimedOut, Unavailable
-from greenroom.llm._openai import retry_after_seconds
+from greenroom.llm._openai import CLIENTS, retry_after_seconds
 from greenroom.messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from greenroom.testing import ModelServer, Respond, completion, error_body
 
@@ -30,10 +30,23 @@ def server() -> Iterator[ModelServer]:
         yield running
 
 
-def make_model(server: ModelServer, **options: object) -> OpenAIChatModel:
+@pytest.fixture(params=CLIENTS)
+def client(request: pytest.FixtureRequest) -> str:
+    """Every behaviour holds on greenroom's own HTTP client and on the openai SDK's (the
+    reference), against the same real server."""
+    return str(request.param)
+
+
+def make_model(server: ModelServer, client: str, **options: object) -> OpenAIChatModel:
     settings: dict[str, object] = {"max_retries": 2, "max_retry_wait": 5.0, "timeout": 10.0}
     settings.update(options)
-    return OpenAIChatModel("test-model", base_url=server.url, api_key=KEY, **settings)  # type: ignore[arg-type]
+    return OpenAIChatModel(
+        "test-model",
+        base_url=server.url,
+        api_key=KEY,
+        client=client,
+        **settings,  # type: ignore[arg-type]
+    )
 
 
 def ask(text: str = "hi") -> ChatRequest:
@@ -44,7 +57,7 @@ class Lookup(msgspec.Struct):
     city: str
 
 
-async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ModelServer) -> None:
+async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: ModelServer, client: str) -> None:
     server.add(
         Respond(body=completion(tool_calls=[("call-1", "weather", '{"city": "Oslo"}')], prompt_tokens=20)),
         Respond(body=completion("It is 3 degrees in Oslo.", prompt_tokens=40, completion_tokens=9)),
@@ -55,7 +68,7 @@ async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: Model
         seen_cities.append(args.city)
         return {"city": args.city, "celsius": 3}
 
-    async with make_model(server) as model, ActorSystem() as system:
+    async with make_model(server, client) as model, ActorSystem() as system:
         harness = await Harness.spawn(
             system, model, system_prompt="You are terse.", tools=[Tool("weather", weather, args=Lookup)]
         )
@@ -84,13 +97,13 @@ async def test_a_tool_call_turn_then_a_text_turn_through_a_harness(server: Model
     assert tool == {"role": "tool", "content": '{"city":"Oslo","celsius":3}', "tool_call_id": "call-1"}
 
 
-async def test_usage_and_tool_arguments_are_mapped(server: ModelServer) -> None:
+async def test_usage_and_tool_arguments_are_mapped(server: ModelServer, client: str) -> None:
     server.add(
         Respond(
             body=completion(tool_calls=[("a", "f", "{not json"), ("b", "g", "[1, 2]")], completion_tokens=4)
         )
     )
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         reply = await model.chat(ChatRequest((ChatMessage("user", "x"),), (ToolSpec("f"), ToolSpec("g"))))
     assert reply.usage.prompt_tokens == 11 and reply.usage.completion_tokens == 4
     assert reply.usage.total_tokens == 15
@@ -100,12 +113,14 @@ async def test_usage_and_tool_arguments_are_mapped(server: ModelServer) -> None:
     assert server.seen[0].body["tool_choice"] == "auto"
 
 
-async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(server: ModelServer) -> None:
+async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(
+    server: ModelServer, client: str
+) -> None:
     server.add(
         Respond(429, error_body("slow down", "rate_limit_error"), headers={"Retry-After": "0.3"}),
         Respond(body=completion("finally")),
     )
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         started = anyio.current_time()
         reply = await model.chat(ask())
         waited = anyio.current_time() - started
@@ -115,11 +130,11 @@ async def test_a_429_with_retry_after_is_retried_after_the_wait_it_asked_for(ser
 
 
 async def test_rate_limited_once_retries_are_spent(
-    server: ModelServer, caplog: pytest.LogCaptureFixture
+    server: ModelServer, caplog: pytest.LogCaptureFixture, client: str
 ) -> None:
     server.add(*[Respond(429, error_body("no"), headers={"retry-after-ms": "10"}) for _ in range(3)])
     caplog.set_level(logging.WARNING, "greenroom.llm")
-    async with make_model(server, max_retries=2) as model:
+    async with make_model(server, client, max_retries=2) as model:
         with pytest.raises(RateLimited) as caught:
             await model.chat(ask())
     assert len(server.seen) == 3  # the first try and two retries
@@ -128,19 +143,19 @@ async def test_rate_limited_once_retries_are_spent(
     assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2
 
 
-async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ModelServer) -> None:
+async def test_a_retry_after_longer_than_allowed_fails_at_once(server: ModelServer, client: str) -> None:
     server.add(Respond(429, error_body("come back tomorrow"), headers={"Retry-After": "86400"}))
-    async with make_model(server, max_retry_wait=5.0) as model:
+    async with make_model(server, client, max_retry_wait=5.0) as model:
         with pytest.raises(RateLimited) as caught:
             await model.chat(ask())
     assert len(server.seen) == 1
     assert caught.value.retry_after == 86400
 
 
-async def test_server_errors_are_retried_then_reported_unavailable(server: ModelServer) -> None:
+async def test_server_errors_are_retried_then_reported_unavailable(server: ModelServer, client: str) -> None:
     server.add(Respond(503, error_body("busy", "server_error"), headers={"Retry-After": "0"}))
     server.add(Respond(body=completion("ok")))
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         assert (await model.chat(ask())).text == "ok"
         server.add(*[Respond(500, error_body("broken", "server_error"), headers={"Retry-After": "0"})] * 3)
         with pytest.raises(Unavailable) as caught:
@@ -149,38 +164,43 @@ async def test_server_errors_are_retried_then_reported_unavailable(server: Model
     assert len(server.seen) == 2 + 3
 
 
-async def test_a_bad_request_is_not_retried(server: ModelServer) -> None:
+async def test_a_bad_request_is_not_retried(server: ModelServer, client: str) -> None:
     server.add(Respond(400, error_body("unknown parameter: foo")))
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         with pytest.raises(BadRequest, match="unknown parameter") as caught:
             await model.chat(ask())
     assert caught.value.status == 400
     assert len(server.seen) == 1
 
 
-async def test_an_unreachable_server_is_unavailable() -> None:
+async def test_an_unreachable_server_is_unavailable(client: str) -> None:
     with anyio.fail_after(30):
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         await listener.aclose()  # nothing listens there now
         async with OpenAIChatModel(
-            "m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=1, max_retry_wait=0.01
+            "m",
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key=KEY,
+            max_retries=1,
+            max_retry_wait=0.01,
+            client=client,
         ) as model:
             with pytest.raises(Unavailable, match="cannot reach"):
                 await model.chat(ask())
 
 
-async def test_a_call_longer_than_the_timeout_is_timed_out(server: ModelServer) -> None:
+async def test_a_call_longer_than_the_timeout_is_timed_out(server: ModelServer, client: str) -> None:
     server.add(Respond(body=completion("too late"), hold=True))
-    async with make_model(server, timeout=0.3) as model:
+    async with make_model(server, client, timeout=0.3) as model:
         with pytest.raises(TimedOut, match=r"no answer within 0\.3s"):
             await model.chat(ask())
     assert len(server.seen) == 1  # a timeout is not retried
 
 
-async def test_an_immediate_stop_cancels_a_slow_call(server: ModelServer) -> None:
+async def test_an_immediate_stop_cancels_a_slow_call(server: ModelServer, client: str) -> None:
     server.add(Respond(body=completion("never seen"), hold=True))
-    async with make_model(server) as model, ActorSystem() as system:
+    async with make_model(server, client) as model, ActorSystem() as system:
         harness = await Harness.spawn(system, model)
         async with anyio.create_task_group() as tg:
             results = []
@@ -198,13 +218,13 @@ async def test_an_immediate_stop_cancels_a_slow_call(server: ModelServer) -> Non
 
 
 async def test_the_api_key_never_appears_in_errors_logs_or_repr(
-    server: ModelServer, caplog: pytest.LogCaptureFixture
+    server: ModelServer, caplog: pytest.LogCaptureFixture, client: str
 ) -> None:
     caplog.set_level(logging.DEBUG)
     server.add(Respond(401, echo_auth=True))
     server.add(Respond(400, echo_auth=True))
     server.add(Respond(429, echo_auth=True, headers={"Retry-After": "0"}), Respond(400, echo_auth=True))
-    async with make_model(server, max_retries=1) as model:
+    async with make_model(server, client, max_retries=1) as model:
         errors = []
         for _ in range(3):
             with pytest.raises(BadRequest) as caught:
@@ -223,15 +243,15 @@ async def test_the_api_key_never_appears_in_errors_logs_or_repr(
 
 
 async def test_configuration_comes_from_arguments_or_the_environment(
-    server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:
     monkeypatch.setenv("OPENAI_MODEL", "env-model")
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     server.add(Respond(body=completion("a")), Respond(body=completion("b")))
-    async with OpenAIChatModel() as model:
+    async with OpenAIChatModel(client=client) as model:
         await model.chat(ask())
-    async with OpenAIChatModel("arg-model", api_key="sk-from-arg") as model:
+    async with OpenAIChatModel("arg-model", api_key="sk-from-arg", client=client) as model:
         await model.chat(ask())
     assert server.seen[0].body["model"] == "env-model"
     assert server.seen[0].headers["authorization"] == "Bearer sk-from-env"
@@ -239,8 +259,8 @@ async def test_configuration_comes_from_arguments_or_the_environment(
     assert server.seen[1].headers["authorization"] == "Bearer sk-from-arg"
 
 
-async def test_a_closed_model_refuses_calls(server: ModelServer) -> None:
-    model = make_model(server)
+async def test_a_closed_model_refuses_calls(server: ModelServer, client: str) -> None:
+    model = make_model(server, client)
     await model.aclose()
     await model.aclose()  # idempotent
     with pytest.raises(RuntimeError, match="after aclose"):
@@ -273,11 +293,13 @@ def test_retry_after_accepts_seconds_milliseconds_and_http_dates() -> None:
     assert retry_after_seconds({"retry-after": "-5"}) == 0.0
 
 
-async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(server: ModelServer) -> None:
+async def test_max_in_flight_admits_calls_in_fifo_order_and_bounds_the_endpoint(
+    server: ModelServer, client: str
+) -> None:
     """With one call in flight, the calls reach the server one by one, in the order they
     were made (two admitted at once could race on the wire: order is the admission's)."""
     server.add(*(Respond(body=completion(text=f"r{i}"), hold=True) for i in range(5)))
-    model = make_model(server, max_in_flight=1)
+    model = make_model(server, client, max_in_flight=1)
     answers: list[str] = []
     try:
         async with anyio.create_task_group() as tg:
@@ -309,9 +331,9 @@ def test_max_in_flight_is_checked() -> None:
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", max_in_flight=0)
 
 
-async def test_calls_take_the_pools_in_turn(server: ModelServer) -> None:
+async def test_calls_take_the_pools_in_turn(server: ModelServer, client: str) -> None:
     server.add(*(Respond(body=completion(text=f"r{i}")) for i in range(4)))
-    model = make_model(server, max_in_flight=4, pools=2)
+    model = make_model(server, client, max_in_flight=4, pools=2)
     used: list[int] = []
     originals = [client.post for client in model._clients]
     for index, client in enumerate(model._clients):
@@ -335,7 +357,9 @@ def test_pools_need_a_bound_at_least_as_large() -> None:
         OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", pools=0)
 
 
-async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(server: ModelServer) -> None:
+async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(
+    server: ModelServer, client: str
+) -> None:
     """The server (strict like llama-cpp-python's) answers a null ``content`` with a 500:
     a message without text is sent as ``""``, so the tool round trip completes."""
     server.add(Respond(body=completion("fine")))
@@ -344,7 +368,7 @@ async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(s
         ChatMessage("assistant", None, (ModelToolCall("c1", "weather", {"city": "Oslo"}),)),
         ChatMessage("tool", '{"celsius": 3}', tool_call_id="c1"),
     )
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         reply = await model.chat(ChatRequest(history))
     assert reply.text == "fine"
     assert [m["content"] for m in server.seen[0].body["messages"]] == ["weather?", "", '{"celsius": 3}']
@@ -352,6 +376,7 @@ async def test_a_turn_that_only_calls_tools_goes_with_empty_content_never_null(s
 
 async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_retried(
     server: ModelServer,
+    client: str,
 ) -> None:
     openai_style = error_body(
         "This model's maximum context length is 2048 tokens. However, you requested 2300 tokens "
@@ -368,7 +393,7 @@ async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_ret
         }
     }
     server.add(Respond(400, openai_style), Respond(400, llama_cpp_style))
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         with pytest.raises(ContextTooLong) as first:
             await model.chat(ask())
         with pytest.raises(ContextTooLong) as second:
@@ -380,7 +405,7 @@ async def test_a_context_overflow_is_context_too_long_with_its_sizes_and_not_ret
     assert len(server.seen) == 2
 
 
-async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ModelServer) -> None:
+async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: ModelServer, client: str) -> None:
     invalid = error_body(
         "1 validation error for CreateChatCompletionRequest\nmessages.2.content\n  Input should be a "
         "valid string",
@@ -388,7 +413,7 @@ async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: Model
     )
     server.add(Respond(500, invalid, headers={"Retry-After": "0"}))
     server.add(*[Respond(500, error_body("out of memory", "server_error"), headers={"Retry-After": "0"})] * 3)
-    async with make_model(server, max_retries=2) as model:
+    async with make_model(server, client, max_retries=2) as model:
         with pytest.raises(BadRequest, match="refused the request as invalid") as refused:
             await model.chat(ask())
         assert len(server.seen) == 1  # not sent again: the same body cannot succeed
@@ -400,9 +425,10 @@ async def test_a_500_saying_the_request_was_invalid_is_not_retried(server: Model
 
 async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_request(
     server: ModelServer,
+    client: str,
 ) -> None:
     server.add(Respond(body=completion("a")), Respond(body=completion("b")))
-    async with make_model(server, max_tokens=64, temperature=0.5) as model:
+    async with make_model(server, client, max_tokens=64, temperature=0.5) as model:
         await model.chat(ask())
         await model.chat(ChatRequest((ChatMessage("user", "x"),), temperature=0.0, max_tokens=8))
     first, second = (seen.body for seen in server.seen)
@@ -410,11 +436,13 @@ async def test_max_tokens_and_temperature_go_on_the_wire_per_model_or_per_reques
     assert (second["max_tokens"], second["temperature"]) == (8, 0.0)
 
 
-async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(server: ModelServer) -> None:
+async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(
+    server: ModelServer, client: str
+) -> None:
     """An abandoned request does not leave the connection open for the server to keep
     generating into: the server sees the client hang up while it is still working."""
     server.add(Respond(body=completion("never read"), hold=True))
-    async with make_model(server) as model:
+    async with make_model(server, client) as model:
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(model.chat, ask("a long story please"))
@@ -426,6 +454,7 @@ async def test_a_cancelled_call_closes_its_connection_so_the_server_can_stop(ser
 
 async def test_a_model_that_refuses_max_tokens_or_temperature_gets_them_as_it_takes_them(
     server: ModelServer,
+    client: str,
 ) -> None:
     """OpenAI's reasoning models answer 400 to ``max_tokens`` (use ``max_completion_tokens``)
     and to any temperature but theirs: the call goes again in the form they take, once,
@@ -442,7 +471,7 @@ async def test_a_model_that_refuses_max_tokens_or_temperature_gets_them_as_it_ta
     no_temperature["error"].update(param="temperature", code="unsupported_value")
     server.add(Respond(400, no_max_tokens), Respond(400, no_temperature), Respond(body=completion("a")))
     server.add(Respond(body=completion("b")))
-    async with make_model(server, max_retries=0) as model:
+    async with make_model(server, client, max_retries=0) as model:
         request = ChatRequest((ChatMessage("user", "x"),), temperature=0.0, max_tokens=64)
         assert (await model.chat(request)).text == "a"
         assert (await model.chat(request)).text == "b"
@@ -453,3 +482,103 @@ async def test_a_model_that_refuses_max_tokens_or_temperature_gets_them_as_it_ta
         (False, 64, None),
         (False, 64, None),
     ]
+
+
+# -- greenroom's own client: what a server may do on the wire ---------------------------------
+
+
+async def _raw_server(
+    answers: list[bytes], connections: list[int], *, task_status: anyio.abc.TaskStatus[int]
+) -> None:
+    """A bare TCP server: per connection, reads one request and writes the next of
+    ``answers`` as it is, then closes the connection (no ``Connection: close`` said)."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            connections.append(1)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += await stream.receive()
+            head, _, body = request.partition(b"\r\n\r\n")
+            sizes = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+            length = int(sizes[0].split(b":")[1])
+            while len(body) < length:
+                body += await stream.receive()
+            await stream.send(answers.pop(0))
+
+    async with listener:
+        task_status.started(port)
+        await listener.serve(serve)
+
+
+def _http_answer(body: bytes, *, chunked: bool = False) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    if not chunked:
+        return head + b"content-length: %d\r\n\r\n" % len(body) + body
+    half = len(body) // 2
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:half], body[half:]))
+    return head + b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+
+
+async def test_own_client_replaces_a_kept_alive_connection_the_server_closed() -> None:
+    """The server closes each connection after one answer without saying so: the next
+    call finds its idle connection closed and opens another — no error, no retry wait."""
+    connections: list[int] = []
+    answers = [_http_answer(msgspec.json.encode(completion(f"r{i}"))) for i in range(3)]
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(_raw_server, answers, connections)
+            async with OpenAIChatModel(
+                "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, client="greenroom"
+            ) as model:
+                texts = [(await model.chat(ask())).text for _ in range(3)]
+            tg.cancel_scope.cancel()
+    assert texts == ["r0", "r1", "r2"] and len(connections) == 3
+
+
+async def test_own_client_reads_a_chunked_answer_and_refuses_one_that_is_not_http() -> None:
+    connections: list[int] = []
+    answers = [
+        _http_answer(msgspec.json.encode(completion("in two chunks")), chunked=True),
+        b"SMTP ready\r\n\r\n",
+    ]
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(_raw_server, answers, connections)
+            async with OpenAIChatModel(
+                "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, client="greenroom"
+            ) as model:
+                assert (await model.chat(ask())).text == "in two chunks"
+                with pytest.raises(
+                    Unavailable, match=r"cannot reach the server: the answer is not valid HTTP/1\.1"
+                ):
+                    await model.chat(ask())
+            tg.cancel_scope.cancel()
+
+
+def test_the_client_is_chosen_by_name_and_a_proxy_sends_calls_through_the_sdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match="client must be one of greenroom, openai, got 'curl'"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", client="curl")
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1").client == "greenroom"
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert (
+        OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1").client == "openai"
+    )  # greenroom's cannot proxy
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    assert OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1").client == "greenroom"
+    assert OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1", client="openai").client == "openai"

@@ -20,6 +20,8 @@ from typing import TypeVar
 
 import anyio
 
+from .._threads import run_blocking
+
 T = TypeVar("T")
 
 
@@ -68,7 +70,8 @@ class SQLiteFile:
         limiter = self._limiter
         if limiter is None:
             limiter = self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
+        async with limiter:  # queued here, in FIFO order, not on the thread lock
+            return await run_blocking(call)
 
     def close_blocking(self) -> None:
         """Close the connection, from a worker thread (a later call opens it again)."""

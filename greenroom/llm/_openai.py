@@ -1,5 +1,6 @@
-"""``OpenAIChatModel``: any OpenAI-compatible chat-completions server, through the
-``openai`` SDK's ``AsyncOpenAI`` (OpenAI itself, vLLM, Ollama, llama.cpp, ...)."""
+"""``OpenAIChatModel``: any OpenAI-compatible chat-completions server (OpenAI itself,
+vLLM, Ollama, llama.cpp, ...), through greenroom's own HTTP/1.1 client (``_http``) or
+the ``openai`` SDK's ``AsyncOpenAI`` — the same requests, retries and errors either way."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import random
 import re
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +22,7 @@ import msgspec
 from .._checks import check_int, check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
+from ._http import Answer, ConnectionFailed, OriginClient
 from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
@@ -31,6 +35,8 @@ logger = logging.getLogger("greenroom.llm")
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 MODEL_ENV = "OPENAI_MODEL"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""Where calls go with no base URL given (the SDK's default too)."""
 NO_KEY = "no-key"
 """Sent when no key is configured: local servers (Ollama, llama.cpp, vLLM) ignore it."""
 
@@ -109,6 +115,23 @@ class _WireCompletion(msgspec.Struct):
 
 
 _completion_decoder = msgspec.json.Decoder(_WireCompletion)
+_encode = msgspec.json.Encoder().encode
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment sends ``url`` through a proxy (``HTTPS_PROXY`` and the
+    like, minus ``NO_PROXY``), as the SDK's httpx client would."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
 
 
 def _parse_arguments(call_id: str, name: str, raw: str | None) -> ModelToolCall:
@@ -170,6 +193,55 @@ def _context_too_long(model: str, status: int, text: str, body: object) -> Conte
     )
 
 
+class _StatusError:
+    """An HTTP error answer as the retry rules read it, the same from either client: the
+    status, the OpenAI-style error fields (``code``, ``param``, ``type``: from the body's
+    ``error`` object), the SDK's ``message`` ("Error code: N - <message>"), the body and
+    the headers (names lower-cased)."""
+
+    __slots__ = ("body", "code", "headers", "message", "param", "status_code", "type")
+
+    def __init__(self, status: int, body: object, message: str, headers: Mapping[str, str]) -> None:
+        self.status_code = status
+        self.body = body
+        self.message = message
+        self.headers = headers
+        fields = body if isinstance(body, dict) else {}
+        code = fields.get("code")
+        self.code = str(code) if code is not None else None
+        self.param: Any = fields.get("param")
+        self.type: Any = fields.get("type")
+
+    @classmethod
+    def from_sdk(cls, error: openai.APIStatusError) -> _StatusError:
+        headers = {name.lower(): value for name, value in error.response.headers.items()}
+        return cls(error.status_code, error.body, str(error.message), headers)
+
+    @classmethod
+    def from_answer(cls, answer: Answer) -> _StatusError:
+        """What the SDK makes of the same answer (``_make_status_error_from_response``)."""
+        message = f"Error code: {answer.status}"
+        text = answer.body.decode("utf-8", "replace").strip()
+        body: object = text
+        try:
+            body = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            pass
+        else:
+            inner = body.get("error", body) if isinstance(body, dict) else None
+            said = inner.get("message") if isinstance(inner, dict) else None
+            if isinstance(said, str) and said:
+                message += f" - {said}"
+            if isinstance(body, dict):
+                body = body.get("error", body)
+        return cls(answer.status, body, message, answer.headers)
+
+
+CLIENTS = ("greenroom", "openai")
+"""The HTTP clients ``OpenAIChatModel`` can send with: greenroom's own (``OriginClient``)
+or the ``openai`` SDK's ``AsyncOpenAI``."""
+
+
 class OpenAIChatModel(ClosingModel):
     """A chat model behind an OpenAI-compatible endpoint.
 
@@ -178,7 +250,17 @@ class OpenAIChatModel(ClosingModel):
     SDK's default, OpenAI; no key: a placeholder local servers accept). The key is
     never logged and never appears in an exception or in ``repr``.
 
-    ``timeout``: seconds one attempt may take (per call, overridable in ``chat``).
+    ``client``: ``"greenroom"`` (the default) sends each call through greenroom's own
+    HTTP/1.1 client — keep-alive connections over anyio streams, a fraction of the SDK's
+    CPU per call; ``"openai"`` through the SDK's ``AsyncOpenAI`` (the reference: the test
+    suite runs every behaviour on both). A proxy configured for the endpoint in the
+    environment (``HTTPS_PROXY`` and the like) sends calls through the SDK, which speaks
+    to proxies. Either way the request body is the same JSON, retried, timed out, mapped
+    to errors and cancelled alike.
+
+    ``timeout``: seconds one attempt may take (per call, overridable in ``chat``): on
+    greenroom's client, the whole attempt (connect, send, the answer read whole); on the
+    SDK's, each phase of it.
     A 429 is retried after the ``Retry-After`` the server gave (or a backoff), a 5xx,
     408 or a connection failure after an exponential backoff; at most ``max_retries``
     retries, and never a wait longer than ``max_retry_wait`` (then ``RateLimited`` /
@@ -215,6 +297,7 @@ class OpenAIChatModel(ClosingModel):
         max_in_flight: int | None = None,
         pools: int = 1,
         price: Price | None = None,
+        client: str = "greenroom",
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -236,6 +319,14 @@ class OpenAIChatModel(ClosingModel):
             raise ValueError(f"OpenAIChatModel temperature must be a number in [0, 2], got {temperature!r}")
         if price is not None and not isinstance(price, Price):
             raise ValueError(f"OpenAIChatModel price must be a greenroom.llm.Price, got {price!r}")
+        if client not in CLIENTS:
+            raise ValueError(f"OpenAIChatModel client must be one of {', '.join(CLIENTS)}, got {client!r}")
+        if client == "greenroom" and _proxied(base_url or DEFAULT_BASE_URL):
+            logger.info("%s: a proxy is configured for %s: calls go through the openai SDK", model, base_url)
+            client = "openai"
+        self.client = client
+        """Which HTTP client sends the calls (``"openai"`` when a proxy is configured for
+        the endpoint: greenroom's own client does not speak to proxies)."""
         self.model = model
         self.base_url = base_url
         self.price = price
@@ -260,16 +351,24 @@ class OpenAIChatModel(ClosingModel):
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
         self._clients = [self._make_client(base_url) for _ in range(self.pools)]
+        self._headers = (
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json"),
+            (b"authorization", f"Bearer {self._key}".encode("latin-1", "replace")),
+            (b"user-agent", f"greenroom/{_version()}".encode("ascii")),
+        )
         self._client = self._clients[0]
         self._next = 0
         self.closed = False
 
-    def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI:
+    def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI | OriginClient:
+        size = None if self.max_in_flight is None else -(-self.max_in_flight // self.pools)
+        if self.client == "greenroom":
+            return OriginClient(base_url or DEFAULT_BASE_URL, max_idle=size or 100)
         import openai
 
         http_client = None
-        if self.max_in_flight is not None:
-            size = -(-self.max_in_flight // self.pools)
+        if size is not None:
             limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
             http_client = openai.DefaultAsyncHttpxClient(limits=limits)
         # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
@@ -322,44 +421,83 @@ class OpenAIChatModel(ClosingModel):
         return await self._attempts(request, params, per_call)
 
     async def _attempts(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> ChatReply:
-        import openai  # loaded with the first client (``_make_client``)
-
         attempt = 0
         while True:
-            try:
-                # the wire body is built here already: posted as it is, and the answer decoded
-                # by msgspec (the SDK's per-call transform and pydantic parsing cost ~5 ms
-                # of CPU per call with five tool schemas); status codes, timeouts, auth and
-                # connection errors are still the SDK's (its exceptions, mapped below)
-                client = self._clients[self._next]
-                self._next = (self._next + 1) % self.pools
-                response = await client.post(
-                    "/chat/completions", cast_to=httpx2.Response, body=params, options={"timeout": per_call}
-                )
-            except openai.APITimeoutError:
-                raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
-            except openai.APIStatusError as error:
-                if self._adapt(error, params):
-                    continue  # the same request in the form this model takes: not a retry
-                wait, failure = self._judge_status(error, attempt)
-            except openai.APIConnectionError as error:
-                wait = self._backoff(attempt)
-                failure = Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}")
+            client = self._clients[self._next]
+            self._next = (self._next + 1) % self.pools
+            if type(client) is OriginClient:
+                body, status_error, failure = await self._post(client, params, per_call)
             else:
+                body, status_error, failure = await self._post_sdk(client, params, per_call)
+            if body is not None:
                 try:
-                    completion = _completion_decoder.decode(response.content)
+                    completion = _completion_decoder.decode(body)
                 except msgspec.DecodeError:
                     raise Unavailable(
                         f"{self.model}: the server answered something that is not a chat completion"
                     ) from None
                 return self._reply(request, completion)
+            wait: float | None
+            if status_error is not None:
+                if self._adapt(status_error, params):
+                    continue  # the same request in the form this model takes: not a retry
+                wait, failure = self._judge_status(status_error, attempt)
+            else:  # the server could not be reached
+                wait = self._backoff(attempt)
+            assert failure is not None
             if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
                 raise failure
             attempt += 1
             logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
             await anyio.sleep(wait)
 
-    def _adapt(self, error: openai.APIStatusError, params: dict[str, Any]) -> bool:
+    async def _post(
+        self, client: OriginClient, params: dict[str, Any], per_call: float
+    ) -> tuple[bytes | None, _StatusError | None, ModelError | None]:
+        """One attempt through greenroom's own client: the completion's bytes, or the
+        error answer, or the failure to reach the server (one of the three)."""
+        try:
+            with anyio.fail_after(per_call):
+                answer = await client.post("/chat/completions", _encode(params), self._headers)
+        except TimeoutError:
+            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
+        except ConnectionFailed as error:
+            return (
+                None,
+                None,
+                Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}"),
+            )
+        if 200 <= answer.status < 300:
+            return answer.body, None, None
+        return None, _StatusError.from_answer(answer), None
+
+    async def _post_sdk(
+        self, client: openai.AsyncOpenAI, params: dict[str, Any], per_call: float
+    ) -> tuple[bytes | None, _StatusError | None, ModelError | None]:
+        """One attempt through the openai SDK (the reference): the same outcomes."""
+        import openai  # loaded with the first client (``_make_client``)
+
+        try:
+            # the wire body is built here already: posted as it is, and the answer decoded
+            # by msgspec (the SDK's per-call transform and pydantic parsing cost ~5 ms of CPU
+            # per call with five tool schemas); status codes, timeouts, auth and connection
+            # errors are still the SDK's (its exceptions, mapped here)
+            response = await client.post(
+                "/chat/completions", cast_to=httpx2.Response, body=params, options={"timeout": per_call}
+            )
+        except openai.APITimeoutError:
+            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
+        except openai.APIStatusError as error:
+            return None, _StatusError.from_sdk(error), None
+        except openai.APIConnectionError as error:
+            return (
+                None,
+                None,
+                Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}"),
+            )
+        return response.content, None, None
+
+    def _adapt(self, error: _StatusError, params: dict[str, Any]) -> bool:
         """OpenAI's reasoning models refuse ``max_tokens`` (they take
         ``max_completion_tokens``) and any ``temperature`` but their default. Such a 400
         changes ``params`` for this call and every later one; True when it did."""
@@ -387,7 +525,7 @@ class OpenAIChatModel(ClosingModel):
     def _backoff(self, attempt: int) -> float:
         return min(self.max_retry_wait, 0.5 * 2.0**attempt) * (1 + random.random() / 4)
 
-    def _judge_status(self, error: openai.APIStatusError, attempt: int) -> tuple[float | None, ModelError]:
+    def _judge_status(self, error: _StatusError, attempt: int) -> tuple[float | None, ModelError]:
         """``(wait before retrying or None, the error to raise if not retrying)``."""
         status = error.status_code
         text = self._redact(str(error.message))
@@ -404,11 +542,11 @@ class OpenAIChatModel(ClosingModel):
                 status=status,
             )
         if status == 429:
-            asked = retry_after_seconds(error.response.headers)
+            asked = retry_after_seconds(error.headers)
             wait = asked if asked is not None else self._backoff(attempt)
             return wait, RateLimited(f"{self.model}: rate limited (HTTP 429): {detail}", retry_after=asked)
         if status in _RETRIED_STATUSES:
-            asked = retry_after_seconds(error.response.headers)
+            asked = retry_after_seconds(error.headers)
             wait = asked if asked is not None else self._backoff(attempt)
             return wait, Unavailable(f"{self.model}: server error (HTTP {status}): {detail}", status=status)
         if status in (401, 403):
@@ -450,4 +588,7 @@ class OpenAIChatModel(ClosingModel):
         self.closed = True
         with anyio.CancelScope(shield=True):
             for client in self._clients:
-                await client.close()
+                if type(client) is OriginClient:
+                    await client.aclose()
+                else:
+                    await client.close()

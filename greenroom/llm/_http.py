@@ -1,0 +1,223 @@
+"""``OriginClient``: greenroom's own HTTP/1.1 client for one origin — the model calls' path.
+
+Keep-alive connections over anyio streams (TCP, or TLS for ``https``), the protocol
+spoken by ``h11``; a request takes the most recently used idle connection or opens a new
+one, and gives it back once the answer was read whole. Why not the SDK's ``httpx``: per
+request it builds a request model, runs hooks, auth and a pool whose bookkeeping grows
+with its size — most of the CPU a model call costs greenroom on a fast server. This does
+one thing: ``POST`` a JSON body, read the answer.
+
+- An idle connection the server has closed (its socket is readable) is dropped when
+  taken; a reused connection that fails before any byte of the answer was read is
+  replaced by a new one, once (the server closed it as the request went out).
+- Any other failure to connect, send or read raises :class:`ConnectionFailed`; an answer
+  that breaks HTTP/1.1 too. The connection is then closed, never reused.
+- Cancellation (and so a caller's timeout) closes the connection in use: the server sees
+  the client hang up and can stop working on the request. Nothing is retried.
+- ``aclose()`` closes the idle connections; one in use is closed as its request ends.
+"""
+
+from __future__ import annotations
+
+import select
+import ssl
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, final
+
+import anyio
+import anyio.abc
+import h11
+
+_READ = 1 << 16
+
+
+class ConnectionFailed(Exception):
+    """The request could not be sent or its answer not read (no connection, a broken one,
+    or an answer that is not HTTP/1.1). Whether the server acted on it is not known."""
+
+
+@final
+class Answer:
+    """A whole HTTP answer: ``status``, ``headers`` (names lower-cased) and ``body``."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+class _Stale(Exception):
+    """A reused connection ended before any byte of the answer: open another, once."""
+
+
+class _Connection:
+    __slots__ = ("protocol", "socket", "stream")
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.protocol = h11.Connection(h11.CLIENT)
+        self.socket: Any = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+
+    def closed_by_server(self) -> bool:
+        """An idle connection whose socket is readable was closed (or written to) by the
+        server: it cannot carry a request."""
+        if self.socket is None:
+            return False
+        try:
+            readable, _, _ = select.select([self.socket], [], [], 0)
+        except (OSError, ValueError):  # closed under us
+            return True
+        return bool(readable)
+
+    async def exchange(self, request: h11.Request, body: bytes, reused: bool) -> Answer:
+        protocol = self.protocol
+        stream = self.stream
+        data = protocol.send(request)
+        data += protocol.send(h11.Data(data=body))
+        data += protocol.send(h11.EndOfMessage())
+        try:
+            await stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
+            if reused:
+                raise _Stale from None
+            raise ConnectionFailed(f"the connection broke while sending: {error!r}") from None
+        status = 0
+        headers: dict[str, str] = {}
+        parts: list[bytes] = []
+        while True:
+            try:
+                event = protocol.next_event()
+            except h11.RemoteProtocolError as error:
+                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
+            kind = type(event)
+            if event is h11.NEED_DATA:
+                try:
+                    received = await stream.receive(_READ)
+                except anyio.EndOfStream:
+                    received = b""
+                except (anyio.BrokenResourceError, OSError) as error:
+                    if reused and not status:
+                        raise _Stale from None
+                    raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+                if not received and reused and not status:
+                    raise _Stale
+                protocol.receive_data(received)
+            elif kind is h11.Response:
+                status = event.status_code  # type: ignore[union-attr]
+                headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}  # type: ignore[union-attr]
+            elif kind is h11.Data:
+                parts.append(event.data)  # type: ignore[union-attr]
+            elif kind is h11.EndOfMessage:
+                return Answer(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
+            elif kind is h11.ConnectionClosed:
+                raise ConnectionFailed("the server closed the connection before the answer was whole")
+            # InformationalResponse (100 Continue): read on
+
+    def reusable(self) -> bool:
+        protocol = self.protocol
+        if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
+            protocol.start_next_cycle()
+            return True
+        return False
+
+
+@final
+class OriginClient:
+    """Keep-alive HTTP/1.1 connections to the origin of ``base_url`` (``http`` or
+    ``https``; paths given to :meth:`post` are joined to its path). ``max_idle``: idle
+    connections kept at most (more are closed as their request ends). ``ssl_context``:
+    for ``https`` (default: the system's trust store, ``ssl.create_default_context()``).
+    """
+
+    def __init__(
+        self, base_url: str, *, max_idle: int = 100, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"OriginClient base_url must be an http(s) URL with a host, got {base_url!r}")
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.tls else 80)
+        default_port = self.port == (443 if self.tls else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self._host_header = (host if default_port else f"{host}:{self.port}").encode("ascii")
+        self._path = parts.path.rstrip("/")
+        self._ssl_context = ssl_context if ssl_context is not None or not self.tls else None
+        self.max_idle = max_idle
+        self._idle: list[_Connection] = []
+        self.closed = False
+
+    async def post(self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> Answer:
+        """``POST`` ``body`` to ``path``; the whole answer, whatever its status.
+
+        Raises :class:`ConnectionFailed` (see the module doc). Cancelled, it closes the
+        connection in use at once and re-raises; nothing of the answer is kept.
+        """
+        if self.closed:
+            raise RuntimeError("OriginClient.post() after aclose()")
+        request = h11.Request(
+            method=b"POST",
+            target=(self._path + path).encode("ascii"),
+            headers=[
+                (b"host", self._host_header),
+                (b"content-length", str(len(body)).encode("ascii")),
+                *headers,
+            ],
+        )
+        connection, reused = await self._take_idle(), True
+        if connection is None:
+            connection, reused = await self._connect(), False
+        try:
+            try:
+                answer = await connection.exchange(request, body, reused)
+            except _Stale:
+                await anyio.aclose_forcefully(connection.stream)
+                connection = await self._connect()
+                answer = await connection.exchange(request, body, False)
+        except BaseException:
+            await anyio.aclose_forcefully(connection.stream)
+            raise
+        if connection.reusable() and not self.closed and len(self._idle) < self.max_idle:
+            self._idle.append(connection)
+        else:
+            await anyio.aclose_forcefully(connection.stream)
+        return answer
+
+    async def _take_idle(self) -> _Connection | None:
+        """The most recently used idle connection the server has not closed, if any."""
+        idle = self._idle
+        while idle:
+            connection = idle.pop()
+            if not connection.closed_by_server():
+                return connection
+            await anyio.aclose_forcefully(connection.stream)
+        return None
+
+    async def _connect(self) -> _Connection:
+        try:
+            if self.tls:
+                context = self._ssl_context or ssl.create_default_context()
+                self._ssl_context = context
+                stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                    self.host,
+                    self.port,
+                    ssl_context=context,
+                    tls_hostname=self.host,
+                    tls_standard_compatible=False,
+                )
+            else:
+                stream = await anyio.connect_tcp(self.host, self.port)
+        except OSError as error:
+            raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {error}") from None
+        return _Connection(stream)
+
+    async def aclose(self) -> None:
+        """Close the idle connections; a connection in use closes when its request ends.
+        Idempotent."""
+        self.closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await anyio.aclose_forcefully(connection.stream)

@@ -562,7 +562,7 @@ async def test_a_crashing_request_actor_is_counted_and_the_caller_gets_a_friendl
     tmp_path: Path,
 ) -> None:
     class BrokenHistory(SQLiteChatStore):
-        async def load_history(self, user_id: str, conversation_id: str, limit: int) -> Any:
+        async def load_conversation(self, user_id: str, conversation_id: str, limit: int) -> Any:
             raise RuntimeError("corrupt row")
 
     store = BrokenHistory(tmp_path / "chat.sqlite3")

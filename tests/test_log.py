@@ -17,7 +17,7 @@ from greenroom.embedded import EventLogError, FileEventStore, read_events
 from greenroom.embedded._reader import tail_events
 from greenroom.log import LogActor, NarratorCapability, PolicyError
 from greenroom.log._policy import surfacing_flag
-from greenroom.messages import AGENT_UPDATE, NARRATION, Append, Event, Subscribe
+from greenroom.messages import AGENT_UPDATE, NARRATION, Append, Event, Subscribe, Unsubscribe
 
 pytestmark = pytest.mark.anyio
 
@@ -210,3 +210,61 @@ async def test_policy_verdicts_hold_when_remembered_and_after_the_memory_is_clea
             await log.ask(Append(type="bad type"))
     stored = read_events(tmp_path / "events.jsonl")
     assert [e.type for e in stored[:2]] == ["X", "X"] and len(stored) == 2 + 1100
+
+
+class _CountedStore(FileEventStore):
+    """The file store, noting the size of each batch written."""
+
+    def __init__(self, data_dir: Path, writes: list[int]) -> None:
+        super().__init__(data_dir)
+        self.writes = writes
+
+    async def write(self, events: Any, encoded: Any = None) -> Any:
+        self.writes.append(len(events))
+        return await super().write(events, encoded)
+
+
+async def test_told_events_linger_for_company_and_an_asked_one_writes_them_at_once(tmp_path: Path) -> None:
+    """Told appends (nobody waits) wait up to ``linger`` for more before one write; an
+    asked append writes the batch as soon as the mailbox is empty; a stop writes what is
+    held; ``linger=0`` writes each as before."""
+    writes: list[int] = []
+
+    async def barrier(log: ActorRef) -> None:  # the log has handled everything sent before
+        await log.ask(Unsubscribe(log))
+
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "a", writes), linger=3600))
+        for i in range(3):
+            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
+            await barrier(log)
+        assert writes == []  # held: nobody waits for them
+        asked = await log.ask(Append(type=AGENT_UPDATE, payload={"asked": True}))
+        assert (asked.seq, writes) == (4, [4])  # written with the asked one, at once
+        log.tell(Append(type=AGENT_UPDATE, payload={"told": 3}))
+        await barrier(log)
+    assert writes == [4, 1]  # the stop wrote what was held
+    assert [e.seq for e in read_events(tmp_path / "a" / "events.jsonl")] == [1, 2, 3, 4, 5]
+
+    writes.clear()
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "b", writes), linger=0.05))
+        for i in range(2):
+            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
+            await barrier(log)
+        await eventually(lambda: writes == [2])  # the linger ran out: one write for both
+    assert writes == [2]
+
+    writes.clear()
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "c", writes), linger=0))
+        for i in range(2):
+            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
+            await barrier(log)
+        assert writes == [1, 1]  # no linger: each as the mailbox empties
+
+
+def test_a_bad_linger_is_refused_by_name(tmp_path: Path) -> None:
+    for bad in (-1, float("nan"), "5ms", True):
+        with pytest.raises(ValueError, match="LogActor linger"):
+            LogActor(FileEventStore(tmp_path), linger=bad)  # type: ignore[arg-type]

@@ -994,6 +994,11 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
             await chat.save_turn("bob", "c1", [], None)
         assert await chat.load_pending("alice", "c1") == pending
         assert await chat.load_pending("bob", "c1") is None
+        # what a request starts from, in one read: the same pending and history
+        assert await chat.load_conversation("alice", "c1", 3) == (pending, history)
+        for user, conversation in (("bob", "c1"), ("alice", "nope")):
+            with pytest.raises(ConversationNotFound):
+                await chat.load_conversation(user, conversation, 3)
         taken = []
         async with anyio.create_task_group() as tg:
             for _ in range(4):

@@ -121,8 +121,8 @@ class ChatRequestActor(Actor):
         if self.engine.stop.requested:  # nothing starts after a stop: no turn, no pending taken
             return AgentResult(False, replies.STOPPED, [], replies.STOPPED)
         store = self.store
-        await store.open_conversation(user, conversation, create=False)
-        stored_pending = await store.load_pending(user, conversation)
+        limit = max(self.engine.config.include_history_messages, 1)
+        stored_pending, stored = await store.load_conversation(user, conversation, limit)  # one read
         pending: PendingAction | None = None
         live = stored_pending is not None and stored_pending.expires_at >= self.clock()
         if (
@@ -155,9 +155,6 @@ class ChatRequestActor(Actor):
                 stored_pending.title,
                 stored_pending.expires_at,
             )
-        stored = await store.load_history(
-            user, conversation, max(self.engine.config.include_history_messages, 1)
-        )
         history = (
             tuple(MessageHistory(m.role, m.content, _stamp(m.created_at), m.tool_calls) for m in stored)
             if stored

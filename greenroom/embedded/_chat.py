@@ -198,27 +198,42 @@ class SQLiteChatStore:
             elif row is None or row[0] != user_id:
                 raise ConversationNotFound(conversation_id)
 
-        await self._run(open_, write=create)
+        def known(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is not None and row[0] != user_id:
+                raise ConversationNotFound(conversation_id)
+            return row is not None
+
+        # a conversation is created once and then read on every request: a read first,
+        # the write lock only when it is not there yet
+        if await self._run(known, write=False):
+            return
+        if not create:
+            raise ConversationNotFound(conversation_id)
+        await self._run(open_)
+
+    @staticmethod
+    def _history(
+        db: sqlite3.Connection, user_id: str, conversation_id: str, limit: int
+    ) -> list[StoredMessage]:
+        rows = db.execute(
+            "SELECT m.role, m.content, m.tool_calls, m.created_at FROM messages m "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE m.conversation_id = ? AND c.user_id = ? ORDER BY m.seq DESC LIMIT ?",
+            (conversation_id, user_id, limit),
+        ).fetchall()
+        return [
+            StoredMessage(
+                role="user" if role == "user" else "assistant",
+                content=content,
+                created_at=created_at,
+                tool_calls=None if calls is None else msgspec.json.decode(calls),
+            )
+            for role, content, calls, created_at in reversed(rows)
+        ]
 
     async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
-        def load(db: sqlite3.Connection) -> list[StoredMessage]:
-            rows = db.execute(
-                "SELECT m.role, m.content, m.tool_calls, m.created_at FROM messages m "
-                "JOIN conversations c ON c.id = m.conversation_id "
-                "WHERE m.conversation_id = ? AND c.user_id = ? ORDER BY m.seq DESC LIMIT ?",
-                (conversation_id, user_id, limit),
-            ).fetchall()
-            return [
-                StoredMessage(
-                    role="user" if role == "user" else "assistant",
-                    content=content,
-                    created_at=created_at,
-                    tool_calls=None if calls is None else msgspec.json.decode(calls),
-                )
-                for role, content, calls, created_at in reversed(rows)
-            ]
-
-        return await self._run(load, write=False)
+        return await self._run(lambda db: self._history(db, user_id, conversation_id, limit), write=False)
 
     async def save_turn(
         self,
@@ -268,21 +283,35 @@ class SQLiteChatStore:
 
         await self._run(save)
 
-    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
-        def load(db: sqlite3.Connection) -> StoredPending | None:
-            row = db.execute(
-                "SELECT p.tool_name, p.parameters, p.title, p.expires_at FROM pending_actions p "
-                "JOIN conversations c ON c.id = p.conversation_id "
-                "WHERE p.conversation_id = ? AND c.user_id = ?",
-                (conversation_id, user_id),
-            ).fetchone()
-            if row is None:
-                return None
-            return StoredPending(
-                tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
+    async def load_conversation(
+        self, user_id: str, conversation_id: str, limit: int
+    ) -> tuple[StoredPending | None, list[StoredMessage]]:
+        def load(db: sqlite3.Connection) -> tuple[StoredPending | None, list[StoredMessage]]:
+            row = db.execute("SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None or row[0] != user_id:
+                raise ConversationNotFound(conversation_id)
+            return self._pending(db, user_id, conversation_id), self._history(
+                db, user_id, conversation_id, limit
             )
 
         return await self._run(load, write=False)
+
+    @staticmethod
+    def _pending(db: sqlite3.Connection, user_id: str, conversation_id: str) -> StoredPending | None:
+        row = db.execute(
+            "SELECT p.tool_name, p.parameters, p.title, p.expires_at FROM pending_actions p "
+            "JOIN conversations c ON c.id = p.conversation_id "
+            "WHERE p.conversation_id = ? AND c.user_id = ?",
+            (conversation_id, user_id),
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredPending(
+            tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
+        )
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
+        return await self._run(lambda db: self._pending(db, user_id, conversation_id), write=False)
 
     async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
         """Remove the pending confirmation if it is still exactly ``expected``: ``True``

@@ -35,9 +35,9 @@ from typing import Any
 
 import msgspec
 
-from .._checks import check_int
+from .._checks import check_int, check_seconds
 from .._errors import InvalidInput, StoreUnavailable
-from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply
+from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply, Timer
 from ..messages import Append, AppendMany, Event, RecordError, Subscribe, Unsubscribe, Visibility
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
 from ..store import EventStore
@@ -100,6 +100,10 @@ def check_append(append: Append) -> None:
             raise RecordError("event", field, value, "must be a string or None")
 
 
+_LINGERED = object()
+"""The linger timer's message: write the told events held."""
+
+
 class _Gathered:
     """The one reply of an ``AppendMany``: its events' outcomes, answered once all are in
     (all stored: the list; one refused by the store as it wrote: that error)."""
@@ -128,6 +132,13 @@ class LogActor(Actor):
     ``narrator``: the capability whose holder may append ``visibility="user"`` events
     (none: nobody may). ``max_batch``: appends written together at most. ``clock``: the
     wall clock events are stamped with.
+
+    ``linger``: seconds a batch holding only *told* appends (nobody waits for them) may
+    wait for more before it is written — one ``fsync`` for a request's several events
+    instead of one each (Kafka's ``linger.ms``). A batch with an asked append, an outbox
+    batch or ``linger=0`` is written as soon as the mailbox is empty, as before; a full
+    batch at once; a stop writes what is held. A told event is therefore durable (and
+    seen by subscribers) at most ``linger`` after the log took it.
     """
 
     def __init__(
@@ -137,6 +148,7 @@ class LogActor(Actor):
         narrator: NarratorCapability | None = None,
         max_batch: int = 4096,
         clock: Callable[[], float] = time.time,
+        linger: float = 0.005,
     ) -> None:
         if not isinstance(store, EventStore):
             raise TypeError(f"LogActor store must be an EventStore, got {store!r}")
@@ -145,6 +157,10 @@ class LogActor(Actor):
         self.store = store
         self._narrator = narrator
         self.max_batch = check_int("LogActor", "max_batch", max_batch)
+        self.linger = check_seconds("LogActor", "linger", linger, zero_ok=True)
+        self._asked = 0
+        """Appends in the batch someone waits for (asked, not told)."""
+        self._linger_timer: Timer | None = None
         self.clock = clock
         self._batch: list[tuple[PendingReply | _Gathered | None, Event]] = []
         self._encoded: list[bytes] = []
@@ -170,6 +186,11 @@ class LogActor(Actor):
 
     async def receive(self, message: Any) -> Any:
         context = self.context
+        if message is _LINGERED:
+            self._linger_timer = None
+            if self._batch:
+                await self._flush()
+            return None
         if isinstance(message, Append):
             pending = context.reply_later()
             visibility = admit(message, self._narrator, pending)
@@ -202,10 +223,14 @@ class LogActor(Actor):
             self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
         else:
             raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
-        if (context.queued == 0 or len(self._batch) >= self.max_batch) and (
-            self._batch or self._acks or self._pending_position is not None
-        ):
-            await self._flush()
+        if self._batch or self._acks or self._pending_position is not None:
+            if len(self._batch) >= self.max_batch:
+                await self._flush()
+            elif context.queued == 0:
+                if self._asked or self._acks or self._pending_position is not None or not self.linger:
+                    await self._flush()
+                elif self._linger_timer is None:  # only told events: let more join them
+                    self._linger_timer = context.schedule_once(self.linger, _LINGERED)
         return None
 
     def _add(
@@ -231,6 +256,8 @@ class LogActor(Actor):
         )
         self._batch.append((pending, event))
         self._encoded.append(encoded)
+        if pending is not None:
+            self._asked += 1
 
     async def _add_many(self, message: AppendMany, pending: PendingReply | None) -> None:
         """Check every append of ``message`` (nothing is added if one is refused), then add
@@ -272,6 +299,8 @@ class LogActor(Actor):
         if len(self._batch) + len(admitted) > self.max_batch:
             await self._flush()  # one message, one write: its events are never split
         gathered = None if pending is None else _Gathered(pending, len(admitted))
+        if gathered is not None:
+            self._asked += 1
         ts = self.clock()  # one source, one moment: the events share their stamp
         batch = self._batch
         for append, visibility, encoded in admitted:
@@ -331,6 +360,10 @@ class LogActor(Actor):
     async def _flush(self) -> None:
         batch, self._batch = self._batch, []
         encoded, self._encoded = self._encoded, []
+        self._asked = 0
+        timer, self._linger_timer = self._linger_timer, None
+        if timer is not None:
+            timer.cancel()
         acks, self._acks = self._acks, []
         position, self._pending_position = self._pending_position, None
         try:

@@ -143,15 +143,14 @@ class PostgresChatStore:
 
         await self._run(open_)
 
-    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
-        rows = await self._run(
-            lambda c: c.execute(
-                "SELECT m.role, m.content, m.tool_calls, m.created_at FROM greenroom_chat.messages m "
-                "JOIN greenroom_chat.conversations v ON v.id = m.conversation_id "
-                "WHERE m.conversation_id = %s AND v.user_id = %s ORDER BY m.seq DESC LIMIT %s",
-                (conversation_id, user_id, limit),
-            ).fetchall()
-        )
+    @staticmethod
+    def _history(c: Any, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        rows = c.execute(
+            "SELECT m.role, m.content, m.tool_calls, m.created_at FROM greenroom_chat.messages m "
+            "JOIN greenroom_chat.conversations v ON v.id = m.conversation_id "
+            "WHERE m.conversation_id = %s AND v.user_id = %s ORDER BY m.seq DESC LIMIT %s",
+            (conversation_id, user_id, limit),
+        ).fetchall()
         return [
             StoredMessage(
                 role="user" if role == "user" else "assistant",
@@ -161,6 +160,9 @@ class PostgresChatStore:
             )
             for role, content, calls, created_at in reversed(rows)
         ]
+
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        return await self._run(lambda c: self._history(c, user_id, conversation_id, limit))
 
     async def save_turn(
         self,
@@ -214,21 +216,35 @@ class PostgresChatStore:
 
         await self._run(save)
 
-    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
-        row = await self._run(
-            lambda c: c.execute(
-                "SELECT p.tool_name, p.parameters, p.title, p.expires_at "
-                "FROM greenroom_chat.pending_actions p "
-                "JOIN greenroom_chat.conversations v ON v.id = p.conversation_id "
-                "WHERE p.conversation_id = %s AND v.user_id = %s",
-                (conversation_id, user_id),
-            ).fetchone()
-        )
+    @staticmethod
+    def _pending(c: Any, user_id: str, conversation_id: str) -> StoredPending | None:
+        row = c.execute(
+            "SELECT p.tool_name, p.parameters, p.title, p.expires_at "
+            "FROM greenroom_chat.pending_actions p "
+            "JOIN greenroom_chat.conversations v ON v.id = p.conversation_id "
+            "WHERE p.conversation_id = %s AND v.user_id = %s",
+            (conversation_id, user_id),
+        ).fetchone()
         if row is None:
             return None
         return StoredPending(
             tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
         )
+
+    async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
+        return await self._run(lambda c: self._pending(c, user_id, conversation_id))
+
+    async def load_conversation(
+        self, user_id: str, conversation_id: str, limit: int
+    ) -> tuple[StoredPending | None, list[StoredMessage]]:
+        def load(c: Any) -> tuple[StoredPending | None, list[StoredMessage]]:
+            if _owner(c, conversation_id) != user_id:
+                raise ConversationNotFound(conversation_id)
+            return self._pending(c, user_id, conversation_id), self._history(
+                c, user_id, conversation_id, limit
+            )
+
+        return await self._run(load)
 
     async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
         row = await self._run(

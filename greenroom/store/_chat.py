@@ -116,6 +116,14 @@ class ChatStore(Protocol):
         """The confirmation the user was asked for in this conversation, if any."""
         ...
 
+    async def load_conversation(
+        self, user_id: str, conversation_id: str, limit: int
+    ) -> tuple[StoredPending | None, list[StoredMessage]]:
+        """What a request starts from, read in one go: the pending confirmation (if any)
+        and the last ``limit`` messages, oldest first. :class:`ConversationNotFound` if
+        the conversation is not the user's."""
+        ...
+
     async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
         """Remove the pending confirmation if it is still exactly ``expected``: ``True``
         for the one caller that took it (across every process sharing the store)."""

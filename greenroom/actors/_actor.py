@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, final
 
 from .._guard import NoPublicConstructor
@@ -81,6 +81,22 @@ class Actor:
     async def receive(self, message: Any) -> Any:
         """Handle one message; the return value answers an ``ask``."""
         raise TypeError(f"{type(self).__name__} does not handle {type(message).__name__} messages")
+
+    receive_many: Callable[[list[tuple[Any, PendingReply | None]]], Awaitable[None]] | None = None
+    """Opt in to batch delivery: define ``async def receive_many(self, deliveries)`` on a
+    subclass and the kernel hands it every message ready in the mailbox at once (up to the
+    system's ``throughput``), in order, instead of calling ``receive`` for each.
+
+    ``deliveries`` is a list of ``(message, reply)``: ``reply`` is a :class:`PendingReply`
+    for an asked message — answer each one, now or later, as with
+    ``context.reply_later()`` — and ``None`` for a told one. ``context.queued`` is what
+    arrived since the batch was taken. If ``receive_many`` raises, every reply of the batch
+    not yet answered fails with that exception and the parent's strategy decides, once,
+    as for a failed ``receive``. Kernel signals (stop, watch) are handled between batches,
+    so messages sent before ``stop()`` are all delivered, as with ``receive``; messages
+    sent after it are refused. Not for an interruptible actor (it handles one message at
+    a time, each in its own cancel scope): spawning one that defines both is a ``TypeError``.
+    """
 
     @property
     def context(self) -> ActorContext:

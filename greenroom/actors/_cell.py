@@ -33,7 +33,7 @@ from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
 from ._messages import Terminated
 from ._ref import ActorRef
-from ._reply import InterruptingReply, Reply
+from ._reply import InterruptingReply, Reply, pending_reply
 from ._supervision import DEFAULT_STRATEGY, Directive, SupervisorStrategy
 from ._timers import Timer
 
@@ -94,6 +94,7 @@ class ActorCell:
         "accepting",
         "actor",
         "backoff_wakeup",
+        "batching",
         "children",
         "current_reply",
         "dead",
@@ -149,6 +150,7 @@ class ActorCell:
         self.stop_now = False
         self.interrupted = False
         self.interruption: _Interruption | None = None
+        self.batching = False
         self.children: set[ActorCell] | None = None
         self.watchers: set[ActorCell] | None = None
         self.watching: set[ActorCell] | None = None
@@ -173,9 +175,18 @@ class ActorCell:
         if cls not in _async_receive_checked:
             if not inspect.iscoroutinefunction(cls.receive):
                 raise TypeError(f"{cls.__name__}.receive must be an 'async def' method")
+            if cls.receive_many is not None:
+                if cls.interruptible is True:
+                    raise TypeError(
+                        f"{cls.__name__} defines receive_many and is interruptible: an interruptible "
+                        "actor handles one message at a time"
+                    )
+                if not inspect.iscoroutinefunction(cls.receive_many):
+                    raise TypeError(f"{cls.__name__}.receive_many must be an 'async def' method")
             _async_receive_checked.add(cls)
         actor._greenroom_cell = self
         self.actor = actor
+        self.batching = cls.receive_many is not None
         if cls.interruptible is True:
             if self.interruption is None:
                 self.interruption = _Interruption()
@@ -393,6 +404,25 @@ class ActorCell:
 
     # -- tracing (only while greenroom._tracing is enabled) -------------------------------
 
+    async def run_batch(self, batch: list[tuple[Any, Reply | None]]) -> None:
+        """Hand ``batch`` to the actor's ``receive_many`` (see ``Actor.receive_many``)."""
+        actor = self.actor
+        assert actor is not None and actor.receive_many is not None
+        deliveries = [(message, None if reply is None else pending_reply(reply)) for message, reply in batch]
+        try:
+            await actor.receive_many(deliveries)
+        except Exception as error:
+            for _, reply in batch:
+                if reply is not None:
+                    reply.fail(error)  # no-op for the ones already answered
+            await self.handle_failure(error, batch[-1][0])
+        except BaseException:
+            stopped = ActorStopped(self.ref, "was stopped while handling the message")
+            for _, reply in batch:
+                if reply is not None:
+                    reply.fail(stopped)
+            raise
+
     async def run_traced(self, traced: Traced, reply: Reply | None) -> None:
         """Handle a message that brought its sender's trace context: in a span that is a
         child of it, with the same semantics as the dispatcher's own loop."""
@@ -400,6 +430,9 @@ class ActorCell:
         with _tracing.receiving(self.name, message, traced.context):
             if self.interruption is not None:
                 await self.run_interruptible(message, reply)
+                return
+            if self.batching:  # a traced message is a batch of its own, in its span
+                await self.run_batch([(message, reply)])
                 return
             actor = self.actor
             assert actor is not None

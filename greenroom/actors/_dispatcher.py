@@ -13,6 +13,10 @@ on its way, and each woken worker that leaves work behind wakes the next. The po
 grows to the number of actors blocked at once; idle workers beyond ``max_idle``
 exit. A worker that finishes a batch takes the next cell itself, without a task
 switch, and checkpoints every ``throughput`` messages so others get to run.
+
+Batch delivery: an activation drains what is ready in the mailbox (up to ``throughput``)
+before the worker moves on — one ``receive`` call per message, or, for an actor that
+defines ``receive_many``, one call for the run of messages between kernel signals.
 """
 
 from __future__ import annotations
@@ -112,6 +116,24 @@ class Dispatcher:
                         break
                     if not mailbox or handled == budget:
                         break
+                    if cell.batching:  # receive_many: what is ready, up to the budget, at once
+                        batch = []
+                        while mailbox and handled < budget:
+                            message, reply = mailbox[0]
+                            if reply is CONTROL or type(message) is Traced:
+                                break
+                            mailbox.popleft()
+                            batch.append((message, reply))
+                            handled += 1
+                        if batch:
+                            if cell.send_waiters:
+                                cell.admit_senders()
+                            await cell.run_batch(batch)
+                            if cell.dead:
+                                break
+                            actor = cell.actor
+                            interruptible = cell.interruption is not None
+                            continue
                     message, reply = mailbox.popleft()
                     handled += 1
                     if cell.send_waiters:

@@ -184,54 +184,70 @@ class LogActor(Actor):
         finally:
             await self.store.close()
 
-    async def receive(self, message: Any) -> Any:
-        context = self.context
-        if message is _LINGERED:
-            self._linger_timer = None
-            if self._batch:
+    async def receive_many(self, deliveries: list[tuple[Any, PendingReply | None]]) -> None:
+        """Every message ready in the mailbox at once (the kernel's batch delivery): each
+        admitted or refused on its own — a bad one fails its own ask, never its batch — then
+        the batch is written (or left to linger) once."""
+        for message, pending in deliveries:
+            if type(message) is Append:
+                self._append(message, pending)
+            elif message is _LINGERED:
+                self._linger_timer = None
+                if self._batch:
+                    await self._flush()
+            else:
+                await self._other(message, pending)
+            if len(self._batch) >= self.max_batch:
                 await self._flush()
-            return None
-        if isinstance(message, Append):
-            pending = context.reply_later()
-            visibility = admit(message, self._narrator, pending)
-            if visibility is not None:
-                try:
-                    encoded = encode_payload(message.payload)
-                except ValueError as error:
-                    _refuse(pending, message.type, error)
-                else:
-                    self._add(
-                        pending,
-                        message.type,
-                        visibility,
-                        message.task_id,
-                        message.agent_id,
-                        message.payload,
-                        encoded,
-                    )
-        elif isinstance(message, AppendMany):
-            await self._add_many(message, context.reply_later())
-        elif isinstance(message, AppendBatch):
+        if (self._batch or self._acks or self._pending_position is not None) and self.context.queued == 0:
+            if self._asked or self._acks or self._pending_position is not None or not self.linger:
+                await self._flush()
+            elif self._linger_timer is None:  # only told events: let more join them
+                self._linger_timer = self.context.schedule_once(self.linger, _LINGERED)
+
+    async def receive(self, message: Any) -> Any:
+        """One message, the way :meth:`receive_many` takes it (the kernel calls that)."""
+        await self.receive_many([(message, self.context.reply_later())])
+
+    def _append(self, message: Append, pending: PendingReply | None) -> None:
+        visibility = admit(message, self._narrator, pending)
+        if visibility is None:
+            return
+        try:
+            encoded = encode_payload(message.payload)
+        except ValueError as error:
+            _refuse(pending, message.type, error)
+            return
+        self._add(
+            pending, message.type, visibility, message.task_id, message.agent_id, message.payload, encoded
+        )
+
+    async def _other(self, message: Any, pending: PendingReply | None) -> None:
+        if isinstance(message, Append):  # a subclass of it
+            self._append(message, pending)
+            return
+        if isinstance(message, AppendMany):
+            await self._add_many(message, pending)
+            return
+        answer = None
+        if isinstance(message, AppendBatch):
             self._add_batch(message)
         elif isinstance(message, OutboxPosition):
             if self._batch or self._acks:
                 await self._flush()
-            return self.outbox_position
+            answer = self.outbox_position
         elif isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
         elif isinstance(message, Unsubscribe):
             self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
         else:
-            raise TypeError(f"the log actor does not handle {type(message).__name__} messages")
-        if self._batch or self._acks or self._pending_position is not None:
-            if len(self._batch) >= self.max_batch:
-                await self._flush()
-            elif context.queued == 0:
-                if self._asked or self._acks or self._pending_position is not None or not self.linger:
-                    await self._flush()
-                elif self._linger_timer is None:  # only told events: let more join them
-                    self._linger_timer = context.schedule_once(self.linger, _LINGERED)
-        return None
+            error = TypeError(f"the log actor does not handle {type(message).__name__} messages")
+            logger.error("log: %s (refused; the log keeps serving)", error)
+            if pending is not None:
+                pending.fail(error)
+            return
+        if pending is not None:
+            pending.succeed(answer)
 
     def _add(
         self,

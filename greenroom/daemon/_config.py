@@ -94,6 +94,8 @@ class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
     max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
     """Requests in flight to the server at once, across all agents (default: unbounded)."""
+    client: Literal["greenroom", "openai"] = "greenroom"
+    """The HTTP client of the calls: greenroom's own (the default) or the openai SDK's."""
     max_tokens: Tokens | None = None
     """The longest reply one call may generate (default: the server's own limit)."""
     temperature: Temperature | None = None

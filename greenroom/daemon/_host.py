@@ -215,6 +215,7 @@ class AgentHost:
                 timeout=llm.timeout,
                 max_retries=llm.max_retries,
                 max_in_flight=llm.max_in_flight,
+                client=llm.client,
                 max_tokens=llm.max_tokens,
                 temperature=llm.temperature,
                 price=price_for(self.config, name),

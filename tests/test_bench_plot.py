@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from greenroom.bench._plot import BLUE, ORANGE, draw
+from greenroom.bench._plot import BLUE, GREY, ORANGE, draw
 
 Pixels = list[list[tuple[int, int, int]]]
 
@@ -126,3 +126,21 @@ def test_a_file_with_nothing_to_draw_is_refused_by_name(tmp_path: Path, content:
     done = _plot(tmp_path, content)
     assert done.returncode == 1 and said in done.stderr and "result.json" in done.stderr
     assert (tmp_path / "out.png").read_bytes() == b"kept"  # nothing overwritten
+
+
+def test_before_and_after_draws_each_ratio_under_its_earlier_value(tmp_path: Path) -> None:
+    before = {"asyncio": {"ping": {"ratio": 1.0}, "fan": {"ratio": 2.0}}}
+    after = {"asyncio": {"ping": {"ratio": 2.0}, "fan": {"ratio": 1.0}, "new": {"ratio": 1.0}}}
+    (tmp_path / "old.json").write_text(json.dumps(before))
+    (tmp_path / "new.json").write_text(json.dumps(after))
+    out = tmp_path / "cmp.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "greenroom", "bench", "plot", str(tmp_path / "new.json"),
+         "--before", str(tmp_path / "old.json"), "-o", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pixels = decode(out.read_bytes())
+    grey, blue = bar_widths(pixels, GREY), bar_widths(pixels, BLUE)
+    assert len(blue) == 3 and len(grey) == 2  # the new ratio has no earlier bar
+    assert abs(blue[0] - 2 * grey[0]) <= 2 and abs(grey[1] - 2 * blue[1]) <= 2  # doubled, halved

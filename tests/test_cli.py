@@ -355,3 +355,24 @@ def test_the_benchmarks_import_no_development_package() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["bench", "graph", "--peers"],
+            "--peers needs --store postgresql (the peers are PostgreSQL job queues)",
+        ),
+        (["bench", "graph", "--store", "mysql://x"], "--store must be 'postgresql' or a postgresql:// URL"),
+        (
+            ["bench", "graph", "--store", "postgresql", "--processes", "0,2"],
+            "--processes must be whole numbers",
+        ),
+    ],
+)
+def test_bench_graph_refuses_bad_store_options_before_starting_anything(
+    argv: list[str], message: str
+) -> None:
+    done = run_cli(*argv)
+    assert done.returncode != 0 and message in done.stderr, done.stderr

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any, NoReturn
 
 TARGET = 0.7
@@ -103,23 +104,26 @@ def _submit(graph: Any, tasks: list[Any], connection: Any) -> None:
 def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str, batch: int) -> float:
     _seed(url, cycles)
     share = cycles // processes
+    node = [
+        sys.executable,
+        "-m",
+        "greenroom.bench._pg_node",
+        url,
+        str(agents),
+        str(share),
+        backend,
+        str(batch),
+    ]
+    return _drain([node] * processes)
+
+
+def _drain(commands: list[list[str]]) -> float:
+    """Start one process per command (each prints ``ready``), let them go at once, and
+    return the jobs they drained per second, from the first start to the last finish."""
+    processes = len(commands)
     nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "greenroom.bench._pg_node",
-                url,
-                str(agents),
-                str(share),
-                backend,
-                str(batch),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for command in commands
     ]
     try:
         for index, node in enumerate(nodes):
@@ -144,6 +148,56 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
                 node.wait()
     done = sum(r["cycles"] for r in reports)
     return float(done / (max(r["finished"] for r in reports) - min(r["started"] for r in reports)))
+
+
+# -- the peers: PostgreSQL job queues measured on the same server, in the same run ----------
+
+PEERS = {
+    "pgqueuer": ("pgqueuer>=1.6,<2", "asyncpg>=0.29"),
+    "procrastinate": ("procrastinate>=3.10,<4", "psycopg[binary,pool]>=3.2,<4"),
+}
+"""What each peer needs, installed only for this benchmark, in a venv of their own."""
+
+PEER_CONCURRENCY = {"pgqueuer": 10, "procrastinate": 100}
+"""Jobs each peer's worker process takes at once: PgQueuer's default ``batch_size`` (it
+claims that many per statement, and claims again as they finish); Procrastinate's
+``concurrency``, as many as greenroom's agents per process."""
+
+
+def peer_python(given: str | None = None) -> str:
+    """The interpreter the peers run on: ``given``, or a venv of their own under the user's
+    cache (made, and the peers installed with pip, on first use)."""
+    if given:
+        return given
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenroom" / "bench-peers"
+    python = base / "bin" / "python"
+    wanted = sorted(requirement for needs in PEERS.values() for requirement in needs)
+    stamp = base / "greenroom-peers.txt"
+    if python.exists() and stamp.exists() and stamp.read_text().split("\n") == wanted:
+        return str(python)
+    print(f"installing the peers for this benchmark in {base} (once): {', '.join(wanted)}", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(base)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True)
+    stamp.write_text("\n".join(wanted))
+    return str(python)
+
+
+def peer_versions(python: str) -> dict[str, str]:
+    names = list(PEERS)
+    script = (
+        f"import importlib.metadata as m, json; print(json.dumps({{n: m.version(n) for n in {names!r}}}))"
+    )
+    done = subprocess.run([python, "-I", "-c", script], capture_output=True, text=True, check=True)
+    versions: dict[str, str] = json.loads(done.stdout)
+    return versions
+
+
+def _peer(python: str, peer: str, url: str, processes: int, jobs: int) -> float:
+    script = str(Path(__file__).with_name(f"_peer_{peer}.py"))  # run by path, with -I: no greenroom import
+    subprocess.run(
+        [python, "-I", script, "seed", url, str(jobs)], check=True, capture_output=True, timeout=600
+    )
+    return _drain([[python, "-I", script, "work", url, str(PEER_CONCURRENCY[peer])]] * processes)
 
 
 def _died(index: int, processes: int, status: int) -> NoReturn:
@@ -200,7 +254,12 @@ def _raw(url: str, threads: int, cycles: int) -> float:
     return sum(done) / (time.perf_counter() - started)
 
 
-def measure(store: str, backend: str, processes: list[int], agents: int, cycles: int) -> dict[str, Any]:
+def measure(
+    store: str, backend: str, processes: list[int], agents: int, cycles: int, peers: str | None = None
+) -> dict[str, Any]:
+    """``peers``: measure PgQueuer and Procrastinate too, with this interpreter (``""``:
+    the benchmark's own venv of them; ``None``: not at all)."""
+    python = None if peers is None else peer_python(peers)
     rows = []
     with server(store) as admin:
         for count in processes:
@@ -210,10 +269,21 @@ def measure(store: str, backend: str, processes: list[int], agents: int, cycles:
                 alone = _greenroom(url, count, agents, cycles, backend, 1)
             with database(admin) as url:
                 raw = _raw(url, 16 * count, cycles)
-            rows.append({"processes": count, "greenroom": mine, "unbatched": alone, "raw": raw,
-                         "ratio": mine / raw, "unbatched_ratio": alone / raw})  # fmt: skip
-    return {"backend": backend, "store": "embedded" if store == "postgresql" else "given", "agents": agents,
-            "cycles": cycles, "rows": rows}  # fmt: skip
+            row = {"processes": count, "greenroom": mine, "unbatched": alone, "raw": raw,
+                   "ratio": mine / raw, "unbatched_ratio": alone / raw}  # fmt: skip
+            if python is not None:
+                for peer in PEERS:
+                    with database(admin) as url:
+                        row[peer] = _peer(python, peer, url, count, cycles)
+                    row[f"vs_{peer}"] = mine / row[peer]
+            rows.append(row)
+    figures: dict[str, Any] = {
+        "backend": backend, "store": "embedded" if store == "postgresql" else "given", "agents": agents,
+        "cycles": cycles, "rows": rows,
+    }  # fmt: skip
+    if python is not None:
+        figures["peers"] = peer_versions(python)
+    return figures
 
 
 def format_table(figures: dict[str, Any]) -> str:
@@ -229,4 +299,20 @@ def format_table(figures: dict[str, Any]) -> str:
             f"{row['raw']:>22.0f}   {row['ratio']:.2f}x (target >= {TARGET}x) {ok}; "
             f"one per txn {row['unbatched_ratio']:.2f}x"
         )
+    peers = figures.get("peers")
+    if peers:
+        names = ", ".join(f"{name} {version}" for name, version in peers.items())
+        lines.append(f"  the same jobs drained by the peers on the same server ({names}), jobs/s:")
+        lines.append(
+            "  processes   greenroom   "
+            + "   ".join(f"{name:>13}" for name in peers)
+            + "   greenroom vs each"
+        )
+        for row in figures["rows"]:
+            versus = ", ".join(f"{row['vs_' + name]:.2f}x" for name in peers)
+            lines.append(
+                f"  {row['processes']:>9} {row['greenroom']:>11.0f}   "
+                + "   ".join(f"{row[name]:>13.0f}" for name in peers)
+                + f"   {versus}"
+            )
     return "\n".join(lines)

@@ -8,7 +8,9 @@ fresh machine draw the same pictures. What is drawn depends on what the file hol
   plain loop, per model latency;
 - any other suite: every ratio against an in-run baseline (a figure whose name says
   ``ratio`` or ``_vs_``, or ends in ``_share``; not the ``_min``/``_max`` of a spread),
-  one bar each, per event loop, with 1.0x marked.
+  one bar each, per event loop, with 1.0x marked;
+- with ``--before OLD.json`` (any suite): each ratio of the file beside the same ratio in
+  ``OLD.json`` (a grey bar above its own), so a change shows what it moved.
 """
 
 from __future__ import annotations
@@ -299,6 +301,51 @@ def ratio_chart(title: str, found: list[tuple[str, str, float]]) -> Canvas:
     canvas.line(one, top - 4, one, bottom, BLACK)
     canvas.text(one - 24, bottom + 6, "1.0X")
     return canvas
+
+
+def compare_chart(
+    title: str, before: list[tuple[str, str, float]], after: list[tuple[str, str, float]]
+) -> Canvas:
+    """Each ratio of ``after`` under the same one of ``before`` (grey; absent: no bar)."""
+    old = {(backend, name): value for backend, name, value in before}
+    row = 40
+    label_width = max(len(f"{backend} {name}") for backend, name, _ in after) * 12 + 20
+    left = min(label_width, WIDTH // 2) + 10
+    right = WIDTH - 80
+    canvas = Canvas(WIDTH, 90 + row * len(after) + 40)
+    canvas.text(10, 12, title)
+    canvas.text(10, 32, "GREY: BEFORE   COLOUR: AFTER")
+    top = 60
+    values = [value for _, _, value in after] + list(old.values())
+    scale = _nice(max(max(values), 1.0) * 1.05)
+    colours = {"asyncio": BLUE, "trio": ORANGE}
+    one = left + round((right - left) / scale)
+    for index, (backend, name, value) in enumerate(after):
+        y = top + row * index
+        canvas.text(10, y + 12, f"{backend} {name}".strip()[: (left - 20) // 12])
+        previous = old.get((backend, name))
+        bars = [(y, previous, GREY), (y + 18, value, colours.get(backend, PURPLE))]
+        for bar_y, bar_value, colour in bars:
+            if bar_value is None:
+                continue
+            width = round((right - left) * max(bar_value, 0.0) / scale)
+            for dy in range(14):
+                canvas.line(left, bar_y + dy, left + width, bar_y + dy, colour)
+            canvas.text(left + width + 6, bar_y + 3, f"{bar_value:.2f}X")
+    bottom = top + row * len(after)
+    canvas.line(left, top - 4, left, bottom, BLACK)
+    canvas.line(one, top - 4, one, bottom, BLACK)
+    canvas.text(one - 24, bottom + 6, "1.0X")
+    return canvas
+
+
+def draw_comparison(before: Any, after: Any, suite: str = "") -> bytes:
+    """The PNG of ``after``'s ratios beside ``before``'s (two results of one suite)."""
+    found = ratios(_by_backend(after))
+    if not found:
+        raise InvalidInput("nothing to compare: the file holds no ratio ('...ratio...', '..._vs_...')")
+    title = f"GREENROOM {suite}: RATIOS BEFORE AND AFTER".replace("  ", " ")
+    return compare_chart(title, ratios(_by_backend(before)), found).png()
 
 
 def _by_backend(document: Any) -> dict[str, dict[str, Any]]:

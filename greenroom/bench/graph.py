@@ -177,11 +177,18 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument(
         "--processes", default="1,2,4", help="with --store: daemon processes to time (comma-separated)"
     )
+    parser.add_argument(
+        "--peers", nargs="?", const="", default=None, metavar="PYTHON",
+        help="with --store: drain the same jobs with PgQueuer and Procrastinate too (installed in a venv "
+        "of their own on first use, or the given interpreter that has them)",
+    )  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
     from .._errors import InvalidInput as CommandError
 
+    if args.peers is not None and args.store is None:
+        raise CommandError("--peers needs --store postgresql (the peers are PostgreSQL job queues)")
     if args.store is not None:
         from . import _pg_graph
 
@@ -200,7 +207,9 @@ def main(args: argparse.Namespace) -> int:
         return report_per_backend(
             args.backend,
             args.json,
-            lambda b: _pg_graph.measure(args.store, b, processes, args.agents, max(args.cycles, 2000)),
+            lambda b: _pg_graph.measure(
+                args.store, b, processes, args.agents, max(args.cycles, 2000), args.peers
+            ),
             _pg_graph.format_table,
         )
 

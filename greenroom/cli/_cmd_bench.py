@@ -42,20 +42,29 @@ def add_parsers(commands: Any, *, described: bool) -> None:
     plot = suites.add_parser("plot", help="draw a benchmark's --json result as a PNG")
     plot.add_argument("file", metavar="FILE.json", help="what `greenroom bench SUITE --json` printed")
     plot.add_argument("-o", "--output", metavar="OUT.png", required=True, help="the PNG to write")
+    plot.add_argument(
+        "--before", metavar="OLD.json", help="an earlier result of the same suite: each ratio drawn beside it"
+    )
     plot.set_defaults(handler=run_plot)
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from ..bench._plot import draw
+    from ..bench._plot import draw, draw_comparison
     from ._format import CommandError
 
-    try:
-        document = json.loads(Path(args.file).read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CommandError(f"bench plot FILE {args.file!r} is not JSON: {error}") from None
+    def load(file: str) -> Any:
+        try:
+            return json.loads(Path(file).read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise CommandError(f"bench plot FILE {file!r} is not JSON: {error}") from None
+
+    document = load(args.file)
     name = args.file.rsplit("/", 1)[-1].removesuffix(".json").upper()
     try:
-        png = draw(document, suite=name)
+        if args.before is not None:
+            png = draw_comparison(load(args.before), document, suite=name)
+        else:
+            png = draw(document, suite=name)
     except InvalidInput as error:
         raise CommandError(f"bench plot FILE {args.file!r}: {error}") from None
     Path(args.output).write_bytes(png)

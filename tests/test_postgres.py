@@ -637,6 +637,8 @@ def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
     for row in rows:
         assert row["greenroom"] > 0 and row["unbatched"] > 0 and row["raw"] > 0
         assert row["ratio"] == pytest.approx(row["greenroom"] / row["raw"])
+        client_ms, server_ms = row["cpu_ms"]["greenroom"]  # the workers' CPU per job, and the server's
+        assert client_ms > 0 and (server_ms is None or server_ms > 0)
 
 
 async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request(pg_url: str) -> None:

@@ -5,7 +5,7 @@
   no-op jobs enqueued in batches;
 - ``python -m greenroom.bench._peer_pgqueuer work URL BATCH``: one worker process — prints
   ``ready``, waits for a line on stdin, drains the queue (``mode=drain``) with its own
-  defaults but ``batch_size``, prints ``{"started", "finished", "cycles"}`` as JSON.
+  defaults but ``batch_size``, prints ``{"started", "finished", "cycles", "cpu"}`` as JSON.
 
 asyncio only (asyncpg): a peer measured in its own process, never imported by greenroom.
 """
@@ -50,11 +50,11 @@ async def work(url: str, batch: int) -> dict[str, Any]:
 
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     await manager.run(mode=QueueExecutionMode.drain, batch_size=batch)
-    finished = time.time()
+    finished, cpu = time.time(), time.process_time() - cpu
     await connection.close()
-    return {"started": started, "finished": finished, "cycles": done}
+    return {"started": started, "finished": finished, "cycles": done, "cpu": cpu}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ own):
 - ``python -m greenroom.bench._peer_procrastinate work URL CONCURRENCY``: one worker
   process — prints ``ready``, waits for a line on stdin, runs a worker with
   ``concurrency`` until it has caught up with the queue (``wait=False``), prints
-  ``{"started", "finished", "cycles"}`` as JSON.
+  ``{"started", "finished", "cycles", "cpu"}`` as JSON.
 
 asyncio only (its async connector): a peer measured in its own process, never imported by
 greenroom.
@@ -53,10 +53,10 @@ async def work(url: str, concurrency: int) -> dict[str, Any]:
     async with app.open_async():
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
-        started = time.time()
+        started, cpu = time.time(), time.process_time()
         await app.run_worker_async(concurrency=concurrency, wait=False, install_signal_handlers=False)
-        finished = time.time()
-    return {"started": started, "finished": finished, "cycles": done}
+        finished, cpu = time.time(), time.process_time() - cpu
+    return {"started": started, "finished": finished, "cycles": done, "cpu": cpu}
 
 
 if __name__ == "__main__":

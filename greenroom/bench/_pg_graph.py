@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
@@ -101,7 +102,7 @@ def _submit(graph: Any, tasks: list[Any], connection: Any) -> None:
     graph.submit(connection, tasks)
 
 
-def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str, batch: int) -> float:
+def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str, batch: int) -> Drained:
     _seed(url, cycles)
     share = cycles // processes
     node = [
@@ -117,9 +118,43 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
     return _drain([node] * processes)
 
 
-def _drain(commands: list[list[str]]) -> float:
+def _server_cpu() -> float | None:
+    """CPU seconds the PostgreSQL processes on this machine have used (Linux's ``/proc``;
+    ``None`` elsewhere): the difference over a run is the server's share of it."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)
+            if not fields[0].endswith(b"(postgres"):
+                continue
+            values = fields[1].split()
+            # utime, stime, and cutime, cstime: the CPU of the backends that have exited is
+            # added to the server process that reaped them
+            total += sum(int(value) for value in values[11:15])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / tick
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """Jobs drained per second, with the CPU per job (ms) of the workers' processes and of
+    the PostgreSQL server (``None`` where ``/proc`` cannot say)."""
+
+    per_second: float
+    client_ms: float
+    server_ms: float | None
+
+
+def _drain(commands: list[list[str]]) -> Drained:
     """Start one process per command (each prints ``ready``), let them go at once, and
-    return the jobs they drained per second, from the first start to the last finish."""
+    return the jobs they drained per second, from the first start to the last finish
+    (with the workers' and the server's CPU per job)."""
     processes = len(commands)
     nodes = [
         subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -130,6 +165,7 @@ def _drain(commands: list[list[str]]) -> float:
             assert node.stdout is not None
             if node.stdout.readline().strip() != "ready":
                 _died(index, processes, node.wait())
+        server_before = _server_cpu()
         for node in nodes:
             assert node.stdin is not None
             node.stdin.write("go\n")
@@ -141,13 +177,18 @@ def _drain(commands: list[list[str]]) -> float:
             if node.returncode != 0 or not lines:
                 _died(index, processes, node.returncode)
             reports.append(json.loads(lines[-1]))
+        server_after = _server_cpu()
     finally:
         for node in nodes:
             if node.poll() is None:
                 node.kill()
                 node.wait()
     done = sum(r["cycles"] for r in reports)
-    return float(done / (max(r["finished"] for r in reports) - min(r["started"] for r in reports)))
+    wall = max(r["finished"] for r in reports) - min(r["started"] for r in reports)
+    server_ms = None
+    if server_before is not None and server_after is not None:
+        server_ms = 1000 * (server_after - server_before) / max(done, 1)
+    return Drained(done / wall, 1000 * sum(r.get("cpu", 0.0) for r in reports) / max(done, 1), server_ms)
 
 
 # -- the peers: PostgreSQL job queues measured on the same server, in the same run ----------
@@ -192,7 +233,7 @@ def peer_versions(python: str) -> dict[str, str]:
     return versions
 
 
-def _peer(python: str, peer: str, url: str, processes: int, jobs: int) -> float:
+def _peer(python: str, peer: str, url: str, processes: int, jobs: int) -> Drained:
     script = str(Path(__file__).with_name(f"_peer_{peer}.py"))  # run by path, with -I: no greenroom import
     subprocess.run(
         [python, "-I", script, "seed", url, str(jobs)], check=True, capture_output=True, timeout=600
@@ -269,13 +310,17 @@ def measure(
                 alone = _greenroom(url, count, agents, cycles, backend, 1)
             with database(admin) as url:
                 raw = _raw(url, 16 * count, cycles)
-            row = {"processes": count, "greenroom": mine, "unbatched": alone, "raw": raw,
-                   "ratio": mine / raw, "unbatched_ratio": alone / raw}  # fmt: skip
+            row: dict[str, Any] = {"processes": count, "greenroom": mine.per_second,
+                   "unbatched": alone.per_second, "raw": raw, "ratio": mine.per_second / raw,
+                   "unbatched_ratio": alone.per_second / raw,
+                   "cpu_ms": {"greenroom": [mine.client_ms, mine.server_ms]}}  # fmt: skip
             if python is not None:
                 for peer in PEERS:
                     with database(admin) as url:
-                        row[peer] = _peer(python, peer, url, count, cycles)
-                    row[f"vs_{peer}"] = mine / row[peer]
+                        drained = _peer(python, peer, url, count, cycles)
+                    row[peer] = drained.per_second
+                    row[f"vs_{peer}"] = mine.per_second / drained.per_second
+                    row["cpu_ms"][peer] = [drained.client_ms, drained.server_ms]
             rows.append(row)
     figures: dict[str, Any] = {
         "backend": backend, "store": "embedded" if store == "postgresql" else "given", "agents": agents,
@@ -315,4 +360,11 @@ def format_table(figures: dict[str, Any]) -> str:
                 + "   ".join(f"{row[name]:>13.0f}" for name in peers)
                 + f"   {versus}"
             )
+        lines.append("  CPU per job, ms (the workers' processes / the PostgreSQL server's):")
+        for row in figures["rows"]:
+            cells = []
+            for name, (client, server_ms) in row.get("cpu_ms", {}).items():
+                shown = "?" if server_ms is None else f"{server_ms:.2f}"
+                cells.append(f"{name} {client:.2f} / {shown}")
+            lines.append(f"  {row['processes']:>9}   " + "   ".join(cells))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Fewer malloc arenas in a long-running daemon (glibc only).
+"""A long-running daemon's memory: fewer malloc arenas (glibc only), a frozen startup heap.
 
 glibc gives each new thread its own malloc arena, up to eight per core, and an arena
 keeps the pages it once used. The daemon's worker threads (file writes, PostgreSQL
@@ -7,11 +7,19 @@ that were no Python object's: a PostgreSQL soak grew 112 -> 178 MB over 100,000 
 with a flat Python heap, and stayed flat with two arenas. ``greenroom run`` therefore
 asks glibc for two arenas before any thread starts, unless ``MALLOC_ARENA_MAX`` is set
 (the operator's value wins: glibc has read it already). Elsewhere this does nothing.
+
+Python's cyclic garbage collector walks every tracked object in a full collection, and a
+daemon's are mostly its imports (the SDKs, MCP, pydantic's schemas: ~150,000 objects), which
+never become garbage. Under 1,000 concurrent chat conversations the full collections were
+a fifth of the CPU (three of ~150 ms over 1,000 conversations). ``greenroom run`` freezes
+the heap once it is serving (``gc.freeze()``: what exists then is left out of every later
+collection), so a full collection walks only what the work itself made.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
 
@@ -35,3 +43,12 @@ def limit_arenas(count: int = DAEMON_ARENAS) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_ARENA_MAX, count))
+
+
+def freeze_startup_heap() -> int:
+    """Collect once, then leave every object alive now out of later collections
+    (``gc.freeze()``); returns how many were frozen. For a process that has finished
+    starting: what it imported and built to serve stays for its life."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

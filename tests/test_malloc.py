@@ -1,8 +1,10 @@
-"""``greenroom run`` keeps glibc to two malloc arenas (``greenroom._malloc``)."""
+"""``greenroom run`` keeps glibc to two malloc arenas and freezes its startup heap
+(``greenroom._malloc``)."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -61,3 +63,26 @@ def test_an_operators_malloc_arena_max_is_left_alone() -> None:
 def test_a_count_below_one_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="count must be at least 1, not 0"):
         limit_arenas(0)
+
+
+FREEZE = """
+import gc, json
+from greenroom._malloc import freeze_startup_heap
+import greenroom.daemon, greenroom.chat  # a daemon's imports
+frozen = freeze_startup_heap()
+before = len(gc.get_objects())
+made = [[index] for index in range(1000)]  # the work's own objects
+after = len(gc.get_objects())
+print(json.dumps([frozen, gc.get_freeze_count(), before, after - before]))
+"""
+
+
+def test_a_frozen_startup_heap_is_left_out_of_later_collections() -> None:
+    """``greenroom run`` freezes what exists once it serves: the collector then tracks only
+    what the work makes (``gc.get_objects`` lists what it would walk)."""
+    done = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    frozen, count, before, made = json.loads(done.stdout)
+    assert frozen == count > 10_000  # the imports' objects, all frozen
+    assert before < 1_000  # none of them left for a collection to walk
+    assert made >= 1000  # the work's objects are collected as usual

@@ -19,6 +19,7 @@ import msgspec
 from anyio.abc import TaskStatus as StartStatus
 
 from .._errors import StoreUnavailable
+from .._malloc import freeze_startup_heap
 from ..agents.examples import example_graph
 from ..daemon import AgentHost, ConfigError, DaemonConfig, default_config, load_config
 from ..daemon._config import StoreConfig
@@ -215,6 +216,7 @@ async def _serve(
                 seeded = await host.supervisor.ask(Submit(example_graph(prefix, seed_example)))
                 print(f"greenroom: seeded {len(seeded)} example task(s) ({prefix}-*)", file=err, flush=True)
             progress = _Progress(host, err if progress_interval else None, progress_interval or 0.5)
+            freeze_startup_heap()  # serving: what was imported and built stays out of the collector's way
             async with anyio.create_task_group() as tg:
                 if service is not None:
                     tg.start_soon(service.run)  # ends by itself once `stop` is set

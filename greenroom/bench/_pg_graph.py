@@ -90,6 +90,7 @@ def _seed(url: str, cycles: int) -> None:
     db._open()
     try:
         db.run_sync(upgrade)
+        db._make_event_partitions()  # as a task store does at open: the seed's events have a home
         graph = PostgresGraph()
         for start in range(0, cycles, 2000):
             chunk = [AgentTask(id=f"t{i:07d}", type="work") for i in range(start, min(cycles, start + 2000))]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -522,40 +523,38 @@ def _http_answer(body: bytes, *, chunked: bool = False) -> bytes:
     return head + b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
 
 
+@asynccontextmanager
+async def _raw_model(answers: list[bytes], connections: list[int]) -> AsyncIterator[OpenAIChatModel]:
+    """greenroom's client, no retries, against :func:`_raw_server` giving ``answers``."""
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(_raw_server, answers, connections)
+            async with OpenAIChatModel(
+                "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, client="greenroom"
+            ) as model:
+                yield model
+            tg.cancel_scope.cancel()
+
+
 async def test_own_client_replaces_a_kept_alive_connection_the_server_closed() -> None:
     """The server closes each connection after one answer without saying so: the next
     call finds its idle connection closed and opens another — no error, no retry wait."""
     connections: list[int] = []
     answers = [_http_answer(msgspec.json.encode(completion(f"r{i}"))) for i in range(3)]
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(_raw_server, answers, connections)
-            async with OpenAIChatModel(
-                "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, client="greenroom"
-            ) as model:
-                texts = [(await model.chat(ask())).text for _ in range(3)]
-            tg.cancel_scope.cancel()
+    async with _raw_model(answers, connections) as model:
+        texts = [(await model.chat(ask())).text for _ in range(3)]
     assert texts == ["r0", "r1", "r2"] and len(connections) == 3
 
 
 async def test_own_client_reads_a_chunked_answer_and_refuses_one_that_is_not_http() -> None:
-    connections: list[int] = []
     answers = [
         _http_answer(msgspec.json.encode(completion("in two chunks")), chunked=True),
         b"SMTP ready\r\n\r\n",
     ]
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(_raw_server, answers, connections)
-            async with OpenAIChatModel(
-                "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, client="greenroom"
-            ) as model:
-                assert (await model.chat(ask())).text == "in two chunks"
-                with pytest.raises(
-                    Unavailable, match=r"cannot reach the server: the answer is not valid HTTP/1\.1"
-                ):
-                    await model.chat(ask())
-            tg.cancel_scope.cancel()
+    async with _raw_model(answers, []) as model:
+        assert (await model.chat(ask())).text == "in two chunks"
+        with pytest.raises(Unavailable, match=r"cannot reach the server: the answer is not valid HTTP/1\.1"):
+            await model.chat(ask())
 
 
 def test_the_client_is_chosen_by_name_and_a_proxy_sends_calls_through_the_sdk(

@@ -276,31 +276,52 @@ def _name_of(item: Any, index: int) -> str:
     return str(index)
 
 
-def ratio_chart(title: str, found: list[tuple[str, str, float]]) -> Canvas:
-    """One bar per ratio (coloured by event loop), on one scale, with 1.0x marked."""
-    row, label_width = 22, max(len(f"{backend} {name}") for backend, name, _ in found) * 12 + 20
-    left = min(label_width, WIDTH // 2) + 10
+Bars = list[tuple[float | None, tuple[int, int, int]]]
+
+
+def _bar_chart(title: str, items: list[tuple[str, Bars]], legend: str = "") -> Canvas:
+    """One row per item: its label, then each of its bars (a value and a colour; ``None``:
+    no bar), on one scale from 0, with 1.0x marked."""
+    bars_per_row = max(len(bars) for _, bars in items)
+    bar, row = (16, 22) if bars_per_row == 1 else (14, 18 * bars_per_row + 4)
+    left = min(max(len(label) for label, _ in items) * 12 + 20, WIDTH // 2) + 10
     right = WIDTH - 80
-    canvas = Canvas(WIDTH, 70 + row * len(found) + 40)
+    top = 60 if legend else 50
+    canvas = Canvas(WIDTH, top + 20 + row * len(items) + 40)
     canvas.text(10, 12, title)
-    top = 50
-    scale = _nice(max(max(value for _, _, value in found), 1.0) * 1.05)
-    colours = {"asyncio": BLUE, "trio": ORANGE}
+    if legend:
+        canvas.text(10, 32, legend)
+    values = [value for _, bars in items for value, _ in bars if value is not None]
+    scale = _nice(max(max(values), 1.0) * 1.05)
     one = left + round((right - left) / scale)
-    for index, (backend, name, value) in enumerate(found):
+    for index, (label, bars) in enumerate(items):
         y = top + row * index
-        label = f"{backend} {name}".strip()
-        canvas.text(10, y + 3, label[: (left - 20) // 12])
-        width = round((right - left) * max(value, 0.0) / scale)
-        colour = colours.get(backend, PURPLE)
-        for dy in range(row - 6):
-            canvas.line(left, y + dy, left + width, y + dy, colour)
-        canvas.text(left + width + 6, y + 3, f"{value:.2f}X")
-    bottom = top + row * len(found)
+        canvas.text(10, y + 3 + (row - 22) // 2, label[: (left - 20) // 12])
+        for place, (value, colour) in enumerate(bars):
+            if value is None:
+                continue
+            bar_y = y + place * 18
+            width = round((right - left) * max(value, 0.0) / scale)
+            for dy in range(bar):
+                canvas.line(left, bar_y + dy, left + width, bar_y + dy, colour)
+            canvas.text(left + width + 6, bar_y + 3, f"{value:.2f}X")
+    bottom = top + row * len(items)
     canvas.line(left, top - 4, left, bottom, BLACK)
     canvas.line(one, top - 4, one, bottom, BLACK)
     canvas.text(one - 24, bottom + 6, "1.0X")
     return canvas
+
+
+_LOOP_COLOURS = {"asyncio": BLUE, "trio": ORANGE}
+
+
+def ratio_chart(title: str, found: list[tuple[str, str, float]]) -> Canvas:
+    """One bar per ratio (coloured by event loop), on one scale, with 1.0x marked."""
+    items: list[tuple[str, Bars]] = [
+        (f"{backend} {name}".strip(), [(value, _LOOP_COLOURS.get(backend, PURPLE))])
+        for backend, name, value in found
+    ]
+    return _bar_chart(title, items)
 
 
 def compare_chart(
@@ -308,35 +329,14 @@ def compare_chart(
 ) -> Canvas:
     """Each ratio of ``after`` under the same one of ``before`` (grey; absent: no bar)."""
     old = {(backend, name): value for backend, name, value in before}
-    row = 40
-    label_width = max(len(f"{backend} {name}") for backend, name, _ in after) * 12 + 20
-    left = min(label_width, WIDTH // 2) + 10
-    right = WIDTH - 80
-    canvas = Canvas(WIDTH, 90 + row * len(after) + 40)
-    canvas.text(10, 12, title)
-    canvas.text(10, 32, "GREY: BEFORE   COLOUR: AFTER")
-    top = 60
-    values = [value for _, _, value in after] + list(old.values())
-    scale = _nice(max(max(values), 1.0) * 1.05)
-    colours = {"asyncio": BLUE, "trio": ORANGE}
-    one = left + round((right - left) / scale)
-    for index, (backend, name, value) in enumerate(after):
-        y = top + row * index
-        canvas.text(10, y + 12, f"{backend} {name}".strip()[: (left - 20) // 12])
-        previous = old.get((backend, name))
-        bars = [(y, previous, GREY), (y + 18, value, colours.get(backend, PURPLE))]
-        for bar_y, bar_value, colour in bars:
-            if bar_value is None:
-                continue
-            width = round((right - left) * max(bar_value, 0.0) / scale)
-            for dy in range(14):
-                canvas.line(left, bar_y + dy, left + width, bar_y + dy, colour)
-            canvas.text(left + width + 6, bar_y + 3, f"{bar_value:.2f}X")
-    bottom = top + row * len(after)
-    canvas.line(left, top - 4, left, bottom, BLACK)
-    canvas.line(one, top - 4, one, bottom, BLACK)
-    canvas.text(one - 24, bottom + 6, "1.0X")
-    return canvas
+    items: list[tuple[str, Bars]] = [
+        (
+            f"{backend} {name}".strip(),
+            [(old.get((backend, name)), GREY), (value, _LOOP_COLOURS.get(backend, PURPLE))],
+        )
+        for backend, name, value in after
+    ]
+    return _bar_chart(title, items, legend="GREY: BEFORE   COLOUR: AFTER")
 
 
 def draw_comparison(before: Any, after: Any, suite: str = "") -> bytes:

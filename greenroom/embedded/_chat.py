@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ..store._chat import messages_from_rows
 from ._sqlite import SQLiteFile
 
 T = TypeVar("T")
@@ -222,15 +223,7 @@ class SQLiteChatStore:
             "WHERE m.conversation_id = ? AND c.user_id = ? ORDER BY m.seq DESC LIMIT ?",
             (conversation_id, user_id, limit),
         ).fetchall()
-        return [
-            StoredMessage(
-                role="user" if role == "user" else "assistant",
-                content=content,
-                created_at=created_at,
-                tool_calls=None if calls is None else msgspec.json.decode(calls),
-            )
-            for role, content, calls, created_at in reversed(rows)
-        ]
+        return messages_from_rows(rows)
 
     async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
         return await self._run(lambda db: self._history(db, user_id, conversation_id, limit), write=False)

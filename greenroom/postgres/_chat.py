@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ..store._chat import messages_from_rows
 from ._db import Database
 
 T = TypeVar("T")
@@ -151,15 +152,7 @@ class PostgresChatStore:
             "WHERE m.conversation_id = %s AND v.user_id = %s ORDER BY m.seq DESC LIMIT %s",
             (conversation_id, user_id, limit),
         ).fetchall()
-        return [
-            StoredMessage(
-                role="user" if role == "user" else "assistant",
-                content=content,
-                created_at=created_at,
-                tool_calls=None if calls is None else msgspec.json.decode(calls),
-            )
-            for role, content, calls, created_at in reversed(rows)
-        ]
+        return messages_from_rows(rows)
 
     async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
         return await self._run(lambda c: self._history(c, user_id, conversation_id, limit))

@@ -9,6 +9,7 @@ row (the call it started finishes on its own).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -34,6 +35,20 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
     content: str
     created_at: float
     tool_calls: list[dict[str, Any]] | None = None
+
+
+def messages_from_rows(rows: Sequence[tuple[str, str, str | None, float]]) -> list[StoredMessage]:
+    """A history from ``(role, content, tool_calls as JSON, created_at)`` rows read newest
+    first (what both stores select): oldest first."""
+    return [
+        StoredMessage(
+            role="user" if role == "user" else "assistant",
+            content=content,
+            created_at=created_at,
+            tool_calls=None if calls is None else msgspec.json.decode(calls),
+        )
+        for role, content, calls, created_at in reversed(rows)
+    ]
 
 
 class StoredPending(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
-from ..store._chat import messages_from_rows
+from ..store._chat import messages_from_rows, pending_from_row
 from ._sqlite import SQLiteFile
 
 T = TypeVar("T")
@@ -297,11 +297,7 @@ class SQLiteChatStore:
             "WHERE p.conversation_id = ? AND c.user_id = ?",
             (conversation_id, user_id),
         ).fetchone()
-        if row is None:
-            return None
-        return StoredPending(
-            tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
-        )
+        return pending_from_row(row)
 
     async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
         return await self._run(lambda db: self._pending(db, user_id, conversation_id), write=False)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
-from ..store._chat import messages_from_rows
+from ..store._chat import messages_from_rows, pending_from_row
 from ._db import Database
 
 T = TypeVar("T")
@@ -218,11 +218,7 @@ class PostgresChatStore:
             "WHERE p.conversation_id = %s AND v.user_id = %s",
             (conversation_id, user_id),
         ).fetchone()
-        if row is None:
-            return None
-        return StoredPending(
-            tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
-        )
+        return pending_from_row(row)
 
     async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
         return await self._run(lambda c: self._pending(c, user_id, conversation_id))

@@ -37,6 +37,16 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[dict[str, Any]] | None = None
 
 
+def pending_from_row(row: tuple[str, str, str, float] | None) -> StoredPending | None:
+    """A pending confirmation from its ``(tool_name, parameters as JSON, title,
+    expires_at)`` row, if there is one."""
+    if row is None:
+        return None
+    return StoredPending(
+        tool_name=row[0], parameters=msgspec.json.decode(row[1]), title=row[2], expires_at=row[3]
+    )
+
+
 def messages_from_rows(rows: Sequence[tuple[str, str, str | None, float]]) -> list[StoredMessage]:
     """A history from ``(role, content, tool_calls as JSON, created_at)`` rows read newest
     first (what both stores select): oldest first."""

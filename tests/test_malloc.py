@@ -70,19 +70,22 @@ import gc, json
 from greenroom._malloc import freeze_startup_heap
 import greenroom.daemon, greenroom.chat  # a daemon's imports
 frozen = freeze_startup_heap()
+thresholds = gc.get_threshold()
 before = len(gc.get_objects())
 made = [[index] for index in range(1000)]  # the work's own objects
 after = len(gc.get_objects())
-print(json.dumps([frozen, gc.get_freeze_count(), before, after - before]))
+print(json.dumps([frozen, gc.get_freeze_count(), before, after - before, thresholds]))
 """
 
 
 def test_a_frozen_startup_heap_is_left_out_of_later_collections() -> None:
     """``greenroom run`` freezes what exists once it serves: the collector then tracks only
-    what the work makes (``gc.get_objects`` lists what it would walk)."""
+    what the work makes (``gc.get_objects`` lists what it would walk), with the daemon's
+    thresholds."""
     done = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    frozen, count, before, made = json.loads(done.stdout)
+    frozen, count, before, made, thresholds = json.loads(done.stdout)
     assert frozen == count > 10_000  # the imports' objects, all frozen
     assert before < 1_000  # none of them left for a collection to walk
     assert made >= 1000  # the work's objects are collected as usual
+    assert thresholds == [10_000, 20, 20]  # young collections every 10,000 new containers

@@ -14,7 +14,8 @@ in the same run, alternating:
 Figures per client, concurrency and latency: conversations/s, p50 and p99 latency of a
 conversation, and this process's CPU time per conversation (``time.process_time``: the
 server's CPU is not in it). Both clients are warmed up first and the heap then frozen
-(``gc.freeze()``, as ``greenroom run`` does once it serves), and garbage is collected
+and the collector's thresholds raised (``freeze_startup_heap``, as ``greenroom run`` does
+once it serves), and garbage is collected
 before each measured run: a full collection of the libraries' ~150,000 objects (~100 ms)
 landing in a 50-conversation window at C=1 decided that figure otherwise.
 """
@@ -247,6 +248,7 @@ def measure(
     http: bool = False,
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
+    defaults = gc.get_threshold()
     for latency in latencies:
         with model_server(latency) as url:
             if not rows:  # both clients warmed up, then the heap frozen as `greenroom run` does
@@ -263,6 +265,7 @@ def measure(
                     row["http"] = anyio.run(_http, url, n, sequential, max_in_flight, pools, backend=backend)
                 rows.append(row)
     gc.unfreeze()
+    gc.set_threshold(*defaults)
     by_key = {(r["latency_ms"], r["concurrency"]): r for r in rows}
     checks = []
     api_share = [

@@ -359,7 +359,7 @@ def test_the_supervisor_log_protocol_and_store_helpers_are_private() -> None:
     private = {
         "messages": {"AppendBatch", "OutboxDelivered", "OutboxLost", "OutboxPosition", "OutboxEvent"},
         "store": {"result_payload", "transition_payload", "poison_reason", "requeued_after_death"},
-        "log": {"admit", "check_append"},
+        "log": {"admitted", "check_append"},
         "chat": {"ChatRequestActor", "ChatRunnerActor"},
         "pipeline": {"StageActor"},
     }

@@ -42,8 +42,8 @@ _encoder = msgspec.json.Encoder()
 
 
 class _Line(msgspec.Struct):
-    """An event as its line is written when its payload was encoded before (``Raw``):
-    the same fields, in the same order, as :class:`Event` — the same bytes."""
+    """An event as its line is written, its payload encoded before (``Raw``): the same
+    fields, in the same order, as :class:`Event` — the same bytes."""
 
     seq: int
     ts: float
@@ -195,41 +195,35 @@ class FileEventStore:
         as JSON keeps its event out and takes no number; a payload given ``encoded`` is
         written as those bytes."""
         out: list[Event | ValueError] = []
-        lines: list[bytes] = []
+        rows: list[_Line] = []
         seq = self.seq
-        if encoded is not None:  # the payloads are JSON already: one C call encodes the lines
-            rows: list[_Line] = []
-            for event, payload in zip(events, encoded, strict=True):
-                seq += 1
-                rows.append(
-                    _Line(
-                        seq,
-                        event.ts,
-                        event.type,
-                        event.visibility,
-                        event.task_id,
-                        event.agent_id,
-                        msgspec.Raw(payload),
-                        event.origin,
-                    )
-                )
-                out.append(replace(event, seq=seq))
-            data_lines: bytes | None = _encoder.encode_lines(rows)
-        else:
-            data_lines = None
-            for event in events:
-                numbered = replace(event, seq=seq + 1)
+        for index, event in enumerate(events):
+            if encoded is not None:
+                payload = encoded[index]
+            else:
                 try:
-                    lines.append(_encoder.encode(numbered) + b"\n")
+                    payload = _encoder.encode(event.payload)
                 except (TypeError, msgspec.EncodeError) as error:
                     out.append(ValueError(f"event payload cannot be stored as JSON: {error}"))
                     continue
-                seq += 1
-                out.append(numbered)
+            seq += 1
+            rows.append(
+                _Line(
+                    seq,
+                    event.ts,
+                    event.type,
+                    event.visibility,
+                    event.task_id,
+                    event.agent_id,
+                    msgspec.Raw(payload),
+                    event.origin,
+                )
+            )
+            out.append(replace(event, seq=seq))
         if seq != self.seq:
             fd = self._fd
             assert fd is not None, "FileEventStore.write before open"
-            data = data_lines if data_lines is not None else b"".join(lines)
+            data = _encoder.encode_lines(rows)  # the payloads are JSON already: one C call
             path = self.path
 
             def append() -> None:

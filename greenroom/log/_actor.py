@@ -42,26 +42,12 @@ from ..messages import Append, AppendMany, Event, RecordError, Subscribe, Unsubs
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
 from ..store import EventStore
 from ..store._events import Origin
-from ._policy import NarratorCapability, PolicyError, apply_policy
+from ._policy import NarratorCapability, apply_policy
 
 logger = logging.getLogger("greenroom.log")
 
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _GOOD_TYPES: set[str] = set()  # types seen valid (a fleet uses a handful); bounded below
-
-
-def admit(
-    append: Append, narrator: NarratorCapability | None, pending: PendingReply | None
-) -> Visibility | None:
-    """The visibility ``append`` is stored with, or ``None`` when its shape or the
-    visibility policy refuses it: then its asker gets the error (a told one is logged)
-    and nothing is stored. What every log (the file, PostgreSQL) does with an ``Append``."""
-    try:
-        check_append(append)
-        return apply_policy(append, narrator)
-    except (PolicyError, RecordError) as error:
-        _refuse(pending, append.type, error)
-        return None
 
 
 _encode_payload = msgspec.json.Encoder().encode
@@ -74,6 +60,15 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
         return _encode_payload(payload)
     except (TypeError, msgspec.EncodeError) as error:
         raise ValueError(f"event payload cannot be stored as JSON: {error}") from None
+
+
+def admitted(append: Append, narrator: NarratorCapability | None) -> tuple[Visibility, bytes]:
+    """What every log does with an ``Append`` before storing it: its shape checked, the
+    visibility policy applied, its payload encoded once. Returns the visibility it is
+    stored with and the payload's JSON; raises the ``ValueError`` that refuses it
+    (``RecordError``, ``PolicyError``, or a payload that is not JSON)."""
+    check_append(append)
+    return apply_policy(append, narrator), encode_payload(append.payload)
 
 
 def _refuse(pending: PendingReply | _Gathered | None, kind: str, error: ValueError) -> None:
@@ -210,11 +205,8 @@ class LogActor(Actor):
         await self.receive_many([(message, self.context.reply_later())])
 
     def _append(self, message: Append, pending: PendingReply | None) -> None:
-        visibility = admit(message, self._narrator, pending)
-        if visibility is None:
-            return
         try:
-            encoded = encode_payload(message.payload)
+            visibility, encoded = admitted(message, self._narrator)
         except ValueError as error:
             _refuse(pending, message.type, error)
             return
@@ -289,14 +281,12 @@ class LogActor(Actor):
                     f"{len(appends)} appends",
                     f"at most {self.max_batch} per message",
                 )
-            admitted: list[tuple[Append, Visibility, bytes]] = []
+            checked: list[tuple[Append, Visibility, bytes]] = []
             for index, append in enumerate(appends):
                 if not isinstance(append, Append):
                     raise RecordError("event batch", f"appends[{index}]", append, "must be an Append message")
                 try:
-                    check_append(append)
-                    visibility = apply_policy(append, self._narrator)
-                    encoded = encode_payload(append.payload)
+                    visibility, encoded = admitted(append, self._narrator)
                 except ValueError as error:  # the same error an Append gets, saying which one
                     error.args = (f"appends[{index}]: {error}",)
                     if isinstance(error, InvalidInput):
@@ -304,22 +294,22 @@ class LogActor(Actor):
                             f"appends[{index}].{error.field}" if error.field else f"appends[{index}]"
                         )
                     raise
-                admitted.append((append, visibility, encoded))
+                checked.append((append, visibility, encoded))
         except ValueError as error:
             _refuse(pending, "batch of", error)
             return
-        if not admitted:
+        if not checked:
             if pending is not None:
                 pending.succeed([])
             return
-        if len(self._batch) + len(admitted) > self.max_batch:
+        if len(self._batch) + len(checked) > self.max_batch:
             await self._flush()  # one message, one write: its events are never split
-        gathered = None if pending is None else _Gathered(pending, len(admitted))
+        gathered = None if pending is None else _Gathered(pending, len(checked))
         if gathered is not None:
             self._asked += 1
         ts = self.clock()  # one source, one moment: the events share their stamp
         batch = self._batch
-        for append, visibility, encoded in admitted:
+        for append, visibility, encoded in checked:
             event = Event(0, ts, append.type, visibility, append.task_id, append.agent_id, append.payload)
             batch.append((gathered, event))
             self._encoded.append(encoded)
@@ -344,15 +334,7 @@ class LogActor(Actor):
                 continue  # already here (sent again after a crash): stored once
             append = Append(outboxed.type, outboxed.payload, outboxed.task_id, outboxed.agent_id)
             try:
-                check_append(append)
-                visibility = apply_policy(append, None)
-            except (PolicyError, RecordError) as error:
-                logger.warning(
-                    "log: refused outbox event %s of batch %d: %s", outboxed.type, batch.seq, error
-                )
-                continue
-            try:
-                encoded = encode_payload(append.payload)
+                visibility, encoded = admitted(append, None)
             except ValueError as error:
                 logger.warning("log: refused outbox event %s of batch %d: %s", append.type, batch.seq, error)
                 continue

@@ -276,6 +276,149 @@ async def test_the_agents_must_match_the_stages() -> None:
             await Pipeline.spawn(system, CONFIG, wrong)
 
 
+# -- many envelopes per call -------------------------------------------------------------------
+
+
+async def test_run_many_returns_each_envelopes_result_in_order() -> None:
+    """Every outcome ``run`` gives, per envelope, in the input's order: success, a stage's
+    error, a pause (which ``resume`` continues), with the metadata given to each."""
+
+    def critic(env: Envelope) -> dict[str, Any]:
+        kind = env.raw_input.split()[0]
+        return {
+            "ok": {"verdict": "ok"},
+            "bad": {"outcome": "maybe"},
+            "ask": {"outcome": "clarify", "question": "which?"},
+        }[kind]
+
+    inputs = [f"{kind} {n}" for n in range(30) for kind in ("ok", "bad", "ask")]
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(critic))
+        with anyio.fail_after(20):
+            results = await pipeline.run_many(inputs, metadata={"user": "u1"})
+        assert [r.envelope.raw_input for r in results] == inputs
+        for result in results:
+            kind = result.envelope.raw_input.split()[0]
+            assert result.envelope.metadata["user"] == "u1"
+            if kind == "ok":
+                assert result.outcome is AgentOutcome.SUCCESS
+                assert result.trail == ["planner", "executor", "critic"]
+            elif kind == "bad":
+                assert result.outcome is AgentOutcome.ERROR and "unknown outcome 'maybe'" in (
+                    result.error or ""
+                )
+            else:
+                assert result.paused and result.question == "which?"
+        assert results[0].envelope is not results[3].envelope  # each its own metadata dict
+        assert await pipeline.run_many([]) == []
+        assert not pipeline._in_flight  # every answered envelope left the books
+
+
+async def test_run_many_turns_a_bug_into_that_envelopes_error_result() -> None:
+    """A bug that makes ``run`` raise ``PipelineError`` fails only its envelope in
+    ``run_many``: an ``ERROR`` result naming the stage, the others succeed."""
+    calls = {"n": 0}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
+
+        class Stages(dict[str, Any]):
+            def __getitem__(self, name: str) -> Any:
+                if name == "critic":
+                    calls["n"] += 1
+                    if calls["n"] == 3:
+                        raise RuntimeError("a bug in a hook")
+                return super().__getitem__(name)
+
+        pipeline.stages = Stages(pipeline.stages)
+        with anyio.fail_after(20):
+            results = await pipeline.run_many([f"job {n}" for n in range(5)])
+    outcomes = [r.outcome for r in results]
+    assert outcomes.count(AgentOutcome.ERROR) == 1 and outcomes.count(AgentOutcome.SUCCESS) == 4
+    failed = next(r for r in results if r.outcome is AgentOutcome.ERROR)
+    assert failed.stage == "executor"
+    assert failed.error == "stage 'executor' failed: RuntimeError: a bug in a hook"
+    assert failed.trail == ["planner", "executor"]
+
+
+async def test_run_many_refuses_inputs_that_are_not_texts_and_sends_none() -> None:
+    seen: list[str] = []
+
+    def planner(env: Envelope) -> dict[str, Any]:
+        seen.append(env.raw_input)
+        return {"steps": []}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(
+            system, CONFIG, agents(lambda env: {"verdict": "ok"}, planner=planner)
+        )
+        with pytest.raises(InvalidInput, match=r"raw_inputs\[2\] must be text \(got int\)") as refused:
+            await pipeline.run_many(["a", "b", 3, "d"])  # type: ignore[list-item]
+        assert refused.value.field == "raw_inputs[2]" and refused.value.value == 3
+        with pytest.raises(InvalidInput, match="raw_inputs must be a sequence of texts \\(got str\\)"):
+            await pipeline.run_many("abc")
+        assert seen == []  # nothing was sent
+        assert [r.envelope.raw_input for r in await pipeline.run_many(["e"])] == ["e"]
+    assert seen == ["e"]
+
+
+async def test_run_many_waits_for_room_in_the_first_stage() -> None:
+    """More envelopes than the first stage's mailbox holds: the call waits for room
+    (backpressure) and every envelope comes back."""
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}), mailbox_size=2)
+        with anyio.fail_after(20):
+            results = await pipeline.run_many([str(n) for n in range(50)])
+    assert [r.envelope.raw_input for r in results] == [str(n) for n in range(50)]
+    assert all(r.outcome is AgentOutcome.SUCCESS for r in results)
+
+
+async def test_run_many_fails_when_the_pipeline_closes_and_a_cancelled_call_leaves_no_books() -> None:
+    holding, release = anyio.Event(), anyio.Event()
+
+    async def slow_critic(env: Envelope) -> dict[str, Any]:
+        holding.set()
+        await release.wait()
+        return {"verdict": "ok"}
+
+    async with ActorSystem() as system:
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
+        outcome: list[BaseException] = []
+
+        async def run_many() -> None:
+            try:
+                await pipeline.run_many(["a", "b", "c"])
+            except ActorStopped as stopped:
+                outcome.append(stopped)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_many)
+                await holding.wait()
+                tg.start_soon(partial(pipeline.stages["critic"].stop, now=True))
+                await eventually(lambda: not pipeline.stages["critic"]._cell.accepting)
+                release.set()
+                await pipeline.aclose()
+        assert len(outcome) == 1 and "the pipeline was closed" in str(outcome[0])
+        with pytest.raises(ActorStopped):
+            await pipeline.run_many(["late"])
+        assert not pipeline._in_flight
+
+        holding, release = anyio.Event(), anyio.Event()
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pipeline.run_many, ["x", "y"])
+                await holding.wait()
+                tg.cancel_scope.cancel()  # the caller gives up while the critic holds one
+            release.set()
+            # the envelopes handed over finish their routes; none stays on the books
+            await eventually(lambda: not pipeline._in_flight and pipeline.stages["critic"].queued == 0)
+            assert pipeline.stages["critic"].is_alive
+            assert (await pipeline.run("after")).outcome is AgentOutcome.SUCCESS
+        await pipeline.aclose()
+
+
 # -- the command and the example --------------------------------------------------------------
 
 

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-import anyio
 import msgspec
 
 from .._errors import InvalidInput
@@ -80,26 +79,19 @@ async def run_pipeline(
         model = OpenAIChatModel(
             config.model.model, base_url=config.model.base_url, timeout=config.model.timeout
         )
-    results: list[tuple[int, PipelineResult]] = []
+    results: list[PipelineResult] = []
     try:
         async with choose_store(store, data_dir) as backend, ActorSystem() as system:
             log = await system.spawn(lambda: LogActor(backend.event_store()), name="log")
-            async with (
-                open_pipeline(system, config, model=model, events=log) as pipeline,
-                anyio.create_task_group() as tg,
-            ):
-                for index, text in enumerate(texts, 1):
-
-                    async def one(index: int = index, text: str = text) -> None:
-                        results.append((index, await pipeline.run(text)))
-
-                    tg.start_soon(one)
+            async with open_pipeline(system, config, model=model, events=log) as pipeline:
+                # all in flight at once; one input's failure is its own ERROR result
+                results = await pipeline.run_many(texts)
             await log.stop()
     finally:
         if model is not None:
             await model.aclose()
     failed = 0
-    for index, result in sorted(results, key=lambda pair: pair[0]):
+    for index, result in enumerate(results, 1):
         failed += result.outcome.value in ("error", "terminate")
         if as_json:
             env = result.envelope

@@ -143,7 +143,8 @@ def format_table(f: dict[str, Any]) -> str:
             f"  (a) {f['envelopes']} envelopes, no latency: plain calls {f['plain_per_second']:>9.0f}/s   "
             f"stage actors {f['actors_per_second']:>9.0f}/s   ratio {f['ratio']:.2f}x (target >= 0.5x)",
             f"  (a') the same, {f['batch']} per run_many call:                "
-            f"stage actors {f['batched_per_second']:>9.0f}/s   ratio {f['batched_ratio']:.2f}x (target >= 0.7x)",
+            f"stage actors {f['batched_per_second']:>9.0f}/s   "
+            f"ratio {f['batched_ratio']:.2f}x (target >= 0.7x)",
             f"  (b) {f['latency_envelopes']} envelopes, {f['latency'] * 1000:.0f} ms per stage, "
             f"{f['in_flight']} in flight: {f['wall']:.3f} s against the ideal {f['ideal']:.3f} s = "
             f"{f['wall_vs_ideal']:.3f}x (target <= 1.1x)",

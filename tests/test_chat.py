@@ -628,6 +628,51 @@ async def test_a_conversation_id_the_caller_names_is_opened_on_first_use(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+async def test_a_conversation_served_before_is_not_opened_again_and_one_forgotten_is_opened_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner skips the read that opens a conversation it served this user before
+    (an owner never changes; the request's own load checks again), remembering the most
+    recent few; another user is still refused, and a conversation retention forgot since
+    is opened anew, as on its first message."""
+    from greenroom.chat import _runner
+
+    monkeypatch.setattr(_runner, "SERVED_REMEMBERED", 2)
+    opened: list[tuple[str, str]] = []
+
+    class Counting(SQLiteChatStore):
+        async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
+            opened.append((user_id, conversation_id))
+            await super().open_conversation(user_id, conversation_id, create=create)
+
+    async with open_chat(tmp_path, store_class=Counting) as chat:
+        await chat.say("ann", "t1", "add buy milk")
+        second = await chat.say("ann", "t1", "show my tasks")
+        assert second.response == "Here are your tasks:\n1. ☐ buy milk"
+        assert opened == [("ann", "t1")]  # once, on the first message
+        with pytest.raises(InvalidInput) as refused:
+            await chat.say("mallory", "t1", "show my tasks")
+        assert refused.value.field == "conversation_id" and opened[-1] == ("mallory", "t1")
+
+        # retention forgets it: the next message opens it anew, with a history of its own
+        assert await chat.store.forget_idle(chat.clock[0] + 1) == 1
+        again = await chat.say("ann", "t1", "hello")
+        assert again.success and again.response.startswith("Hi!")
+        history = await chat.store.load_history("ann", "t1", 10)
+        assert [m.content for m in history] == ["hello", again.response]
+        assert opened.count(("ann", "t1")) == 2  # the load found it gone and opened it
+
+        # the runner remembers the most recent two: t1 is pushed out by t2 and t3
+        await chat.say("ann", "t2", "hello")
+        await chat.say("ann", "t3", "hello")
+        await chat.say("ann", "t3", "hello")
+        before = len(opened)
+        await chat.say("ann", "t1", "hello")
+        assert opened[before:] == [("ann", "t1")]
+        await chat.say("ann", "t3", "hello")  # still remembered
+        assert len(opened) == before + 1
+
+
 def test_a_context_takes_the_ids_and_times_a_chat_api_has() -> None:
     context = AgentContext.from_request(
         "google-oauth2|1029384756",

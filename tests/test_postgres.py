@@ -1054,6 +1054,42 @@ async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_convers
         assert [m.role for m in history] == ["user", "assistant"] * 8  # whole turns, one after another
 
 
+async def test_a_runner_serves_again_a_conversation_retention_forgot_on_postgresql(pg_url: str) -> None:
+    """A conversation this runner served is not opened again before its hold; when
+    retention deleted it since, the hold finds no row, and the runner opens it anew."""
+    from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+    from greenroom.llm import RuleBasedModel
+    from greenroom.postgres import PostgresChatStore
+
+    opened: list[str] = []
+
+    class Counting(PostgresChatStore):
+        async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
+            opened.append(conversation_id)
+            await super().open_conversation(user_id, conversation_id, create=create)
+
+    now = [1_000_000.0]
+    async with _ready(pg_url) as db:
+        store = Counting(db, clock=lambda: now[0])
+        async with ActorSystem() as system, MCPToolExecutor(task_server(store)) as tools:
+            runner = await AgentRunner.spawn(
+                system, LLMAgentEngine(RuleBasedModel(), tools), store, clock=lambda: now[0]
+            )
+            context = AgentContext.from_request("alice", "kept-then-forgotten", [])
+            first = await runner.run(context, "add errand")
+            second = await runner.run(context, "hello")
+            assert opened == ["kept-then-forgotten"]
+            now[0] += 10
+            assert await store.forget_idle(now[0]) == 1
+            with anyio.fail_after(20):
+                third = await runner.run(context, "hello again")
+            await runner.aclose()
+        assert first.success and second.success and third.success
+        assert opened == ["kept-then-forgotten"] * 2
+        history = await store.load_history("alice", "kept-then-forgotten", 10)
+        assert [m.content for m in history] == ["hello again", third.response]
+
+
 def test_a_poison_task_on_postgresql_is_failed_and_its_neighbours_are_not_charged(
     pg_url: str, tmp_path: Path
 ) -> None:

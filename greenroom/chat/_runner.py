@@ -32,7 +32,7 @@ import anyio
 from .. import _tracing
 from .._errors import InvalidInput
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
-from ..store import ChatStore, StoredMessage, StoredPending
+from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
 from ._types import (
@@ -63,12 +63,19 @@ class _Release:
         self.child = child
 
 
-class _Run:
-    __slots__ = ("context", "message")
+SERVED_REMEMBERED = 10_000
+"""(user, conversation) pairs an :class:`AgentRunner` remembers serving (~1.5 MB): a
+request on one of them skips the read that opens a conversation."""
 
-    def __init__(self, context: AgentContext, message: str) -> None:
+
+class _Run:
+    __slots__ = ("context", "message", "opened")
+
+    def __init__(self, context: AgentContext, message: str, opened: bool) -> None:
         self.context = context
         self.message = message
+        self.opened = opened
+        """``False``: the runner skipped opening a conversation it served before."""
 
 
 class _Refused:
@@ -122,7 +129,14 @@ class ChatRequestActor(Actor):
             return AgentResult(False, replies.STOPPED, [], replies.STOPPED)
         store = self.store
         limit = max(self.engine.config.include_history_messages, 1)
-        stored_pending, stored = await store.load_conversation(user, conversation, limit)  # one read
+        try:
+            stored_pending, stored = await store.load_conversation(user, conversation, limit)  # one read
+        except ConversationNotFound:
+            if message.opened:
+                raise
+            # served here before, then forgotten (retention): open it anew, as a first message does
+            await store.open_conversation(user, conversation, create=True)
+            stored_pending, stored = await store.load_conversation(user, conversation, limit)
         pending: PendingAction | None = None
         live = stored_pending is not None and stored_pending.expires_at >= self.clock()
         if (
@@ -274,6 +288,8 @@ class AgentRunner:
         self.timeout = timeout
         self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         """This runner's name when it holds a conversation in a shared store."""
+        self._served: dict[tuple[str, str], None] = {}
+        """(user, conversation) pairs this runner served, least recent first (bounded)."""
 
     @classmethod
     async def spawn(
@@ -322,17 +338,25 @@ class AgentRunner:
         conversation = context.conversation_id
         child: ActorRef | None = None
         held = False
+        served = (context.user_id, conversation)
         try:
             with anyio.fail_after(self.timeout):
-                # opened before anything waits on it: a hold is taken on a stored conversation
-                await self.store.open_conversation(context.user_id, conversation, create=True)
+                # Opened before anything waits on it (a hold is taken on a stored
+                # conversation) -- unless this runner served it to this user before: a
+                # conversation's owner never changes, so that read would only repeat what the
+                # request's own load checks again (and a conversation forgotten since is
+                # opened anew by the hold and the load, below).
+                opened = served not in self._served
+                if opened:
+                    await self.store.open_conversation(context.user_id, conversation, create=True)
                 child = await self.ref.ask(_Admit(conversation), timeout=None)
                 assert child is not None
-                await self._hold(conversation)
+                await self._hold(context.user_id, conversation)
                 held = True
-                result: AgentResult | _Refused = await child.ask(_Run(context, message), timeout=None)
+                result: AgentResult | _Refused = await child.ask(_Run(context, message, opened), timeout=None)
                 if isinstance(result, _Refused):
                     raise result.error
+                self._remember(served)
                 return result
         except TimeoutError:
             raise TimeoutError(
@@ -358,14 +382,30 @@ class AgentRunner:
                 except Exception:  # the runner is stopping: its children stop with it
                     logger.debug("chat: the runner is gone; %r stops with it", child.name)
 
-    async def _hold(self, conversation: str) -> None:
+    async def _hold(self, user_id: str, conversation: str) -> None:
         """Wait (under the caller's deadline) until no other process sharing the store
         serves this conversation; that request is on another host, so nothing here can
-        signal its end: the store is asked again every 50 ms."""
+        signal its end: the store is asked again every 50 ms. A first refusal opens the
+        conversation (a shared store holds stored conversations only, and one served
+        before may have been forgotten since)."""
+        opened = False
         while True:
             if await self.store.hold_conversation(conversation, self.holder, self.timeout):
                 return
+            if not opened:
+                opened = True
+                await self.store.open_conversation(user_id, conversation, create=True)
+                continue
             await anyio.sleep(0.05)
+
+    def _remember(self, served: tuple[str, str]) -> None:
+        """Note a (user, conversation) served: the most recent ``SERVED_REMEMBERED``."""
+        seen = self._served
+        if seen.pop(served, False) is None or len(seen) < SERVED_REMEMBERED:
+            seen[served] = None
+            return
+        del seen[next(iter(seen))]  # the least recently served
+        seen[served] = None
 
     async def aclose(self) -> None:
         await self.ref.stop()

@@ -689,6 +689,48 @@ async def test_a_nul_character_is_refused_by_name_and_fails_only_its_own_request
             await supervisor.stop()
 
 
+async def test_claims_gather_behind_the_claim_in_flight_and_other_requests_do_not_wait(pg_url: str) -> None:
+    """Group commit: while a claim transaction of a type is in flight, the claims of that
+    type that arrive wait for it and then go together, in one statement (with a worker
+    each they ran one by one, and a busy daemon paid a commit per claim); a request of
+    another kind takes a free worker at once."""
+    entered, release = threading.Event(), threading.Event()
+    sizes: list[int] = []
+    async with _ready(pg_url) as db, ActorSystem() as system:
+        store = PostgresTaskStore(db, workers=8)
+        claim_many = store.graph.claim_many
+
+        def held_claim_many(connection: Any, agents: list[str], *args: Any) -> Any:
+            sizes.append(len(agents))
+            if len(sizes) == 1:  # the first claim holds its transaction open
+                entered.set()
+                release.wait(20)
+            return claim_many(connection, agents, *args)
+
+        store.graph.claim_many = held_claim_many  # type: ignore[method-assign]
+        supervisor = await system.spawn(lambda: SupervisorActor(store), name="supervisor")
+        await supervisor.ask(Submit([task(f"t{i}") for i in range(12)]))
+        granted: dict[str, Any] = {}
+
+        async def claim(agent: str) -> None:
+            granted[agent] = await supervisor.ask(Claim(agent, "w"), timeout=30)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claim, "a0")
+                await eventually(entered.is_set)
+                for i in range(1, 11):
+                    tg.start_soon(claim, f"a{i}")
+                await eventually(lambda: len(store._queued.get(("claim", "w"), ())) == 10)
+                # another kind of request runs now, beside the claim in flight
+                assert (await supervisor.ask(GetTask("t11"), timeout=10)).status is TaskStatus.PENDING
+                assert not release.is_set() and len(sizes) == 1
+                release.set()
+        assert sizes == [1, 10]  # the ten waiting claims: one statement
+        assert sorted(g.task.id for g in granted.values()) == sorted(f"t{i}" for i in range(11))
+        await supervisor.stop()
+
+
 async def test_an_event_postgresql_cannot_store_fails_only_its_own_append(pg_url: str) -> None:
     async with _ready(pg_url) as db, ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(PostgresEventStore(db)), name="log")

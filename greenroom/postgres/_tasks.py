@@ -3,14 +3,17 @@ the PostgreSQL peer of the embedded file task store, behind the one supervisor a
 
 Requests wait here, queued by kind, until one of ``workers`` helpers (actors, children of
 the supervisor) is free; each runs a batch on a pool connection in a worker thread, then
-takes the next one from the queue. Claims of one type, and completions, that queued up
-meanwhile go together — up to ``batch_size`` in one statement, so one commit (one
-``fsync``) serves them all — and any other request is a transaction of its own
-(:class:`PostgresGraph`). Every claim and every completion is still atomic: in a batch,
+takes the next one from the queue. Claims of one type, and completions, go together — up
+to ``batch_size`` in one statement, so one commit (one ``fsync``) serves them all — and
+any other request is a transaction of its own (:class:`PostgresGraph`). A kind has one
+transaction in flight at a time (a second only for a full batch): what arrives meanwhile
+gathers behind it, which is group commit — a worker per request ran them one by one and a
+busy daemon paid a statement and a commit per claim. Every claim and every completion is still atomic: in a batch,
 each one's row, events and dependents change in the same statement; a completion the
 batch could not make is tried alone, which says why, and a batch that meets a conflict (a
 deadlock with another node's batch) or a value PostgreSQL refuses runs one request at a
-time. Batching costs no latency: a request that finds a free worker runs at once, alone.
+time. Batching costs no latency when idle: a request with nothing of its kind in flight
+runs at once, alone; other kinds never wait for it.
 
 Every request is answered, whatever a statement raises: a refusal, a ``DatabaseError``
 (PostgreSQL away: the asker retries), or — for an error nobody foresaw — an
@@ -78,11 +81,13 @@ class _Job:
 
 
 class _Batch:
-    """For a worker: claims of one type, or completions, or one other request."""
+    """For a worker: claims of one type, or completions, or one other request (``key``:
+    which queue it came from)."""
 
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "key")
 
-    def __init__(self, jobs: list[_Job]) -> None:
+    def __init__(self, key: Any, jobs: list[_Job]) -> None:
+        self.key = key
         self.jobs = jobs
 
 
@@ -147,6 +152,8 @@ class PostgresTaskStore:
         self._idle: list[ActorRef] = []
         self._queued: dict[Any, deque[_Job]] = {}
         """Requests waiting for a worker, by batch key, the oldest key first."""
+        self._running: dict[Any, int] = {}
+        """Batch keys with a transaction in flight: how many."""
         self._away_since: float | None = None
         """When PostgreSQL stopped answering (``None``: it answers)."""
 
@@ -238,36 +245,53 @@ class PostgresTaskStore:
         self._queued.setdefault(key, deque()).append(_Job(message, reply))
         self._dispatch()
 
-    def _take(self) -> list[_Job] | None:
-        """The oldest key's waiting requests (up to ``batch_size``), or ``None``."""
-        if not self._queued:
-            return None
-        key = next(iter(self._queued))
-        waiting = self._queued.pop(key)
-        batch = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
-        if waiting:
-            self._queued[key] = waiting  # behind the other keys: each kind gets its turn
-        return batch
+    def _take(self) -> _Batch | None:
+        """The oldest key's waiting requests (up to ``batch_size``), or ``None``. A key
+        with a transaction in flight is passed over until that one ends, unless a full
+        batch waits: its requests gather meanwhile, so one statement and one commit serve
+        them all (group commit), where a worker each would have run them one by one."""
+        running = self._running
+        for key, waiting in self._queued.items():
+            if key in running and len(waiting) < self.batch_size:
+                continue
+            del self._queued[key]  # (the loop ends here)
+            jobs = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
+            if waiting:
+                self._queued[key] = waiting  # behind the other keys: each kind gets its turn
+            running[key] = running.get(key, 0) + 1
+            return _Batch(key, jobs)
+        return None
+
+    def batch_ended(self, batch: _Batch) -> None:
+        """``batch``'s transaction is over (its key may run again)."""
+        left = self._running.pop(batch.key) - 1
+        if left:
+            self._running[batch.key] = left
 
     def _dispatch(self) -> None:
         """Give each idle worker a batch."""
         while self._idle and self._queued:
-            worker = self._idle.pop()
             batch = self._take()
-            assert batch is not None
+            if batch is None:  # what waits gathers behind a transaction in flight
+                return
+            worker = self._idle.pop()
             try:
-                worker.tell(_Batch(batch))
+                worker.tell(batch)
             except ActorStopped:  # a worker stopped by itself (a bug): its batch goes to another
-                self._queued = {object(): deque(batch), **self._queued}
+                self.batch_ended(batch)
+                self._queued = {object(): deque(batch.jobs), **self._queued}
 
-    def worker_free(self, worker: ActorRef) -> list[_Job] | None:
-        """Called by a worker that finished a batch, synchronously (the workers are the
+    def worker_free(self, worker: ActorRef, done: _Batch) -> _Batch | None:
+        """Called by a worker that finished ``done``, synchronously (the workers are the
         supervisor's hands, on its event loop, and nothing awaits in between): the next
         batch, so that a busy daemon never waits a mailbox hop between transactions, or
-        ``None`` with the worker marked idle."""
+        ``None`` with the worker marked idle (and the others given what became free)."""
+        self.batch_ended(done)
         batch = self._take()
         if batch is None:
             self._idle.append(worker)
+        else:
+            self._dispatch()  # a key this batch's end freed may have work for an idle one
         return batch
 
     # -- PostgreSQL away and back -------------------------------------------------------
@@ -294,11 +318,16 @@ class _GraphWorker(Actor):
         self.store = store
 
     async def receive(self, batch: _Batch) -> None:
-        jobs: list[_Job] | None = batch.jobs
-        while jobs is not None:
-            await _run(self.store, jobs)
-            self.store.announce()
-            jobs = self.store.worker_free(self.context.ref)
+        next_batch: _Batch | None = batch
+        while next_batch is not None:
+            done = next_batch
+            try:
+                await _run(self.store, done.jobs)  # answers every job, whatever happens
+                self.store.announce()
+            except BaseException:  # stopping: the key is free for whoever runs the rest
+                self.store.batch_ended(done)
+                raise
+            next_batch = self.store.worker_free(self.context.ref, done)
 
 
 async def _run(store: PostgresTaskStore, jobs: list[_Job]) -> None:

@@ -8,8 +8,8 @@ to ``batch_size`` in one statement, so one commit (one ``fsync``) serves them al
 any other request is a transaction of its own (:class:`PostgresGraph`). A kind has one
 transaction in flight at a time (a second only for a full batch): what arrives meanwhile
 gathers behind it, which is group commit — a worker per request ran them one by one and a
-busy daemon paid a statement and a commit per claim. Every claim and every completion is still atomic: in a batch,
-each one's row, events and dependents change in the same statement; a completion the
+busy daemon paid a statement and a commit per claim. Every claim and every completion is
+still atomic: in a batch, each one's row, events and dependents change in the same statement; a completion the
 batch could not make is tried alone, which says why, and a batch that meets a conflict (a
 deadlock with another node's batch) or a value PostgreSQL refuses runs one request at a
 time. Batching costs no latency when idle: a request with nothing of its kind in flight

@@ -9,11 +9,11 @@ any other request is a transaction of its own (:class:`PostgresGraph`). A kind h
 transaction in flight at a time (a second only for a full batch): what arrives meanwhile
 gathers behind it, which is group commit — a worker per request ran them one by one and a
 busy daemon paid a statement and a commit per claim. Every claim and every completion is
-still atomic: in a batch, each one's row, events and dependents change in the same statement; a completion the
-batch could not make is tried alone, which says why, and a batch that meets a conflict (a
-deadlock with another node's batch) or a value PostgreSQL refuses runs one request at a
-time. Batching costs no latency when idle: a request with nothing of its kind in flight
-runs at once, alone; other kinds never wait for it.
+still atomic: in a batch, each one's row, events and dependents change in the same
+statement; a completion the batch could not make is tried alone, which says why, and a
+batch that meets a conflict (a deadlock with another node's batch) or a value PostgreSQL
+refuses runs one request at a time. Batching costs no latency when idle: a request with
+nothing of its kind in flight runs at once, alone; other kinds never wait for it.
 
 Every request is answered, whatever a statement raises: a refusal, a ``DatabaseError``
 (PostgreSQL away: the asker retries), or — for an error nobody foresaw — an

@@ -369,6 +369,12 @@ def test_the_benchmarks_import_no_development_package() -> None:
             ["bench", "graph", "--store", "postgresql", "--processes", "0,2"],
             "--processes must be whole numbers",
         ),
+        (["bench", "graph", "--kills", "5"], "--kills needs --store postgresql"),
+        (
+            ["bench", "graph", "--store", "postgresql", "--kills", "2", "--kill-interval", "0"],
+            "--kill-interval must be seconds in (0, 60] (got 0.0)",
+        ),
+        (["bench", "graph", "--store", "postgresql", "--kills", "0"], "--kills"),
     ],
 )
 def test_bench_graph_refuses_bad_store_options_before_starting_anything(

@@ -629,9 +629,14 @@ def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
     from greenroom.cli import main
 
     argv = ["bench", "graph", "--store", pg_server.get_uri(), "--processes", "1,2", "--agents", "4",
-            "--cycles", "2000", "--backend", "trio", "--json"]  # fmt: skip
+            "--cycles", "2000", "--backend", "trio", "--kills", "1", "--kill-interval", "0.05",
+            "--json"]  # fmt: skip
     assert main(argv) == 0
     figures = json.loads(capsys.readouterr().out)
+    killed = figures["trio"]["under_kills"]  # a daemon SIGKILLed mid-run, restarted: nothing lost
+    assert killed["kills"] == 1 and killed["processes"] == 2 and killed["jobs"] == 2000
+    assert killed["never_run"] == 0 and killed["lost"] == {}
+    assert 0 <= killed["reruns"] <= 4  # at most what its four agents held
     rows = figures["trio"]["rows"]
     assert [row["processes"] for row in rows] == [1, 2]
     for row in rows:

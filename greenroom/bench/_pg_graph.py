@@ -296,11 +296,135 @@ def _raw(url: str, threads: int, cycles: int) -> float:
     return sum(done) / (time.perf_counter() - started)
 
 
+# -- under kills: SIGKILLed daemons restarted at once, every task run counted ----------------
+
+
+def _node(url: str, agents: int, jobs: int, backend: str, slot: int, runs: Path) -> subprocess.Popen[str]:
+    """A daemon process of ``slot`` (node ``bench<slot>``, noting each task it runs in
+    ``runs``), once it is ready and told to go."""
+    command = [
+        sys.executable, "-m", "greenroom.bench._pg_node", url, str(agents), str(jobs), backend,
+        str(BATCH), f"bench{slot}", str(runs),
+    ]  # fmt: skip
+    node = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert node.stdout is not None and node.stdin is not None
+    if node.stdout.readline().strip() != "ready":
+        _died(slot, slot + 1, node.wait())
+    node.stdin.write("go\n")
+    node.stdin.flush()
+    return node
+
+
+def _reap(node: subprocess.Popen[str], *, kill: bool = False) -> None:
+    """Wait for ``node`` to end (SIGKILL it first with ``kill``), and close its pipes."""
+    if node.stdout is None or node.stdout.closed:
+        node.wait()
+        return  # reaped already
+    if kill and node.poll() is None:
+        node.kill()
+    node.communicate(timeout=600)  # reads what it printed (its report), closes the pipes
+
+
+def _unfinished(url: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT status, count(*) FROM gr_tasks WHERE status <> 'COMPLETED' GROUP BY status"
+        ).fetchall()
+    return {status: count for status, count in rows}
+
+
+def _wait_any(nodes: list[subprocess.Popen[str]], timeout: float | None) -> None:
+    """Until one of ``nodes`` exits, or ``timeout`` seconds (Linux: on the processes' pidfds;
+    elsewhere a look every 50 ms)."""
+    import select
+
+    running = [node for node in nodes if node.poll() is None]
+    if not running:
+        return
+    if not hasattr(os, "pidfd_open"):
+        time.sleep(0.05 if timeout is None else min(timeout, 0.05))
+        return
+    fds = [os.pidfd_open(node.pid) for node in running]
+    try:
+        select.select(fds, [], [], timeout)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def under_kills(
+    url: str, processes: int, agents: int, jobs: int, backend: str, kills: int, interval: float
+) -> dict[str, Any]:
+    """Drain ``jobs`` no-op tasks with ``processes`` daemons while one of them is
+    SIGKILLed every ``interval`` seconds, ``kills`` times, each restarted at once (as a
+    process manager does; the new process takes back what its predecessor held). Every
+    task run is noted in a file as it starts, so a task run twice shows: ``reruns`` (runs
+    beyond one per task), ``lost`` (tasks not completed at the end, by status)."""
+
+    _seed(url, jobs)
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-kills-") as tmp:
+        files = iter(Path(tmp) / f"runs-{n}.log" for n in range(1_000_000))
+        started = time.time()
+        nodes = [_node(url, agents, jobs, backend, slot, next(files)) for slot in range(processes)]
+        done_kills, next_kill = 0, time.time() + interval
+        try:
+            while any(node.poll() is None for node in nodes):
+                if done_kills < kills and time.time() >= next_kill:
+                    alive = [slot for slot, node in enumerate(nodes) if node.poll() is None]
+                    slot = alive[done_kills % len(alive)]
+                    _reap(nodes[slot], kill=True)  # SIGKILL: nothing of it runs on
+                    done_kills += 1
+                    nodes[slot] = _node(url, agents, jobs, backend, slot, next(files))
+                    next_kill = time.time() + interval
+                _wait_any(nodes, max(0.0, next_kill - time.time()) if done_kills < kills else None)
+            # what a process that exited early left to a killed one's successor: one more round
+            sweeps = 0
+            while sweeps < 3 and any(status in _unfinished(url) for status in ("PENDING", "IN_PROGRESS")):
+                sweeps += 1
+                for node in nodes:
+                    _reap(node)
+                nodes = [_node(url, agents, jobs, backend, slot, next(files)) for slot in range(processes)]
+                for node in nodes:
+                    _reap(node)
+        finally:
+            for node in nodes:
+                _reap(node, kill=True)
+        wall = time.time() - started
+        runs: dict[str, int] = {}
+        for path in Path(tmp).glob("runs-*.log"):
+            for line in path.read_text().split():
+                runs[line] = runs.get(line, 0) + 1
+    unfinished = _unfinished(url)
+    reruns = sum(count - 1 for count in runs.values())
+    return {
+        "processes": processes,
+        "jobs": jobs,
+        "kills": done_kills,
+        "per_second": jobs / wall,
+        "reruns": reruns,
+        "rerun_fraction": reruns / jobs,
+        "never_run": jobs - len(runs),
+        "lost": unfinished,
+    }
+
+
 def measure(
-    store: str, backend: str, processes: list[int], agents: int, cycles: int, peers: str | None = None
+    store: str,
+    backend: str,
+    processes: list[int],
+    agents: int,
+    cycles: int,
+    peers: str | None = None,
+    *,
+    kills: int = 0,
+    kill_processes: int = 2,
+    kill_interval: float = 0.3,
 ) -> dict[str, Any]:
     """``peers``: measure PgQueuer and Procrastinate too, with this interpreter (``""``:
-    the benchmark's own venv of them; ``None``: not at all)."""
+    the benchmark's own venv of them; ``None``: not at all). ``kills``: also drain the
+    jobs with ``kill_processes`` daemons under that many SIGKILLs (:func:`under_kills`)."""
     python = None if peers is None else peer_python(peers)
     rows = []
     with server(store) as admin:
@@ -323,12 +447,18 @@ def measure(
                     row[f"vs_{peer}"] = mine.per_second / drained.per_second
                     row["cpu_ms"][peer] = [drained.client_ms, drained.server_ms]
             rows.append(row)
+        killed = None
+        if kills:
+            with database(admin) as url:
+                killed = under_kills(url, kill_processes, agents, cycles, backend, kills, kill_interval)
     figures: dict[str, Any] = {
         "backend": backend, "store": "embedded" if store == "postgresql" else "given", "agents": agents,
         "cycles": cycles, "rows": rows,
     }  # fmt: skip
     if python is not None:
         figures["peers"] = peer_versions(python)
+    if killed is not None:
+        figures["under_kills"] = killed
     return figures
 
 
@@ -368,4 +498,12 @@ def format_table(figures: dict[str, Any]) -> str:
                 shown = "?" if server_ms is None else f"{server_ms:.2f}"
                 cells.append(f"{name} {client:.2f} / {shown}")
             lines.append(f"  {row['processes']:>9}   " + "   ".join(cells))
+    killed = figures.get("under_kills")
+    if killed:
+        lost = ", ".join(f"{count} {status}" for status, count in killed["lost"].items()) or "none"
+        lines.append(
+            f"  under {killed['kills']} SIGKILLs ({killed['processes']} daemons, each restarted at once): "
+            f"{killed['jobs']} jobs at {killed['per_second']:.0f}/s; run twice {killed['reruns']} "
+            f"({killed['rerun_fraction']:.2%}), never run {killed['never_run']}, lost {lost}"
+        )
     return "\n".join(lines)

@@ -178,6 +178,18 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
         "--processes", default="1,2,4", help="with --store: daemon processes to time (comma-separated)"
     )
     parser.add_argument(
+        "--kills", type=positive_int, default=None, metavar="N",
+        help="with --store: also drain the jobs while a daemon process is SIGKILLed N times and "
+        "restarted at once; count the tasks run twice and any lost",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kill-processes", type=positive_int, default=2, metavar="P", help="with --kills: daemon processes"
+    )
+    parser.add_argument(
+        "--kill-interval", type=float, default=0.3, metavar="SECONDS",
+        help="with --kills: seconds between kills (each after the last restart)",
+    )  # fmt: skip
+    parser.add_argument(
         "--peers", nargs="?", const="", default=None, metavar="PYTHON",
         help="with --store: drain the same jobs with PgQueuer and Procrastinate too (installed in a venv "
         "of their own on first use, or the given interpreter that has them)",
@@ -189,6 +201,10 @@ def main(args: argparse.Namespace) -> int:
 
     if args.peers is not None and args.store is None:
         raise CommandError("--peers needs --store postgresql (the peers are PostgreSQL job queues)")
+    if args.kills is not None and args.store is None:
+        raise CommandError("--kills needs --store postgresql (daemon processes share the graph there)")
+    if not 0 < args.kill_interval <= 60:
+        raise CommandError(f"--kill-interval must be seconds in (0, 60] (got {args.kill_interval!r})")
     if args.store is not None:
         from . import _pg_graph
 
@@ -208,7 +224,15 @@ def main(args: argparse.Namespace) -> int:
             args.backend,
             args.json,
             lambda b: _pg_graph.measure(
-                args.store, b, processes, args.agents, max(args.cycles, 2000), args.peers
+                args.store,
+                b,
+                processes,
+                args.agents,
+                max(args.cycles, 2000),
+                args.peers,
+                kills=args.kills or 0,
+                kill_processes=args.kill_processes,
+                kill_interval=args.kill_interval,
             ),
             _pg_graph.format_table,
         )

@@ -112,26 +112,30 @@ async def test_a_stage_error_ends_the_envelope_with_the_reason() -> None:
     assert "unknown outcome 'maybe'" in (result.error or "")
 
 
+def bug_in_hand_on(pipeline: Pipeline, *, at: int) -> dict[str, int]:
+    """The ``at``-th hand-on to the critic meets a bug (``RuntimeError``); the count."""
+    calls = {"n": 0}
+
+    class Stages(dict[str, Any]):
+        def __getitem__(self, name: str) -> Any:
+            if name == "critic":
+                calls["n"] += 1
+                if calls["n"] == at:
+                    raise RuntimeError("a bug in a hook")
+            return super().__getitem__(name)
+
+    pipeline.stages = Stages(pipeline.stages)
+    return calls
+
+
 async def test_a_stage_that_raises_fails_that_envelope_and_keeps_serving() -> None:
-    crashes = {"n": 0}
 
     async with ActorSystem() as system:
         pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
         original = pipeline.stages["executor"]._cell.actor
         assert original is not None
-
-        class Stages(dict[str, Any]):
-            """The executor's hand-on to the next stage meets a bug, once."""
-
-            def __getitem__(self, name: str) -> Any:
-                if name == "critic":
-                    crashes["n"] += 1
-                    if crashes["n"] == 1:
-                        raise RuntimeError("a bug in a hook")
-                return super().__getitem__(name)
-
         # a bug inside the stage actor but outside the agent's own handling
-        pipeline.stages = Stages(pipeline.stages)
+        crashes = bug_in_hand_on(pipeline, at=1)
         with pytest.raises(PipelineError, match="stage 'executor' failed: RuntimeError: a bug in a hook"):
             await pipeline.run("first")
         result = await pipeline.run("second")  # the same stage takes the next envelope
@@ -317,20 +321,9 @@ async def test_run_many_returns_each_envelopes_result_in_order() -> None:
 async def test_run_many_turns_a_bug_into_that_envelopes_error_result() -> None:
     """A bug that makes ``run`` raise ``PipelineError`` fails only its envelope in
     ``run_many``: an ``ERROR`` result naming the stage, the others succeed."""
-    calls = {"n": 0}
-
     async with ActorSystem() as system:
         pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
-
-        class Stages(dict[str, Any]):
-            def __getitem__(self, name: str) -> Any:
-                if name == "critic":
-                    calls["n"] += 1
-                    if calls["n"] == 3:
-                        raise RuntimeError("a bug in a hook")
-                return super().__getitem__(name)
-
-        pipeline.stages = Stages(pipeline.stages)
+        bug_in_hand_on(pipeline, at=3)
         with anyio.fail_after(20):
             results = await pipeline.run_many([f"job {n}" for n in range(5)])
     outcomes = [r.outcome for r in results]

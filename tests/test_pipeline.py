@@ -112,6 +112,19 @@ async def test_a_stage_error_ends_the_envelope_with_the_reason() -> None:
     assert "unknown outcome 'maybe'" in (result.error or "")
 
 
+class HeldCritic:
+    """A critic stage's handler that holds each envelope until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.holding = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, env: Envelope) -> dict[str, Any]:
+        self.holding.set()
+        await self.release.wait()
+        return {"verdict": "ok"}
+
+
 def bug_in_hand_on(pipeline: Pipeline, *, at: int) -> dict[str, int]:
     """The ``at``-th hand-on to the critic meets a bug (``RuntimeError``); the count."""
     calls = {"n": 0}
@@ -190,12 +203,7 @@ async def test_hooks_that_raise_or_return_none_fail_only_their_envelopes() -> No
 async def test_no_envelope_waits_forever_for_a_stopped_stage() -> None:
     """An envelope passed to a stopped stage fails at once; envelopes a stage dropped
     (``stop(now=True)`` drops what waits in its mailbox) fail when the pipeline closes."""
-    holding, release = anyio.Event(), anyio.Event()
-
-    async def slow_critic(env: Envelope) -> dict[str, Any]:
-        holding.set()
-        await release.wait()
-        return {"verdict": "ok"}
+    critic = HeldCritic()
 
     async with ActorSystem() as system:
         pipeline = await Pipeline.spawn(system, CONFIG, agents(lambda env: {"verdict": "ok"}))
@@ -204,8 +212,8 @@ async def test_no_envelope_waits_forever_for_a_stopped_stage() -> None:
             await pipeline.run("x")
         await pipeline.aclose()
 
-        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
-        critic = pipeline.stages["critic"]
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(critic))
+        critic_ref = pipeline.stages["critic"]
         outcomes: list[Any] = []
 
         async def run(text: str) -> None:
@@ -218,11 +226,11 @@ async def test_no_envelope_waits_forever_for_a_stopped_stage() -> None:
             async with anyio.create_task_group() as tg:
                 for text in ("a", "b", "c"):
                     tg.start_soon(run, text)
-                await holding.wait()  # the critic holds one envelope ...
-                await eventually(lambda: critic.queued == 2)  # ... and two wait for it
-                tg.start_soon(partial(critic.stop, now=True))  # they are dropped
-                await eventually(lambda: not critic._cell.accepting)  # the stop is requested
-                release.set()  # the held one finishes; the stage stops
+                await critic.holding.wait()  # the critic holds one envelope ...
+                await eventually(lambda: critic_ref.queued == 2)  # ... and two wait for it
+                tg.start_soon(partial(critic_ref.stop, now=True))  # they are dropped
+                await eventually(lambda: not critic_ref._cell.accepting)  # the stop is requested
+                critic.release.set()  # the held one finishes; the stage stops
                 await pipeline.aclose()
     assert sorted(type(o).__name__ for o in outcomes) == ["ActorStopped", "ActorStopped", "PipelineResult"]
 
@@ -367,15 +375,10 @@ async def test_run_many_waits_for_room_in_the_first_stage() -> None:
 
 
 async def test_run_many_fails_when_the_pipeline_closes_and_a_cancelled_call_leaves_no_books() -> None:
-    holding, release = anyio.Event(), anyio.Event()
-
-    async def slow_critic(env: Envelope) -> dict[str, Any]:
-        holding.set()
-        await release.wait()
-        return {"verdict": "ok"}
+    critic = HeldCritic()
 
     async with ActorSystem() as system:
-        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(critic))
         outcome: list[BaseException] = []
 
         async def run_many() -> None:
@@ -387,24 +390,24 @@ async def test_run_many_fails_when_the_pipeline_closes_and_a_cancelled_call_leav
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run_many)
-                await holding.wait()
+                await critic.holding.wait()
                 tg.start_soon(partial(pipeline.stages["critic"].stop, now=True))
                 await eventually(lambda: not pipeline.stages["critic"]._cell.accepting)
-                release.set()
+                critic.release.set()
                 await pipeline.aclose()
         assert len(outcome) == 1 and "the pipeline was closed" in str(outcome[0])
         with pytest.raises(ActorStopped):
             await pipeline.run_many(["late"])
         assert not pipeline._in_flight
 
-        holding, release = anyio.Event(), anyio.Event()
-        pipeline = await Pipeline.spawn(system, CONFIG, agents(slow_critic))
+        critic = HeldCritic()
+        pipeline = await Pipeline.spawn(system, CONFIG, agents(critic))
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pipeline.run_many, ["x", "y"])
-                await holding.wait()
+                await critic.holding.wait()
                 tg.cancel_scope.cancel()  # the caller gives up while the critic holds one
-            release.set()
+            critic.release.set()
             # the envelopes handed over finish their routes; none stays on the books
             await eventually(lambda: not pipeline._in_flight and pipeline.stages["critic"].queued == 0)
             assert pipeline.stages["critic"].is_alive

@@ -351,7 +351,7 @@ class AgentRunner:
                     await self.store.open_conversation(context.user_id, conversation, create=True)
                 child = await self.ref.ask(_Admit(conversation), timeout=None)
                 assert child is not None
-                await self._hold(context.user_id, conversation)
+                await self._hold(context.user_id, conversation, opened)
                 held = True
                 result: AgentResult | _Refused = await child.ask(_Run(context, message, opened), timeout=None)
                 if isinstance(result, _Refused):
@@ -382,13 +382,12 @@ class AgentRunner:
                 except Exception:  # the runner is stopping: its children stop with it
                     logger.debug("chat: the runner is gone; %r stops with it", child.name)
 
-    async def _hold(self, user_id: str, conversation: str) -> None:
+    async def _hold(self, user_id: str, conversation: str, opened: bool) -> None:
         """Wait (under the caller's deadline) until no other process sharing the store
         serves this conversation; that request is on another host, so nothing here can
-        signal its end: the store is asked again every 50 ms. A first refusal opens the
-        conversation (a shared store holds stored conversations only, and one served
-        before may have been forgotten since)."""
-        opened = False
+        signal its end: the store is asked again every 50 ms. Unless ``opened``, a first
+        refusal opens the conversation (a shared store holds stored conversations only,
+        and one served before may have been forgotten since)."""
         while True:
             if await self.store.hold_conversation(conversation, self.holder, self.timeout):
                 return

@@ -357,11 +357,8 @@ class Pipeline(metaclass=NoPublicConstructor):
                     first.tell(hop)
                 except MailboxFull:
                     await first.send(hop)
-                except BaseException:
-                    in_flight.pop(slot, None)
-                    raise
             await batch.done.wait()
-        except BaseException:
+        except BaseException:  # closed, or the caller gave up: nobody waits for these any more
             batch.abandoned = True
             for slot in [s for s in in_flight if type(s) is _Slot and s.batch is batch]:
                 in_flight.pop(slot, None)

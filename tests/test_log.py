@@ -233,6 +233,11 @@ async def test_told_events_linger_for_company_and_an_asked_one_writes_them_at_on
     async def barrier(log: ActorRef) -> None:  # the log has handled everything sent before
         await log.ask(Unsubscribe(log))
 
+    async def told_two(log: ActorRef) -> None:  # two told appends, each handled before the next
+        for i in range(2):
+            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
+            await barrier(log)
+
     async with ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "a", writes), linger=3600))
         for i in range(3):
@@ -249,18 +254,14 @@ async def test_told_events_linger_for_company_and_an_asked_one_writes_them_at_on
     writes.clear()
     async with ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "b", writes), linger=0.05))
-        for i in range(2):
-            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
-            await barrier(log)
+        await told_two(log)
         await eventually(lambda: writes == [2])  # the linger ran out: one write for both
     assert writes == [2]
 
     writes.clear()
     async with ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(_CountedStore(tmp_path / "c", writes), linger=0))
-        for i in range(2):
-            log.tell(Append(type=AGENT_UPDATE, payload={"told": i}))
-            await barrier(log)
+        await told_two(log)
         assert writes == [1, 1]  # no linger: each as the mailbox empties
 
 

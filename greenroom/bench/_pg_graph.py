@@ -16,6 +16,7 @@ databases of its own there, so the role needs ``CREATEDB``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -163,14 +164,10 @@ def _drain(commands: list[list[str]]) -> Drained:
     ]
     try:
         for index, node in enumerate(nodes):
-            assert node.stdout is not None
-            if node.stdout.readline().strip() != "ready":
-                _died(index, processes, node.wait())
+            _ready(node, index, processes)
         server_before = _server_cpu()
         for node in nodes:
-            assert node.stdin is not None
-            node.stdin.write("go\n")
-            node.stdin.flush()
+            _go(node)
         reports = []
         for index, node in enumerate(nodes):
             out, _ = node.communicate(timeout=600)
@@ -242,6 +239,19 @@ def _peer(python: str, peer: str, url: str, processes: int, jobs: int) -> Draine
     return _drain([[python, "-I", script, "work", url, str(PEER_CONCURRENCY[peer])]] * processes)
 
 
+def _ready(node: subprocess.Popen[str], index: int, processes: int) -> None:
+    """Wait for a benchmark daemon's ``ready`` line (its imports and pool are done)."""
+    assert node.stdout is not None
+    if node.stdout.readline().strip() != "ready":
+        _died(index, processes, node.wait())
+
+
+def _go(node: subprocess.Popen[str]) -> None:
+    assert node.stdin is not None
+    node.stdin.write("go\n")
+    node.stdin.flush()
+
+
 def _died(index: int, processes: int, status: int) -> NoReturn:
     from .._errors import InvalidInput as CommandError
 
@@ -307,11 +317,8 @@ def _node(url: str, agents: int, jobs: int, backend: str, slot: int, runs: Path)
         str(BATCH), f"bench{slot}", str(runs),
     ]  # fmt: skip
     node = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert node.stdout is not None and node.stdin is not None
-    if node.stdout.readline().strip() != "ready":
-        _died(slot, slot + 1, node.wait())
-    node.stdin.write("go\n")
-    node.stdin.flush()
+    _ready(node, slot, slot + 1)
+    _go(node)
     return node
 
 
@@ -365,7 +372,7 @@ def under_kills(
 
     _seed(url, jobs)
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-kills-") as tmp:
-        files = iter(Path(tmp) / f"runs-{n}.log" for n in range(1_000_000))
+        files = (Path(tmp) / f"runs-{n}.log" for n in itertools.count())
         started = time.time()
         nodes = [_node(url, agents, jobs, backend, slot, next(files)) for slot in range(processes)]
         done_kills, next_kill = 0, time.time() + interval
@@ -381,7 +388,7 @@ def under_kills(
                 _wait_any(nodes, max(0.0, next_kill - time.time()) if done_kills < kills else None)
             # what a process that exited early left to a killed one's successor: one more round
             sweeps = 0
-            while sweeps < 3 and any(status in _unfinished(url) for status in ("PENDING", "IN_PROGRESS")):
+            while sweeps < 3 and {"PENDING", "IN_PROGRESS"} & _unfinished(url).keys():
                 sweeps += 1
                 for node in nodes:
                     _reap(node)

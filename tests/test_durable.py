@@ -124,6 +124,36 @@ async def test_a_second_attempt_replays_every_step_without_asking_the_model_or_r
         await harness.aclose()
 
 
+async def test_a_call_that_changed_things_is_the_stores_before_the_phase_goes_on(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """The result of a call that is not read-only reaches the store (what a crash from then
+    on finds) before the next model request is sent — not with whatever next waits for
+    the disk — so a crash asks a person only about a call it cut short. Seen from a second
+    store on the same data (another process's view)."""
+    data_dir = tmp_path / "data"
+    seen: list[list[tuple[str, str]]] = []
+    async with await make_store(store_url, data_dir) as reader:
+        steps = reader.step_store()
+
+        class Looking(ScriptedModel):
+            async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+                seen.append([(step.key, step.kind) for step in await steps.read("t1")])
+                return await super().chat(request, timeout=timeout)
+
+        effects = Effects()
+        model = Looking(lambda r: model_for_two_turns()._respond(r))  # type: ignore[misc]
+        try:
+            async with journal_on(store_url, data_dir) as (system, writer):
+                result, _, harness = await run_attempt(system, writer, model, effects.tools(), 1)
+                await harness.aclose()
+        finally:
+            await steps.aclose()
+    assert result.stop_reason == "done"
+    assert seen[0] == []
+    assert ("p0/main/m0/t0", "tool") in seen[1], seen[1]  # note's result, before turn 2 was asked
+
+
 def harness_spent(harness: Harness) -> int:
     actor: Any = harness.ref._cell.actor
     return int(actor.spend.total_tokens)

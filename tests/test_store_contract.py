@@ -1147,6 +1147,85 @@ async def test_steps_written_by_one_store_are_read_by_another_on_the_same_backen
             await journal.aclose()
 
 
+_HAND_AND_DIE = """
+import os, signal, sys
+import anyio
+from greenroom.store import Step
+sys.path.insert(0, sys.argv[3])
+from _stores import make_store
+
+async def main() -> None:
+    store = await make_store(sys.argv[1] or None, __import__("pathlib").Path(sys.argv[2]))
+    async with store:
+        journal = store.step_store()
+        await journal.write([Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint="f",
+                                  encoded=b'{"text":"handed"}')], durable=False)
+        os.kill(os.getpid(), signal.SIGKILL)  # no sync, no close: the process just dies
+
+anyio.run(main)
+"""
+
+
+def test_steps_handed_to_the_store_without_a_sync_survive_the_process_being_killed(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """``write(durable=False)`` returns once the store has the steps: a SIGKILL right after
+    it (no sync, no close) loses none of them."""
+    import signal
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "data"
+    died = subprocess.run(
+        [sys.executable, "-c", _HAND_AND_DIE, store_url or "", str(data_dir), str(Path(__file__).parent)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert died.returncode == -signal.SIGKILL, died.stderr
+
+    async def read() -> list[Any]:
+        async with await make_store(store_url, data_dir) as store:
+            journal = store.step_store()
+            try:
+                return await journal.read("t1")
+            finally:
+                await journal.aclose()
+
+    steps = anyio.run(read)
+    assert [(s.key, s.body) for s in steps] == [("p0/main/m0", {"text": "handed"})]
+
+
+async def test_a_sync_covers_the_writes_before_it_and_a_durable_write_reads_back(backend: Store) -> None:
+    journal = backend.step_store()
+    try:
+        await journal.write([_step("t1", "p0/main/m0", body={"n": 0})], durable=False)
+        await journal.write([_step("t1", "p0/main/m1", body={"n": 1})], durable=False)
+        await journal.sync()
+        await journal.write([_step("t1", "p0/main/m2", body={"n": 2})])
+        assert [s.body["n"] for s in await journal.read("t1")] == [0, 1, 2]
+    finally:
+        await journal.aclose()
+
+
+async def test_a_step_body_is_read_back_byte_for_byte_with_its_keys_in_their_order(backend: Store) -> None:
+    """A replay gives a model back exactly what it sent (prompt caches and the divergence
+    check depend on it): keys in the order written, never sorted or reordered."""
+    journal = backend.step_store()
+    encoded = b'{"record":{"arguments":{"account":"L025","amount":7,"a":null}},"content":"ok"}'
+    try:
+        await journal.write(
+            [
+                _step("t1", "p0/main/m0/t0", "tool", encoded=encoded),
+                _step("t1", "p0/main/m1", body={"z": 1, "b": 2}),
+            ]
+        )
+        first, second = await journal.read("t1")
+        assert msgspec.json.encode(first.body) == encoded
+        assert list(first.body["record"]["arguments"]) == ["account", "amount", "a"]
+        assert list(second.body) == ["z", "b"]
+    finally:
+        await journal.aclose()
+
+
 async def test_many_tasks_steps_are_read_in_one_call(backend: Store) -> None:
     journal = backend.step_store()
     try:

@@ -23,18 +23,34 @@ asks for one tool call. Two measurements, each against a baseline in the same ru
   leaves them), then resumed from the journal, against running them again from the start
   without one: model requests and wall time at the model's latency.
 
+- **Kills** (``--kills N``, instead of the above): ``N`` times, a process running
+  ``--crash-tasks`` durable tasks at once (``--crash-steps`` model calls each, every one
+  asking for a write tool that takes no idempotency key) is SIGKILLed at a random instant,
+  then a second process resumes them from the journal (``_crash_node.py``). Per kill: the
+  questions a person is asked ("it may have run" — only a call running at the kill can
+  honestly be one), the model requests asked again, the effects run twice and missing.
+  The baseline is the calls running at the kill instant: the steps begun but not
+  finished, counted from the tool's own effects.
+
 Each figure is the median of ``rounds`` alternating runs, each after a full collection.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import itertools
+import json
+import random
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -248,6 +264,88 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
     }
 
 
+def _kill_once(
+    backend: str, data_dir: Path, run: int, tasks: int, steps: int, latency: float, rng: random.Random
+) -> dict[str, Any]:
+    """One process SIGKILLed at a random instant, then its tasks resumed by another."""
+    node = [sys.executable, "-m", "greenroom.bench._crash_node"]
+    args = [str(data_dir), str(run), str(tasks), str(steps), str(latency), backend]
+    child = subprocess.Popen([*node, "run", *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("the crash run's process did not start its tasks")
+        time.sleep(rng.uniform(0.2, 0.8) * steps * latency)  # somewhere in the middle of the work
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    effects_at_kill = _lines(data_dir / "effects")
+    recovered = subprocess.run([*node, "recover", *args], capture_output=True, text=True, timeout=600)
+    if recovered.returncode != 0:
+        raise RuntimeError(f"the recovery process failed: {recovered.stderr[-2000:]}")
+    outcome = json.loads(recovered.stdout.strip().splitlines()[-1])
+    effects = _lines(data_dir / "effects")
+    requests = _lines(data_dir / "requests")
+    prefix = f"r{run}-"
+    wanted = {f"{prefix}t{i} {turn}" for i in range(tasks) for turn in range(steps)}
+    mine = collections.Counter(line for line in effects if line.startswith(prefix))
+    asked = collections.Counter(line for line in requests if line.startswith(prefix))
+    began = {line for line in effects_at_kill if line.startswith(prefix)}
+    return {
+        "questions": len(outcome["questions"]),
+        "completed": outcome["completed"],
+        "effects_twice": sum(1 for n in mine.values() if n > 1),
+        "effects_missing": len(wanted - set(mine)),
+        "requests_again": sum(n - 1 for n in asked.values() if n > 1),
+        "effects_at_kill": len(began),
+    }
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def measure_kills(
+    backend: str, kills: int, tasks: int, steps: int, latency: float, seed: int | None = None
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    per_kill: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as data:
+        for run in range(kills):
+            per_kill.append(_kill_once(backend, Path(data), run, tasks, steps, latency, rng))
+    total = {key: sum(kill[key] for kill in per_kill) for key in per_kill[0]}
+    return {
+        "backend": backend,
+        "kills": kills,
+        "tasks": tasks,
+        "steps": steps,
+        "latency": latency,
+        "per_kill": per_kill,
+        "questions_per_kill": total["questions"] / kills,
+        "requests_again_per_kill": total["requests_again"] / kills,
+        "effects_twice": total["effects_twice"],
+        "effects_missing": total["effects_missing"],
+        "completed": total["completed"],
+    }
+
+
+def format_kills(f: dict[str, Any]) -> str:
+    questions = [kill["questions"] for kill in f["per_kill"]]
+    return "\n".join(
+        [
+            f"durable tasks under kills on {f['backend']}: {f['kills']} SIGKILLs of a process running "
+            f"{f['tasks']} tasks x {f['steps']} steps (an unkeyed write tool each), model latency "
+            f"{f['latency'] * 1000:.0f} ms, instant tools",
+            f'  questions per kill ("it may have run"): {f["questions_per_kill"]:6.2f}   '
+            f"(each kill: {', '.join(map(str, questions))})",
+            f"  model requests asked again per kill:    {f['requests_again_per_kill']:6.2f}",
+            f"  effects run twice / missing:            {f['effects_twice']} / {f['effects_missing']}   "
+            f"({f['completed']} of {f['kills'] * f['tasks']} tasks completed)",
+        ]
+    )
+
+
 def format_table(f: dict[str, Any]) -> str:
     return "\n".join(
         [
@@ -281,9 +379,26 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--iterations", type=positive_int, default=10)
     parser.add_argument("--latency-ms", type=positive_int, default=100, help="simulated model latency")
     parser.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds (medians)")
+    parser.add_argument(
+        "--kills", type=positive_int, default=None, help="instead: SIGKILL a durable run this many times"
+    )
+    parser.add_argument("--crash-tasks", type=positive_int, default=100, help="with --kills: tasks at once")
+    parser.add_argument("--crash-steps", type=positive_int, default=10, help="with --kills: steps per task")
+    parser.add_argument(
+        "--crash-latency-ms", type=positive_int, default=20, help="with --kills: model latency"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.kills is not None:
+        return report_per_backend(
+            args.backend,
+            args.json,
+            lambda b: measure_kills(
+                b, args.kills, args.crash_tasks, args.crash_steps, args.crash_latency_ms / 1000
+            ),
+            format_kills,
+        )
     return report_per_backend(
         args.backend,
         args.json,

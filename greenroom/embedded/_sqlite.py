@@ -2,7 +2,12 @@
 transaction at a time — what the chat store and the step journal share.
 
 WAL, ``synchronous=FULL`` (a committed transaction is on disk), opened on first use with
-its schema. :meth:`run` runs a function in one transaction in a worker thread: a writer
+its schema. With ``synchronous="NORMAL"`` a commit is written to the WAL without waiting
+for the disk — it survives this process's death (the kernel has it), not yet a power loss —
+and :meth:`sync` makes every commit before it durable (an ``fdatasync`` of the WAL, what
+``FULL`` does at each commit), off the transactions' lane, so commits never wait for it.
+
+:meth:`run` runs a function in one transaction in a worker thread: a writer
 takes the write lock at once (``BEGIN IMMEDIATE``: another process's writer waits, never
 a deadlock half-way); a reader reads its snapshot. Calls queue in the event loop (a
 capacity limiter of one), not on the thread lock. A cancelled caller stops waiting; the
@@ -11,6 +16,7 @@ transaction it started finishes on its own.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -26,13 +32,20 @@ T = TypeVar("T")
 
 
 class SQLiteFile:
-    def __init__(self, path: str | Path, schema: str, *, foreign_keys: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, schema: str, *, foreign_keys: bool = False, synchronous: str = "FULL"
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
         self._schema = schema
         self._foreign_keys = foreign_keys
+        self._synchronous = synchronous
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
         self._db: sqlite3.Connection | None = None
+        self._wal: int | None = None  # a descriptor of the WAL file, for sync (NORMAL only)
+        self._sync_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         db = self._db
@@ -40,7 +53,7 @@ class SQLiteFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             _use_wal(db)
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA synchronous={self._synchronous}")
             if self._foreign_keys:
                 db.execute("PRAGMA foreign_keys=ON")
             db.executescript(self._schema)
@@ -73,12 +86,42 @@ class SQLiteFile:
         async with limiter:  # queued here, in FIFO order, not on the thread lock
             return await run_blocking(call)
 
+    def sync_blocking(self) -> None:
+        """Make every transaction committed before this call durable (``fdatasync`` of the
+        WAL file), in the calling thread: it takes no SQLite lock, so transactions go on
+        meanwhile. Nothing to do before the first commit or with ``synchronous="FULL"``."""
+        if self._synchronous == "FULL":
+            return
+        with self._sync_lock:
+            if self._wal is None:
+                with self._lock:  # the WAL exists once the connection wrote; it stays while open
+                    if self._db is None:
+                        return
+                    self._wal = _open_wal(self.path)
+            if self._wal is not None:
+                _datasync(self._wal)
+
+    async def sync(self) -> None:
+        """:meth:`sync_blocking` in a worker thread. Cancelled, the sync finishes in its
+        thread; the caller stops waiting."""
+        await run_blocking(self.sync_blocking)
+
     def close_blocking(self) -> None:
-        """Close the connection, from a worker thread (a later call opens it again)."""
-        with self._lock:
+        """Close the connection, from a worker thread (a later call opens it again); what
+        it committed is synced first."""
+        with self._sync_lock, self._lock:
+            if self._db is not None and self._synchronous == "NORMAL":
+                wal = self._wal if self._wal is not None else _open_wal(self.path)
+                if wal is not None:
+                    _datasync(wal)
+                    if wal != self._wal:
+                        os.close(wal)
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._wal is not None:
+                os.close(self._wal)
+                self._wal = None
 
     async def aclose(self) -> None:
         """Close the connection (a later call opens it again)."""
@@ -100,3 +143,17 @@ def _use_wal(db: sqlite3.Connection, timeout: float = 30.0) -> None:
             if "locked" not in str(error) or time.monotonic() > deadline:
                 raise
         time.sleep(0.005)  # a worker thread, not the event loop: the other holder needs a moment
+
+
+def _open_wal(path: Path) -> int | None:
+    try:
+        return os.open(f"{path}-wal", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+
+
+def _datasync(fd: int) -> None:
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # macOS, Windows
+        os.fsync(fd)

@@ -1,5 +1,7 @@
 """``SQLiteStepStore``: the step journal on one SQLite file under the data dir
-(``steps.sqlite3``, WAL, ``synchronous=FULL``: a write returned is on disk).
+(``steps.sqlite3``, WAL). A write commits to the WAL (the kernel has it: this process
+dying loses nothing); a durable write, or :meth:`~SQLiteStepStore.sync`, then syncs the
+WAL, on its own lane, so a commit never waits behind a sync in flight.
 
 Used from worker threads one call at a time, like the chat store; a write is one
 transaction (``BEGIN IMMEDIATE``), so another process reading the file sees a batch whole
@@ -45,10 +47,10 @@ class SQLiteStepStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._file = SQLiteFile(self.path, _SCHEMA)
+        self._file = SQLiteFile(self.path, _SCHEMA, synchronous="NORMAL")
         self._run = self._file.run
 
-    async def write(self, steps: Sequence[Step]) -> None:
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
         rows = []
         for step in steps:
             check_step(step)
@@ -66,12 +68,20 @@ class SQLiteStepStore:
 
         try:
             await self._run(insert, write=True)
+            if durable:
+                await self._file.sync()
         except OSError as error:
             raise storage_error(self.path, error) from None
         except sqlite3.OperationalError as error:  # SQLite says "disk I/O error", not which
             raise StorageError(
                 f"cannot write {self.path}: {error} (the disk may be full, read-only or over a size limit)"
             ) from None
+
+    async def sync(self) -> None:
+        try:
+            await self._file.sync()
+        except OSError as error:
+            raise storage_error(self.path, error) from None
 
     async def read(self, task_id: str) -> list[Step]:
         def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:

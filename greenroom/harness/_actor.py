@@ -388,6 +388,8 @@ class HarnessActor(Actor):
             body = {"record": record, "content": content}
             if not journal.record_soon(step, "tool", asked, _encoder.encode(body)):
                 await journal.record(step, "tool", asked, body)
+            elif journal.has(step, "tool_started"):  # it changed things: the store has it before
+                await journal.handed()  # anything else runs, so a crash from now on asks nobody
             return record, content
         return await self._run_tool_once(
             loop, call_id, name, arguments, arguments_error, allowed, None, "", ""

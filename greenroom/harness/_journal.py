@@ -2,7 +2,9 @@
 
 ``StepJournalActor`` owns a process's :class:`~greenroom.store.StepStore` and writes the
 steps every harness records in batches (one transaction for whatever arrived while the
-last one was written), answering each ``RecordSteps`` only once it is durable. Harnesses
+last one was written; the disk syncs on a lane of their own, so a step is the store's —
+safe from this process's death — a commit after it was put), answering each
+``RecordSteps`` only once it is durable. Harnesses
 of its own event loop record through its :class:`StepSink` instead (a group commit: one
 message per batch, not per step; each writer waits for its batch to be durable).
 Messages sent before ``stop()`` are written and answered; messages sent after are refused.
@@ -67,11 +69,14 @@ class OpenTaskJournal(msgspec.Struct, Request["tuple[list[Step], StepSink]"], fr
 class _Batch:
     """Steps put into a sink since the journal last took them, and who waits for them."""
 
-    __slots__ = ("done", "error", "steps")
+    __slots__ = ("done", "error", "handed", "steps")
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
+        self.handed = anyio.Event()
+        """Set once the store has the batch (this process dying loses none of it)."""
         self.done = anyio.Event()
+        """Set once the batch is durable (or could not be written: ``error``)."""
         self.error: BaseException | None = None
 
 
@@ -160,8 +165,44 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(_encoder.encode(value)).hexdigest()[:32]
 
 
+class _Synced(msgspec.Struct, frozen=True):
+    """The syncer's answer: every write up to ``upto`` (a count of writes) is durable, or
+    ``error`` says why it could not be made so."""
+
+    upto: int
+    error: BaseException | None = None
+
+
+class _WalSyncer(Actor):
+    """The journal's second lane: ``sync`` the store while the journal goes on committing.
+    Told the journal's write count, it answers (told) once every write up to it is durable."""
+
+    def __init__(self, store: StepStore) -> None:
+        self.store = store
+
+    async def receive(self, message: Any) -> None:
+        assert isinstance(message, int)
+        parent = self.context.parent
+        assert parent is not None
+        try:
+            await self.store.sync()
+        except Exception as error:  # the journal fails the waiters with it; cancellation propagates
+            parent.tell(_Synced(message, error))
+        else:
+            parent.tell(_Synced(message))
+
+
 class StepJournalActor(Actor):
-    """Writes every harness's steps through one ``StepStore``, in batches."""
+    """Writes every harness's steps through one ``StepStore``, in batches, on two lanes.
+
+    A batch is handed to the store as soon as it is taken (``write(durable=False)``: a
+    commit that does not wait for the disk — once it returns, this process dying loses none
+    of it), and a child syncs the store beside it (one sync in flight; what was committed
+    meanwhile goes with the next). A step is answered (its ``RecordSteps``, its sink's
+    ``wait_written``) once it is durable. So a step is the store's about a commit after it
+    was put — not a disk sync after the sync in flight — and a crash leaves few steps
+    behind: only a tool call running when it landed can come back as "it may have run".
+    """
 
     def __init__(self, store: StepStore, *, max_batch: int = 1024) -> None:
         self.store = store
@@ -170,10 +211,15 @@ class StepJournalActor(Actor):
         self._owed: list[PendingReply | _Batch | None] = []
         self._reads: list[tuple[str, PendingReply | None, bool]] = []
         self._sink: StepSink | None = None
+        self._syncer: ActorRef | None = None
+        self._unsynced: list[tuple[int, list[PendingReply | _Batch | None]]] = []
+        self._writes = 0  # batches handed to the store so far
+        self._syncing = False
         self.written = 0
 
     async def on_start(self) -> None:
         self._sink = StepSink(self.context.ref)
+        self._syncer = await self.context.spawn(lambda: _WalSyncer(self.store), name="sync")
 
     async def receive(self, message: Any) -> Any:
         """Writes and reads wait while more messages are queued, then go together: every
@@ -188,6 +234,8 @@ class StepJournalActor(Actor):
             self._reads.append((message.task_id, self.context.reply_later(), False))
         elif isinstance(message, OpenTaskJournal):
             self._reads.append((message.task_id, self.context.reply_later(), True))
+        elif isinstance(message, _Synced):
+            self._synced(message)
         elif isinstance(message, DropSteps):
             await self._settle()
             return await self.store.drop(message.task_ids)
@@ -228,34 +276,74 @@ class StepJournalActor(Actor):
         batch, owed = self._batch, self._owed
         self._batch, self._owed = [], []
         try:
-            await self.store.write(batch)
+            await self.store.write(batch, durable=False)
         except BaseException as error:
-            for pending in owed:
-                if isinstance(pending, _Batch):
-                    pending.error = error
-                    pending.done.set()
-                elif pending is not None:
-                    pending.fail(error)
+            _answer(owed, error)
             raise
         self.written += len(batch)
+        self._writes += 1
         for pending in owed:
             if isinstance(pending, _Batch):
-                pending.done.set()
-            elif pending is not None:
-                pending.succeed(None)
+                pending.handed.set()
+        self._unsynced.append((self._writes, owed))
+        self._sync_soon()
+
+    def _sync_soon(self) -> None:
+        """Ask the syncer to make what was written durable, unless a sync is in flight
+        (its answer asks for the rest)."""
+        if not self._syncing and self._unsynced and self._syncer is not None:
+            self._syncing = True
+            self._syncer.tell(self._writes)
+
+    def _synced(self, message: _Synced) -> None:
+        self._syncing = False
+        done = 0
+        for upto, owed in self._unsynced:
+            if upto > message.upto:
+                break
+            _answer(owed, message.error)
+            done += 1
+        del self._unsynced[:done]
+        if message.error is not None:
+            logger.error("journal: steps written could not be synced: %s", message.error)
+        self._sync_soon()
 
     async def on_stop(self) -> None:
-        """Write what was taken before the stop; from now on the sink refuses. A store
-        that cannot write (a full disk) fails the waiters of the last batch with its error
-        and is said in one line: the failure that stopped the process was said already."""
+        """Write what was taken before the stop and sync it; from now on the sink refuses.
+        A store that cannot write (a full disk) fails the waiters of the last batch with
+        its error and is said in one line: the failure that stopped the process was said
+        already."""
         if self._sink is not None:
             self._sink.closed = True
         try:
             await self._settle()
+            await self.store.sync()
+            for _, owed in self._unsynced:
+                _answer(owed, None)
         except (DataError, OSError) as error:
             logger.error("journal: the last steps taken were not written: %s", error)
+            for _, owed in self._unsynced:
+                _answer(owed, error)
         finally:
+            for _, owed in self._unsynced:  # cancelled on the way: nobody is told it is durable
+                _answer(owed, ActorStopped(self.context.ref))
+            self._unsynced.clear()
             await self.store.aclose()
+
+
+def _answer(owed: list[PendingReply | _Batch | None], error: BaseException | None) -> None:
+    """Answer every waiter of a batch: durable (``error`` ``None``) or failed with ``error``."""
+    for pending in owed:
+        if isinstance(pending, _Batch):
+            if not pending.done.is_set():
+                pending.error = error
+                pending.handed.set()
+                pending.done.set()
+        elif pending is not None:
+            if error is None:
+                pending.succeed(None)
+            else:
+                pending.fail(error)
 
 
 class TaskJournal:
@@ -355,6 +443,15 @@ class TaskJournal:
             task_id=self.task_id, key=key, kind=kind,  # type: ignore[arg-type]
             fingerprint=asked, body=body, encoded=encoded, attempt=self.attempt, at=time.time(),
         )  # fmt: skip
+
+    async def handed(self) -> None:
+        """Return once every step recorded so far is the store's: this process dying loses
+        none of them (a power loss still may, until :meth:`sync`). Raises nothing: a step
+        that could not be written is :meth:`sync`'s to report."""
+        if self._unsynced:
+            batch = self._unsynced[-1]
+            if not batch.handed.is_set():
+                await batch.handed.wait()
 
     async def sync(self) -> None:
         """Return once every step recorded so far is durable (the store's error if one

@@ -168,6 +168,11 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE gr_events ALTER COLUMN seq SET DEFAULT "
         "CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('gr_event_ids') END",
     ],
+    [  # 8: a step's body is kept as the text it was written (json, not jsonb): a replay
+        # gives a model back the arguments it sent, byte for byte (jsonb reorders keys);
+        # the steps of tasks in flight keep jsonb's order, which is all they still have
+        "ALTER TABLE gr_steps ALTER COLUMN body TYPE json USING body::json",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

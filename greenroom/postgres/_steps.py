@@ -22,7 +22,7 @@ class PostgresStepStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def write(self, steps: Sequence[Step]) -> None:
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
         rows = []
         for step in steps:
             check_step(step)
@@ -33,13 +33,24 @@ class PostgresStepStore:
 
         def insert(connection: Any) -> None:
             with connection.cursor() as cursor:
+                if not durable:  # the server has it once committed: this process dying loses nothing
+                    cursor.execute("SET LOCAL synchronous_commit TO off")
                 cursor.executemany(
                     "INSERT INTO gr_steps (task_id, key, kind, fingerprint, body, attempt, at) "
-                    "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s) ON CONFLICT (task_id, key, kind) DO NOTHING",
+                    "VALUES (%s, %s, %s, %s, %s::json, %s, %s) ON CONFLICT (task_id, key, kind) DO NOTHING",
                     rows,
                 )
 
         await self.db.run(insert)
+
+    async def sync(self) -> None:
+        """A transaction with an id commits synchronously: the server flushes its WAL up to
+        that commit, so every asynchronous commit before it is durable too."""
+
+        def flush(connection: Any) -> None:
+            connection.execute("SELECT pg_catalog.txid_current()")
+
+        await self.db.run(flush)
 
     async def read(self, task_id: str) -> list[Step]:
         def fetch(connection: Any) -> list[tuple[Any, ...]]:

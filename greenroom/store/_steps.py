@@ -96,11 +96,22 @@ class StepStore(Protocol):
     """The step journal's storage. Every call is one transaction; ``write`` returns once
     its steps are durable (a reply means on disk, as everywhere in greenroom)."""
 
-    async def write(self, steps: Sequence[Step]) -> None:
-        """Record ``steps`` (in order) in one durable transaction. A step whose ``(task_id,
-        key, kind)`` is already recorded keeps what was recorded first (a replay never
-        rewrites history): the write is idempotent. ``InvalidInput`` (naming the field)
-        for a step that cannot be kept, before anything is written."""
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
+        """Record ``steps`` (in order) in one transaction. A step whose ``(task_id, key,
+        kind)`` is already recorded keeps what was recorded first (a replay never rewrites
+        history): the write is idempotent. ``InvalidInput`` (naming the field) for a step
+        that cannot be kept, before anything is written.
+
+        ``durable=True``: returns once the steps are durable (a power loss keeps them).
+        ``durable=False``: returns once they are the store's — this process dying (SIGKILL)
+        loses none of them — without waiting for the disk: a power loss may still lose them
+        until a later :meth:`sync` or durable write, which makes every write before it
+        durable too (a store keeps the order of its writes)."""
+        ...
+
+    async def sync(self) -> None:
+        """Make every write that returned before this call durable (see :meth:`write`).
+        Runs beside writes: a write never waits for a sync in flight."""
         ...
 
     async def read(self, task_id: str) -> list[Step]:

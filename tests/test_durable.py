@@ -27,7 +27,7 @@ from greenroom.harness import (
     Tool,
 )
 from greenroom.harness._actor import _request_digest
-from greenroom.harness._journal import DropSteps, RecordSteps, TaskJournal, fingerprint
+from greenroom.harness._journal import DropSteps, OpenTaskJournal, RecordSteps, TaskJournal, fingerprint
 from greenroom.llm import ScriptedModel
 from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 from greenroom.store import Step
@@ -109,7 +109,7 @@ async def test_a_second_attempt_replays_every_step_without_asking_the_model_or_r
         await harness.aclose()
         assert first.stop_reason == "done" and first.final_text == "done after 4 messages"
         assert len(first_model.requests) == 2 and effects.ran == [("note", "hello"), ("look", "sky")]
-        assert (journal.recorded, journal.replayed) == (5, 0)  # 2 replies, 1 begun, 2 results
+        assert (journal.recorded, journal.replayed) == (6, 0)  # 2 replies, 1 begun, 1 released, 2 results
 
         again_model = model_for_two_turns()
         again, replay, harness = await run_attempt(system, writer, again_model, effects.tools(), 2)
@@ -190,20 +190,52 @@ async def test_a_replay_asked_something_else_stops_naming_the_step(
         assert effects.ran == [("note", "hello"), ("look", "sky")]
 
 
-async def _crashed_mid_tool(writer: ActorRef) -> None:
+async def _crashed_mid_tool(writer: ActorRef, *, released: bool = True, incarnation: str | None = "") -> None:
     """What a process killed while ``note`` ran leaves: the reply that asked for it, and
-    ``note`` recorded as begun, with no result (on a journal with nothing else for it)."""
+    ``note`` recorded as begun and let run, with no result (on a journal with nothing else
+    for it). ``released=False``: killed before it was let run. ``incarnation``: the one
+    the beginning names (``""``: the store's own; ``None``: none, as before releases)."""
     await writer.ask(DropSteps(("t1",)))
+    _, sink = await writer.ask(OpenTaskJournal("t1"))
+    if incarnation == "":
+        incarnation = sink.incarnation if sink.incarnation is not None else "durable"
     specs = tuple(sorted((tool.spec() for tool in Effects().tools()), key=_name))
     request = ChatRequest((_user("write it down"),), specs)
     offered = tuple(map(_name, specs))
+    asked = fingerprint(("note", {"text": "hello"}, None))
     steps = (
         Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=_request_digest(request, offered),
              body=dict(_builtins(first_reply()))),
-        Step(task_id="t1", key="p0/main/m0/t0", kind="tool_started",
-             fingerprint=fingerprint(("note", {"text": "hello"}, None))),
+        Step(task_id="t1", key="p0/main/m0/t0", kind="tool_started", fingerprint=asked,
+             body={} if incarnation is None else {"release": incarnation}),
     )  # fmt: skip
+    if released:
+        steps += (Step(task_id="t1", key="p0/main/m0/t0", kind="tool_released", fingerprint=asked),)
     await writer.ask(RecordSteps(steps))
+
+
+async def test_a_call_begun_but_never_let_run_runs_without_asking_anyone(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """A crash between a call's beginning and its release (the disk sync in between, the
+    wake-up after it) left a call that cannot have run: it runs, nobody is asked. Unless
+    the store may have lost the release since (another incarnation: the machine rebooted),
+    or the beginning predates releases: then it may have run, and a person is asked."""
+    async with journal_on(store_url, tmp_path / "data") as (system, writer):
+        await _crashed_mid_tool(writer, released=False)
+        effects = Effects()
+        result, journal, harness = await run_attempt(
+            system, writer, model_for_two_turns(), effects.tools(), 2
+        )
+        await harness.aclose()
+        assert effects.ran == [("note", "hello"), ("look", "sky")] and result.stop_reason == "done"
+        assert journal.has("p0/main/m0/t0", "tool_released")  # released this time
+        for incarnation in ("boot:another", None):
+            await _crashed_mid_tool(writer, released=False, incarnation=incarnation)
+            effects = Effects()
+            with pytest.raises(ApprovalNeeded) as asked:
+                await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 2)
+            assert effects.ran == [] and "may have run" in asked.value.call["question"]
 
 
 def _user(text: str) -> Any:

@@ -9,18 +9,19 @@ it prints ``ready`` once they are under way and runs until killed or done. ``rec
 runs the same tasks again from their step journals; a task parked on a question is
 answered as an operator would (the effect is in ``effects`` → "it ran, record it as
 done"; it is not → "run it") and resumed. It prints a JSON line: the questions asked
-(tasks and calls) and the tasks completed.
+(tasks and calls) and the tasks completed. The model answers after ``LATENCY`` seconds
+± 50 % (uniform), so the tasks drift apart as real ones do, instead of moving in step.
 
 Files in ``DATA_DIR``: ``effects`` (a line per run of the tool: ``task turn``),
 ``requests`` (a line per model request as it is sent: ``task turn``), one ``write`` each
-(``O_APPEND``), so a SIGKILL leaves whole lines. The model answers after ``LATENCY``
-seconds; tools are instant.
+(``O_APPEND``), so a SIGKILL leaves whole lines. Tools are instant.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ class _Model(ClosingModel):
         task = request.messages[0].content
         turn = sum(1 for message in request.messages if message.role == "tool")
         _append(self.requests, f"{task} {turn}")
-        await anyio.sleep(self.latency)
+        await anyio.sleep(self.latency * random.uniform(0.5, 1.5))  # tasks drift apart, as real ones do
         if turn >= self.steps:
             return ChatReply(text=f"{task} done", usage=Usage(50, 5))
         call = ModelToolCall(f"c{turn}", "write", {"line": f"{task} {turn}"})

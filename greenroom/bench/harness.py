@@ -336,7 +336,7 @@ def format_kills(f: dict[str, Any]) -> str:
         [
             f"durable tasks under kills on {f['backend']}: {f['kills']} SIGKILLs of a process running "
             f"{f['tasks']} tasks x {f['steps']} steps (an unkeyed write tool each), model latency "
-            f"{f['latency'] * 1000:.0f} ms, instant tools",
+            f"{f['latency'] * 1000:.0f} ms +- 50 %, instant tools",
             f'  questions per kill ("it may have run"): {f["questions_per_kill"]:6.2f}   '
             f"(each kill: {', '.join(map(str, questions))})",
             f"  model requests asked again per kill:    {f['requests_again_per_kill']:6.2f}",

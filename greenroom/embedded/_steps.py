@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import msgspec
 
 from .._errors import StorageError, storage_error
@@ -83,6 +84,12 @@ class SQLiteStepStore:
         except OSError as error:
             raise storage_error(self.path, error) from None
 
+    async def incarnation(self) -> str | None:
+        """The machine's boot (Linux's ``boot_id``): a commit is in the kernel's page cache
+        until synced, and only a reboot (a power loss, a kernel crash) loses that. ``None``
+        where the boot cannot be read."""
+        return await anyio.to_thread.run_sync(_boot_id)
+
     async def read(self, task_id: str) -> list[Step]:
         def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return db.execute(
@@ -127,3 +134,12 @@ class SQLiteStepStore:
 
     async def aclose(self) -> None:
         await self._file.aclose()
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        return None
+    return f"boot:{boot_id}" if boot_id else None

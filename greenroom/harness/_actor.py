@@ -425,14 +425,14 @@ class HarnessActor(Actor):
             if refused is not None:
                 return refused
         if journal is not None and tool.risk is not RiskLevel.READ_ONLY:
-            if journal.has(step, "tool_started") and not tool.takes_idempotency_key:
+            keyed = tool.takes_idempotency_key  # a keyed call runs again with its key, unasked
+            if not keyed and journal.may_have_run(step):
                 refused = self._ask_person(
                     journal, f"{step}#rerun", record, name, arguments, tool, _MAY_HAVE_RUN
                 )
                 if refused is not None:
                     return refused
-            if not journal.has(step, "tool_started"):
-                await journal.record(step, "tool_started", asked, {"asked": f"{name} {arguments!r:.200}"})
+            await journal.begin(step, asked, f"{name} {arguments!r:.200}", release=not keyed)
         if tool.takes_idempotency_key:
             # the same key in every attempt: the tool can tell a retry from a new call
             arguments = {**arguments, "idempotency_key": f"{journal.task_id}/{step}" if journal else call_id}

@@ -97,12 +97,14 @@ class StepSink:
     ``ActorStopped``; the steps put before it stopped are written first.
     """
 
-    __slots__ = ("_open", "_ref", "closed")
+    __slots__ = ("_open", "_ref", "closed", "incarnation")
 
-    def __init__(self, ref: ActorRef) -> None:
+    def __init__(self, ref: ActorRef, incarnation: str | None = None) -> None:
         self._ref = ref
         self._open = _Batch()
         self.closed = False
+        self.incarnation = incarnation
+        """The store's (``StepStore.incarnation``), asked once when the journal started."""
 
     def put(self, step: Step) -> _Batch:
         """Put ``step`` in the next batch, at once; the batch says when it is durable
@@ -218,7 +220,7 @@ class StepJournalActor(Actor):
         self.written = 0
 
     async def on_start(self) -> None:
-        self._sink = StepSink(self.context.ref)
+        self._sink = StepSink(self.context.ref, await self.store.incarnation())
         self._syncer = await self.context.spawn(lambda: _WalSyncer(self.store), name="sync")
 
     async def receive(self, message: Any) -> Any:
@@ -364,6 +366,8 @@ class TaskJournal:
     ) -> None:
         self.task_id = task_id
         self.sink = sink
+        self.incarnation = sink.incarnation if sink is not None else None
+        """The store's incarnation (``StepStore.incarnation``); ``None``: unknown."""
         """Where new steps go (the writer's group commit); ``None``: a ``RecordSteps`` ask each."""
         self.decisions = dict(decisions or {})
         """People's decisions on the task's calls, by step (from the task)."""
@@ -407,6 +411,42 @@ class TaskJournal:
     def has(self, key: str, kind: str) -> bool:
         place = f"{key}\x00{kind}"
         return place in self._recorded or place in self._written
+
+    def may_have_run(self, key: str) -> bool:
+        """Whether the call at ``key``, begun in an earlier attempt and left without a
+        result, may have run: it was let run (``tool_released``), or whether it was cannot
+        be known (the store may have lost the release since: another incarnation; or the
+        step predates releases). A call begun and never released did not run."""
+        begun = self._recorded.get(f"{key}\x00tool_started")
+        if begun is None or f"{key}\x00tool" in self._recorded:
+            return False
+        if f"{key}\x00tool_released" in self._recorded:
+            return True
+        release = begun.body.get("release")
+        return not (release == "durable" or (release is not None and release == self.incarnation))
+
+    async def begin(self, key: str, asked: str, what: str, *, release: bool = True) -> None:
+        """Before a call that changes things runs: its ``tool_started`` step, durable (a
+        crash from now on knows it may have begun), then — ``release`` — its
+        ``tool_released`` step, which the store has before this returns. After a crash, a
+        call begun without a release did not run (see :meth:`may_have_run`), so only calls
+        that were running come back as a question. Where the store's incarnation is
+        known, the release needs no disk sync (a reboot, the one thing that could lose it,
+        changes the incarnation); where it is not, the release is the durable write and
+        the beginning goes with it."""
+        trusted = self.incarnation
+        if not self.has(key, "tool_started"):
+            body = {"asked": what, "release": trusted if trusted is not None else "durable"}
+            if trusted is None and release and self.sink is not None:
+                self.record_soon(key, "tool_started", asked, _encoder.encode(body))
+            else:
+                await self.record(key, "tool_started", asked, body)
+        if not release or self.has(key, "tool_released"):
+            return
+        if trusted is not None and self.record_soon(key, "tool_released", asked, b"{}"):
+            await self.handed()
+        else:
+            await self.record(key, "tool_released", asked)
 
     async def record(self, key: str, kind: str, asked: str, body: dict[str, Any] | None = None) -> None:
         """Write a step and remember it; return once it — and every step recorded before

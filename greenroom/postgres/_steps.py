@@ -52,6 +52,12 @@ class PostgresStepStore:
 
         await self.db.run(flush)
 
+    async def incarnation(self) -> str | None:
+        """``None``: an asynchronous commit lives in the server's memory until its WAL is
+        flushed, and a server's crash and restart (which need not change its start time)
+        loses it; the journal makes what it must trust durable instead."""
+        return None
+
     async def read(self, task_id: str) -> list[Step]:
         def fetch(connection: Any) -> list[tuple[Any, ...]]:
             return list(

@@ -22,9 +22,12 @@ import msgspec
 from .._errors import DataError, InvalidInput
 from ..messages._codec import prepare_types
 
-StepKind = Literal["model", "tool_started", "tool"]
-"""``model``: a model's reply; ``tool_started``: a tool call began (written before a tool
-that is not read-only runs, so a crash mid-call is known); ``tool``: its result."""
+StepKind = Literal["model", "tool_started", "tool_released", "tool"]
+"""``model``: a model's reply; ``tool_started``: a tool call is about to begin (durable
+before a tool that is not read-only may run, so a crash mid-call is known);
+``tool_released``: it was let run (the store has it before the tool starts, so a begun
+call without one never ran); ``tool``: its result."""
+STEP_KINDS = ("model", "tool_started", "tool_released", "tool")
 
 MAX_KEY = 512
 MAX_BODY = 16 << 20
@@ -63,8 +66,9 @@ def check_step(step: Step) -> None:
             field="key",
             value=step.key,
         )
-    if step.kind not in ("model", "tool_started", "tool"):
-        raise InvalidInput(f"step kind must be model, tool_started or tool, got {step.kind!r}", field="kind")
+    if step.kind not in STEP_KINDS:
+        kinds = ", ".join(STEP_KINDS)
+        raise InvalidInput(f"step kind must be one of {kinds}, got {step.kind!r}", field="kind")
     if step.encoded and (not isinstance(step.encoded, bytes) or not step.encoded.startswith(b"{")):
         raise InvalidInput(f"step encoded must be a JSON object, got {step.encoded!r:.80}", field="encoded")
 
@@ -112,6 +116,14 @@ class StepStore(Protocol):
     async def sync(self) -> None:
         """Make every write that returned before this call durable (see :meth:`write`).
         Runs beside writes: a write never waits for a sync in flight."""
+        ...
+
+    async def incarnation(self) -> str | None:
+        """What changes whenever a write made with ``durable=False`` may have been lost: as
+        long as it is the same, every write that returned is still there (the files: the
+        machine's boot — only a reboot loses what the kernel had). ``None``: the store
+        cannot tell, so nothing may be concluded from a step's absence that a durable write
+        did not make sure of. Cheap enough to ask once per process."""
         ...
 
     async def read(self, task_id: str) -> list[Step]:

@@ -92,6 +92,12 @@ def test_legacy_results_are_normalized() -> None:
 def test_a_legacy_result_keeps_what_it_says() -> None:
     listed = normalize_tool_result({"status": "success", "data": [1, 2]})  # data that is not an object
     assert listed == StandardToolResult.success({"value": [1, 2]})
+    own = normalize_tool_result({"status": "success", "rows": [1, 2, 3]})  # its own fields are its data
+    assert own == StandardToolResult.success({"rows": [1, 2, 3]})
+    both = normalize_tool_result({"status": "ok", "rows": 3, "data": {"n": 1}, "message": "m"})
+    assert both == StandardToolResult.success({"rows": 3, "n": 1}, "m")
+    failed = normalize_tool_result({"status": "error", "error": "e", "retry_after": 30})
+    assert failed.status is ToolStatus.ERROR and failed.data == {"retry_after": 30}
     no_status = normalize_tool_result({"error": "quota exceeded"})  # an error without a status
     assert no_status.status is ToolStatus.ERROR and no_status.error is not None
     assert no_status.error.message == "quota exceeded"

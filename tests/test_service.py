@@ -193,6 +193,10 @@ async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_us
                 assert bad.status_code == 400 and bad.json()["error"]["field"] == "as_done"
             bad = await http.post("/v1/tasks/pub/deny", content=b'{"as_done": true}')  # "done" approves
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "as_done"
+            for wrong in (b"null", b"[]", b'"yes"', b"true"):  # null is a body, and not an object
+                for verb in ("approve", "deny"):
+                    bad = await http.post(f"/v1/tasks/pub/{verb}", content=wrong)
+                    assert bad.status_code == 400 and bad.json()["error"]["field"] == "body", wrong
             assert (await ops.get_task("pub")).status is TaskStatus.WAITING  # nothing was decided
         answers: list[int] = []
 

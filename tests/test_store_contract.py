@@ -635,6 +635,70 @@ async def test_after_one_death_its_tasks_run_side_by_side_and_after_two_one_at_a
         assert isinstance(second, Granted) and {first.task.id, second.task.id} == {"a", "b"}
 
 
+async def test_a_suspect_runs_alone_and_only_deaths_alone_fail_it(backend: Store) -> None:
+    """Kills from outside must not fail innocent tasks: deaths shared with other tasks only
+    make a task a suspect (``isolate_after_crashes``, 2); a suspect then runs alone — not
+    while anything else of its process is in progress, and nothing else is granted while
+    it runs — and is failed at ``max_crashes`` (4) only by deaths while alone. Fresh work
+    goes first, so the others keep completing meanwhile."""
+
+    def agent(name: str, process: int) -> str:
+        return f"{name}@node-1:{process}"
+
+    async with open_node(backend, instance="node-1:1") as node:
+        await node.supervisor.ask(Submit([task("a"), task("b"), task("c")]))
+        for name in "xy":
+            await node.supervisor.ask(Claim(agent(name, 1), "w"))
+    async with open_node(backend, instance="node-1:2") as node:  # a and b: one shared death
+        granted = [await node.supervisor.ask(Claim(agent(name, 2), "w")) for name in "xyz"]
+        assert sorted(g.task.id for g in granted if isinstance(g, Granted)) == ["a", "b", "c"]
+        await node.supervisor.ask(Complete("c", agent("z", 2), done("c")))
+    crashed: list[str] = []
+    async with open_node(backend, instance="node-1:3") as node:  # two shared deaths: suspects
+        sup = node.supervisor
+        await sup.ask(Submit([task("fresh")]))
+        first = await sup.ask(Claim(agent("x", 3), "w"))
+        assert isinstance(first, Granted) and first.task.id == "fresh"  # fresh work first
+        assert await sup.ask(Claim(agent("y", 3), "w")) == NoWork()  # no suspect beside it
+        await sup.ask(Complete("fresh", agent("x", 3), done("fresh")))
+        suspect = await sup.ask(Claim(agent("x", 3), "w"))
+        assert isinstance(suspect, Granted) and suspect.task.id in ("a", "b") and suspect.task.crashes == 2
+        await sup.ask(Submit([task("later")]))
+        assert await sup.ask(Claim(agent("y", 3), "w")) == NoWork()  # nothing beside a suspect
+        crashed.append(suspect.task.id)  # dies alone: 3
+    async with open_node(backend, instance="node-1:4") as node:
+        sup = node.supervisor
+        while True:
+            granted_now = await sup.ask(Claim(agent("x", 4), "w"))
+            assert isinstance(granted_now, Granted)
+            if granted_now.task.id == crashed[0]:
+                assert granted_now.task.crashes == 3
+                break  # the one that died alone dies alone again: 4
+            await sup.ask(Complete(granted_now.task.id, agent("x", 4), done(granted_now.task.id)))
+        assert await sup.ask(Claim(agent("y", 4), "w")) == NoWork()
+    async with open_node(backend, instance="node-1:5") as node:
+        sup = node.supervisor
+        while isinstance(granted_now := await sup.ask(Claim(agent("x", 5), "w")), Granted):
+            await sup.ask(Complete(granted_now.task.id, agent("x", 5), done(granted_now.task.id)))
+        poison = await sup.ask(GetTask(crashed[0]))
+        other = await sup.ask(GetTask("b" if crashed[0] == "a" else "a"))
+        later = await sup.ask(GetTask("later"))
+    assert (poison.status, poison.crashes) == (TaskStatus.FAILED, 4)
+    assert poison.error is not None and "died while running it 4 times" in poison.error.reason
+    assert (other.status, other.attempt, other.crashes) == (TaskStatus.COMPLETED, 1, 2)
+    assert later.status is TaskStatus.COMPLETED
+
+
+def test_a_death_shared_with_other_tasks_counts_only_up_to_isolation() -> None:
+    from greenroom.store._rules import death_counted
+
+    limits = TaskLimits(max_crashes=4, isolate_after_crashes=2)
+    for crashes, alone, counted in ((0, False, 1), (1, False, 2), (2, False, 2), (3, False, 3),
+                                    (2, True, 3), (3, True, 4), (0, True, 1)):  # fmt: skip
+        suspect = msgspec.structs.replace(task("t"), crashes=crashes)
+        assert death_counted(suspect, alone=alone, limits=limits) == counted, (crashes, alone)
+
+
 # -- events of the task graph ---------------------------------------------------------------
 
 

@@ -309,6 +309,7 @@ PUBLIC: dict[str, list[str]] = {
     "testing": [
         "ModelServer",
         "Probe",
+        "ProbeStopped",
         "ProbeTimeout",
         "Respond",
         "Seen",

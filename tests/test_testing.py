@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from greenroom import Actor, ActorSystem, Terminated
 from greenroom.actors import Backoff, Directive, SupervisorStrategy
-from greenroom.testing import Probe, ProbeTimeout, VirtualTimeLoop, virtual_time
+from greenroom.testing import Probe, ProbeStopped, ProbeTimeout, VirtualTimeLoop, virtual_time
 
 pytestmark = pytest.mark.anyio
 
@@ -60,6 +61,42 @@ async def test_expect_fails_when_nothing_arrives_within_the_time() -> None:
         probe = await Probe.spawn(system)
         with pytest.raises(ProbeTimeout, match="expected a str within 5 s, got nothing"):
             await probe.expect(str, within=5)
+
+
+async def test_expect_on_a_stopped_probe_says_it_is_stopped_at_once() -> None:
+    """What a stopped probe received stays readable; past that, ``expect`` says the probe
+    is stopped — at once, not after ``within`` — and a probe stopped while a test waits
+    wakes it with the same answer."""
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        probe.ref.tell("kept")
+        await probe.stop()
+        assert await probe.expect(str) == "kept"
+        started = anyio.current_time()
+        with pytest.raises(ProbeStopped, match="expected a str, but the probe is stopped"):
+            await probe.expect(str, within=3600)
+        assert anyio.current_time() - started < 3600
+        await probe.expect_no_message(within=5)  # nothing can come: that holds
+        waiting = await Probe.spawn(system)
+        async with anyio.create_task_group() as tg:
+
+            async def stop_later() -> None:
+                await anyio.sleep(1)
+                await waiting.stop()
+
+            tg.start_soon(stop_later)
+            with pytest.raises(ProbeStopped):
+                await waiting.expect(int, within=3600)
+
+
+async def test_expect_takes_a_type_not_its_name() -> None:
+    async with ActorSystem() as system:
+        probe = await Probe.spawn(system)
+        probe.ref.tell("Ping")
+        for wrong in ("Ping", ("Ping",), (), None):
+            with pytest.raises(TypeError, match="a message type or a tuple of types"):
+                await probe.expect(wrong)  # type: ignore[call-overload]
+        assert await probe.expect(str) == "Ping"  # nothing was taken by the refusals
 
 
 async def test_expect_no_message_fails_naming_what_came() -> None:
@@ -131,6 +168,9 @@ def test_bad_options_are_refused_by_name() -> None:
         virtual_time("curio")
     with pytest.raises(ValueError, match="autojump_threshold must be >= 0, not -1"):
         virtual_time("trio", autojump_threshold=-1)
+    with pytest.raises(ValueError, match="autojump_threshold must be a number >= 0, not -1"):
+        VirtualTimeLoop(autojump_threshold=-1)  # refused before a loop exists: nothing left to collect
+    gc.collect()  # under -W error an ignored exception in a half-made loop's __del__ would fail here
     loop = VirtualTimeLoop()
     try:
         with pytest.raises(ValueError, match="seconds must be >= 0, not -2"):

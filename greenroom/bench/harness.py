@@ -57,7 +57,7 @@ import anyio
 
 from ..actors import ActorSystem
 from ..embedded import EmbeddedStore
-from ..harness import Harness, PhaseResult, StepJournalActor, Tool
+from ..harness import Harness, PhaseResult, RiskLevel, StepJournalActor, Tool
 from ..harness._journal import TaskJournal
 from ..llm import ClosingModel, ScriptedModel
 from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
@@ -93,6 +93,11 @@ def _note(turn: int) -> int:
     return turn
 
 
+_NOTE_RISK = [RiskLevel.READ_ONLY]
+"""The benchmark tool's risk (``--writes``: WRITES, so a durable call is begun and released
+before it runs, as a call that changes things is)."""
+
+
 _runs = itertools.count()
 
 
@@ -102,7 +107,7 @@ async def _harnesses(
     model: ScriptedModel | _InstantModel = (
         ScriptedModel(_keep_calling, latency=latency) if latency else _InstantModel()
     )
-    note = Tool("note", _note)
+    note = Tool("note", _note, risk=_NOTE_RISK[0])
     async with AsyncExitStack() as stack:
         system = await stack.enter_async_context(ActorSystem())
         options: list[dict[str, Any]] = [{} for _ in range(actors)]
@@ -126,7 +131,9 @@ async def _harnesses(
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         if journal_dir is not None:
             written: Any = options[0]["journal"]
-            assert written.recorded == 2 * iterations  # a reply and a tool result per iteration
+            assert (
+                written.recorded >= 2 * iterations
+            )  # a reply and a tool result per iteration (and, writing, its begun and released steps)
     assert len(results) == actors and all(r.stop_reason == "max_iterations" for r in results)
     assert all(len(r.tool_calls) == iterations for r in results)
     calls = len(model.requests) if isinstance(model, ScriptedModel) else model.calls
@@ -380,6 +387,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--latency-ms", type=positive_int, default=100, help="simulated model latency")
     parser.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds (medians)")
     parser.add_argument(
+        "--writes", action="store_true", help="the tool writes: durable calls are begun and released"
+    )
+    parser.add_argument(
         "--kills", type=positive_int, default=None, help="instead: SIGKILL a durable run this many times"
     )
     parser.add_argument("--crash-tasks", type=positive_int, default=100, help="with --kills: tasks at once")
@@ -390,6 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.writes:
+        _NOTE_RISK[0] = RiskLevel.WRITES
     if args.kills is not None:
         return report_per_backend(
             args.backend,

@@ -44,6 +44,7 @@ from ..messages import (
 from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
 from ..store._rules import (
     check_submission,
+    death_counted,
     decided,
     dependency_failed,
     expired_decision,
@@ -83,8 +84,9 @@ class TaskGraph:
         self._ready: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         self._suspects: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
         """Runnable tasks that were running when their process died (``isolate_after_crashes``
-        times), by type: granted one at a time (``_suspect_running``), after the other
-        tasks of their priority."""
+        times), by type: each runs alone (``_suspect_running``: nothing else is granted
+        meanwhile), once nothing else is in progress and no other task of its type is
+        ready, so a death while it runs says it was that task."""
         self._suspect_running: str | None = None
         self._unmet: dict[str, int] = {}
         self._dependents: defaultdict[str, list[str]] = defaultdict(list)
@@ -199,9 +201,11 @@ class TaskGraph:
         return gone
 
     def has_runnable(self, agent_type: str) -> bool:
-        if self._suspect_running is None and _top(self._suspects.get(agent_type), self.tasks):
+        if self._suspect_running is not None:
+            return False  # a suspect runs alone
+        if _top(self._ready.get(agent_type), self.tasks):
             return True
-        return _top(self._ready.get(agent_type), self.tasks)
+        return self.counts[IN_PROGRESS] == 0 and _top(self._suspects.get(agent_type), self.tasks)
 
     def runnable_types(self) -> list[str]:
         """The agent types that have a task ready to claim now."""
@@ -264,10 +268,13 @@ class TaskGraph:
         self.became_runnable.add(task.type)
 
     def _stopped_running(self, task_id: str) -> None:
-        """``task_id`` left IN_PROGRESS: if it was the suspect in progress, the next may run."""
+        """``task_id`` is leaving IN_PROGRESS: if it was the suspect in progress, the rest
+        may run again; if it is the last in progress, a suspect may run."""
         self._leases.pop(task_id, None)
         if task_id == self._suspect_running:
             self._suspect_running = None
+            self.became_runnable.update(t for t, heap in self._ready.items() if heap)
+        if self.counts[IN_PROGRESS] <= 1:
             self.became_runnable.update(t for t, heap in self._suspects.items() if heap)
 
     def submit(self, tasks: list[AgentTask], now: float) -> list[AgentTask]:
@@ -299,20 +306,17 @@ class TaskGraph:
 
     def claim(self, agent_id: str, agent_type: str, now: float, lease: float) -> AgentTask | None:
         """Grant the best runnable task of ``agent_type`` to ``agent_id``, or ``None``.
-        A suspect (a task running at ``isolate_after_crashes`` deaths of its process) waits behind the other
-        tasks of its priority, and runs only while no other suspect does."""
-        ready = self._ready.get(agent_type)
+        A suspect (a task running at ``isolate_after_crashes`` deaths of its process) runs
+        alone: once no other task of its type is ready and none is in progress, and
+        nothing else is granted until it ends — so its death, if it comes, is its own."""
+        if self._suspect_running is not None:
+            return None
         tasks = self.tasks
-        if self._suspect_running is None:
-            suspects = self._suspects.get(agent_type)
-            if suspects and _top(suspects, tasks):
-                behind = ready is not None and _top(ready, tasks) and ready[0][0] <= suspects[0][0]
-                if not behind:
-                    task = _pop(suspects, tasks)
-                    assert task is not None
-                    self._suspect_running = task.id
-                    return self._grant(task, agent_id, now, lease)
-        task = _pop(ready, tasks)
+        task = _pop(self._ready.get(agent_type), tasks)
+        if task is None and self.counts[IN_PROGRESS] == 0:
+            task = _pop(self._suspects.get(agent_type), tasks)
+            if task is not None:
+                self._suspect_running = task.id
         return None if task is None else self._grant(task, agent_id, now, lease)
 
     def _grant(self, task: AgentTask, agent_id: str, now: float, lease: float) -> AgentTask:
@@ -478,9 +482,11 @@ class TaskGraph:
 
         With ``orphaned`` (at a restart: the owner's process is gone), every attempt in
         progress: the process's death is not held against the task (its attempt is
-        refunded) but counted in ``crashes``; a task that reaches ``max_crashes`` is
+        refunded) but counted in ``crashes`` (see ``death_counted``: a death shared with
+        other tasks counts only up to isolation); a task that reaches ``max_crashes`` is
         FAILED as a poison task, with the reason."""
         expired = [task_id for task_id, expires in self._leases.items() if orphaned or expires <= now]
+        running = sum(1 for task_id in expired if self.tasks[task_id].status is IN_PROGRESS)
         ended = []
         for task_id in expired:
             task = self.tasks[task_id]
@@ -493,14 +499,14 @@ class TaskGraph:
             if not orphaned:
                 ended.append(self._end_attempt(task, lease_expired(task), now))
                 continue
-            crashes = task.crashes + 1
+            crashes = death_counted(task, alone=running == 1, limits=self.limits)
             if crashes >= self.limits.max_crashes:
                 why = poison_reason(task, crashes)
                 task = replace(task, crashes=crashes)
                 ended.append(self._end_attempt(task, AgentError(reason=why), now))
                 continue
             self._stopped_running(task_id)
-            task = self._put(requeued_after_death(task, now), TASK_RETRIED)
+            task = self._put(requeued_after_death(task, now, crashes), TASK_RETRIED)
             self._make_runnable(task)
             ended.append(task)
         return ended

@@ -164,12 +164,12 @@ class FileTaskStore:
         if len(orphans) > len(poisoned):
             logger.warning(
                 "supervisor: %d task(s) were IN_PROGRESS for a process that stopped; they are queued "
-                "again, not charged an attempt, and run one suspect at a time",
+                "again, not charged an attempt (one that died with the process more than once runs alone)",
                 len(orphans) - len(poisoned),
             )
         if poisoned:
             logger.error(
-                "supervisor: failed %d task(s) as poison (running each time their process died, "
+                "supervisor: failed %d task(s) as poison (their process died while each ran alone, "
                 "max_crashes %d): %s",
                 len(poisoned),
                 self.limits.max_crashes,

@@ -104,15 +104,18 @@ class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     Larger: the submission is refused (all of it), naming the task and the size."""
     max_result_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
     """An agent's result, as JSON. Larger: the attempt fails (not retried), saying so."""
-    max_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
-    """A task running each time its process died this many times is failed as a poison
-    task. Until then it is re-queued without being charged an attempt."""
+    max_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
+    """A task whose process died while running it this many times is failed as a poison
+    task; until then it is re-queued without being charged an attempt. Only deaths while
+    it ran alone count past ``isolate_after_crashes`` (with the defaults: two deaths
+    shared with other tasks, then two alone), so kills from outside — a deploy, the OOM
+    killer taking another process, a node taken away — never fail an innocent task."""
     isolate_after_crashes: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 2
-    """A task running each time its process died this many times is a suspect: it runs
-    with no other suspect in progress, so an innocent task that happened to run beside a
-    poison one is not blamed for its crashes. One death says nothing about which of the
-    tasks in flight caused it (a restart, an OOM kill of the host): those run again at
-    full concurrency; a poison task dies again, and is isolated then."""
+    """A task whose process died while running it this many times is a suspect: it runs
+    alone — once nothing else of its node is in progress and no other task of its type is
+    ready, with nothing else granted until it ends — so its next death says it was that
+    task. A death shared with other tasks says nothing about which of them caused it:
+    they run again at full concurrency; a poison task dies again, and is isolated then."""
     max_error_chars: Annotated[int, msgspec.Meta(ge=80, le=1 << 20)] = 2000
     """A failure's reason is cut to this many characters (marked as cut) before it is
     stored or logged."""

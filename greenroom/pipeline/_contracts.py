@@ -192,12 +192,18 @@ class ToolResultData:
         return cls(raw=raw, **known)
 
 
+_READ_FIELDS = frozenset({"status", "message", "data", "error"})
+"""The fields of a legacy result ``normalize_tool_result`` reads for themselves."""
+
+
 def normalize_tool_result(result: Any) -> StandardToolResult:
     """Any legacy result as a ``StandardToolResult``, keeping what it says: one already is;
     a dict with a ``status`` is read as one (``error`` as a message or details; data that
-    is not an object kept as ``{"value": data}``); a dict with an ``error`` and no status
-    is a failure; any other dict is a success's data; an exception is a failure; ``None``
-    an empty success. Anything else is ``InvalidInput``."""
+    is not an object kept as ``{"value": data}``, and the dict's own other fields kept in
+    the data beside it — nothing a tool returned is lost, as ``ToolResultData.Raw``
+    keeps what it does not know); a dict with an ``error`` and no status is a failure;
+    any other dict is a success's data; an exception is a failure; ``None`` an empty
+    success. Anything else is ``InvalidInput``."""
     if isinstance(result, StandardToolResult):
         return result
     if result is None:
@@ -211,6 +217,9 @@ def normalize_tool_result(result: Any) -> StandardToolResult:
         message = result.get("message") if isinstance(result.get("message"), str) else None
         raw_data = result.get("data")
         data = raw_data if isinstance(raw_data, dict) else ({} if raw_data is None else {"value": raw_data})
+        own = {key: value for key, value in result.items() if key not in _READ_FIELDS and key not in data}
+        if own:
+            data = {**own, **data}
         if status is ToolStatus.SUCCESS:
             return StandardToolResult.success(data, message)
         error = result.get("error")
@@ -224,7 +233,7 @@ def normalize_tool_result(result: Any) -> StandardToolResult:
             )
         else:
             details = ToolErrorDetails("error", str(error) if error is not None else "unknown error")
-        return StandardToolResult.failure(details, message)
+        return StandardToolResult(ToolStatus.ERROR, data, details, message)
     raise InvalidInput(
         f"cannot read {type(result).__name__} as a tool result (got {shown(result)})",
         field="result",

@@ -22,6 +22,7 @@ Scalars live in columns (what claims and leases touch); ``input``, ``context``,
 
 from __future__ import annotations
 
+import collections
 import re
 import threading
 import time
@@ -50,6 +51,7 @@ from ..messages import (
 from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
 from ..store._rules import (
     check_submission,
+    death_counted,
     decided,
     dependency_failed,
     expired_decision,
@@ -74,7 +76,6 @@ supervisor learns of them at once in every mode. ``NOTIFY`` takes a database-wid
 commit; ``benchmarks/notify.py`` measured 4 daemons on one database (2 cores): batched
 0.85-0.91x of commit's tasks/s, none 0.98-1.04x — the daemons' CPU, not that lock, was
 the limit there, and batching costs a transaction of its own."""
-SUSPECTS_LOCK = 0x6772_7370  # "grsp": the advisory lock under which a suspect is claimed
 ARCHIVE_LOCK = 0x6772_6172  # "grar": taken by archiving (exclusive) and submitting (shared)
 DAY = 86400.0
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
@@ -326,28 +327,33 @@ class PostgresGraph:
         order (the first agent gets the best task), each logged as ``TASK_CLAIMED``.
         Returns each agent's task, ``None`` for the agents left without one.
 
-        Fresh work first; a suspect (running at ``isolate_after_crashes`` deaths of its process) only
-        when no fresh one is left, in a random order, at most one per statement, and only
-        while no other suspect is in progress anywhere (checked under an advisory lock, so
-        two claimers cannot both take one): the tasks beside a poison task are not blamed
-        for its crashes."""
+        Fresh work first; a suspect (running at ``isolate_after_crashes`` deaths of its
+        process) runs alone on its node: only when no fresh one is ready and nothing of the
+        claiming process (``agent@<node>:<pid>``) is in progress, at most one per
+        statement, in a random order; and while it runs, that process is granted nothing
+        else — so a death while it runs says it was that task. (Two claims of one process
+        for different types racing could still grant beside a suspect: that death is then
+        shared, and a shared death never fails a task: ``death_counted``.)"""
         if not agent_ids:
             return []
         now = self.clock()
+        _, at, instance = agent_ids[0].rpartition("@")
+        mine = f"%@{_like(instance)}" if at else "%"
         rows = connection.execute(
             f"""WITH wanting AS (
                     SELECT agent, k FROM unnest(%(agents)s::text[]) WITH ORDINALITY AS w(agent, k)),
                 fresh AS (
                     SELECT id, priority, ord FROM gr_tasks
                     WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes < %(isolate)s
+                        AND NOT EXISTS (SELECT 1 FROM gr_tasks WHERE status = 'IN_PROGRESS'
+                                        AND crashes >= %(isolate)s AND owner LIKE %(mine)s)
                     ORDER BY priority DESC, ord LIMIT %(n)s FOR UPDATE SKIP LOCKED),
                 suspect AS (
                     SELECT id, priority, ord FROM gr_tasks
                     WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes >= %(isolate)s
-                        AND (SELECT count(*) FROM fresh) < %(n)s
-                        AND pg_try_advisory_xact_lock(%(suspects)s)
+                        AND NOT EXISTS (SELECT 1 FROM fresh)
                         AND NOT EXISTS (SELECT 1 FROM gr_tasks
-                                        WHERE status = 'IN_PROGRESS' AND crashes >= %(isolate)s)
+                                        WHERE status = 'IN_PROGRESS' AND owner LIKE %(mine)s)
                     ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED),
                 picked AS (
                     SELECT id, row_number() OVER (ORDER BY suspect, priority DESC, ord) AS k
@@ -371,7 +377,7 @@ class PostgresGraph:
                 "type": agent_type,
                 "expires": now + lease,
                 "now": now,
-                "suspects": SUSPECTS_LOCK,
+                "mine": mine,
                 "isolate": self.limits.isolate_after_crashes,
             },
         ).fetchall()
@@ -723,9 +729,10 @@ class PostgresGraph:
         """At a daemon's start: the tasks its node's previous process was running when it
         died (owners ``...@<node>:<pid>`` of another pid; one daemon per data dir, so that
         process is gone). As with the files, the death is not charged to them — the
-        attempt is refunded and ``crashes`` counted — and at ``max_crashes`` a task is
-        failed as a poison task, with the reason. Other nodes' tasks are left to their
-        leases."""
+        attempt is refunded and ``crashes`` counted (``death_counted``: a death shared
+        with the process's other tasks counts only up to isolation) — and at
+        ``max_crashes`` a task is failed as a poison task, with the reason. Other nodes'
+        tasks are left to their leases."""
         rows = connection.execute(
             f"SELECT {_COLUMNS} FROM gr_tasks WHERE status = 'IN_PROGRESS' AND owner LIKE %s "
             "AND owner NOT LIKE %s FOR UPDATE SKIP LOCKED",
@@ -733,15 +740,17 @@ class PostgresGraph:
         ).fetchall()
         now = self.clock()
         recovered = []
-        for row in rows:
-            task = _task(row)
-            crashes = task.crashes + 1
+        tasks = [_task(row) for row in rows]
+        running = collections.Counter(str(task.owner).rpartition("@")[2] for task in tasks)
+        for task in tasks:
+            alone = running[str(task.owner).rpartition("@")[2]] == 1
+            crashes = death_counted(task, alone=alone, limits=self.limits)
             if crashes >= self.limits.max_crashes:
                 task = msgspec.structs.replace(task, crashes=crashes)
                 why = poison_reason(task, crashes)
                 recovered.append(self._end_attempt(connection, task, AgentError(reason=why), None))
                 continue
-            task = requeued_after_death(task, now)
+            task = requeued_after_death(task, now, crashes)
             self._write(connection, task)
             self._emit(connection, [self._transition_event(TASK_RETRIED, task)])
             self._notify(connection, {task.type})

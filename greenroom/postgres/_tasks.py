@@ -176,7 +176,7 @@ class PostgresTaskStore:
                 )
             if poisoned:
                 logger.error(
-                    "supervisor: failed %d task(s) as poison (running each time their process died): %s",
+                    "supervisor: failed %d task(s) as poison (their process died while each ran alone): %s",
                     len(poisoned),
                     ", ".join(poisoned[:10]),
                 )

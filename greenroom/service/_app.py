@@ -255,8 +255,13 @@ async def _read_rest(request: Request, response: Response, limit: int) -> Respon
     return response
 
 
+_NO_BODY: Any = object()
+"""What ``_body(required=False)`` answers for a request without a body (``null`` is a body)."""
+
+
 async def _body(request: Request, parts: ServiceParts, *, required: bool = True) -> Any:
-    """The JSON body, read at most ``max_body_bytes`` (413 beyond, before parsing)."""
+    """The JSON body, read at most ``max_body_bytes`` (413 beyond, before parsing);
+    ``_NO_BODY`` for an empty one that is not ``required``."""
     limit = parts.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -272,7 +277,7 @@ async def _body(request: Request, parts: ServiceParts, *, required: bool = True)
     if not data.strip():
         if required:
             raise ApiError(400, "invalid_input", "the request needs a JSON body", field="body")
-        return None
+        return _NO_BODY
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as error:
@@ -375,8 +380,12 @@ def create_app(parts: ServiceParts) -> Starlette:
     async def cancel_task(request: Request, principal: Principal | None) -> Response:
         raw = await _body(request, parts, required=False)
         reason = "cancelled through the API"
-        if raw is not None:
-            if not isinstance(raw, dict) or not isinstance(raw.get("reason", ""), str):
+        if raw is not _NO_BODY:
+            if not isinstance(raw, dict):
+                raise ApiError(
+                    400, "invalid_input", 'the body must be {"reason": "..."}', field="body", value=raw
+                )
+            if not isinstance(raw.get("reason", ""), str):
                 raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
             reason = raw.get("reason") or reason
         task = await supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
@@ -387,10 +396,10 @@ def create_app(parts: ServiceParts) -> Starlette:
         raw = await _body(request, parts, required=False)
         reason, step, as_done = "", None, False
         approved = request.url.path.endswith("/approve")
-        if raw is not None:
+        if raw is not _NO_BODY:  # a body, null included, must be an object
             if not isinstance(raw, dict):
                 shape = '{"reason": "...", "step": "...", "as_done": false}'
-                raise ApiError(400, "invalid_input", f"the body must be {shape}")
+                raise ApiError(400, "invalid_input", f"the body must be {shape}", field="body", value=raw)
             for field in ("reason", "step"):
                 if not isinstance(raw.get(field, ""), str):
                     raise ApiError(400, "invalid_input", f"{field} must be a string", field=field)

@@ -148,16 +148,29 @@ def poison_reason(task: AgentTask, crashes: int) -> str:
     )
 
 
-def requeued_after_death(task: AgentTask, now: float) -> AgentTask:
+def death_counted(task: AgentTask, *, alone: bool, limits: TaskLimits) -> int:
+    """``task``'s ``crashes`` once the death of the process running it is counted.
+
+    Only a death while it ran alone says it was this task: that one always counts. A
+    death shared with other tasks in progress (a deploy, the OOM killer, a node taken
+    away look the same) counts only up to ``isolate_after_crashes``, where the task
+    becomes a suspect and runs alone from then on — so it is never failed for deaths it
+    shared, only for ``max_crashes`` reached alone."""
+    if alone or task.crashes < limits.isolate_after_crashes:
+        return task.crashes + 1
+    return task.crashes
+
+
+def requeued_after_death(task: AgentTask, now: float, crashes: int | None = None) -> AgentTask:
     """``task`` (in progress when its process died) PENDING again: the attempt refunded,
-    the death counted in ``crashes``."""
+    the death counted in ``crashes`` (``death_counted``; default: one more)."""
     why = f"its owner's process stopped (owner {task.owner!r}); not charged an attempt"
     return replace(
         task,
         status=TaskStatus.PENDING,
         owner=None,
         attempt=task.attempt - 1,
-        crashes=task.crashes + 1,
+        crashes=task.crashes + 1 if crashes is None else crashes,
         lease_expires_at=None,
         error=AgentError(reason=why, retryable=True),
         updated_at=now,

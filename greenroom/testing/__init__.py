@@ -28,12 +28,13 @@ Example (pytest with anyio's plugin, on both loops)::
 """
 
 from ._model_server import ModelServer, Respond, Seen, completion, error_body
-from ._probe import Probe, ProbeTimeout
+from ._probe import Probe, ProbeStopped, ProbeTimeout
 from ._virtual_time import VirtualTimeLoop, virtual_time
 
 __all__ = [
     "ModelServer",
     "Probe",
+    "ProbeStopped",
     "ProbeTimeout",
     "Respond",
     "Seen",

@@ -23,11 +23,21 @@ class ProbeTimeout(AssertionError):
     """What a probe expected did not arrive in time (an ``AssertionError``: a test fails)."""
 
 
+class ProbeStopped(AssertionError):
+    """What a probe expected cannot arrive: the probe stopped, and what it received before
+    has been taken (an ``AssertionError``: a test fails)."""
+
+
 class _ProbeActor(Actor):
     def __init__(self, answer: Callable[[Any], Any] | None) -> None:
         self.inbox: deque[Any] = deque()
         self.arrived = anyio.Event()
+        self.stopped = False
         self._answer = answer
+
+    async def on_stop(self) -> None:
+        self.stopped = True
+        self.arrived.set()  # a waiting expect learns that nothing more will come
 
     async def receive(self, message: Any) -> Any:
         self.inbox.append(message)
@@ -35,8 +45,11 @@ class _ProbeActor(Actor):
         return self._answer(message) if self._answer is not None else None
 
     async def next(self) -> Any:
-        """The oldest message not taken yet, once there is one (cancelled: nothing taken)."""
+        """The oldest message not taken yet, once there is one (cancelled: nothing taken);
+        :class:`ProbeStopped` once the probe stopped and nothing is left."""
         while not self.inbox:
+            if self.stopped:
+                raise ProbeStopped("the probe is stopped: it receives nothing more")
             if self.arrived.is_set():
                 self.arrived = anyio.Event()
             await self.arrived.wait()
@@ -93,8 +106,10 @@ class Probe:
         :func:`virtual_time`). Raises :class:`ProbeTimeout` if nothing arrives in time,
         ``AssertionError`` naming the message if the next one is something else (it is
         taken all the same: a probe checks an exact sequence). Cancelled while waiting,
-        it takes nothing.
+        it takes nothing. On a stopped probe with nothing left, :class:`ProbeStopped` at
+        once. ``TypeError`` if ``message_type`` is not a type or a tuple of types.
         """
+        _check_type(message_type)
         message = await self._next(within, f"a {_names(message_type)}")
         if not isinstance(message, message_type):
             raise AssertionError(f"expected a {_names(message_type)}, got {message!r}")
@@ -108,7 +123,10 @@ class Probe:
         """Wait ``within`` seconds (of the loop's clock); fail with ``AssertionError`` naming
         the first message that arrives meanwhile (or was already waiting)."""
         with anyio.move_on_after(within):
-            message = await self._actor.next()
+            try:
+                message = await self._actor.next()
+            except ProbeStopped:
+                return  # nothing can arrive
             self.received.append(message)
             raise AssertionError(f"expected no message for {within} s, got {message!r}")
 
@@ -131,8 +149,19 @@ class Probe:
                 message = await self._actor.next()
         except TimeoutError:
             raise ProbeTimeout(f"expected {what} within {within} s, got nothing") from None
+        except ProbeStopped:
+            raise ProbeStopped(f"expected {what}, but the probe is stopped and has nothing left") from None
         self.received.append(message)
         return message
+
+
+def _check_type(message_type: object) -> None:
+    kinds = message_type if isinstance(message_type, tuple) else (message_type,)
+    if not kinds or not all(isinstance(kind, type) for kind in kinds):
+        raise TypeError(
+            f"Probe.expect takes a message type or a tuple of types (such as Ping, not 'Ping'), "
+            f"got {message_type!r}"
+        )
 
 
 def _of(ref: ActorRef) -> Callable[[Terminated], bool]:

@@ -62,9 +62,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     ``autojump_threshold`` real seconds). ``anyio.current_time()`` and every deadline
     (``fail_after``, ``sleep``, ``move_on_after``) follow it."""
 
+    def __new__(cls, autojump_threshold: float = 0.0) -> VirtualTimeLoop:
+        # checked before the loop exists: a loop half made by a failed __init__ would
+        # report an ignored exception from its __del__ when collected
+        if not isinstance(autojump_threshold, int | float) or not autojump_threshold >= 0:
+            raise ValueError(f"autojump_threshold must be a number >= 0, not {autojump_threshold!r}")
+        return super().__new__(cls)
+
     def __init__(self, autojump_threshold: float = 0.0) -> None:
-        if autojump_threshold < 0:
-            raise ValueError(f"autojump_threshold must be >= 0, not {autojump_threshold!r}")
         self._offset = 0.0
         super().__init__(_JumpingSelector(self, autojump_threshold))
 

@@ -175,6 +175,32 @@ async def test_a_call_nobody_decides_in_time_is_denied_by_the_lease_check(backen
         assert (await sup.ask(GetTask("forever"))).status is TaskStatus.WAITING
 
 
+async def test_a_call_whose_expiry_passed_while_no_daemon_ran_is_denied_as_the_store_opens(
+    backend: Store,
+) -> None:
+    """Expire first, on every path: the next opening (a daemon, ``run --until-idle``, an
+    offline ``tasks approve``) denies it before anything else — no lease check needed
+    (the interval here is an hour) — and an approval then is refused, not taken."""
+    now = [1_000_000.0]
+    options: dict[str, Any] = {"lease_seconds": 30, "lease_check_interval": 3600, "clock": lambda: now[0]}
+    async with open_node(backend, **options) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("lapsed"), task("open")]))
+        for agent, expires in (("a", 60), ("b", None)):
+            claimed = (await sup.ask(Claim(agent, "w"))).task
+            call = CALL if expires is None else {**CALL, "expires_in": expires}
+            await sup.ask(Park(claimed.id, agent, call))
+    now[0] += 120  # two minutes pass with no daemon running
+    async with open_node(backend, **options) as node:
+        sup = node.supervisor
+        lapsed = await sup.ask(GetTask("lapsed"))
+        assert lapsed.status is TaskStatus.PENDING
+        assert lapsed.decisions[CALL["step"]]["by"] == "expiry"
+        with pytest.raises(InvalidTransition):
+            await sup.ask(Decide("lapsed", approved=True, by="ops"))
+        assert (await sup.ask(GetTask("open"))).status is TaskStatus.WAITING
+
+
 async def _denied(store: Store) -> bool:
     return any(e.type == "TASK_DENIED" for e in await stored_events(store))
 

@@ -242,7 +242,7 @@ async def _serve(
             after = host.final_stats or before
         watching.cancel_scope.cancel()
     elapsed = time.monotonic() - started
-    completed = after.by_status.get("COMPLETED", 0) - before.by_status.get("COMPLETED", 0)
+    completed = after.completed_here  # what this run completed; the live graph's count archiving changes
     busy = min(max(progress.busy, 1e-3), elapsed)
     print(f"[{elapsed:6.1f}s] {_line(after)}", file=err, flush=True)
     why = f"stopped by {received[0]}" if received else ("idle" if until_idle else "stopped")

@@ -491,7 +491,7 @@ class TaskGraph:
         for task_id in expired:
             task = self.tasks[task_id]
             if task.status is TaskStatus.WAITING:  # a call nobody decided in time: denied
-                if not orphaned and self._leases[task_id] <= now:
+                if self._leases[task_id] <= now:  # at a restart too: expired while no daemon ran
                     self._leases.pop(task_id, None)
                     ended.append(self._put(expired_decision(task, now), TASK_DENIED))
                     self._make_runnable(ended[-1])

@@ -142,6 +142,9 @@ class GraphStats(msgspec.Struct, frozen=True):
     runnable_types: list[str]
     """Agent types with a task ready to claim now."""
     total: int
+    completed_here: int = 0
+    """Tasks the answering supervisor completed since it started: what this run did (the
+    counts above are the graph's, which archiving and other daemons change too)."""
 
 
 # -- to the log actor ------------------------------------------------------------------

@@ -180,6 +180,10 @@ class PostgresTaskStore:
                     len(poisoned),
                     ", ".join(poisoned[:10]),
                 )
+        # a call whose approval expired while no daemon ran is denied before anyone sees it
+        expired = await self.db.run(self.graph.expire_leases)
+        for task in expired:
+            logger.warning(lease_report(task), task.id, task.status.value)
         context = owner.context
         for index in range(self.workers):
             self._idle.append(

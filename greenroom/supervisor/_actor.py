@@ -40,9 +40,12 @@ from ..messages import (
     Complete,
     Fail,
     Granted,
+    GraphStats,
     NoWork,
     Release,
+    Stats,
     StopGranting,
+    TaskStatus,
 )
 from ..store import TaskStore
 from ..store._rules import bound_report
@@ -85,6 +88,31 @@ class _Told:
 
     def fail(self, error: BaseException) -> None:
         logger.log(self.level, "supervisor: refused a told %s: %s", self.kind, error)
+
+
+class _Counted:
+    """A reply passed on as it is, counting in its supervisor what it answers: a
+    completion (``completed``), or the ``Stats`` answer given that count."""
+
+    __slots__ = ("inner", "owner")
+
+    def __init__(self, owner: SupervisorActor, inner: Any) -> None:
+        self.owner = owner
+        self.inner = inner
+
+    @property
+    def wanted(self) -> bool:
+        return bool(getattr(self.inner, "wanted", True))
+
+    def succeed(self, value: Any) -> None:
+        if isinstance(value, GraphStats):
+            value = msgspec.structs.replace(value, completed_here=self.owner.completed)
+        elif isinstance(value, AgentTask) and value.status is TaskStatus.COMPLETED:
+            self.owner.completed += 1
+        self.inner.succeed(value)
+
+    def fail(self, error: BaseException) -> None:
+        self.inner.fail(error)
 
 
 class _ClaimReply:
@@ -146,6 +174,8 @@ class SupervisorActor(Actor):
             "SupervisorActor", "lease_check_interval", lease_check_interval
         )
         self.closing = False
+        self.completed = 0
+        """Tasks completed through this actor since it started (``GraphStats.completed_here``)."""
         self._parked: dict[str, deque[_ClaimReply]] = {}
 
     # -- lifecycle --------------------------------------------------------------------
@@ -175,7 +205,10 @@ class SupervisorActor(Actor):
             self._claim(message, context.reply_later())
         elif kind is Complete or kind is Fail:
             pending = context.reply_later()
-            store.request(bound_report(message, self.limits), pending or _Told(kind.__name__))
+            reply: Any = pending or _Told(kind.__name__)
+            store.request(
+                bound_report(message, self.limits), _Counted(self, reply) if kind is Complete else reply
+            )
         elif message is _CHECK_LEASES:
             store.request(ExpireLeases(), _Told("lease check"))
         elif kind is TasksRunnable:
@@ -186,6 +219,8 @@ class SupervisorActor(Actor):
             store.request(release, _Told("hand-back of a lost grant", logging.INFO))
         elif kind is StopGranting:
             self._stop_granting()
+        elif kind is Stats:
+            store.request(message, _Counted(self, context.reply_later() or _Told("Stats")))
         else:
             pending = context.reply_later()
             store.request(message, pending or _Told(kind.__name__))

@@ -114,6 +114,39 @@ class OwnerLock:
             os.close(fd)  # closing the descriptor drops the lock
 
 
+class DaemonLock(OwnerLock):
+    """The daemon's lock on its data dir (``daemon.lock``), whatever store it runs on:
+    held from its start to its exit, the kernel dropping it when the process dies. The
+    file says the holder's pid and what it is doing (``starting``, ``serving``: its API
+    answers, ``no-api``), so a command can tell a daemon starting from one killed."""
+
+    def set_state(self, state: str) -> None:
+        fd = self._fd
+        if fd is not None:
+            text = f"{os.getpid()} {state}\n".encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text, 0)
+
+    @staticmethod
+    def holder(path: Path) -> tuple[int, str] | None:
+        """``(pid, state)`` of the process holding the lock at ``path``; ``None`` when
+        none does (no file, or its last holder is gone). Takes nothing."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                _lock(fd, shared=True)
+            except OSError:
+                words = os.pread(fd, 64, 0).decode(errors="replace").split()
+                pid = int(words[0]) if words and words[0].isdigit() else 0
+                return pid, (words[1] if len(words) > 1 else "starting")
+            return None
+        finally:
+            os.close(fd)  # a shared lock taken is dropped with it
+
+
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
 

@@ -759,3 +759,34 @@ def test_a_full_disk_stops_the_daemon_with_one_line_and_loses_nothing(tmp_path: 
     tasks, _ = GraphFiles(data_dir).load(owner=False)
     assert tasks and all(t.status is TaskStatus.COMPLETED for t in tasks if t.type != "publish")
     assert [t.status for t in tasks if t.type == "publish"] == [TaskStatus.WAITING]  # for a person
+
+
+def test_a_command_right_after_a_daemon_starts_waits_for_its_api(tmp_path: Path) -> None:
+    """A script that starts a daemon and asks its status at once: the command finds the
+    daemon starting (its lock taken, its API not up yet) and waits for the API — bounded —
+    instead of failing with "in use by another process"; a second daemon is refused."""
+    data_dir = tmp_path / "data"
+    config = write_config(tmp_path / "greenroom.toml", concurrency=2, lease=10.0)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config),
+         "--quiet"],
+        env=_env(data_dir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lock = data_dir / "daemon.lock"
+        deadline = time.monotonic() + 30
+        while not lock.exists():  # the daemon has begun; its API is not up yet (most of the time)
+            assert time.monotonic() < deadline and daemon.poll() is None
+            time.sleep(0.005)
+        status = greenroom("status", data_dir=data_dir)
+        added = greenroom("tasks", "add", "--type", "step", "--id", "early", data_dir=data_dir)
+        assert status.returncode == 0, status.stderr
+        assert added.returncode == 0 and added.stdout == "added early\n", added.stderr
+        second = greenroom("run", "--config", str(config), "--until-idle", data_dir=data_dir)
+        assert second.returncode == 1 and "in use by another process" in second.stderr, second.stderr
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    listed = greenroom("tasks", "list", "--json", data_dir=data_dir)  # the daemon gone: on the files
+    assert listed.returncode == 0 and "early" in listed.stdout

@@ -423,13 +423,26 @@ async def test_the_claims_of_many_agents_take_the_best_tasks_in_one_statement(pg
         assert [agent for agent, _ in rows] == ["a", "b", "c", "d"]  # logged in the agents' order
         assert len({xid for _, xid in rows[:3]}) == 1  # one transaction for the three
 
-        # suspects (running at two deaths of their process): at most one per statement, and
-        # none while another is in progress anywhere
-        await db.run(lambda c: graph.submit(c, [task("s1"), task("s2"), task("s3")]))
+        # suspects (running at two deaths of their process) run alone in their process: at
+        # most one per statement, none while the process has anything else in progress, and
+        # nothing else for that process while one runs; other processes are not held up
+        await db.run(lambda c: graph.submit(c, [task("s1"), task("s2"), task("s3"), task("fresh")]))
         await db.run(lambda c: c.execute("UPDATE gr_tasks SET crashes = 2 WHERE id LIKE 's%'"))
-        first = await db.run(lambda c: graph.claim_many(c, ["x", "y", "z"], "w", 30.0), single=True)
-        assert sum(t is not None for t in first) == 1 and first[0] is not None
-        assert await db.run(lambda c: graph.claim_many(c, ["y", "z"], "w", 30.0), single=True) == [None, None]
+        fresh = await db.run(lambda c: graph.claim_many(c, ["x@n:1"], "w", 30.0), single=True)
+        assert [t.id if t else None for t in fresh] == ["fresh"]  # fresh work first
+        held = await db.run(lambda c: graph.claim_many(c, ["y@n:1"], "w", 30.0), single=True)
+        assert held == [None]  # no suspect beside n:1's running task
+        await db.run(
+            lambda c: graph.complete(c, "fresh", "x@n:1", AgentResult(task_id="fresh", outcome="ok"))
+        )
+        first = await db.run(
+            lambda c: graph.claim_many(c, ["x@n:1", "y@n:1", "z@n:1"], "w", 30.0), single=True
+        )
+        assert sum(t is not None for t in first) == 1 and first[0] is not None and first[0].crashes == 2
+        await db.run(lambda c: graph.submit(c, [task("later")]))
+        assert await db.run(lambda c: graph.claim_many(c, ["y@n:1"], "w", 30.0), single=True) == [None]
+        other = await db.run(lambda c: graph.claim_many(c, ["q@n:2"], "w", 30.0), single=True)
+        assert [t.id if t else None for t in other] == ["later"]  # another process goes on
 
 
 async def test_completions_in_one_statement_release_a_shared_dependent_and_refuse_a_stranger(
@@ -1338,3 +1351,42 @@ def test_a_hundred_approvals_through_the_cli_and_the_api_run_each_approved_call_
     assert not set(shipped) - approved, "a denied call ran"
     assert set(shipped) == approved and max(shipped.values()) == 1, f"not exactly once: {shipped}"
     print(f"\n{count_tasks} approvals: {put_to_a_person} calls a kill cut short put to a person")
+
+
+def test_a_killed_daemon_s_leftovers_never_block_an_operator_on_postgresql(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A daemon on PostgreSQL SIGKILLed leaves its ``daemon.json``; the commands that name
+    its data dir and the database work on the database, as with the files — they do not
+    trust an address nobody serves."""
+    anyio.run(_upgrade, pg_url)
+    node = tmp_path / "node"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--store", pg_url, "--data-dir", str(node), "--quiet"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (node / "daemon.json").exists():  # its API is up
+            assert time.monotonic() < deadline and daemon.poll() is None
+            time.sleep(0.05)
+        added = _cli(
+            "tasks", "add", "--type", "w", "--id", "through-api", "--store", pg_url, "--data-dir", str(node)
+        )
+        assert added.returncode == 0, added.stderr
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+    assert (node / "daemon.json").exists()  # what a kill leaves behind
+    store = ["--store", pg_url, "--data-dir", str(node)]
+    for command in (
+        ["tasks", "list", "--json"],
+        ["status"],
+        ["tasks", "add", "--type", "w", "--id", "after"],
+    ):
+        done = _cli(*command, *store)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "does not answer" not in done.stderr
+    listed = {t["id"] for t in json.loads(_cli("tasks", "list", "--json", *store).stdout)}
+    assert {"through-api", "after"} <= listed

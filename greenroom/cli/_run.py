@@ -19,6 +19,7 @@ import msgspec
 from anyio.abc import TaskStatus as StartStatus
 
 from .._errors import StoreUnavailable
+from .._files import DaemonLock
 from .._malloc import freeze_startup_heap
 from ..agents.examples import example_graph
 from ..daemon import AgentHost, ConfigError, DaemonConfig, default_config, load_config
@@ -181,6 +182,18 @@ def start_tracing(config: DaemonConfig) -> Any:
         raise ConfigError(f"config: field 'tracing.enabled' is true, but {error}") from None
 
 
+def _lock_data_dir(data_dir: str | None) -> DaemonLock:
+    """The daemon's lock on its data dir (``daemon.lock``, state ``starting``): commands
+    wait for its API instead of meeting a half-started daemon; a second daemon is refused."""
+    from .._files import resolve_data_dir
+    from ..service._client import DAEMON_LOCK_FILE
+
+    lock = DaemonLock(resolve_data_dir(data_dir) / DAEMON_LOCK_FILE, "the data dir")
+    lock.acquire()
+    lock.set_state("starting")
+    return lock
+
+
 async def _serve(
     config: DaemonConfig,
     data_dir: str | None,
@@ -197,10 +210,14 @@ async def _serve(
 ) -> int:
     async with anyio.create_task_group() as watching:
         await watching.start(_watch_signals, stop, err, received)
-        async with AgentHost(config, data_dir) as host, AsyncExitStack() as stack:
+        lock = await anyio.to_thread.run_sync(_lock_data_dir, data_dir)
+        outer = AsyncExitStack()
+        outer.callback(lock.release)
+        async with outer, AgentHost(config, data_dir) as host, AsyncExitStack() as stack:
             service: DaemonService | None = None
             if api and config.api.enabled:
                 service = await stack.enter_async_context(DaemonService(host, stop, listen=listen))
+            lock.set_state("serving" if service is not None else "no-api")  # what commands may ask
             before = host.initial_stats
             shown = "" if host.store.where == str(host.data_dir) else f" · store {host.store.where}"
             print(

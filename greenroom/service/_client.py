@@ -9,6 +9,7 @@ the URL and a token yourself.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import DataError, GreenroomError, InvalidInput
-from .._files import DataDirBusy, OwnerLock
+from .._files import DaemonLock, DataDirBusy, OwnerLock
 from ..messages import AgentTask, Event
 
 if TYPE_CHECKING:  # imported when a client is made: finding no daemon costs nothing
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # imported when a client is made: finding no daemon costs not
 
 DAEMON_FILE = "daemon.json"
 ADMIN_TOKEN_FILE = "admin.token"
+DAEMON_LOCK_FILE = "daemon.lock"
 
 
 class DaemonInfo(msgspec.Struct, frozen=True):
@@ -52,9 +54,36 @@ class ServiceUnavailable(DataError):
     """Nothing answers at the daemon's address."""
 
 
-def find_daemon(data_dir: Path) -> tuple[DaemonInfo, str] | None:
+def find_daemon(data_dir: Path, *, wait: float = 15.0) -> tuple[DaemonInfo, str] | None:
     """The running daemon of ``data_dir`` and its local admin token, or ``None`` when no
-    daemon holds the data dir (files left by a killed one are ignored). Blocking."""
+    daemon serves an API there. Blocking.
+
+    A daemon holds ``daemon.lock`` from its start to its exit (the kernel drops it when
+    the process dies): files left by a killed daemon are ignored, on every store. A
+    daemon still starting is waited for, up to ``wait`` seconds, until its API answers
+    (``DataError`` saying so past that); one that serves no API (``--no-api``) is
+    ``None`` at once. A service with no lock (an app serving the API in-process) is
+    found by its ``daemon.json`` while its process lives."""
+    deadline = time.monotonic() + wait
+    while True:
+        holder = DaemonLock.holder(data_dir / DAEMON_LOCK_FILE)
+        found = _read_daemon_files(data_dir)
+        if holder is None:
+            return found if found is not None and _unlocked_but_alive(data_dir, found[0]) else None
+        pid, state = holder
+        if state == "no-api":
+            return None
+        if found is not None and found[0].pid == pid and state == "serving":
+            return found
+        if time.monotonic() >= deadline:
+            raise DataError(
+                f"a greenroom daemon (pid {pid}) is starting on {data_dir} and its API did not answer "
+                f"within {wait:g} s; try again, or see its log"
+            )
+        time.sleep(0.05)  # a bounded wait for another process's start: no event to wait on
+
+
+def _read_daemon_files(data_dir: Path) -> tuple[DaemonInfo, str] | None:
     try:
         info = msgspec.json.decode((data_dir / DAEMON_FILE).read_bytes(), type=DaemonInfo)
         token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
@@ -62,16 +91,29 @@ def find_daemon(data_dir: Path) -> tuple[DaemonInfo, str] | None:
         return None
     except (OSError, msgspec.DecodeError) as error:
         raise DataError(f"cannot read the daemon's address in {data_dir}: {error}") from None
+    return info, token
+
+
+def _unlocked_but_alive(data_dir: Path, info: DaemonInfo) -> bool:
+    """A ``daemon.json`` with no daemon lock held: this process's own service, or one
+    whose files' owner still holds the task graph, or whose process still lives;
+    otherwise one left behind by a killed daemon."""
+    if info.pid == os.getpid():
+        return True
     lock = OwnerLock(data_dir / "tasks.graph.lock", "the task graph")
     try:
-        held = not lock.acquire_shared()
+        if lock.acquire_shared():
+            lock.release()
+            return False  # nobody holds the files: its owner is gone
     except DataDirBusy:
-        held = True
-    else:
-        lock.release()
-    if not held and info.pid != os.getpid():
-        return None  # left behind by a daemon that was killed: nobody holds the data dir
-    return info, token
+        return True
+    try:
+        os.kill(info.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class ServiceClient:

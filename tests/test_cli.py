@@ -382,3 +382,54 @@ def test_bench_graph_refuses_bad_store_options_before_starting_anything(
 ) -> None:
     done = run_cli(*argv)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_tasks_decide_shows_a_dry_run_then_decides_each_with_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``greenroom tasks decide``: with no daemon, on the files — a dry run lists the calls
+    the filter selects and decides nothing; ``--apply`` decides each as this machine's
+    user; bad flags are refused by name, nothing decided."""
+    import anyio
+
+    from greenroom.embedded import EmbeddedStore
+    from greenroom.messages import AgentTask, Claim, GetTask, Park, Submit, TaskStatus
+
+    data_dir = tmp_path / "data"
+    rerun = {"step": "p0/main/m0/t0#rerun", "tool": "append", "arguments": {"line": "x"}, "risk": "WRITES",
+             "question": "it may have run"}  # fmt: skip
+    approval = {"step": "p0/main/m0/t0", "tool": "wire", "arguments": {"amount": 5}, "risk": "EXECUTES"}
+
+    async def seed() -> None:
+        from _stores import open_node
+
+        async with EmbeddedStore(data_dir) as store, open_node(store) as node:
+            await node.supervisor.ask(Submit([AgentTask(id=i, type="w") for i in ("q0", "q1", "ask")]))
+            for agent, call in (("a", rerun), ("b", rerun), ("c", approval)):
+                claimed = (await node.supervisor.ask(Claim(agent, "w"))).task
+                await node.supervisor.ask(Park(claimed.id, agent, call))
+
+    async def status(task_id: str) -> TaskStatus:
+        from _stores import open_node
+
+        async with EmbeddedStore(data_dir) as store, open_node(store) as node:
+            return (await node.supervisor.ask(GetTask(task_id))).status
+
+    anyio.run(seed)
+    where = ["--data-dir", str(data_dir)]
+    assert main(["tasks", "decide", "--approve", "--as-done", "--may-have-run", *where]) == 0
+    shown = capsys.readouterr().out
+    assert "q0  append" in shown and "q1  append" in shown and "ask" not in shown
+    assert "dry run: 2 call(s) would be recorded as done" in shown
+    assert anyio.run(status, "q0") is TaskStatus.WAITING
+    for bad, message in ((["--deny", "--as-done", "--reason", "r"], "--as-done goes with --approve"),
+                         (["--deny"], "--deny needs --reason")):  # fmt: skip
+        assert main(["tasks", "decide", *bad, "--apply", *where]) == 1
+        assert message in capsys.readouterr().err
+    assert (
+        main(["tasks", "decide", "--approve", "--as-done", "--may-have-run", "--apply", "--json", *where])
+        == 0
+    )
+    answer = json.loads(capsys.readouterr().out)
+    assert sorted(answer["decided"]) == ["q0", "q1"] and not answer["dry_run"]
+    assert anyio.run(status, "q1") is TaskStatus.PENDING and anyio.run(status, "ask") is TaskStatus.WAITING

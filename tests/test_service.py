@@ -712,3 +712,42 @@ async def test_idle_conversations_are_forgotten_by_the_daemon_past_chat_for(tmp_
         async with daemon.http("alice") as http:
             tasks = (await http.get("/v1/chat/tasks")).json()["tasks"]
             assert [t["title"] for t in tasks] == ["buy milk"]
+
+
+async def test_many_waiting_calls_are_decided_together_through_the_api(tmp_path: Path) -> None:
+    """``POST /v1/tasks/decide``: a dry run by default (what matches, nothing decided),
+    then ``"dry_run": false`` decides each as the token's user; a chat token may not; a
+    bad body is a 400 naming the field and decides nothing."""
+    from greenroom.messages import AgentTask, Claim, Park
+
+    rerun = {"step": "p0/main/m0/t0#rerun", "tool": "append", "arguments": {"line": "x"}, "risk": "WRITES",
+             "question": "it may have run"}  # fmt: skip
+    async with running(tmp_path) as daemon, daemon.client("ops") as ops:
+        supervisor = daemon.host.supervisor
+        await ops.submit([AgentTask(id=f"q{n}", type="crashy") for n in range(3)])
+        for n in range(3):
+            claimed = (await supervisor.ask(Claim(f"agent{n}", "crashy"))).task
+            await supervisor.ask(Park(claimed.id, f"agent{n}", rerun))
+        shown = await ops.decide_many({"may_have_run": True}, approved=True, as_done=True)
+        assert shown["dry_run"] and sorted(c["id"] for c in shown["matched"]) == ["q0", "q1", "q2"]
+        assert shown["decided"] == [] and (await ops.get_task("q0")).status is TaskStatus.WAITING
+        async with daemon.http("ops") as http:
+            for body, field in ((b"null", "body"), (b'{"filter": {}}', "approve"),
+                                (b'{"approve": true, "filter": {"tool": 5}}', "filter"),
+                                (b'{"approve": true, "filter": {"colour": "red"}}', "filter"),
+                                (b'{"approve": "yes"}', "approve"),
+                                (b'{"approve": true, "later": 1}', "later"),
+                                (b'{"approve": false, "as_done": true, "reason": "r"}', "as_done"),
+                                (b'{"approve": false}', "reason")):  # fmt: skip
+                bad = await http.post("/v1/tasks/decide", content=body)
+                assert bad.status_code == 400 and bad.json()["error"]["field"] == field, (body, bad.json())
+        async with daemon.client("alice") as alice:
+            with pytest.raises(ServiceError) as refused:
+                await alice.decide_many({}, approved=True, dry_run=False)
+            assert refused.value.status == 403
+        for n in range(3):  # nothing was decided by the refusals
+            assert (await ops.get_task(f"q{n}")).status is TaskStatus.WAITING
+        done = await ops.decide_many({"tool": "append"}, approved=True, as_done=True, dry_run=False)
+        assert sorted(done["decided"]) == ["q0", "q1", "q2"] and done["refused"] == []
+        decided = await ops.get_task("q1")
+        assert decided.status is TaskStatus.PENDING and decided.decisions[rerun["step"]]["by"] == "ops"

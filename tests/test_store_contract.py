@@ -201,6 +201,52 @@ async def test_a_call_whose_expiry_passed_while_no_daemon_ran_is_denied_as_the_s
         assert (await sup.ask(GetTask("open"))).status is TaskStatus.WAITING
 
 
+async def test_many_waiting_calls_are_decided_together_after_a_dry_run(backend: Store) -> None:
+    """After a crash, an operator decides the "it may have run" questions together: a
+    filter (type, tool, may have run) shown first as a dry run (nothing changes), then
+    applied — each task decided as a single decision is (its step, who, an event each); a
+    task decided meanwhile is refused by name while the rest are decided; bad input
+    decides nothing."""
+    from greenroom.supervisor import WaitingFilter, decide_waiting
+
+    rerun = {**CALL, "step": "p0/main/m0/t0#rerun", "tool": "append", "question": "it may have run"}
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("q1"), task("q2"), task("ask"), task("other", "v")]))
+        for agent, agent_type, call in (("a", "w", rerun), ("b", "w", rerun), ("c", "w", CALL),
+                                        ("d", "v", rerun)):  # fmt: skip
+            claimed = (await sup.ask(Claim(agent, agent_type))).task
+            await sup.ask(Park(claimed.id, agent, call))
+        where = WaitingFilter(type="w", may_have_run=True)
+        shown = await decide_waiting(sup, where, approved=True, by="ops", as_done=True)
+        assert shown.dry_run and sorted(c["id"] for c in shown.matched) == ["q1", "q2"]
+        assert shown.matched[0]["step"] == rerun["step"] and shown.decided == []
+        for still in ("q1", "q2"):
+            assert (await sup.ask(GetTask(still))).status is TaskStatus.WAITING
+        for bad, field in ((dict(approved=False, as_done=True, reason="x"), "as_done"),
+                           (dict(approved=False), "reason")):  # fmt: skip
+            with pytest.raises(InvalidInput) as refused:
+                await decide_waiting(sup, where, by="ops", dry_run=False, **bad)  # type: ignore[arg-type]
+            assert refused.value.field == field
+        await sup.ask(Decide("q2", approved=False, by="someone else", reason="no", step=rerun["step"]))
+        applied = await decide_waiting(sup, where, approved=True, by="ops", as_done=True, dry_run=False)
+        assert applied.decided == ["q1"] and applied.refused == []  # q2 no longer waits: not matched
+        q1 = await sup.ask(GetTask("q1"))
+        assert q1.status is TaskStatus.PENDING
+        assert (q1.decisions[rerun["step"]]["by"], q1.decisions[rerun["step"]]["as_done"]) == ("ops", True)
+        for untouched in ("ask", "other"):
+            assert (await sup.ask(GetTask(untouched))).status is TaskStatus.WAITING
+        by_tool = await decide_waiting(sup, WaitingFilter(tool=CALL["tool"]), approved=False, by="ops",
+                                       reason="not today", dry_run=False)  # fmt: skip
+        assert by_tool.decided == ["ask"]
+        await eventually(lambda: _approvals(backend, {"q1", "ask"}))
+
+
+async def _approvals(store: Store, ids: set[str]) -> bool:
+    decided = {e.task_id for e in await stored_events(store) if e.type in ("TASK_APPROVED", "TASK_DENIED")}
+    return ids <= decided
+
+
 async def _denied(store: Store) -> bool:
     return any(e.type == "TASK_DENIED" for e in await stored_events(store))
 

@@ -147,6 +147,8 @@ PUBLIC: dict[str, list[str]] = {
         "UnknownTask",
     ],
     "supervisor": [
+        "MAX_BULK",
+        "BulkDecision",
         "DuplicateTask",
         "InvalidSubmission",
         "InvalidTransition",
@@ -154,6 +156,8 @@ PUBLIC: dict[str, list[str]] = {
         "SupervisorActor",
         "TaskGraphError",
         "UnknownTask",
+        "WaitingFilter",
+        "decide_waiting",
     ],
     "log": [
         "LogActor",

@@ -65,6 +65,29 @@ def add_parsers(commands: Any) -> None:
         decide.add_argument("--json", action="store_true")
         decide.set_defaults(handler=_async(_tasks_decide))
 
+    bulk = task_commands.add_parser(
+        "decide",
+        help="decide many waiting calls at once (after a crash): a dry run unless --apply",
+        description="Choose waiting calls by --type, --tool and --may-have-run; without --apply, "
+        "list what would be decided; with it, decide each (recorded as a single decision is).",
+    )
+    _args.remote(bulk)
+    verdict = bulk.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--approve", action="store_true", help="approve them (they run)")
+    verdict.add_argument("--deny", action="store_true", help="deny them (needs --reason)")
+    bulk.add_argument(
+        "--as-done", action="store_true", help="with --approve: they happened, record them done"
+    )
+    bulk.add_argument("--type", dest="task_type", help="only tasks of this agent type")
+    bulk.add_argument("--tool", help="only calls of this tool")
+    bulk.add_argument(
+        "--may-have-run", action="store_true", help='only the calls a crash cut short ("it may have run")'
+    )
+    bulk.add_argument("--reason", default="", help="why (kept with each task)")
+    bulk.add_argument("--apply", action="store_true", help="decide them (default: only show them)")
+    bulk.add_argument("--json", action="store_true")
+    bulk.set_defaults(handler=_async(_tasks_decide_many))
+
     events = commands.add_parser("events", help="read the event log")
     tail = _args.actions(events).add_parser(
         "tail", help="print events; --follow for new ones (works beside a daemon)"
@@ -173,6 +196,45 @@ async def _tasks_decide(args: argparse.Namespace) -> int:
     said = "recorded as done" if as_done else "approved" if approved else "denied"
     print(_format.to_json(task) if args.json else f"{said} {task.id}")
     return 0
+
+
+async def _tasks_decide_many(args: argparse.Namespace) -> int:
+    import json
+
+    from .._errors import InvalidInput
+    from . import _operate
+
+    if args.as_done and not args.approve:
+        raise InvalidInput("--as-done goes with --approve", field="as_done")
+    if args.deny and not args.reason.strip():
+        raise InvalidInput("--deny needs --reason (the agents are told it)", field="reason")
+    where: dict[str, Any] = {}
+    if args.task_type is not None:
+        where["type"] = args.task_type
+    if args.tool is not None:
+        where["tool"] = args.tool
+    if args.may_have_run:
+        where["may_have_run"] = True
+    answer = await _operate.decide_many(
+        await _target(args), where, approved=args.approve, reason=args.reason, as_done=args.as_done,
+        apply=args.apply,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    said = "recorded as done" if args.as_done else "approved" if args.approve else "denied"
+    for call in answer["matched"]:
+        arguments = json.dumps(call["arguments"], sort_keys=True)
+        question = " (may have run)" if "question" in call else ""
+        print(f"{call['id']}  {call['tool']} {arguments:.120}{question}")
+    matched = len(answer["matched"])
+    if answer["dry_run"]:
+        print(f"dry run: {matched} call(s) would be {said}; run again with --apply to decide them")
+        return 0
+    print(f"{said} {len(answer['decided'])} of {matched} call(s)")
+    for refusal in answer["refused"]:
+        print(f"refused {refusal['id']}: {refusal['error']}")
+    return 0 if not answer["refused"] else 1
 
 
 async def _events_tail(args: argparse.Namespace) -> int:

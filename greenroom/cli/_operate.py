@@ -181,6 +181,48 @@ async def decide_task(
             raise _refused(error) from None
 
 
+async def decide_many(
+    target: Target,
+    where: dict[str, Any],
+    *,
+    approved: bool,
+    reason: str,
+    as_done: bool,
+    apply: bool,
+) -> dict[str, Any]:
+    """The waiting calls ``where`` selects, decided each unless it is a dry run (not
+    ``apply``): through the daemon (as the token's user) or on the backend (as this
+    machine's user). The answer is ``BulkDecision``'s fields."""
+    if not target.remote:
+        import getpass
+
+        from ..supervisor import WaitingFilter, decide_waiting
+
+        by = f"{getpass.getuser()} (command line)"
+        chosen = msgspec.convert(where, WaitingFilter)
+
+        async def decide(supervisor: ActorRef) -> dict[str, Any]:
+            decision = await decide_waiting(
+                supervisor,
+                chosen,
+                approved=approved,
+                by=by,
+                reason=reason,
+                as_done=as_done,
+                dry_run=not apply,
+            )
+            return msgspec.to_builtins(decision)  # type: ignore[no-any-return]
+
+        return await _on_node(target, decide)
+    async with target.client() as api:
+        try:
+            return await api.decide_many(
+                where, approved=approved, reason=reason, as_done=as_done, dry_run=not apply
+            )
+        except ServiceError as error:
+            raise _refused(error) from None
+
+
 # -- events -----------------------------------------------------------------------------
 
 

@@ -412,6 +412,37 @@ def create_app(parts: ServiceParts) -> Starlette:
         message = Decide(request.path_params["task_id"], approved, by, reason, step, as_done)
         return _json(await supervisor.ask(message, timeout=None))
 
+    async def decide_many(request: Request, principal: Principal | None) -> Response:
+        """``POST /v1/tasks/decide``: many waiting calls at once, chosen by a filter — a dry
+        run unless ``"dry_run": false`` (see ``greenroom.supervisor.decide_waiting``)."""
+        from ..supervisor import WaitingFilter, decide_waiting
+
+        raw = await _body(request, parts)
+        shape = (
+            '{"approve": true, "filter": {"type", "tool", "may_have_run"}, "reason", "as_done", "dry_run"}'
+        )
+        if not isinstance(raw, dict):
+            raise ApiError(400, "invalid_input", f"the body must be {shape}", field="body", value=raw)
+        unknown = sorted(set(raw) - {"approve", "filter", "reason", "as_done", "dry_run"})
+        if unknown:
+            raise ApiError(400, "invalid_input", f"unknown field {unknown[0]!r}: {shape}", field=unknown[0])
+        for name, kind, default in (("approve", bool, None), ("as_done", bool, False),
+                                    ("dry_run", bool, True), ("reason", str, "")):  # fmt: skip
+            value = raw.get(name, default)
+            if not isinstance(value, kind):
+                wanted = "true or false" if kind is bool else "a string"
+                raise ApiError(400, "invalid_input", f"{name} must be {wanted}", field=name, value=value)
+        try:
+            where = msgspec.convert(raw.get("filter", {}), WaitingFilter)
+        except msgspec.ValidationError as error:
+            raise ApiError(400, "invalid_input", f"filter: {error}", field="filter") from None
+        by = principal.user if principal is not None else "api"
+        decision = await decide_waiting(
+            supervisor, where, approved=raw["approve"], by=by, reason=raw.get("reason", ""),
+            as_done=raw.get("as_done", False), dry_run=raw.get("dry_run", True),
+        )  # fmt: skip
+        return _json(decision)
+
     async def events(request: Request, principal: Principal | None) -> Response:
         last_id = request.headers.get("last-event-id")
         after = _query_int(request, "after", 0, 0, MAX_SEQ)
@@ -540,6 +571,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/status", "tasks", status),
             route("/v1/tasks", "tasks", submit, "POST"),
             route("/v1/tasks", "tasks", list_tasks),
+            route("/v1/tasks/decide", "tasks", decide_many, "POST"),
             route("/v1/tasks/{task_id}", "tasks", show_task),
             route("/v1/tasks/{task_id}/steps", "tasks", task_steps),
             route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),

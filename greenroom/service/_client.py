@@ -222,6 +222,29 @@ class ServiceClient:
         )
         return msgspec.convert(answer, AgentTask)
 
+    async def decide_many(
+        self,
+        where: dict[str, Any],
+        *,
+        approved: bool,
+        reason: str = "",
+        as_done: bool = False,
+        dry_run: bool = True,
+    ) -> dict[str, Any]:
+        """``POST /v1/tasks/decide``: the waiting calls ``where`` selects (``type``,
+        ``tool``, ``may_have_run``), decided each as the token's user unless ``dry_run``;
+        the answer says what matched, what was decided and what was refused."""
+        body = {
+            "filter": where,
+            "approve": approved,
+            "reason": reason,
+            "as_done": as_done,
+            "dry_run": dry_run,
+        }
+        return await self._call_object(
+            "POST", "/v1/tasks/decide", content=msgspec.json.encode(body), headers=_JSON
+        )
+
     async def chat(self, message: str, conversation_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"message": message}
         if conversation_id is not None:

@@ -10,8 +10,11 @@ from ..store import (
     UnknownTask,
 )
 from ._actor import SupervisorActor
+from ._bulk import MAX_BULK, BulkDecision, WaitingFilter, decide_waiting
 
 __all__ = [
+    "MAX_BULK",
+    "BulkDecision",
     "DuplicateTask",
     "InvalidSubmission",
     "InvalidTransition",
@@ -19,4 +22,6 @@ __all__ = [
     "SupervisorActor",
     "TaskGraphError",
     "UnknownTask",
+    "WaitingFilter",
+    "decide_waiting",
 ]

@@ -73,16 +73,18 @@ class Browser:
 
 
 @asynccontextmanager
-async def chromium(tmp_path: Path) -> AsyncIterator[Browser]:
+async def chromium(tmp_path: Path, *, javascript: bool = True) -> AsyncIterator[Browser]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    if not javascript:  # the page as it is before (or without) its script
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
     for flag in (
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--window-size=1280,1600", f"--user-data-dir={tmp_path / 'chromium'}",
+        "--window-size=1280,1600", f"--user-data-dir={tmp_path / ('chromium' if javascript else 'no-js')}",
     ):  # fmt: skip
         options.add_argument(flag)
     driver = await anyio.to_thread.run_sync(
@@ -182,3 +184,133 @@ async def test_a_waiting_call_is_approved_on_the_page_and_the_task_finishes(tmp_
         )
         journal = {key: kind for key, kind in steps}
         assert journal["p0/main/m0"] == "model" and journal["p0/main/m0/t0"] == "tool"
+
+
+async def test_the_login_form_never_puts_the_token_in_a_url_even_before_its_script_runs(
+    tmp_path: Path,
+) -> None:
+    """Enter pressed in the login form while the page's script has not run (slow, blocked):
+    the browser sends the form itself — which must carry no token into the address bar or
+    the history."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    async with running(tmp_path) as daemon, chromium(tmp_path, javascript=False) as browser:
+        await browser.open(daemon.url + "/")
+        secret = daemon.tokens["ops"]
+
+        def type_and_enter() -> None:
+            field = browser.driver.find_element(By.ID, "token")
+            field.send_keys(secret + Keys.ENTER)
+
+        await browser.call(type_and_enter)
+        await browser.until("return document.readyState === 'complete'")
+        url = await browser.call(lambda: browser.driver.current_url)
+        assert secret not in url and "token" not in url, url
+
+
+async def test_a_late_answer_about_one_task_never_shows_over_the_task_clicked_after(tmp_path: Path) -> None:
+    """The page's one-second refresh (or a slow click) answering about task A after a click
+    on B: B's fields and events stay, A's are dropped."""
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id=i, type="idle", input={"which": i}) for i in ("slow-a", "b")])
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until("return document.querySelector('#tasks tr[data-task=\"b\"]') !== null")
+        await browser.js(  # answers about slow-a arrive 1.5 s late
+            "const real = window.fetch; window.lateDone = false; window.fetch = async (url, ...rest) => {"
+            "  const answer = await real(url, ...rest);"
+            "  if (String(url).includes('slow-a')) {"
+            "    await new Promise((r) => setTimeout(r, 1500)); window.lateDone = true; }"
+            "  return answer; };"
+        )
+        await browser.click('#tasks tr[data-task="slow-a"]')
+        await browser.click('#tasks tr[data-task="b"]')
+        await browser.until("return window.lateDone === true")  # slow-a's answers have come
+        await browser.until("return document.getElementById('task-input').textContent.includes('\"b\"')")
+        shown = await browser.js(
+            "return [document.getElementById('task-id').textContent,"
+            " document.getElementById('task-input').textContent,"
+            " [...document.querySelectorAll('#task-events li')].map(li => li.dataset.task)]"
+        )
+        assert shown[0] == "b" and "slow-a" not in shown[1] and set(shown[2]) <= {"b"}, shown
+
+
+async def test_a_refused_approval_stays_on_screen_and_logout_leaves_no_task_behind(tmp_path: Path) -> None:
+    """Another person decided first: the page's approval is refused, and the refusal stays
+    through the refreshes until dismissed. After logging out, nothing of the last task
+    (its id included) is left in the page."""
+    from greenroom.messages import Claim, Park
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id="both", type="idle")])
+        supervisor = daemon.host.supervisor
+        claimed = (await supervisor.ask(Claim("agent", "idle"))).task
+        await supervisor.ask(
+            Park(claimed.id, "agent", {"step": "p0/main/m0/t0", "tool": "wire", "arguments": {}})
+        )
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until("return document.querySelector('#approvals li[data-task=\"both\"]') !== null")
+        await ops.decide("both", approved=True)  # someone else, first
+        await browser.js("decide('both', 'approve')")  # the click this page's person made
+        said = await browser.until("return !document.getElementById('notice').hidden && "
+                                   "document.getElementById('notice-text').textContent")  # fmt: skip
+        assert "Could not approve both" in said
+        await browser.until(COUNT, "WAITING", 0)  # refreshed since, more than once
+        await browser.until("return document.querySelectorAll('#approvals li').length === 0")
+        assert await browser.js("return document.getElementById('notice-text').textContent") == said
+        await browser.click("#notice-close")
+        assert await browser.js("return document.getElementById('notice').hidden")
+        await browser.until("return document.querySelector('#tasks tr[data-task=\"both\"]') !== null")
+        await browser.click('#tasks tr[data-task="both"]')
+        await browser.until("return document.getElementById('task-id').textContent === 'both'")
+        await browser.click("#logout")
+        await browser.until("return !document.getElementById('login').hidden")
+        assert "both" not in await browser.js("return document.body.innerHTML")
+
+
+async def test_many_waiting_calls_are_previewed_then_decided_on_the_page(tmp_path: Path) -> None:
+    """The bulk form: a filter previewed (what would be decided, nothing changes), then
+    applied after a confirmation — each task decided as the token's user; the others
+    untouched."""
+    from greenroom.messages import Claim, Park
+
+    rerun = {"step": "p0/main/m0/t0#rerun", "tool": "append", "arguments": {"line": "x"},
+             "question": "it may have run"}  # fmt: skip
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id=i, type="idle") for i in ("r1", "r2", "plain")])
+        supervisor = daemon.host.supervisor
+        for agent, call in (
+            ("a", rerun),
+            ("b", rerun),
+            ("c", {**rerun, "step": "p0/main/m0/t0", "tool": "wire"}),
+        ):
+            call = {
+                key: value for key, value in call.items() if key != "question" or call["tool"] == "append"
+            }
+            claimed = (await supervisor.ask(Claim(agent, "idle"))).task
+            await supervisor.ask(Park(claimed.id, agent, call))
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until(COUNT, "WAITING", 3)
+        await browser.js(
+            "document.getElementById('bulk-may-have-run').checked = true;"
+            "document.getElementById('bulk-verdict').value = 'done';"
+            "document.getElementById('bulk-preview').click();"
+        )
+        shown = await browser.until("return document.getElementById('bulk-shown').textContent")
+        assert shown.startswith("2 call(s) would be recorded as done") and "plain" not in shown, shown
+        assert (await ops.get_task("r1")).status is TaskStatus.WAITING  # a preview decides nothing
+        await browser.js("window.confirm = () => true; document.getElementById('bulk-apply').click()")
+        said = await browser.until("return document.getElementById('notice-text').textContent")
+        assert said.startswith("Decided 2 of 2"), said
+        await browser.until(COUNT, "WAITING", 1)
+        for task_id in ("r1", "r2"):
+            decided = await ops.get_task(task_id)
+            assert decided.status is TaskStatus.PENDING
+            assert (
+                decided.decisions[rerun["step"]]["by"] == "ops"
+                and decided.decisions[rerun["step"]]["as_done"]
+            )
+        assert (await ops.get_task("plain")).status is TaskStatus.WAITING

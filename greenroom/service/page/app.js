@@ -9,7 +9,8 @@ let token = sessionStorage.getItem("greenroom-token");
 let refreshing = false;
 let pageAfter = 0;        // the tasks table's page: tasks after this order
 let nextAfter = null;     // the next page's start, when there is one
-let shownTask = null;     // the task whose details are open
+let shownTask = null;     // the task whose details are open (set at the click: a late answer about another is dropped)
+let bulkPreview = null;   // the bulk decision last previewed: what Apply sends
 let stream = null;        // the live events' AbortController
 
 class ApiFailure extends Error {
@@ -58,8 +59,11 @@ function showLogin(message) {
   $("dashboard").hidden = true;
   $("task-section").hidden = true;
   shownTask = null;
+  bulkPreview = null;
   $("task-fields").replaceChildren();
-  $("task-input").textContent = "";
+  for (const id of ["task-input", "task-id", "about", "problem", "notice-text", "bulk-shown"]) $(id).textContent = "";
+  $("notice").hidden = true;
+  $("bulk-apply").hidden = true;
   for (const body of document.querySelectorAll("#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps"))
     body.replaceChildren();
   $("login").hidden = false;
@@ -167,13 +171,67 @@ function showApprovals(tasks) {
   }
 }
 
+// A refusal or a result a person must read stays until dismissed: the refresh never clears it.
+function notice(text) {
+  $("notice-text").textContent = text;
+  $("notice").hidden = false;
+}
+
 async function decide(taskId, verb) {
   try {
     const body = verb === "deny" ? { reason: "denied on the status page" } : {};
     await api(`/v1/tasks/${encodeURIComponent(taskId)}/${verb}`, { method: "POST", body: JSON.stringify(body) });
-    $("problem").textContent = "";
   } catch (failure) {
-    $("problem").textContent = `Could not ${verb} ${taskId}: ${failure.message}`;
+    if (failure.status === 401) { showLogin("The token is no longer valid."); return; }
+    notice(`Could not ${verb} ${taskId}: ${failure.message}`);
+  }
+  await refresh();
+}
+
+function bulkRequest(dryRun) {
+  const filter = {};
+  if ($("bulk-type").value.trim()) filter.type = $("bulk-type").value.trim();
+  if ($("bulk-tool").value.trim()) filter.tool = $("bulk-tool").value.trim();
+  if ($("bulk-may-have-run").checked) filter.may_have_run = true;
+  const verdict = $("bulk-verdict").value;
+  return {
+    filter, approve: verdict !== "deny", as_done: verdict === "done",
+    reason: $("bulk-reason").value, dry_run: dryRun,
+  };
+}
+
+async function bulkPreviewed() {
+  const request = bulkRequest(true);
+  try {
+    const answer = await api("/v1/tasks/decide", { method: "POST", body: JSON.stringify(request) });
+    const ids = answer.matched.map((call) => call.id);
+    const said = request.as_done ? "recorded as done" : request.approve ? "approved" : "denied";
+    $("bulk-shown").textContent = ids.length
+      ? `${ids.length} call(s) would be ${said}: ${ids.join(", ")}`
+      : "No waiting call matches.";
+    bulkPreview = ids.length ? { ...request, dry_run: false, count: ids.length } : null;
+    $("bulk-apply").hidden = bulkPreview === null;
+    if (bulkPreview) $("bulk-apply").textContent = `Apply to ${ids.length}`;
+  } catch (failure) {
+    bulkPreview = null;
+    $("bulk-apply").hidden = true;
+    notice(`Could not preview: ${failure.message}`);
+  }
+}
+
+async function bulkApplied() {
+  if (!bulkPreview) return;
+  const { count, ...request } = bulkPreview;
+  if (!window.confirm(`Decide ${count} waiting call(s)? Each is recorded as a single decision.`)) return;
+  bulkPreview = null;
+  $("bulk-apply").hidden = true;
+  $("bulk-shown").textContent = "";
+  try {
+    const answer = await api("/v1/tasks/decide", { method: "POST", body: JSON.stringify(request) });
+    const refused = answer.refused.map((r) => `${r.id}: ${r.error}`).join("; ");
+    notice(`Decided ${answer.decided.length} of ${answer.matched.length}` + (refused ? `; refused ${refused}` : ""));
+  } catch (failure) {
+    notice(`Could not decide: ${failure.message}`);
   }
   await refresh();
 }
@@ -197,8 +255,9 @@ async function showTasks() {
 }
 
 async function showTask(taskId, withEvents) {
+  if (withEvents) shownTask = taskId;   // a click: from now on only this task's answers are shown
   const task = await api(`/v1/tasks/${encodeURIComponent(taskId)}`);
-  shownTask = taskId;
+  if (shownTask !== taskId || !token) return;   // another was chosen (or the page logged out) meanwhile
   $("task-section").hidden = false;
   $("task-id").textContent = task.id;
   const fields = $("task-fields");
@@ -218,13 +277,14 @@ async function showTask(taskId, withEvents) {
 
 async function showTaskSteps(taskId) {
   const list = $("task-steps");
-  list.replaceChildren();
   let steps = [];
   try {
     steps = (await api(`/v1/tasks/${encodeURIComponent(taskId)}/steps`)).steps;
   } catch (failure) {
     if (failure.status !== 404) throw failure;
   }
+  if (shownTask !== taskId) return;
+  list.replaceChildren();
   $("no-steps").hidden = steps.length > 0;
   for (const step of steps) {
     const summary = JSON.stringify(step.body);
@@ -235,11 +295,13 @@ async function showTaskSteps(taskId) {
 
 async function showTaskEvents(taskId) {
   const list = $("task-events");
-  list.replaceChildren();
   const query = new URLSearchParams({ task: taskId, follow: "0" });
   const response = await fetch(`/v1/events?${query}`, { headers: { Authorization: `Bearer ${token}` } });
   if (!response.ok) return;
-  for (const event of parseEvents(await response.text()).events) list.append(eventItem(event));
+  const text = await response.text();
+  if (shownTask !== taskId) return;
+  list.replaceChildren();
+  for (const event of parseEvents(text).events) list.append(eventItem(event));
 }
 
 function eventItem(event) {
@@ -314,6 +376,11 @@ document.addEventListener("DOMContentLoaded", () => {
     if (candidate) logIn(candidate);
   });
   $("logout").addEventListener("click", () => showLogin(""));
+  $("notice-close").addEventListener("click", () => { $("notice").hidden = true; $("notice-text").textContent = ""; });
+  $("bulk").addEventListener("submit", (event) => { event.preventDefault(); bulkPreviewed(); });
+  $("bulk-apply").addEventListener("click", bulkApplied);
+  for (const id of ["bulk-type", "bulk-tool", "bulk-may-have-run", "bulk-verdict", "bulk-reason"])
+    $(id).addEventListener("change", () => { bulkPreview = null; $("bulk-apply").hidden = true; });
   $("filter").addEventListener("submit", (event) => { event.preventDefault(); pageAfter = 0; refresh(); });
   $("first-page").addEventListener("click", () => { pageAfter = 0; refresh(); });
   $("next-page").addEventListener("click", () => { if (nextAfter !== null) { pageAfter = nextAfter; refresh(); } });

@@ -79,3 +79,30 @@ async def test_a_damaged_segment_is_named_and_nothing_is_changed(tmp_path: Path)
     await archive.aclose()
     await fresh.aclose()
     assert path.exists()
+
+
+async def test_the_disk_budget_counts_the_archive_index_which_shrinks_with_what_it_holds(
+    tmp_path: Path,
+) -> None:
+    """The budget holds for everything it names: the archive's ``index.sqlite3`` (its WAL
+    too) counts against it, and gives back the space of the rows its dropped segments
+    took (the index is often larger than the gzipped segments it points into)."""
+    archive = TaskArchive(tmp_path)
+    for segment in range(12):
+        tasks = [AgentTask(id=f"s{segment:02d}-task-{n:04d}", type="w", status=TaskStatus.COMPLETED)
+                 for n in range(300)]  # fmt: skip
+        await archive.add(tasks)
+    folder = tmp_path / "archive"
+
+    def on_disk() -> tuple[int, int]:
+        index = sum(p.stat().st_size for p in folder.glob("index.sqlite3*"))
+        return index, sum(p.stat().st_size for p in folder.iterdir())
+
+    index_before, total_before = on_disk()
+    assert index_before > total_before - index_before  # the index is most of it
+    budget = total_before // 3
+    dropped = await archive.drop_over_budget(budget)
+    index_after, total_after = on_disk()
+    await archive.aclose()
+    assert dropped > 0 and total_after <= budget, (total_after, budget)
+    assert index_after < index_before

@@ -7,6 +7,7 @@ database through crashes and restarts. Every behaviour the stores share is in
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -176,6 +177,37 @@ async def test_an_older_schema_is_migrated_in_place_keeping_what_it_holds(pg_url
         now = [time.time() + 60]  # the running task's lease has run out: still found by the new index
         late = PostgresGraph(clock=lambda: now[0])
         assert [t.id for t in await db.run(late.expire_leases)] == ["running"]
+
+
+async def test_the_log_is_cut_to_the_segment_size_asked_even_where_wider_partitions_exist(
+    pg_url: str,
+) -> None:
+    """A command with no config made the log's partitions 100,000 wide; a daemon asking for
+    ``events_per_segment = 400`` gets them cut to size — the empty ones ahead dropped, the
+    one being written ended 400 seqs on — so retention drops the log in segments of 400,
+    and no event is lost."""
+    async with _ready(pg_url) as db:  # partitions of 100,000, as a `tasks add` makes them
+        rows = [
+            (1.0, "agent.update", None, None, "internal", {"i": i}, f'{{"i":{i}}}'.encode())
+            for i in range(30)
+        ]
+        await db.run(lambda c: insert_events(c, rows))
+        assert any(end - start >= 100_000 for start, end, _ in await db.run(event_parts))
+        await db.run(lambda c: ensure_event_parts(c, 400))
+        parts = [(start, end) for start, end, _ in await db.run(event_parts)]
+        assert parts[-1][1] <= 31 + 2 * 400 and all(end - start <= 430 for start, end in parts), parts
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(parts)), parts  # no gap, no overlap
+        more = [(2.0, "agent.update", None, None, "internal", {"i": i}, f'{{"i":{i}}}'.encode())
+                for i in range(30, 900)]  # fmt: skip
+        await db.run(lambda c: insert_events(c, more))
+        await db.run(lambda c: ensure_event_parts(c, 400))
+        events = await db.run(read_events, single=True)
+        assert [e.payload["i"] for e in events] == list(range(900))  # nothing lost on the way
+        newest = events[-1].seq
+        closed = [(start, end) for start, end, _ in await db.run(event_parts) if end <= newest]
+        assert len(closed) >= 2 and all(
+            end - start <= 430 for start, end in closed
+        )  # retention can drop these
 
 
 async def test_concurrent_claims_from_many_connections_never_share_a_task(pg_url: str) -> None:

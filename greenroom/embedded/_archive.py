@@ -32,13 +32,15 @@ import msgspec
 from .._errors import DataError
 from .._files import replace_durably
 from ..messages import AgentTask, TaskStatus
-from ..store._retention import HistoryPart, over_budget
+from ..store._retention import FIXED, HistoryPart, over_budget
 from ._sqlite import SQLiteFile
 
 ARCHIVE_DIR = "archive"
 INDEX_DB = "index.sqlite3"
 
 _SCHEMA = """
+PRAGMA journal_size_limit = 131072;
+PRAGMA wal_autocheckpoint = 32;
 CREATE TABLE IF NOT EXISTS segments (
     seq INTEGER PRIMARY KEY,
     tasks INTEGER NOT NULL,
@@ -145,6 +147,8 @@ class TaskArchive:
             await anyio.to_thread.run_sync(_unlink, self.segment_path(seq))
             with self._cache_lock:
                 self._cache.pop(seq, None)
+        if gone:
+            await self._index.compact()  # the index shrinks with what it holds (it is in the budget)
         return sum(count for _, count in gone)
 
     # -- reading --------------------------------------------------------------------------
@@ -275,13 +279,24 @@ def _read_segment(path: Path) -> dict[str, AgentTask]:
     return found
 
 
+def _index_bytes(directory: Path) -> int:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += (directory / f"{INDEX_DB}{suffix}").stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
 def history_parts(data_dir: Path) -> list[HistoryPart]:
     """The parts of the history under ``data_dir`` retention may drop (the event log's
-    closed segments and the archive's segments), each with its file's time and size — the
+    closed segments and the archive's segments), each with its file's time and size, and
+    the archive's index (its WAL too) as a part that counts but is never dropped — the
     event log and the archive both judge the disk budget from this listing. Blocking."""
     from ._reader import EVENTS_DIR
 
-    parts = []
+    parts = [HistoryPart(FIXED, INDEX_DB, 0.0, _index_bytes(data_dir / ARCHIVE_DIR))]
     for kind, directory, pattern in (
         ("events", data_dir / EVENTS_DIR, "*.jsonl"),
         ("archive", data_dir / ARCHIVE_DIR, "tasks-*.jsonl.gz"),

@@ -106,6 +106,23 @@ class SQLiteFile:
         thread; the caller stops waiting."""
         await run_blocking(self.sync_blocking)
 
+    def compact_blocking(self) -> None:
+        """Give the space of deleted rows back to the file system (``VACUUM``) and empty the
+        WAL (a ``TRUNCATE`` checkpoint), in the calling worker thread: after a retention
+        pass deleted many rows, so the file shrinks with what it holds."""
+        with self._lock:
+            db = self._connect()
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    async def compact(self) -> None:
+        """:meth:`compact_blocking` in a worker thread, queued with the transactions."""
+        limiter = self._limiter
+        if limiter is None:
+            limiter = self._limiter = anyio.CapacityLimiter(1)
+        async with limiter:
+            await run_blocking(self.compact_blocking)
+
     def close_blocking(self) -> None:
         """Close the connection, from a worker thread (a later call opens it again); what
         it committed is synced first."""

@@ -232,9 +232,12 @@ def ensure_event_parts(connection: Any, width: int) -> int:
     connection.execute("SELECT pg_advisory_xact_lock(%s)", (EVENTS_LOCK,))
     connection.execute("SET LOCAL lock_timeout = '5s'")
     parts = event_parts(connection)
+    next_seq = _next_seq(connection)
+    if any(end - start > width and end > next_seq + width for start, end, _ in parts):
+        _reshape(connection, parts, width)  # made wider than asked (another config): cut to size
+        parts = event_parts(connection)
+        next_seq = _next_seq(connection)
     top = parts[-1][1] if parts else 1
-    last_value, called = connection.execute("SELECT last_value, is_called FROM gr_event_ids").fetchone()
-    next_seq = int(last_value) + 1 if called else int(last_value)
     made = 0
     while top <= next_seq + width:
         end = top + width
@@ -248,6 +251,32 @@ def ensure_event_parts(connection: Any, width: int) -> int:
         )
         top, made = end, made + 1
     return made
+
+
+def _next_seq(connection: Any) -> int:
+    last_value, called = connection.execute("SELECT last_value, is_called FROM gr_event_ids").fetchone()
+    return int(last_value) + 1 if called else int(last_value)
+
+
+def _reshape(connection: Any, parts: list[tuple[int, int, str]], width: int) -> None:
+    """Partitions made wider than ``width`` (by a command or daemon with another
+    ``events_per_segment``, or the default) that reach past the next ``width`` events: the
+    empty ones ahead go, and the one being written ends after the next ``width`` seqs, so
+    retention can drop the log in segments of the size asked. Appends wait for it (the
+    log is locked for the moment it takes); the caller makes the partitions after."""
+    connection.execute("LOCK TABLE gr_events IN ACCESS EXCLUSIVE MODE")
+    next_seq = _next_seq(connection)  # what was drawn before the lock, taken now
+    for start, end, name in parts:
+        if end - start <= width or end <= next_seq + width:
+            continue
+        if start >= next_seq:  # ahead, and empty: nothing has a seq in it yet
+            connection.execute(f"DROP TABLE {name}")
+            continue
+        cut = max(next_seq + width, start + 1)
+        connection.execute(f"ALTER TABLE gr_events DETACH PARTITION {name}")
+        connection.execute(f"ALTER TABLE {name} RENAME TO gr_events_{start}_{cut}")
+        bounds = f"FOR VALUES FROM ({start}) TO ({cut})"
+        connection.execute(f"ALTER TABLE gr_events ATTACH PARTITION gr_events_{start}_{cut} {bounds}")
 
 
 def history_parts(connection: Any) -> tuple[list[HistoryPart], int]:

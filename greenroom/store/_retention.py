@@ -66,9 +66,15 @@ class HistoryPart(msgspec.Struct, frozen=True):
     bytes: int
 
 
+FIXED = "fixed"
+"""The kind of a part that counts against the budget but is never dropped (an index that
+shrinks with what it indexes)."""
+
+
 def over_budget(parts: list[HistoryPart], budget: int | None) -> list[HistoryPart]:
-    """The parts to drop, oldest first, so that what stays fits in ``budget`` bytes. Pure:
-    the event log and the archive each compute it over both, and drop their own."""
+    """The parts to drop, oldest first, so that what stays fits in ``budget`` bytes (parts
+    of kind ``FIXED`` count, and stay). Pure: the event log and the archive each compute it
+    over both, and drop their own."""
     if budget is None:
         return []
     total = sum(part.bytes for part in parts)
@@ -76,6 +82,8 @@ def over_budget(parts: list[HistoryPart], budget: int | None) -> list[HistoryPar
     for part in sorted(parts, key=lambda part: (part.at, part.kind, part.name)):
         if total <= budget:
             break
+        if part.kind == FIXED:
+            continue
         dropped.append(part)
         total -= part.bytes
     return dropped

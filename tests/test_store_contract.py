@@ -1603,4 +1603,10 @@ async def test_the_newest_finished_stay_live_and_the_archive_forgets_past_archiv
         await eventually(forgotten, timeout=10)
         with pytest.raises(UnknownTask):
             await sup.ask(GetTask("t0"))
+        with pytest.raises(InvalidSubmission, match="depends_on"):  # a dropped id is unknown, not "done"
+            await sup.ask(Submit([task("late", depends_on=["t0"])]))
         await sup.ask(Submit([task("t0")]))  # past archive_for the id is free again
+        await sup.ask(Submit([task("after", depends_on=["t0"])]))  # it means the new t0 now
+        granted = await sup.ask(Claim("x", "w"))
+        assert isinstance(granted, Granted) and granted.task.id == "t0"  # "after" waits for it
+        assert await sup.ask(Claim("y", "w")) == NoWork()

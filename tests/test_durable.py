@@ -190,7 +190,21 @@ async def test_a_replay_asked_something_else_stops_naming_the_step(
         assert effects.ran == [("note", "hello"), ("look", "sky")]
 
 
-async def _crashed_mid_tool(writer: ActorRef, *, released: bool = True, incarnation: str | None = "") -> None:
+def _dead_process() -> str:
+    """A ``writer`` naming a process of this machine that has ended (started, reaped)."""
+    import subprocess
+    import sys
+
+    from greenroom.harness._journal import _BOOT
+
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return f"{_BOOT}:{done.pid}"
+
+
+async def _crashed_mid_tool(
+    writer: ActorRef, *, released: bool = True, incarnation: str | None = "", by: str | None = None
+) -> None:
     """What a process killed while ``note`` ran leaves: the reply that asked for it, and
     ``note`` recorded as begun and let run, with no result (on a journal with nothing else
     for it). ``released=False``: killed before it was let run. ``incarnation``: the one
@@ -207,7 +221,7 @@ async def _crashed_mid_tool(writer: ActorRef, *, released: bool = True, incarnat
         Step(task_id="t1", key="p0/main/m0", kind="model", fingerprint=_request_digest(request, offered),
              body=dict(_builtins(first_reply()))),
         Step(task_id="t1", key="p0/main/m0/t0", kind="tool_started", fingerprint=asked,
-             body={} if incarnation is None else {"release": incarnation}),
+             body={} if incarnation is None else {"release": incarnation, "writer": by or _dead_process()}),
     )  # fmt: skip
     if released:
         steps += (Step(task_id="t1", key="p0/main/m0/t0", kind="tool_released", fingerprint=asked),)
@@ -220,7 +234,8 @@ async def test_a_call_begun_but_never_let_run_runs_without_asking_anyone(
     """A crash between a call's beginning and its release (the disk sync in between, the
     wake-up after it) left a call that cannot have run: it runs, nobody is asked. Unless
     the store may have lost the release since (another incarnation: the machine rebooted),
-    or the beginning predates releases: then it may have run, and a person is asked."""
+    the beginning predates releases, or the process that began it still lives: then it
+    may have run, and a person is asked."""
     async with journal_on(store_url, tmp_path / "data") as (system, writer):
         await _crashed_mid_tool(writer, released=False)
         effects = Effects()
@@ -230,8 +245,12 @@ async def test_a_call_begun_but_never_let_run_runs_without_asking_anyone(
         await harness.aclose()
         assert effects.ran == [("note", "hello"), ("look", "sky")] and result.stop_reason == "done"
         assert journal.has("p0/main/m0/t0", "tool_released")  # released this time
-        for incarnation in ("boot:another", None):
-            await _crashed_mid_tool(writer, released=False, incarnation=incarnation)
+        from greenroom.harness._journal import _writer
+
+        for incarnation, by in (("boot:another", None), (None, None), ("", _writer())):
+            # the release may have been lost (a reboot); a step from before releases; the
+            # process that began it still lives (an attempt whose lease ran out may yet run it)
+            await _crashed_mid_tool(writer, released=False, incarnation=incarnation, by=by)
             effects = Effects()
             with pytest.raises(ApprovalNeeded) as asked:
                 await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 2)

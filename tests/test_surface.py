@@ -147,11 +147,11 @@ PUBLIC: dict[str, list[str]] = {
         "UnknownTask",
     ],
     "supervisor": [
-        "MAX_BULK",
         "BulkDecision",
         "DuplicateTask",
         "InvalidSubmission",
         "InvalidTransition",
+        "MAX_BULK",
         "NotOwner",
         "SupervisorActor",
         "TaskGraphError",

@@ -272,11 +272,26 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
 
 
 def _kill_once(
-    backend: str, data_dir: Path, run: int, tasks: int, steps: int, latency: float, rng: random.Random
+    backend: str,
+    data_dir: Path,
+    run: int,
+    tasks: int,
+    steps: int,
+    latency: float,
+    rng: random.Random,
+    store: str | None = None,
 ) -> dict[str, Any]:
     """One process SIGKILLed at a random instant, then its tasks resumed by another."""
     node = [sys.executable, "-m", "greenroom.bench._crash_node"]
-    args = [str(data_dir), str(run), str(tasks), str(steps), str(latency), backend]
+    args = [
+        str(data_dir),
+        str(run),
+        str(tasks),
+        str(steps),
+        str(latency),
+        backend,
+        *([store] if store else []),
+    ]
     child = subprocess.Popen([*node, "run", *args], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -314,16 +329,23 @@ def _lines(path: Path) -> list[str]:
 
 
 def measure_kills(
-    backend: str, kills: int, tasks: int, steps: int, latency: float, seed: int | None = None
+    backend: str,
+    kills: int,
+    tasks: int,
+    steps: int,
+    latency: float,
+    seed: int | None = None,
+    store: str | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     per_kill: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as data:
         for run in range(kills):
-            per_kill.append(_kill_once(backend, Path(data), run, tasks, steps, latency, rng))
+            per_kill.append(_kill_once(backend, Path(data), run, tasks, steps, latency, rng, store))
     total = {key: sum(kill[key] for kill in per_kill) for key in per_kill[0]}
     return {
         "backend": backend,
+        "store": "postgresql" if store else "files",
         "kills": kills,
         "tasks": tasks,
         "steps": steps,
@@ -341,9 +363,9 @@ def format_kills(f: dict[str, Any]) -> str:
     questions = [kill["questions"] for kill in f["per_kill"]]
     return "\n".join(
         [
-            f"durable tasks under kills on {f['backend']}: {f['kills']} SIGKILLs of a process running "
-            f"{f['tasks']} tasks x {f['steps']} steps (an unkeyed write tool each), model latency "
-            f"{f['latency'] * 1000:.0f} ms +- 50 %, instant tools",
+            f"durable tasks under kills on {f['backend']} ({f['store']}): {f['kills']} SIGKILLs of a "
+            f"process running {f['tasks']} tasks x {f['steps']} steps (an unkeyed write tool each), "
+            f"model latency {f['latency'] * 1000:.0f} ms +- 50 %, instant tools",
             f'  questions per kill ("it may have run"): {f["questions_per_kill"]:6.2f}   '
             f"(each kill: {', '.join(map(str, questions))})",
             f"  model requests asked again per kill:    {f['requests_again_per_kill']:6.2f}",
@@ -392,6 +414,9 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument(
         "--kills", type=positive_int, default=None, help="instead: SIGKILL a durable run this many times"
     )
+    parser.add_argument(
+        "--crash-store", default=None, metavar="URL", help="with --kills: a PostgreSQL URL (default: files)"
+    )
     parser.add_argument("--crash-tasks", type=positive_int, default=100, help="with --kills: tasks at once")
     parser.add_argument("--crash-steps", type=positive_int, default=10, help="with --kills: steps per task")
     parser.add_argument(
@@ -407,7 +432,12 @@ def main(args: argparse.Namespace) -> int:
             args.backend,
             args.json,
             lambda b: measure_kills(
-                b, args.kills, args.crash_tasks, args.crash_steps, args.crash_latency_ms / 1000
+                b,
+                args.kills,
+                args.crash_tasks,
+                args.crash_steps,
+                args.crash_latency_ms / 1000,
+                store=args.crash_store,
             ),
             format_kills,
         )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -160,6 +161,41 @@ class ApprovalNeeded(GreenroomError):
         )
         self.task_id = task_id
         self.call = call
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return boot.read().strip() or None
+    except OSError:
+        return None
+
+
+_BOOT = _boot_id()
+
+
+def _writer() -> str | None:
+    """This process, as a step's ``writer``: ``<boot>:<pid>`` (``None`` where the boot
+    cannot be read: then no later process can tell it is gone)."""
+    return None if _BOOT is None else f"{_BOOT}:{os.getpid()}"
+
+
+def _writer_gone(writer: object) -> bool:
+    """Whether the process ``writer`` names has ended: one of this machine, since its last
+    boot, other than this one, that no longer exists. Unknown (another machine, a pid
+    taken again, no name) is not gone."""
+    if not isinstance(writer, str) or _BOOT is None:
+        return False
+    boot, _, pid = writer.rpartition(":")
+    if boot != _BOOT or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, someone else's
+        return False
+    return False
 
 
 def fingerprint(value: Any) -> str:
@@ -415,12 +451,17 @@ class TaskJournal:
     def may_have_run(self, key: str) -> bool:
         """Whether the call at ``key``, begun in an earlier attempt and left without a
         result, may have run: it was let run (``tool_released``), or whether it was cannot
-        be known (the store may have lost the release since: another incarnation; or the
-        step predates releases). A call begun and never released did not run."""
+        be known. A call begun and never released did not run — known when the process
+        that began it is gone (a dead process of this machine: it cannot release it later,
+        as a live attempt whose lease ran out could) and the store cannot have lost the
+        release since (the same incarnation, or a durable release). A step from before
+        releases, or from another machine, is a question."""
         begun = self._recorded.get(f"{key}\x00tool_started")
         if begun is None or f"{key}\x00tool" in self._recorded:
             return False
         if f"{key}\x00tool_released" in self._recorded:
+            return True
+        if not _writer_gone(begun.body.get("writer")):
             return True
         release = begun.body.get("release")
         return not (release == "durable" or (release is not None and release == self.incarnation))
@@ -429,14 +470,18 @@ class TaskJournal:
         """Before a call that changes things runs: its ``tool_started`` step, durable (a
         crash from now on knows it may have begun), then — ``release`` — its
         ``tool_released`` step, which the store has before this returns. After a crash, a
-        call begun without a release did not run (see :meth:`may_have_run`), so only calls
-        that were running come back as a question. Where the store's incarnation is
-        known, the release needs no disk sync (a reboot, the one thing that could lose it,
-        changes the incarnation); where it is not, the release is the durable write and
-        the beginning goes with it."""
+        call begun without a release, by a process now gone, did not run (see
+        :meth:`may_have_run`), so only calls that were running come back as a question.
+        Where the store's incarnation is known, the release needs no disk sync (a reboot,
+        the one thing that could lose it, changes the incarnation); where it is not, the
+        release is the durable write and the beginning goes with it."""
         trusted = self.incarnation
         if not self.has(key, "tool_started"):
-            body = {"asked": what, "release": trusted if trusted is not None else "durable"}
+            body = {
+                "asked": what,
+                "release": trusted if trusted is not None else "durable",
+                "writer": _writer(),
+            }
             if trusted is None and release and self.sink is not None:
                 self.record_soon(key, "tool_started", asked, _encoder.encode(body))
             else:

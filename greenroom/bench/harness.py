@@ -274,7 +274,7 @@ def measure(backend: str, actors: int, iterations: int, latency: float, rounds: 
 def _kill_once(
     backend: str,
     data_dir: Path,
-    run: int,
+    run: str,
     tasks: int,
     steps: int,
     latency: float,
@@ -339,9 +339,12 @@ def measure_kills(
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     per_kill: list[dict[str, Any]] = []
+    this = f"{random.getrandbits(32):08x}"  # task ids of their own, on a database kept between runs
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as data:
         for run in range(kills):
-            per_kill.append(_kill_once(backend, Path(data), run, tasks, steps, latency, rng, store))
+            per_kill.append(
+                _kill_once(backend, Path(data), f"{this}.{run}", tasks, steps, latency, rng, store)
+            )
     total = {key: sum(kill[key] for kill in per_kill) for key in per_kill[0]}
     return {
         "backend": backend,

@@ -49,9 +49,12 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 
 
 class RecordSteps(msgspec.Struct, Request[None], frozen=True):
-    """Write ``steps`` durably; answered (``None``) once they are."""
+    """Write ``steps`` durably; answered (``None``) once they are. ``at_once``: in a durable
+    write of their own batch (``StepStore.write(durable=True)``), so they are visible only
+    once durable — not handed first and synced after."""
 
     steps: tuple[Step, ...]
+    at_once: bool = False
 
 
 class ReadSteps(msgspec.Struct, Request[list[Step]], frozen=True):
@@ -252,6 +255,7 @@ class StepJournalActor(Actor):
         self._syncer: ActorRef | None = None
         self._unsynced: list[tuple[int, list[PendingReply | _Batch | None]]] = []
         self._writes = 0  # batches handed to the store so far
+        self._durable = False  # the batch being gathered is to be written durably
         self._syncing = False
         self.written = 0
 
@@ -268,6 +272,7 @@ class StepJournalActor(Actor):
         elif isinstance(message, RecordSteps):
             self._batch.extend(message.steps)
             self._owed.append(self.context.reply_later())
+            self._durable = self._durable or message.at_once
         elif isinstance(message, ReadSteps):
             self._reads.append((message.task_id, self.context.reply_later(), False))
         elif isinstance(message, OpenTaskJournal):
@@ -311,10 +316,10 @@ class StepJournalActor(Actor):
                 pending.succeed((found[task_id], self._sink) if with_sink else found[task_id])
 
     async def _flush(self) -> None:
-        batch, owed = self._batch, self._owed
-        self._batch, self._owed = [], []
+        batch, owed, durable = self._batch, self._owed, self._durable
+        self._batch, self._owed, self._durable = [], [], False
         try:
-            await self.store.write(batch, durable=False)
+            await self.store.write(batch, durable=durable)
         except BaseException as error:
             _answer(owed, error)
             raise
@@ -323,6 +328,12 @@ class StepJournalActor(Actor):
         for pending in owed:
             if isinstance(pending, _Batch):
                 pending.handed.set()
+        if durable:  # durable, and so is every write before it: nobody waits for a sync
+            for _, earlier in self._unsynced:
+                _answer(earlier, None)
+            self._unsynced.clear()
+            _answer(owed, None)
+            return
         self._unsynced.append((self._writes, owed))
         self._sync_soon()
 
@@ -334,7 +345,7 @@ class StepJournalActor(Actor):
             self._syncer.tell(self._writes)
 
     def _synced(self, message: _Synced) -> None:
-        self._syncing = False
+        self._syncing = False  # (batches a durable write answered meanwhile are gone from the list)
         done = 0
         for upto, owed in self._unsynced:
             if upto > message.upto:
@@ -490,8 +501,11 @@ class TaskJournal:
             return
         if trusted is not None and self.record_soon(key, "tool_released", asked, b"{}"):
             await self.handed()
-        else:
-            await self.record(key, "tool_released", asked)
+        else:  # visible only once durable (its beginning goes in the same or an earlier write)
+            step = self._step(key, "tool_released", asked, {}, b"")
+            await self.writer.ask(RecordSteps((step,), at_once=True), timeout=None)
+            self._written.add(f"{key}\x00tool_released")
+            self.recorded += 1
 
     async def record(self, key: str, kind: str, asked: str, body: dict[str, Any] | None = None) -> None:
         """Write a step and remember it; return once it — and every step recorded before

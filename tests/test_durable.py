@@ -27,7 +27,14 @@ from greenroom.harness import (
     Tool,
 )
 from greenroom.harness._actor import _request_digest
-from greenroom.harness._journal import DropSteps, OpenTaskJournal, RecordSteps, TaskJournal, fingerprint
+from greenroom.harness._journal import (
+    DropSteps,
+    OpenTaskJournal,
+    ReadSteps,
+    RecordSteps,
+    TaskJournal,
+    fingerprint,
+)
 from greenroom.llm import ScriptedModel
 from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 from greenroom.store import Step
@@ -444,3 +451,27 @@ async def test_a_harness_without_a_journal_refuses_a_call_that_needs_approval() 
     refused = "tool 'wire' needs a person's approval, which needs a durable harness"
     assert result.tool_calls[0]["error"] == refused
     assert result.stop_reason == "done"  # the model saw the refusal and answered
+
+
+async def test_a_journal_whose_syncer_is_gone_still_makes_its_steps_durable_when_it_stops(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """The syncer is the journal's child: it stops first (and could be gone earlier). Steps
+    handed meanwhile are synced by the journal's own stop, and their waiters answered —
+    no ``ActorStopped`` out of a tell to the stopped child."""
+    async with await make_store(store_url, tmp_path / "data") as store, ActorSystem() as system:
+        writer = await system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        actor: Any = writer._cell.actor
+        await actor._syncer.stop()
+        journal = await TaskJournal.load("t1", 1, writer)
+        assert journal.record_soon("p0/main/m0", "model", "f", b'{"text":"kept"}')
+        await journal.handed()  # the store has it; nothing can sync it but the stop
+        assert [s.key for s in await writer.ask(ReadSteps("t1"))] == ["p0/main/m0"]  # it still serves
+        await writer.stop()
+        await journal.sync()  # answered: durable, no error
+    async with await make_store(store_url, tmp_path / "data") as store:
+        steps = store.step_store()
+        try:
+            assert [s.body for s in await steps.read("t1")] == [{"text": "kept"}]
+        finally:
+            await steps.aclose()

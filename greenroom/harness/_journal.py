@@ -341,8 +341,12 @@ class StepJournalActor(Actor):
         """Ask the syncer to make what was written durable, unless a sync is in flight
         (its answer asks for the rest)."""
         if not self._syncing and self._unsynced and self._syncer is not None:
+            try:
+                self._syncer.tell(self._writes)
+            except ActorStopped:  # stopping: on_stop syncs what is left
+                self._syncer = None
+                return
             self._syncing = True
-            self._syncer.tell(self._writes)
 
     def _synced(self, message: _Synced) -> None:
         self._syncing = False  # (batches a durable write answered meanwhile are gone from the list)
@@ -364,6 +368,7 @@ class StepJournalActor(Actor):
         already."""
         if self._sink is not None:
             self._sink.closed = True
+        self._syncer = None  # stopped before its parent: the last sync is made here
         try:
             await self._settle()
             await self.store.sync()

@@ -202,11 +202,11 @@ def _dead_process() -> str:
     import subprocess
     import sys
 
-    from greenroom.harness._journal import _BOOT
+    from greenroom._process import boot_id
 
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
-    return f"{_BOOT}:{done.pid}"
+    return f"{boot_id()}:{done.pid}"
 
 
 async def _crashed_mid_tool(

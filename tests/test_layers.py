@@ -18,6 +18,7 @@ LAYERS = [
     "_guard",
     "_lazy",
     "_malloc",
+    "_process",
     "messages",
     "actors",
     "_files",

@@ -80,11 +80,15 @@ class SQLiteFile:
         def call() -> T:
             return self.run_blocking(fn, write=write)
 
+        async with self._queue():  # queued here, in FIFO order, not on the thread lock
+            return await run_blocking(call)
+
+    def _queue(self) -> anyio.CapacityLimiter:
+        """The line the transactions (and :meth:`compact`) wait in, made on first use."""
         limiter = self._limiter
         if limiter is None:
             limiter = self._limiter = anyio.CapacityLimiter(1)
-        async with limiter:  # queued here, in FIFO order, not on the thread lock
-            return await run_blocking(call)
+        return limiter
 
     def sync_blocking(self) -> None:
         """Make every transaction committed before this call durable (``fdatasync`` of the
@@ -117,10 +121,7 @@ class SQLiteFile:
 
     async def compact(self) -> None:
         """:meth:`compact_blocking` in a worker thread, queued with the transactions."""
-        limiter = self._limiter
-        if limiter is None:
-            limiter = self._limiter = anyio.CapacityLimiter(1)
-        async with limiter:
+        async with self._queue():
             await run_blocking(self.compact_blocking)
 
     def close_blocking(self) -> None:

@@ -19,6 +19,7 @@ import anyio
 import msgspec
 
 from .._errors import StorageError, storage_error
+from .._process import boot_id
 from ..store._steps import Step, check_step, encoded_body, step_from_row
 from ._sqlite import SQLiteFile
 
@@ -88,7 +89,8 @@ class SQLiteStepStore:
         """The machine's boot (Linux's ``boot_id``): a commit is in the kernel's page cache
         until synced, and only a reboot (a power loss, a kernel crash) loses that. ``None``
         where the boot cannot be read."""
-        return await anyio.to_thread.run_sync(_boot_id)
+        boot = await anyio.to_thread.run_sync(boot_id)
+        return None if boot is None else f"boot:{boot}"
 
     async def read(self, task_id: str) -> list[Step]:
         def fetch(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -134,12 +136,3 @@ class SQLiteStepStore:
 
     async def aclose(self) -> None:
         await self._file.aclose()
-
-
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            boot_id = boot.read().strip()
-    except OSError:
-        return None
-    return f"boot:{boot_id}" if boot_id else None

@@ -39,6 +39,7 @@ import anyio
 import msgspec
 
 from .._errors import DataError, GreenroomError
+from .._process import alive, boot_id
 from .._request import Request
 from ..actors import Actor, ActorRef, ActorStopped, PendingReply
 from ..store import Step, StepStore
@@ -166,39 +167,21 @@ class ApprovalNeeded(GreenroomError):
         self.call = call
 
 
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            return boot.read().strip() or None
-    except OSError:
-        return None
-
-
-_BOOT = _boot_id()
-
-
 def _writer() -> str | None:
     """This process, as a step's ``writer``: ``<boot>:<pid>`` (``None`` where the boot
     cannot be read: then no later process can tell it is gone)."""
-    return None if _BOOT is None else f"{_BOOT}:{os.getpid()}"
+    boot = boot_id()
+    return None if boot is None else f"{boot}:{os.getpid()}"
 
 
 def _writer_gone(writer: object) -> bool:
     """Whether the process ``writer`` names has ended: one of this machine, since its last
-    boot, other than this one, that no longer exists. Unknown (another machine, a pid
-    taken again, no name) is not gone."""
-    if not isinstance(writer, str) or _BOOT is None:
+    boot, that no longer exists. Unknown (another machine, a pid taken again, no name) is
+    not gone."""
+    if not isinstance(writer, str):
         return False
     boot, _, pid = writer.rpartition(":")
-    if boot != _BOOT or not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists, someone else's
-        return False
-    return False
+    return boot_id() is not None and boot == boot_id() and pid.isdigit() and not alive(int(pid))
 
 
 def fingerprint(value: Any) -> str:
@@ -418,9 +401,9 @@ class TaskJournal:
     ) -> None:
         self.task_id = task_id
         self.sink = sink
+        """Where new steps go (the writer's group commit); ``None``: a ``RecordSteps`` ask each."""
         self.incarnation = sink.incarnation if sink is not None else None
         """The store's incarnation (``StepStore.incarnation``); ``None``: unknown."""
-        """Where new steps go (the writer's group commit); ``None``: a ``RecordSteps`` ask each."""
         self.decisions = dict(decisions or {})
         """People's decisions on the task's calls, by step (from the task)."""
         self.attempt = attempt

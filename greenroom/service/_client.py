@@ -22,6 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._errors import DataError, GreenroomError, InvalidInput
 from .._files import DaemonLock, DataDirBusy, OwnerLock
+from .._process import alive
 from ..messages import AgentTask, Event
 
 if TYPE_CHECKING:  # imported when a client is made: finding no daemon costs nothing
@@ -107,13 +108,7 @@ def _unlocked_but_alive(data_dir: Path, info: DaemonInfo) -> bool:
             return False  # nobody holds the files: its owner is gone
     except DataDirBusy:
         return True
-    try:
-        os.kill(info.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return alive(info.pid)
 
 
 class ServiceClient:

@@ -352,8 +352,9 @@ class PostgresGraph:
                     SELECT id, priority, ord FROM gr_tasks
                     WHERE status = 'PENDING' AND unmet = 0 AND type = %(type)s AND crashes >= %(isolate)s
                         AND NOT EXISTS (SELECT 1 FROM fresh)
-                        AND NOT EXISTS (SELECT 1 FROM gr_tasks
-                                        WHERE status = 'IN_PROGRESS' AND owner LIKE %(mine)s)
+                        AND NOT EXISTS (SELECT 1 FROM gr_tasks  -- an attempt has a lease: its index
+                                        WHERE lease_expires_at IS NOT NULL AND status = 'IN_PROGRESS'
+                                            AND owner LIKE %(mine)s)
                     ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED),
                 picked AS (
                     SELECT id, row_number() OVER (ORDER BY suspect, priority DESC, ord) AS k

@@ -426,6 +426,7 @@ def test_tasks_decide_shows_a_dry_run_then_decides_each_with_apply(
                          (["--deny"], "--deny needs --reason")):  # fmt: skip
         assert main(["tasks", "decide", *bad, "--apply", *where]) == 1
         assert message in capsys.readouterr().err
+    assert anyio.run(status, "q0") is TaskStatus.WAITING  # the refusals decided nothing
     assert (
         main(["tasks", "decide", "--approve", "--as-done", "--may-have-run", "--apply", "--json", *where])
         == 0

@@ -4,6 +4,10 @@
 SDK; :class:`ScriptedModel` answers from a script, for offline runs and tests;
 :class:`RuleBasedModel` drives the task assistant offline with tool calls, the way an LLM
 does. They raise only the errors in this package for provider trouble.
+
+Each of them streams too (:class:`StreamingChatModel`): ``async with model.stream(request)
+as stream`` yields the reply's pieces as they are made (:class:`ChatStream`);
+:func:`open_stream` opens a stream on any ``ChatModel``.
 """
 
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
@@ -12,6 +16,7 @@ from ._price import Price
 from ._protocol import ChatModel, ClosingModel
 from ._rules import RuleBasedModel
 from ._scripted import ScriptedModel, ScriptExhausted, estimate_usage
+from ._stream import ChatStream, StreamBroken, StreamingChatModel, open_stream
 
 __all__ = [
     "API_KEY_ENV",
@@ -19,6 +24,7 @@ __all__ = [
     "MODEL_ENV",
     "BadRequest",
     "ChatModel",
+    "ChatStream",
     "ClosingModel",
     "ContextTooLong",
     "ModelError",
@@ -28,7 +34,10 @@ __all__ = [
     "RuleBasedModel",
     "ScriptExhausted",
     "ScriptedModel",
+    "StreamBroken",
+    "StreamingChatModel",
     "TimedOut",
     "Unavailable",
     "estimate_usage",
+    "open_stream",
 ]

@@ -5,7 +5,8 @@ spoken by ``h11``; a request takes the most recently used idle connection or ope
 one, and gives it back once the answer was read whole. Why not the SDK's ``httpx``: per
 request it builds a request model, runs hooks, auth and a pool whose bookkeeping grows
 with its size — most of the CPU a model call costs greenroom on a fast server. This does
-one thing: ``POST`` a JSON body, read the answer.
+one thing: ``POST`` a JSON body, read the answer — whole (:meth:`OriginClient.post`) or as it
+arrives (:meth:`OriginClient.stream`, for Server-Sent Events).
 
 - An idle connection the server has closed (its socket is readable) is dropped when
   taken; a reused connection that fails before any byte of the answer was read is
@@ -22,7 +23,8 @@ from __future__ import annotations
 import select
 import ssl
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, final
 
 import anyio
@@ -47,6 +49,39 @@ class Answer:
         self.status = status
         self.headers = headers
         self.body = body
+
+
+@final
+class StreamedAnswer:
+    """An HTTP answer whose body is read as it arrives: ``status``, ``headers`` (names
+    lower-cased), and :meth:`receive` for each piece of the body."""
+
+    __slots__ = ("_connection", "ended", "headers", "status")
+
+    def __init__(self, status: int, headers: dict[str, str], connection: _Connection) -> None:
+        self.status = status
+        self.headers = headers
+        self._connection = connection
+        self.ended = False
+        """The body was read to its end."""
+
+    async def receive(self) -> bytes:
+        """The next piece of the body as the server sent it; ``b""`` once it ended.
+        Raises :class:`ConnectionFailed` when it breaks off before its end."""
+        if self.ended:
+            return b""
+        data = await self._connection.next_data()
+        if data is None:
+            self.ended = True
+            return b""
+        return data
+
+    async def read(self) -> bytes:
+        """The rest of the body, whole."""
+        parts = []
+        while data := await self.receive():
+            parts.append(data)
+        return b"".join(parts)
 
 
 class _Stale(Exception):
@@ -116,6 +151,65 @@ class _Connection:
                 raise ConnectionFailed("the server closed the connection before the answer was whole")
             # InformationalResponse (100 Continue): read on
 
+    async def open(self, request: h11.Request, body: bytes, reused: bool) -> tuple[int, dict[str, str]]:
+        """Send the request and read the answer's head: ``(status, headers)``. The body
+        follows through :meth:`next_data`."""
+        protocol = self.protocol
+        data = protocol.send(request)
+        data += protocol.send(h11.Data(data=body))
+        data += protocol.send(h11.EndOfMessage())
+        try:
+            await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
+            if reused:
+                raise _Stale from None
+            raise ConnectionFailed(f"the connection broke while sending: {error!r}") from None
+        while True:
+            event = await self._next_event(stale=reused)
+            if type(event) is h11.Response:
+                headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+                return event.status_code, headers
+            if type(event) is h11.ConnectionClosed:
+                if reused:
+                    raise _Stale
+                raise ConnectionFailed("the server closed the connection before answering")
+            # InformationalResponse (100 Continue): read on
+
+    async def next_data(self) -> bytes | None:
+        """The next piece of the answer's body as it arrives; ``None`` at its end.
+        Raises :class:`ConnectionFailed` when the body breaks off before its end."""
+        while True:
+            event = await self._next_event(stale=False)
+            kind = type(event)
+            if kind is h11.Data:
+                if event.data:
+                    return event.data  # type: ignore[no-any-return]
+            elif kind is h11.EndOfMessage:
+                return None
+            elif kind is h11.ConnectionClosed:
+                raise ConnectionFailed("the server closed the connection before the answer was whole")
+
+    async def _next_event(self, stale: bool) -> Any:
+        protocol = self.protocol
+        while True:
+            try:
+                event = protocol.next_event()
+            except h11.RemoteProtocolError as error:
+                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                received = await self.stream.receive(_READ)
+            except anyio.EndOfStream:
+                received = b""
+            except (anyio.BrokenResourceError, OSError) as error:
+                if stale:
+                    raise _Stale from None
+                raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+            if not received and stale:
+                raise _Stale
+            protocol.receive_data(received)
+
     def reusable(self) -> bool:
         protocol = self.protocol
         if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
@@ -158,15 +252,7 @@ class OriginClient:
         """
         if self.closed:
             raise RuntimeError("OriginClient.post() after aclose()")
-        request = h11.Request(
-            method=b"POST",
-            target=(self._path + path).encode("ascii"),
-            headers=[
-                (b"host", self._host_header),
-                (b"content-length", str(len(body)).encode("ascii")),
-                *headers,
-            ],
-        )
+        request = self._request(path, body, headers)
         connection, reused = await self._take_idle(), True
         if connection is None:
             connection, reused = await self._connect(), False
@@ -185,6 +271,54 @@ class OriginClient:
         else:
             await anyio.aclose_forcefully(connection.stream)
         return answer
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]
+    ) -> AsyncIterator[StreamedAnswer]:
+        """``POST`` ``body`` to ``path`` and give the answer as it arrives: its status and
+        headers at once, its body through ``StreamedAnswer.receive``.
+
+        Raises :class:`ConnectionFailed` when the head cannot be had (a reused connection
+        the server had closed is replaced once, as in :meth:`post`). Leaving the block
+        before the body ended — early, on an error, cancelled — closes the connection at
+        once (the server sees the client hang up); an answer read whole gives its
+        connection back for reuse.
+        """
+        if self.closed:
+            raise RuntimeError("OriginClient.stream() after aclose()")
+        request = self._request(path, body, headers)
+        connection, reused = await self._take_idle(), True
+        if connection is None:
+            connection, reused = await self._connect(), False
+        answer: StreamedAnswer | None = None
+        try:
+            try:
+                status, head = await connection.open(request, body, reused)
+            except _Stale:
+                await anyio.aclose_forcefully(connection.stream)
+                connection = await self._connect()
+                status, head = await connection.open(request, body, False)
+            answer = StreamedAnswer(status, head, connection)
+            yield answer
+        except BaseException:
+            await anyio.aclose_forcefully(connection.stream)
+            raise
+        if answer.ended and connection.reusable() and not self.closed and len(self._idle) < self.max_idle:
+            self._idle.append(connection)
+        else:
+            await anyio.aclose_forcefully(connection.stream)
+
+    def _request(self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> h11.Request:
+        return h11.Request(
+            method=b"POST",
+            target=(self._path + path).encode("ascii"),
+            headers=[
+                (b"host", self._host_header),
+                (b"content-length", str(len(body)).encode("ascii")),
+                *headers,
+            ],
+        )
 
     async def _take_idle(self) -> _Connection | None:
         """The most recently used idle connection the server has not closed, if any."""

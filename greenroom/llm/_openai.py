@@ -12,7 +12,8 @@ import re
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,12 +21,14 @@ import httpx2
 import msgspec
 
 from .._checks import check_int, check_seconds
-from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
+from ..messages import ChatDelta, ChatMessage, ChatReply, ChatRequest, Usage
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._http import Answer, ConnectionFailed, OriginClient
 from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
+from ._sse import EventDecoder, ReplyAssembler, decode_chunk, parse_arguments
+from ._stream import ChatStream, Pull, StreamBroken, reply_deltas
 
 if TYPE_CHECKING:  # imported when a model is made: a command that makes none never pays for it
     import openai
@@ -134,16 +137,6 @@ def _version() -> str:
     return __version__
 
 
-def _parse_arguments(call_id: str, name: str, raw: str | None) -> ModelToolCall:
-    try:
-        arguments = msgspec.json.decode(raw or "{}")
-    except msgspec.DecodeError as error:
-        return ModelToolCall(call_id, name, {}, f"arguments are not valid JSON ({error}): {raw!r:.200}")
-    if not isinstance(arguments, dict):
-        return ModelToolCall(call_id, name, {}, f"arguments must be a JSON object, got {raw!r:.200}")
-    return ModelToolCall(call_id, name, arguments)
-
-
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """The wait a 429/503 asks for: ``retry-after-ms``, or ``Retry-After`` in seconds or
     as an HTTP date. ``None`` when absent or unreadable."""
@@ -235,6 +228,25 @@ class _StatusError:
             if isinstance(body, dict):
                 body = body.get("error", body)
         return cls(answer.status, body, message, answer.headers)
+
+
+_STREAM_REFUSED = re.compile(
+    r"stream(ing)?\b.*\bnot (be )?supported|not support\w* stream|cannot stream", re.IGNORECASE
+)
+"""How a server says it does not stream a request (llama-cpp-python: "Automatic streaming
+tool choice is not supported")."""
+
+
+def _shape(request: ChatRequest) -> tuple[bool, str]:
+    """What a server's refusal to stream is about: tools offered, and the tool choice."""
+    return (bool(request.tools), request.tool_choice if request.tools else "")
+
+
+def _said(error: object) -> str:
+    """An error object's message (an OpenAI-style ``{"message": ...}``, or as it is)."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:300]
+    return str(error)[:300]
 
 
 CLIENTS = ("greenroom", "openai")
@@ -347,6 +359,8 @@ class OpenAIChatModel(ClosingModel):
             raise ValueError(
                 f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}"
             )
+        self._no_stream_options = False  # the server refused stream_options
+        self._whole_shapes: set[tuple[bool, str]] = set()  # request shapes the server does not stream
         self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
@@ -357,6 +371,7 @@ class OpenAIChatModel(ClosingModel):
             (b"authorization", f"Bearer {self._key}".encode("latin-1", "replace")),
             (b"user-agent", f"greenroom/{_version()}".encode("ascii")),
         )
+        self._stream_headers = (*self._headers[:1], (b"accept", b"text/event-stream"), *self._headers[2:])
         self._client = self._clients[0]
         self._next = 0
         self.closed = False
@@ -391,6 +406,21 @@ class OpenAIChatModel(ClosingModel):
         per_call = (
             self.timeout if timeout is None else check_seconds("OpenAIChatModel.chat", "timeout", timeout)
         )
+        params = self._params(request)
+        if self.max_in_flight is not None:
+            async with self._admitted():  # FIFO: the longest-waiting call goes first
+                return await self._attempts(request, params, per_call)
+        return await self._attempts(request, params, per_call)
+
+    def _admitted(self) -> anyio.CapacityLimiter:
+        assert self.max_in_flight is not None
+        admission = self._admission
+        if admission is None:
+            admission = self._admission = anyio.CapacityLimiter(self.max_in_flight)
+        return admission
+
+    def _params(self, request: ChatRequest) -> dict[str, Any]:
+        """The request's wire body (without ``stream``)."""
         params: dict[str, Any] = {
             "model": self.model,
             "messages": [_wire_message(m) for m in request.messages],
@@ -412,13 +442,7 @@ class OpenAIChatModel(ClosingModel):
             params[self._tokens_field] = max_tokens
         if self._no_temperature:
             params.pop("temperature", None)
-        if self.max_in_flight is not None:
-            admission = self._admission
-            if admission is None:
-                admission = self._admission = anyio.CapacityLimiter(self.max_in_flight)
-            async with admission:  # FIFO: the longest-waiting call goes first
-                return await self._attempts(request, params, per_call)
-        return await self._attempts(request, params, per_call)
+        return params
 
     async def _attempts(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> ChatReply:
         attempt = 0
@@ -497,6 +521,231 @@ class OpenAIChatModel(ClosingModel):
             )
         return response.content, None, None
 
+    def stream(
+        self, request: ChatRequest, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[ChatStream]:
+        """The reply as the server makes it (:class:`ChatStream`), asked for with
+        ``stream`` and ``stream_options.include_usage`` (usage estimated when the server
+        sends none).
+
+        Retries as :meth:`chat` does, only before the first byte of the answer; after it a
+        break (the connection drops, an error event, ``timeout`` seconds with no data) raises
+        :class:`StreamBroken` with what arrived. ``timeout`` bounds the wait for the first
+        byte and each silence after it. A server that refuses to stream a request (as
+        llama-cpp-python refuses tools with tool choice ``auto``) gets it, and every later
+        request of that shape, whole — said once in the log. Leaving the block early or
+        being cancelled closes the connection at once.
+        """
+        return self._stream(request, timeout)
+
+    @asynccontextmanager
+    async def _stream(self, request: ChatRequest, timeout: float | None) -> AsyncIterator[ChatStream]:
+        if self.closed:
+            raise RuntimeError("OpenAIChatModel.stream() after aclose()")
+        per_call = (
+            self.timeout if timeout is None else check_seconds("OpenAIChatModel.stream", "timeout", timeout)
+        )
+        opened = anyio.current_time()  # the client's own wait for admission counts
+        async with AsyncExitStack() as stack:
+            if self.max_in_flight is not None:
+                await stack.enter_async_context(self._admitted())
+            params = self._params(request)
+            if _shape(request) in self._whole_shapes:
+                pull = self._whole_pull(request, params, per_call)
+            else:
+                pull = await self._open_stream(request, params, per_call, stack)
+            yield ChatStream(request, pull, estimate=estimate_usage, opened_at=opened)
+
+    def _whole_pull(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> Pull:
+        """A stream of one pull: the request sent whole (a server that does not stream it)."""
+        pulled = False
+
+        async def pull() -> Sequence[ChatDelta]:
+            nonlocal pulled
+            if pulled:
+                return ()
+            pulled = True
+            return reply_deltas(await self._attempts(request, params, per_call))
+
+        return pull
+
+    async def _open_stream(
+        self, request: ChatRequest, params: dict[str, Any], per_call: float, stack: AsyncExitStack
+    ) -> Pull:
+        """The attempts of a streamed call up to its first byte (retried as ``_attempts``
+        retries); the pull that reads the rest, its connection closed by ``stack``."""
+        attempt = 0
+        while True:
+            asked = dict(params, stream=True)
+            if not self._no_stream_options:
+                asked["stream_options"] = {"include_usage": True}
+            client = self._clients[self._next]
+            self._next = (self._next + 1) % self.pools
+            if type(client) is OriginClient:
+                pull, status_error, failure = await self._open_origin(client, asked, per_call, stack)
+            else:
+                pull, status_error, failure = await self._open_sdk(client, asked, per_call, stack)
+            if pull is not None:
+                return pull
+            wait: float | None
+            if status_error is not None:
+                if self._adapt(status_error, params) or self._adapt_stream(status_error, request):
+                    if _shape(request) in self._whole_shapes:
+                        return self._whole_pull(request, params, per_call)
+                    continue  # the same request in the form this server takes: not a retry
+                wait, failure = self._judge_status(status_error, attempt)
+            else:  # the server could not be reached
+                wait = self._backoff(attempt)
+            assert failure is not None
+            if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
+                raise failure
+            attempt += 1
+            logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
+            await anyio.sleep(wait)
+
+    async def _open_origin(
+        self, client: OriginClient, params: dict[str, Any], per_call: float, stack: AsyncExitStack
+    ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
+        """One streamed attempt through greenroom's own client, up to the answer's head."""
+        opening = client.stream("/chat/completions", _encode(params), self._stream_headers)
+        try:
+            with anyio.fail_after(per_call):
+                answer = await opening.__aenter__()
+        except TimeoutError:
+            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
+        except ConnectionFailed as error:
+            return None, None, self._unreachable(error)
+        if not 200 <= answer.status < 300:
+            try:
+                with anyio.fail_after(per_call):
+                    body = await answer.read()
+            except (TimeoutError, ConnectionFailed):
+                body = b""
+            finally:
+                await opening.__aexit__(None, None, None)
+            return None, _StatusError.from_answer(Answer(answer.status, answer.headers, body)), None
+        stack.push_async_exit(opening.__aexit__)
+        return self._reader(answer.receive, per_call), None, None
+
+    async def _open_sdk(
+        self, client: openai.AsyncOpenAI, params: dict[str, Any], per_call: float, stack: AsyncExitStack
+    ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
+        """One streamed attempt through the openai SDK, up to the answer's head: its
+        transport (proxies, auth, timeouts, status errors), the body's events read here as
+        on greenroom's client. (The SDK's own ``AsyncStream`` leaves its inner async
+        generators to the garbage collector when a stream ends at ``[DONE]``, which trio
+        reports as a resource leak; the benchmark measures it as the reference.)"""
+        import openai
+
+        try:
+            # cast to the response itself: its head read, its body left to read here
+            response = await client.post(
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                body=params,
+                options={"timeout": per_call, "headers": {"Accept": "text/event-stream"}},
+                stream=True,
+            )
+        except openai.APITimeoutError:
+            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
+        except openai.APIStatusError as error:
+            return None, _StatusError.from_sdk(error), None
+        except openai.APIConnectionError as error:
+            return None, None, self._unreachable(error)
+        body = response.aiter_raw()
+
+        async def close(*_: object) -> None:
+            with anyio.CancelScope(shield=True):
+                await body.aclose()
+                await response.aclose()
+
+        stack.push_async_exit(close)
+
+        async def receive() -> bytes:
+            try:
+                return await body.__anext__()
+            except StopAsyncIteration:
+                return b""
+            except httpx2.TimeoutException:
+                raise TimeoutError from None
+            except (httpx2.TransportError, httpx2.StreamError) as error:
+                raise ConnectionFailed(f"{type(error).__name__}: {error}") from None
+
+        return self._reader(receive, per_call), None, None
+
+    def _reader(self, receive: Callable[[], Awaitable[bytes]], per_call: float) -> Pull:
+        """The pull of a streamed answer whose body ``receive`` gives piece by piece
+        (``b""`` at its end; ``TimeoutError`` or ``ConnectionFailed`` when it breaks)."""
+        model = self.model
+        events = EventDecoder()
+        assembler = ReplyAssembler()
+        finished = False  # the body ended: nothing more to pull
+        done = False  # the server said [DONE]
+
+        def broken(cause: str) -> StreamBroken:
+            said = f"{model}: the stream broke after {assembler.described()}: {cause}"
+            return StreamBroken(said, partial=assembler.partial())
+
+        async def pull() -> Sequence[ChatDelta]:
+            nonlocal finished, done
+            if finished:
+                return ()
+            while True:
+                try:
+                    with anyio.fail_after(per_call):
+                        data = await receive()
+                except TimeoutError:
+                    raise broken(f"no data for {per_call:g}s") from None
+                except ConnectionFailed as error:
+                    raise broken(self._redact(str(error))) from None
+                if not data:
+                    finished = True
+                    if assembler.finish_reason is None and not done:
+                        raise broken("the answer ended before the reply did")
+                    return assembler.finish()
+                out: list[ChatDelta] = []
+                for event in events.feed(data):
+                    if event.startswith(b"[DONE]"):
+                        done = True
+                        continue
+                    try:
+                        chunk = decode_chunk(event)
+                    except msgspec.DecodeError:
+                        raise broken(f"the server sent what is not a chunk: {event[:200]!r}") from None
+                    if chunk.error is not None:
+                        raise broken(f"the server sent an error: {_said(chunk.error)}")
+                    out += assembler.take(chunk)
+                if out:
+                    return out
+
+        return pull
+
+    def _unreachable(self, error: Exception) -> Unavailable:
+        return Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}")
+
+    def _adapt_stream(self, error: _StatusError, request: ChatRequest) -> bool:
+        """A server that refuses ``stream_options`` is asked without it from now on; one
+        that refuses to stream this request's shape (llama-cpp-python: tools with tool
+        choice ``auto``) gets such requests whole. True when either changed."""
+        if error.status_code in (401, 403, 429) or error.status_code not in (400, 422, 500, 501):
+            return False
+        text = str(error.message) + " " + str(error.body)
+        if "stream_options" in text and not self._no_stream_options:
+            self._no_stream_options = True
+            logger.warning("%s: the server refuses stream_options; usage is estimated", self.model)
+            return True
+        if _STREAM_REFUSED.search(text):
+            shape = _shape(request)
+            self._whole_shapes.add(shape)
+            logger.warning(
+                "%s: the server does not stream requests %s (%s); they are sent whole from now on",
+                self.model,
+                f"with tools and tool choice {shape[1]!r}" if shape[0] else "without tools",
+                self._redact(str(error.message))[:200],
+            )
+            return True
+        return False
+
     def _adapt(self, error: _StatusError, params: dict[str, Any]) -> bool:
         """OpenAI's reasoning models refuse ``max_tokens`` (they take
         ``max_completion_tokens``) and any ``temperature`` but their default. Such a 400
@@ -561,7 +810,7 @@ class OpenAIChatModel(ClosingModel):
         choice = completion.choices[0]
         message = choice.message
         calls = tuple(
-            _parse_arguments(call.id, call.function.name, call.function.arguments)
+            parse_arguments(call.id, call.function.name, call.function.arguments)
             for call in (message.tool_calls or ())
             if call.type == "function"
         )

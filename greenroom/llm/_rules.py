@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import itertools
 import re
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 
+from .._checks import check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from ._price import Price
 from ._protocol import ClosingModel
+from ._stream import ChatStream, play_time, played
 
 _GREETING = re.compile(r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks|thank you)\b", re.I)
 _ADD = re.compile(
@@ -62,10 +65,15 @@ def _strip_quotes(text: str) -> str:
 
 class RuleBasedModel(ClosingModel):
     """A ``ChatModel`` that follows the rules above. ``latency``: seconds per call
-    (cancellable), for benchmarks and deadline tests."""
+    (cancellable), for benchmarks and deadline tests; ``token_latency``: seconds between
+    the pieces of a streamed reply (a whole reply takes as long as its stream). It
+    streams (``stream``), on the event loop's clock."""
 
-    def __init__(self, *, latency: float = 0.0, price: Price | None = None) -> None:
-        self.latency = latency
+    def __init__(
+        self, *, latency: float = 0.0, token_latency: float = 0.0, price: Price | None = None
+    ) -> None:
+        self.latency = check_seconds("RuleBasedModel", "latency", latency, zero_ok=True)
+        self.token_latency = check_seconds("RuleBasedModel", "token_latency", token_latency, zero_ok=True)
         self.price = price
         self.calls = 0
         self._ids = itertools.count(1)
@@ -75,6 +83,19 @@ class RuleBasedModel(ClosingModel):
             await anyio.sleep(self.latency)
         else:
             await anyio.lowlevel.checkpoint()
+        reply = self._answer(request)
+        if self.token_latency:  # as long as its stream would take
+            await anyio.sleep(play_time(reply, 0.0, self.token_latency))
+        return reply
+
+    def stream(
+        self, request: ChatRequest, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[ChatStream]:
+        """The reply played as a stream: ``latency`` to its first piece, then a piece (a
+        word, a tool call) every ``token_latency`` seconds."""
+        return played(request, lambda: self._answer(request), self.latency, self.token_latency)
+
+    def _answer(self, request: ChatRequest) -> ChatReply:
         self.calls += 1
         reply = self._decide(request)
         prompt = sum(len(m.content or "") for m in request.messages) // 4 + 1

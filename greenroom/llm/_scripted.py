@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 
@@ -12,6 +13,7 @@ from .._errors import GreenroomError
 from ..messages import ChatReply, ChatRequest, Usage
 from ._price import Price
 from ._protocol import ClosingModel
+from ._stream import ChatStream, play_time, played
 
 Script = Iterable[ChatReply | str] | Callable[[ChatRequest], ChatReply | str]
 
@@ -34,14 +36,24 @@ class ScriptedModel(ClosingModel):
     ``script``: replies handed out in order (a ``str`` is a text-only reply), or a
     function of the request returning the reply. A reply whose usage is all zero gets
     :func:`estimate_usage`. ``latency``: seconds each call sleeps before answering
-    (cancellable, like a real call). Every request is kept in ``requests``, in order.
+    (cancellable, like a real call); ``token_latency``: seconds between the pieces of a
+    streamed reply (a whole reply takes as long as its stream). Every request is kept in
+    ``requests``, in order. It streams (``stream``), on the event loop's clock.
 
     Raises :class:`ScriptExhausted` when a listed script has no reply left. On
     cancellation (during the simulated latency) nothing is consumed from the script.
     """
 
-    def __init__(self, script: Script, *, latency: float = 0.0, price: Price | None = None) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        latency: float = 0.0,
+        token_latency: float = 0.0,
+        price: Price | None = None,
+    ) -> None:
         self.latency = check_seconds("ScriptedModel", "latency", latency, zero_ok=True)
+        self.token_latency = check_seconds("ScriptedModel", "token_latency", token_latency, zero_ok=True)
         self.price = price
         """A price to count its (estimated) usage at, as a real model's would be."""
         if callable(script):
@@ -67,6 +79,22 @@ class ScriptedModel(ClosingModel):
             raise RuntimeError("ScriptedModel.chat() after aclose()")
         if self.latency:
             await anyio.sleep(self.latency)
+        reply = self._answer(request)
+        if self.token_latency:  # as long as its stream would take
+            await anyio.sleep(play_time(reply, 0.0, self.token_latency))
+        return reply
+
+    def stream(
+        self, request: ChatRequest, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[ChatStream]:
+        """The next reply played as a stream: ``latency`` to its first piece, then a piece
+        (a word, a tool call) every ``token_latency`` seconds. Cancelled before its first
+        piece, nothing is consumed from the script."""
+        if self.closed:
+            raise RuntimeError("ScriptedModel.stream() after aclose()")
+        return played(request, lambda: self._answer(request), self.latency, self.token_latency)
+
+    def _answer(self, request: ChatRequest) -> ChatReply:
         self.requests.append(request)
         if self._respond is not None:
             reply = self._reply(self._respond(request), len(self.requests) - 1)

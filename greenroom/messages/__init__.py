@@ -8,6 +8,8 @@ import msgspec
 
 from . import _chat, _events, _protocol, _tasks
 from ._chat import (
+    CallTiming,
+    ChatDelta,
     ChatMessage,
     ChatReply,
     ChatRequest,
@@ -82,7 +84,9 @@ __all__ = [
     "AgentTask",
     "Append",
     "AppendMany",
+    "CallTiming",
     "Cancel",
+    "ChatDelta",
     "ChatMessage",
     "ChatReply",
     "ChatRequest",

@@ -68,13 +68,39 @@ class ChatRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fa
     max_tokens: int | None = None
 
 
+class CallTiming(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """How a streamed model call went, in seconds of the event loop's clock.
+
+    ``first_token``: from the request to the first piece of the reply (text or a tool
+    call); ``duration``: from the request to the reply's end; ``tokens_per_second``: the
+    reply's tokens after the first over the time they took (``None`` when the reply was
+    one piece, or took no time)."""
+
+    first_token: float
+    duration: float
+    tokens_per_second: float | None = None
+
+
 class ChatReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """What a model answered: text, tool calls (either may be empty) and usage."""
+    """What a model answered: text, tool calls (either may be empty) and usage.
+    ``timing``: how the call went when it was streamed (``None`` otherwise)."""
 
     text: str = ""
     tool_calls: tuple[ModelToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str = "stop"
+    timing: CallTiming | None = None
+
+
+class ChatDelta(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """One piece of a streamed reply: ``text`` as the model makes it, or a ``tool_call``
+    once all of its fragments arrived; the last piece carries ``usage`` and
+    ``finish_reason`` (and is the only one that does)."""
+
+    text: str = ""
+    tool_call: ModelToolCall | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
 
 
 class RunBounded(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -9,6 +9,12 @@ body, headers, and optionally ``hold`` — the handler then waits until the test
 connection (then ``disconnected`` is set: the server would stop generating). Every
 request is recorded.
 
+A request that asks to ``stream`` gets its answer as Server-Sent Events, a piece (a word,
+a fragment of a tool call) at a time, with ``[DONE]`` last and the usage chunk when it
+asked for one (``stream_options.include_usage``); ``Respond`` sets the delays between
+pieces, a break mid-way (``break_after``) and a refusal to stream (``refuse_stream``).
+``disconnected`` is set when a streamed request's client hangs up before the end.
+
 It is as strict as the strictest server we met: like llama-cpp-python's, it answers a
 message whose ``content`` is not a string (``null``, or missing) with a 500 carrying
 pydantic's "validation error" text, before looking at the scripted responses.
@@ -17,6 +23,7 @@ pydantic's "validation error" text, before looking at the scripted responses.
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -38,6 +45,17 @@ class Respond:
     headers: dict[str, str] = field(default_factory=dict)
     hold: bool = False
     echo_auth: bool = False  # put the request's Authorization header in the error body
+    first_token_delay: float = 0.0
+    """Streamed: seconds before the first piece."""
+    token_delay: float = 0.0
+    """Streamed: seconds between pieces (a piece: a word of the text, a fragment of a call)."""
+    break_after: int | None = None
+    """Streamed: the connection is dropped after this many pieces (a stream broken mid-way)."""
+    refuse_stream: bool = False
+    """A streamed request gets llama-cpp-python's refusal (a 500: "Automatic streaming tool
+    choice is not supported") and this answer stays first in line for the next request."""
+    stream_usage: bool = True
+    """Streamed: send the usage chunk when the request asks for it (``stream_options``)."""
 
 
 @dataclass
@@ -93,7 +111,8 @@ class ModelServer:
         self.responses: deque[Respond] = deque()
         self.seen: list[Seen] = []
         self.holding = threading.Event()  # a held request has arrived
-        self.disconnected = threading.Event()  # a held request's client closed its connection
+        self.disconnected = threading.Event()  # a held or streamed request's client hung up
+        self.pieces_sent = 0  # pieces of streamed replies sent, in all
         self._release = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()  # release() wakes held handlers
         self._lock = threading.Lock()
@@ -101,6 +120,7 @@ class ModelServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as real servers do: a small piece goes out at once
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
@@ -112,6 +132,9 @@ class ModelServer:
                         respond = Respond(500, error_body(invalid, "internal_server_error"))
                     elif server.responses:
                         respond = server.responses.popleft()
+                        if respond.refuse_stream and body.get("stream"):
+                            server.responses.appendleft(respond)
+                            respond = Respond(500, error_body(STREAM_REFUSAL, "internal_server_error"))
                     else:
                         respond = Respond(
                             500, error_body("the test server has no scripted response left", "server_error")
@@ -121,6 +144,9 @@ class ModelServer:
                     if not self._wait_for_release():
                         server.disconnected.set()
                         return
+                if body.get("stream") and respond.status == 200 and isinstance(respond.body, dict):
+                    self._stream(respond, body)
+                    return
                 payload = respond.body
                 if respond.echo_auth:
                     payload = error_body(f"bad key: {self.headers.get('Authorization')}")
@@ -135,6 +161,46 @@ class ModelServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (cancelled): that is what some tests want
+
+            def _stream(self, respond: Respond, asked: dict[str, Any]) -> None:
+                """The completion as Server-Sent Events, chunked, piece by piece."""
+                usage = (asked.get("stream_options") or {}).get("include_usage") and respond.stream_usage
+                events = _chunks(respond.body, bool(usage))
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    for name, value in respond.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    sent = 0
+                    for event, piece in events:
+                        if piece:
+                            if respond.break_after is not None and sent >= respond.break_after:
+                                self.wfile.flush()
+                                self.connection.shutdown(socket.SHUT_RDWR)
+                                self.close_connection = True
+                                return
+                            delay = respond.first_token_delay if sent == 0 else respond.token_delay
+                            if delay and self._client_left(delay):
+                                server.disconnected.set()
+                                return
+                        data = f"data: {event}\n\n".encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                        if piece:
+                            sent += 1
+                            with server._lock:
+                                server.pieces_sent += 1
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    server.disconnected.set()
+
+            def _client_left(self, seconds: float) -> bool:
+                """Wait ``seconds``; True (at once) when the client hangs up meanwhile."""
+                ready, _, _ = select.select([self.connection], [], [], seconds)
+                return bool(ready) and not self.connection.recv(1, socket.MSG_PEEK)
 
             def _wait_for_release(self) -> bool:
                 """Until ``release()`` (True) or the client hangs up (False), 30 s at most."""
@@ -174,6 +240,46 @@ class ModelServer:
             thread.join(10)
             self._wake_r.close()
             self._wake_w.close()
+
+
+STREAM_REFUSAL = "Automatic streaming tool choice is not supported"
+"""What llama-cpp-python's server (chatml-function-calling) answers a streamed request
+with tools and tool choice ``auto``."""
+
+
+def _chunks(body: dict[str, Any], usage: bool) -> list[tuple[str, bool]]:
+    """A chat.completion body as the events of its stream: ``(data, is a piece)``; text
+    by words, each tool call as its id and name, then its arguments in two fragments."""
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    base = {"id": body.get("id", "chatcmpl-test"), "object": "chat.completion.chunk",
+            "created": body.get("created", 1), "model": body.get("model", "test-model")}  # fmt: skip
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        return json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    events = [(chunk({"role": "assistant", "content": ""}), False)]
+    events += [
+        (chunk({"content": piece}), True)
+        for piece in re.findall(r"\s*\S+\s*|\s+", message.get("content") or "")
+    ]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function",
+                "function": {"name": function["name"], "arguments": ""}}  # fmt: skip
+        events.append((chunk({"tool_calls": [head]}), True))
+        arguments = function.get("arguments") or ""
+        half = len(arguments) // 2
+        for part in (arguments[:half], arguments[half:]):
+            if part:
+                events.append(
+                    (chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}), True)
+                )
+    events.append((chunk({}, choice.get("finish_reason") or "stop"), False))
+    if usage and body.get("usage"):
+        events.append((json.dumps({**base, "choices": [], "usage": body["usage"]}), False))
+    events.append(("[DONE]", False))
+    return events
 
 
 def _invalid_message(body: Any) -> str | None:

@@ -143,13 +143,19 @@ async def test_a_call_that_changed_things_is_the_stores_before_the_phase_goes_on
     async with await make_store(store_url, data_dir) as reader:
         steps = reader.step_store()
 
-        class Looking(ScriptedModel):
+        class Looking:  # a model that does not stream: its calls are whole, through chat
+            def __init__(self, inner: ScriptedModel) -> None:
+                self.inner = inner
+
             async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
                 seen.append([(step.key, step.kind) for step in await steps.read("t1")])
-                return await super().chat(request, timeout=timeout)
+                return await self.inner.chat(request, timeout=timeout)
+
+            async def aclose(self) -> None:
+                pass
 
         effects = Effects()
-        model = Looking(lambda r: model_for_two_turns()._respond(r))  # type: ignore[misc]
+        model = Looking(ScriptedModel(lambda r: model_for_two_turns()._respond(r)))  # type: ignore[misc]
         try:
             async with journal_on(store_url, data_dir) as (system, writer):
                 result, _, harness = await run_attempt(system, writer, model, effects.tools(), 1)

@@ -756,3 +756,24 @@ async def test_many_waiting_calls_are_decided_together_through_the_api(tmp_path:
         assert sorted(done["decided"]) == ["q0", "q1", "q2"] and done["refused"] == []
         decided = await ops.get_task("q1")
         assert decided.status is TaskStatus.PENDING and decided.decisions[rerun["step"]]["by"] == "ops"
+
+
+async def test_status_shows_each_agent_types_time_to_first_token_and_rate(tmp_path: Path) -> None:
+    from greenroom.cli._operate import format_status
+
+    pools = {"research": AgentPoolConfig(agent="greenroom.agents.examples:ResearchAgent", concurrency=1)}
+    async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as api:
+        before = (await api.status())["agents"]["research"]["model_timing"]
+        assert before["calls"] == 0 and before["first_token_ms"]["p50"] is None
+        await api.submit([AgentTask(id="r1", type="research", input={"topic": "tides"})])
+
+        async def done() -> bool:
+            return (await api.get_task("r1")).status is TaskStatus.COMPLETED
+
+        await eventually(done, timeout=20)
+        document = await api.status()
+    timing = document["agents"]["research"]["model_timing"]
+    assert timing["calls"] >= 3  # its phases' streamed calls
+    assert 0 < timing["first_token_ms"]["p50"] <= timing["first_token_ms"]["p99"]
+    shown = format_status({**document, "running": True, "url": daemon.url})
+    assert "agents research:" in shown and "first token p50" in shown

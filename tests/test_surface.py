@@ -221,6 +221,7 @@ PUBLIC: dict[str, list[str]] = {
         "Admission",
         "ApprovalNeeded",
         "BoundedLoop",
+        "CallTimings",
         "Harness",
         "HarnessActor",
         "HarnessSetup",

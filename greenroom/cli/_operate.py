@@ -295,6 +295,7 @@ def format_status(document: dict[str, Any]) -> str:
             f"agents {agent_type}: {entry['alive']}/{entry['configured']} alive · queued {entry['queued']}"
             f" · tokens {entry['tokens_spent']} in {entry['model_calls']} model call(s)"
             + (f" · cost {entry['cost']:g}" if entry.get("cost") else "")
+            + _timing(entry.get("model_timing"))
         )
     chat = document.get("chat")
     if chat:
@@ -324,6 +325,19 @@ def format_status(document: dict[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _timing(timing: dict[str, Any] | None) -> str:
+    """A model's speed as status shows it: time to first token and tokens per second,
+    p50 / p99 of the recent streamed calls (nothing before the first one)."""
+    if not timing or timing["first_token_ms"]["p50"] is None:
+        return ""
+    first = timing["first_token_ms"]
+    said = f" · first token p50 {first['p50']:.0f} ms / p99 {first['p99']:.0f} ms"
+    rate = timing["tokens_per_second"]
+    if rate["p50"] is not None:
+        said += f" · {rate['p50']:.0f} / {rate['p99']:.0f} tokens/s (p50 / p99)"
+    return said
 
 
 def _bytes(count: int) -> str:

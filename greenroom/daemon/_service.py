@@ -25,9 +25,10 @@ import msgspec
 from .. import __version__
 from .._errors import DataError
 from .._files import replace_durably
-from ..harness import TokenBudget
+from ..harness import CallTimings, TokenBudget
 from ..harness._journal import ReadSteps
 from ..harness._ledger import TrackBudget
+from ..harness._timings import merged
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats
 from ..service import DaemonInfo, Principal, TokenStore, create_app, parse_address
@@ -219,6 +220,7 @@ class DaemonService:
         host = self.host
         stats: GraphStats = await host.stats()
         agents: dict[str, dict[str, Any]] = {}
+        setups: dict[str, dict[int, CallTimings]] = {}  # per type, each setup's timings once
         for agent, ref in host.agents:
             entry = agents.setdefault(
                 agent.agent_type or type(agent).__name__,
@@ -243,8 +245,11 @@ class DaemonService:
                 entry["tokens_spent"] += agent.llm.usage.spent
                 entry["model_calls"] += agent.llm.usage.calls
                 entry["cost"] += agent.llm.usage.cost
-        for entry in agents.values():
+                timings = agent.llm.timings
+                setups.setdefault(agent.agent_type or type(agent).__name__, {})[id(timings)] = timings
+        for agent_type, entry in agents.items():
             entry["cost"] = round(entry["cost"], 6)
+            entry["model_timing"] = merged(setups.get(agent_type, {}).values()).summary()
         mailboxes = {"supervisor": host.supervisor.queued, "log": host.log.queued}
         runner = self.parts.chat
         if runner is not None:

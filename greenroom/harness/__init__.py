@@ -5,7 +5,8 @@ admits every model call through a :class:`TokenBudget` (shareable by a team; in 
 in money, or both), honours a :class:`StopSignal` in two strengths, and runs tool calls
 through the allowlist and a :class:`Sandbox` — all in a :class:`BoundedLoop`, the one
 model-and-tool loop the chat engine runs on too, which counts each call's
-:class:`Spend`. :class:`Harness` is its handle; every phase ends in a :class:`PhaseResult`.
+:class:`Spend` and, its calls being streamed, their :class:`CallTimings`.
+:class:`Harness` is its handle; every phase ends in a :class:`PhaseResult`.
 """
 
 from ._actor import HarnessActor
@@ -17,6 +18,7 @@ from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
 from ._stop import StopSignal
+from ._timings import CallTimings
 from ._tools import RiskLevel, Tool
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "Admission",
     "ApprovalNeeded",
     "BoundedLoop",
+    "CallTimings",
     "Harness",
     "HarnessActor",
     "HarnessSetup",

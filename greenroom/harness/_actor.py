@@ -35,6 +35,7 @@ from ..llm._price import price_of
 from ..messages import (
     HARNESS_PHASE,
     Append,
+    CallTiming,
     ChatMessage,
     ChatReply,
     ChatRequest,
@@ -50,6 +51,7 @@ from ._loop import BoundedLoop, Spend
 from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._stop import StopSignal
+from ._timings import CallTimings
 from ._tools import RiskLevel, Tool
 
 logger = logging.getLogger("greenroom.harness")
@@ -85,11 +87,12 @@ def _write_file(path: Path, data: bytes) -> None:
 class _Phase:
     """What the running phase has done so far: what an interrupted phase answers with."""
 
-    __slots__ = ("records", "text")
+    __slots__ = ("records", "text", "timings")
 
     def __init__(self) -> None:
         self.text = ""
         self.records: list[dict[str, Any]] = []
+        self.timings: list[CallTiming] = []  # of the model calls made now (not replayed)
 
 
 def _check_run_bounded(message: RunBounded) -> None:
@@ -149,6 +152,7 @@ class HarnessActor(Actor):
         call_timeout: float | None = None,
         price: Price | None = None,
         journal: TaskJournal | None = None,
+        timings: CallTimings | None = None,
     ) -> None:
         if not isinstance(model, ChatModel):
             raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
@@ -191,6 +195,9 @@ class HarnessActor(Actor):
         self.journal = journal
         """The task's step journal (durable phases), or ``None``: nothing is recorded."""
         self._reported = (0, 0)  # the journal's counts at the last phase event
+        self.timings = timings if timings is not None else CallTimings()
+        """Times to first token and rates of this harness's streamed model calls (shared
+        with its setup's, when spawned from a :class:`HarnessSetup`)."""
 
     interruptible = True
 
@@ -222,7 +229,7 @@ class HarnessActor(Actor):
         if isinstance(message, RunBounded) and self.stop.requested and phase is not None:
             result = PhaseResult(phase.text, phase.records, "stop_requested")
             self.phases += 1
-            self._report(message, result)
+            self._report(message, result, phase)
             return result
         return super().on_interrupted(message)
 
@@ -255,7 +262,7 @@ class HarnessActor(Actor):
             return None
         self._phase = None
         self.phases += 1
-        self._report(message, result)
+        self._report(message, result, phase)
         if self.summary_path is not None:
             with anyio.CancelScope(shield=True):  # a finished phase is reported as finished
                 await self._write_summary(result.stop_reason)
@@ -302,6 +309,7 @@ class HarnessActor(Actor):
             call_timeout=self.call_timeout,
             price=self.price,
             spend=self.spend,
+            timings=self.timings,
         )
         journal = self.journal
         place = f"p{journal.next_phase()}/{label or 'main'}" if journal is not None else ""
@@ -311,8 +319,10 @@ class HarnessActor(Actor):
             key = f"{place}/m{loop.iterations}"
             if journal is None:
                 reply = await loop.call(request)
+                if reply is not None and reply.timing is not None:
+                    phase.timings.append(reply.timing)
             else:
-                reply = await self._journaled_call(loop, request, key, offered)
+                reply = await self._journaled_call(loop, request, key, offered, phase)
             if reply is None:
                 break
             tool_calls = reply.tool_calls
@@ -333,7 +343,7 @@ class HarnessActor(Actor):
         return PhaseResult(phase.text, records, loop.stop_reason)
 
     async def _journaled_call(
-        self, loop: BoundedLoop, request: ChatRequest, key: str, offered: tuple[str, ...]
+        self, loop: BoundedLoop, request: ChatRequest, key: str, offered: tuple[str, ...], phase: _Phase
     ) -> ChatReply | None:
         """The model's reply at ``key``: from the journal when it is recorded there (no
         request, no budget; ``ReplayDiverged`` if the request differs), else from the
@@ -346,6 +356,8 @@ class HarnessActor(Actor):
             recorded: ChatReply = convert(step.body, ChatReply, f"journal step {key!r}")
             return loop.replayed(recorded)
         reply = await loop.call(request)
+        if reply is not None and reply.timing is not None:
+            phase.timings.append(reply.timing)
         if reply is not None:  # durable before anything acts on it (see ``receive``)
             encoded = _encoder.encode(reply)
             if not journal.record_soon(key, "model", asked, encoded):
@@ -548,10 +560,10 @@ class HarnessActor(Actor):
         data = _encoder.encode(self.summary(stop_reason)) + b"\n"
         await anyio.to_thread.run_sync(_write_file, path, data)
 
-    def _report(self, message: RunBounded, result: PhaseResult) -> None:
+    def _report(self, message: RunBounded, result: PhaseResult, phase: _Phase) -> None:
         if self.log is None:
             return
-        payload = {
+        payload: dict[str, Any] = {
             "context_label": message.context_label,
             "mode": "tools" if message.direct_tool_calls is not None else "llm",
             "stop_reason": result.stop_reason,
@@ -559,6 +571,16 @@ class HarnessActor(Actor):
             "total_tokens": self.spend.total_tokens,
             "cost": round(self.spend.cost, 6),
         }
+        if phase.timings:  # the phase's model calls made now (not replayed)
+            payload["model_calls"] = [
+                {
+                    "first_token_ms": round(timing.first_token * 1000, 3),
+                    "tokens_per_second": None
+                    if timing.tokens_per_second is None
+                    else round(timing.tokens_per_second, 3),
+                }
+                for timing in phase.timings
+            ]
         journal = self.journal
         if journal is not None:  # how much of the phase came from the journal: a replay shows
             payload["replayed"] = journal.replayed - self._reported[0]

@@ -17,8 +17,12 @@ Each call's usage is spent against the budget (tokens, and money by the model's
 every caller: a shared budget bounds a team and the chat assistant alike, and a stop
 reaches both.
 
-Cancellation: a model call cancelled in flight frees its budget reservation and spends
-nothing; the cancellation propagates. A wait for budget room is cancelled the same way.
+Model calls stream (``on_delta`` sees each piece as it arrives); a reply carries its time
+to first token and tokens per second, counted in :class:`CallTimings`.
+
+Cancellation: a model call cancelled in flight closes its stream (the server stops
+generating), frees its budget reservation and spends nothing; the cancellation
+propagates. A wait for budget room is cancelled the same way.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..llm import ChatModel, Price
+from ..llm import ChatModel, Price, open_stream
 from ..llm._price import price_of
-from ..messages import ChatReply, ChatRequest, Usage
+from ..messages import ChatDelta, ChatReply, ChatRequest, Usage
 from ._budget import TokenBudget
 from ._phase import StopReason
 from ._sandbox import Sandbox
 from ._stop import StopSignal
+from ._timings import CallTimings
 from ._tools import RiskLevel, Tool
 
 T = TypeVar("T")
@@ -80,7 +85,8 @@ class BoundedLoop:
     """One bounded run of model calls and tool calls (see the module docstring).
 
     ``price``: what the model's tokens cost (default: the model's own ``price``).
-    ``spend``: where the calls are counted (a new ``Spend`` by default). ``call_timeout``:
+    ``spend``: where the calls are counted (a new ``Spend`` by default); ``timings``:
+    where streamed calls' times to first token and rates are counted. ``call_timeout``:
     seconds per model call (``None``: the model's default). ``max_iterations``: model
     calls at most (``None``: no bound but the budget and the stop signal).
     """
@@ -96,6 +102,7 @@ class BoundedLoop:
         "spend",
         "stop",
         "stop_reason",
+        "timings",
     )
 
     def __init__(
@@ -109,8 +116,10 @@ class BoundedLoop:
         call_timeout: float | None = None,
         price: Price | None = None,
         spend: Spend | None = None,
+        timings: CallTimings | None = None,
     ) -> None:
         self.model = model
+        self.timings = timings
         self.budget = budget
         self.stop = stop
         self.sandbox = sandbox
@@ -136,12 +145,17 @@ class BoundedLoop:
         self,
         request: ChatRequest,
         send: Callable[[ChatRequest], Awaitable[ChatReply]] | None = None,
+        *,
+        on_delta: Callable[[ChatDelta], Awaitable[None]] | None = None,
     ) -> ChatReply | None:
         """The model's reply to ``request``, or ``None`` when the loop must end (see
-        ``stop_reason``). ``send``: how the request reaches the model (default:
-        ``model.chat`` with ``call_timeout``), for a caller that sends again on an error
-        (a context overflow) under the same admission. Waits while the budget has no room
-        now; model errors propagate, spending nothing."""
+        ``stop_reason``). The call is streamed (:func:`~greenroom.llm.open_stream`, with
+        ``call_timeout``): ``on_delta`` is awaited with each piece as it arrives, and the
+        reply carries its :class:`~greenroom.messages.CallTiming` (counted in
+        ``timings``). ``send``: how the request reaches the model instead, for a caller
+        that sends again on an error (a context overflow) under the same admission. Waits
+        while the budget has no room now; model errors propagate, spending nothing.
+        Cancelled, the stream is closed at once (the server stops generating)."""
         if self._must_end():
             return None
         budget = self.budget
@@ -155,17 +169,31 @@ class BoundedLoop:
         self.iterations += 1
         try:
             if send is None:
-                reply = await self.model.chat(request, timeout=self.call_timeout)
+                reply = await self.stream(request, on_delta)
             else:
                 reply = await send(request)
         except BaseException:
             admission.release()
             raise
+        if reply.timing is not None and self.timings is not None:
+            self.timings.add(reply.timing)
         usage = reply.usage
         cost = 0.0 if self.price is None else self.price.cost(usage)
         admission.spend(usage.prompt_tokens + usage.completion_tokens, cost)
         self.spend.add(usage, cost)
         return reply
+
+    async def stream(
+        self, request: ChatRequest, on_delta: Callable[[ChatDelta], Awaitable[None]] | None = None
+    ) -> ChatReply:
+        """One streamed model call, outside the loop's bounds (``call`` is the bounded
+        one): each piece to ``on_delta``, then the whole reply."""
+        async with open_stream(self.model, request, timeout=self.call_timeout) as stream:
+            if on_delta is None:
+                return await stream.read()
+            async for delta in stream:
+                await on_delta(delta)
+        return stream.reply
 
     def replayed(self, reply: ChatReply) -> ChatReply | None:
         """Count a reply answered from a step journal as a call, under the same bounds as

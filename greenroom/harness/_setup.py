@@ -13,6 +13,7 @@ from ._budget import TokenBudget
 from ._handle import Harness
 from ._sandbox import Sandbox
 from ._stop import StopSignal
+from ._timings import CallTimings
 from ._tools import Tool
 
 
@@ -62,6 +63,8 @@ class HarnessSetup:
         self.usage = budget if budget is not None else TokenBudget()
         """Tokens and calls spent by every run given this setup (the shared budget itself,
         when there is one): what a status page reports."""
+        self.timings = CallTimings()
+        """Times to first token and tokens per second of every run's streamed model calls."""
 
     def use_model(self, model: ChatModel, price: Price | None = None) -> None:
         """Run later phases on ``model``, priced by ``price`` (default: the model's own).
@@ -105,5 +108,6 @@ class HarnessSetup:
             log=log,
             call_timeout=self.call_timeout,
             price=self.price,
+            timings=self.timings,
             **extra,
         )

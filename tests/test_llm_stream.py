@@ -87,7 +87,10 @@ async def test_tool_call_fragments_arrive_as_whole_calls(server: ModelServer, cl
     server.add(
         Respond(
             body=completion(
-                tool_calls=[("c1", "add_task", '{"title": "buy milk", "tags": ["a", "b"]}'), ("c2", "bad", "{nope")]
+                tool_calls=[
+                    ("c1", "add_task", '{"title": "buy milk", "tags": ["a", "b"]}'),
+                    ("c2", "bad", "{nope"),
+                ]
             )
         )
     )

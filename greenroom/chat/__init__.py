@@ -6,12 +6,14 @@ any ``ChatModel`` and calls the task tools through a :class:`ToolExecutor` — a
 (:class:`MCPToolExecutor`) on the MCP server :func:`task_server` serves, in-process by
 default, or any MCP server by URL or command. The user's tasks and conversations live in a
 :class:`ChatStore` (``greenroom.store``; ``Store.chat_store()`` of the daemon's backend).
+``AgentRunner.stream`` gives a request's answer as it is made (:class:`ChatEvents`).
 """
 
 from ..store import ConversationNotFound
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
 from ._runner import AgentRunner
+from ._stream import ChatEvent, ChatEvents, ReplyDelta, ToolFinished, ToolStarted
 from ._tools import TASK_TOOLS, MCPToolExecutor, ToolExecutor, ToolResult, task_server
 from ._types import (
     CONSTITUTION,
@@ -38,6 +40,8 @@ __all__ = [
     "AgentResult",
     "AgentRunner",
     "Assistant",
+    "ChatEvent",
+    "ChatEvents",
     "ConversationNotFound",
     "DecisionContext",
     "DecisionType",
@@ -45,10 +49,13 @@ __all__ = [
     "MCPToolExecutor",
     "MessageHistory",
     "PendingAction",
+    "ReplyDelta",
     "ToolCall",
     "ToolCallRecord",
     "ToolExecutor",
+    "ToolFinished",
     "ToolResult",
+    "ToolStarted",
     "open_assistant",
     "task_server",
 ]

@@ -21,7 +21,7 @@ your agents' harnesses to bound or stop them all at once.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from ..log import LogActor
 from ..store import ChatStore, Store
 from ._engine import LLMAgentEngine
 from ._runner import AgentRunner
+from ._stream import ChatEvents
 from ._tools import MCPToolExecutor, task_server
 from ._types import AgentContext, AgentEngineConfig, AgentResult
 
@@ -49,6 +50,12 @@ class Assistant:
     async def say(self, user_id: str, conversation_id: str, message: str) -> AgentResult:
         """One request (see ``AgentRunner.run``); the history comes from the store."""
         return await self.runner.run(AgentContext.from_request(user_id, conversation_id, []), message)
+
+    def say_streamed(
+        self, user_id: str, conversation_id: str, message: str
+    ) -> AbstractAsyncContextManager[ChatEvents]:
+        """One request with its answer as it is made (see ``AgentRunner.stream``)."""
+        return self.runner.stream(AgentContext.from_request(user_id, conversation_id, []), message)
 
 
 @asynccontextmanager

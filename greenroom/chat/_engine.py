@@ -51,12 +51,13 @@ from ..harness import (
     ToolRefused,
     ToolTimedOut,
 )
-from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited
+from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, open_stream
 from ..llm._price import price_of
 from ..llm._tokens import TokenGauge
 from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
 from ..store import StoredPending
 from . import _replies as replies
+from ._stream import ReplyStreamer, ToolFinished, ToolStarted
 from ._tools import ToolExecutor, ToolResult, match_task
 from ._types import (
     CONSTITUTION,
@@ -180,8 +181,12 @@ class LLMAgentEngine:
             offered = tuple(ToolSpec(name) for name in self.tools.get_available_tools())
         return (*offered, ASK_SPEC)
 
-    async def process_message(self, context: DecisionContext) -> AgentDecision:
-        """Decide what to do about ``context.message`` (see the module docstring)."""
+    async def process_message(
+        self, context: DecisionContext, *, streamer: ReplyStreamer | None = None
+    ) -> AgentDecision:
+        """Decide what to do about ``context.message`` (see the module docstring). With a
+        ``streamer``, the model's calls stream: its words go to the streamer as they are
+        made, and each tool call's start and end."""
         decision_id = uuid.uuid4().hex
         started = time.monotonic()
         await self._event(
@@ -197,6 +202,7 @@ class LLMAgentEngine:
             },
         )
         done = _Done(Spend(into=self.spend))
+        done.streamer = streamer
         reason: str | None = None
         try:
             decision = await self._decide(context, decision_id, done)
@@ -240,11 +246,13 @@ class LLMAgentEngine:
         says is too long is sent again with the history (``messages[1 : 1 + history]``)
         fitted to the window it named, or dropped; ``messages`` and ``done.history`` are
         trimmed in place. Raises ``ContextTooLong`` when even that does not fit."""
-        config = self.config
         while True:
             history = done.history
             try:
-                reply = await self.llm.chat(request, timeout=float(config.timeout_seconds))
+                # once tools ran, the answer is made from their results, never from the
+                # model's words: those are not streamed
+                streamer = None if (done.said or done.records) else done.streamer
+                reply = await self._call(request, streamer)
             except ContextTooLong as error:
                 if error.limit is not None:
                     self.context_window = error.limit
@@ -268,6 +276,17 @@ class LLMAgentEngine:
             self.tokens.observe(request, reply.usage)
             return reply
 
+    async def _call(self, request: ChatRequest, streamer: ReplyStreamer | None) -> ChatReply:
+        """One model call: whole, or streamed to ``streamer`` (its words as they come)."""
+        timeout = float(self.config.timeout_seconds)
+        if streamer is None:
+            return await self.llm.chat(request, timeout=timeout)
+        async with open_stream(self.llm, request, timeout=timeout) as stream:
+            async for delta in stream:
+                if delta.text:
+                    await streamer.text(delta.text)
+        return stream.reply
+
     def _room(self, rest: list[ChatMessage], tools: tuple[ToolSpec, ...]) -> int:
         """Tokens the history may take: its own budget, and what the model's window
         leaves beside the rest of the request and the reply."""
@@ -288,7 +307,7 @@ class LLMAgentEngine:
             if pending.expires_at < self.clock():
                 return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.NOTHING_PENDING)
             result = await self._run_tool(
-                decision_id, pending.tool_name, pending.parameters, context.user_id, records
+                decision_id, pending.tool_name, pending.parameters, context.user_id, records, done.streamer
             )
             return AgentDecision(
                 DecisionType.INVOKE_TOOL,
@@ -404,7 +423,7 @@ class LLMAgentEngine:
                     )
                 else:
                     result = await self._run_tool(
-                        decision_id, call.name, call.arguments, context.user_id, records
+                        decision_id, call.name, call.arguments, context.user_id, records, done.streamer
                     )
                     calls.append(ToolCall(call.name, _visible(call.arguments)))
                     said.append(replies.for_result(call.name, result))
@@ -481,11 +500,16 @@ class LLMAgentEngine:
         parameters: dict[str, Any],
         user_id: str,
         records: list[ToolCallRecord],
+        streamer: ReplyStreamer | None = None,
     ) -> ToolResult:
         visible = _visible(parameters)
+        if streamer is not None:
+            await streamer.event(ToolStarted(tool_name))
         started = time.perf_counter()
         result = await self._execute(tool_name, visible, user_id)
         duration = int((time.perf_counter() - started) * 1000)
+        if streamer is not None:
+            await streamer.event(ToolFinished(tool_name, result.success, duration))
         records.append(ToolCallRecord(tool_name, visible, msgspec.structs.asdict(result), duration))
         await self._event(
             CHAT_TOOL,
@@ -549,7 +573,7 @@ def _visible(parameters: dict[str, Any]) -> dict[str, Any]:
 class _Done:
     """What a decision did before it ended: what an error reply reports first."""
 
-    __slots__ = ("calls", "history", "note", "records", "said", "spend")
+    __slots__ = ("calls", "history", "note", "records", "said", "spend", "streamer")
 
     def __init__(self, spend: Spend) -> None:
         self.records: list[ToolCallRecord] = []
@@ -560,6 +584,8 @@ class _Done:
         """History messages the request being built holds (after ``system``)."""
         self.spend = spend
         """This decision's model calls: tokens and cost (counted into the engine's)."""
+        self.streamer: ReplyStreamer | None = None
+        """Where its model's words and tool events go as they happen (``None``: nowhere)."""
 
 
 def _failed(text: str, done: _Done) -> AgentDecision:

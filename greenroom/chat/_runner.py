@@ -25,6 +25,8 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -35,6 +37,7 @@ from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, Supe
 from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
+from ._stream import ChatEvents, ReplyStreamer, _Ended
 from ._types import (
     AgentContext,
     AgentResult,
@@ -63,17 +66,23 @@ class _Release:
         self.child = child
 
 
+STREAM_BUFFER = 64
+"""Events of a streamed request held for a reader that lags, before the request waits."""
+
 SERVED_REMEMBERED = 10_000
 """(user, conversation) pairs an :class:`AgentRunner` remembers serving (~1.5 MB): a
 request on one of them skips the read that opens a conversation."""
 
 
 class _Run:
-    __slots__ = ("context", "message", "opened")
+    __slots__ = ("context", "message", "opened", "streamer")
 
-    def __init__(self, context: AgentContext, message: str, opened: bool) -> None:
+    def __init__(
+        self, context: AgentContext, message: str, opened: bool, streamer: ReplyStreamer | None
+    ) -> None:
         self.context = context
         self.message = message
+        self.streamer = streamer
         self.opened = opened
         """``False``: the runner skipped opening a conversation it served before."""
 
@@ -175,7 +184,7 @@ class ChatRequestActor(Actor):
             else context.message_history
         )
         decision = await self.engine.process_message(
-            DecisionContext(user, text, conversation, history, pending)
+            DecisionContext(user, text, conversation, history, pending), streamer=message.streamer
         )
         response = decision.response_text or decision.clarification_question or replies.SYSTEM_ERROR
         if pending is None and is_confirmation(text) and not decision.records:
@@ -315,7 +324,9 @@ class AgentRunner:
         await self.store.open_conversation(user_id, conversation, create=True)
         return conversation
 
-    async def run(self, context: AgentContext, message: str) -> AgentResult:
+    async def run(
+        self, context: AgentContext, message: str, *, streamer: ReplyStreamer | None = None
+    ) -> AgentResult:
         """Run one request: at most ``timeout`` seconds, then ``TimeoutError`` (the
         request actor is interrupted: the model and tool calls in flight are cancelled).
 
@@ -324,17 +335,59 @@ class AgentRunner:
         Raises ``InvalidInput`` for a bad message or another user's conversation (nothing
         stored changes; not counted as a crash). Every other failure is an ``AgentResult(success=False)`` with
         the spec's friendly text. Cancelling the caller interrupts the request the same
-        way.
+        way. ``streamer``: where the answer goes as it is made (see :meth:`stream`).
         """
         if not isinstance(context, AgentContext):
             raise TypeError(f"AgentRunner.run takes an AgentContext, got {type(context).__name__}")
         check_message(message)
         if _tracing.enabled:
             with _tracing.span("chat request", attributes={"greenroom.message_chars": len(message)}):
-                return await self._run(context, message)
-        return await self._run(context, message)
+                return await self._run(context, message, streamer)
+        return await self._run(context, message, streamer)
 
-    async def _run(self, context: AgentContext, message: str) -> AgentResult:
+    @asynccontextmanager
+    async def stream(self, context: AgentContext, message: str) -> AsyncIterator[ChatEvents]:
+        """:meth:`run`, with the answer as it is made: ``async for event in events`` gives
+        the reply's :class:`ReplyDelta` s and the tool calls' :class:`ToolStarted` /
+        :class:`ToolFinished` (never the user id), then ``events.result`` is the
+        ``AgentResult`` ``run`` returns. Bad input raises here, before any event; past
+        the deadline, iterating raises ``TimeoutError``. Leaving the block before the
+        events ended (or being cancelled) interrupts the request: the model's stream is
+        closed (the server stops generating) and nothing of the turn is stored. A slow
+        reader slows the request down (the events are not buffered without bound)."""
+        if not isinstance(context, AgentContext):
+            raise TypeError(f"AgentRunner.stream takes an AgentContext, got {type(context).__name__}")
+        check_message(message)
+        send, receive = anyio.create_memory_object_stream[Any](STREAM_BUFFER)
+        streamer = ReplyStreamer(send.send)
+
+        async def produce() -> None:
+            async with send:
+                try:
+                    result = await self.run(context, message, streamer=streamer)
+                    await streamer.settle(result.response)
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except Exception as error:  # the reader raises it
+                    await send.send(_Ended(None, error))
+                    return
+                await send.send(_Ended(result, None))
+
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(produce)
+            try:
+                yield ChatEvents(receive)
+            except Exception as error:  # the reader's (or the request's): raised as it is, below
+                failure = error
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _run(
+        self, context: AgentContext, message: str, streamer: ReplyStreamer | None = None
+    ) -> AgentResult:
         conversation = context.conversation_id
         child: ActorRef | None = None
         held = False
@@ -353,7 +406,8 @@ class AgentRunner:
                 assert child is not None
                 await self._hold(context.user_id, conversation, opened)
                 held = True
-                result: AgentResult | _Refused = await child.ask(_Run(context, message, opened), timeout=None)
+                run = _Run(context, message, opened, streamer)
+                result: AgentResult | _Refused = await child.ask(run, timeout=None)
                 if isinstance(result, _Refused):
                     raise result.error
                 self._remember(served)

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 import anyio
 
 from .._errors import InvalidInput
-from ..chat import AgentEngineConfig, ConversationNotFound, open_assistant, task_server
+from ..chat import AgentEngineConfig, ConversationNotFound, ReplyDelta, open_assistant, task_server
 from ..chat._types import check_id
 from ..daemon._backend import choose_store
 
@@ -74,7 +74,8 @@ async def run_chat(
 ) -> int:
     """Talk to the assistant: each ``--message`` in turn, or lines from standard input
     until end of input (or ``/quit``). Prints the conversation id first (resume it with
-    ``--conversation``)."""
+    ``--conversation``), then each answer as it is made (the model's words as they come;
+    an answer about what the tools did, whole)."""
     check_id("--user", user)
     if conversation is not None:
         check_id("--conversation", conversation)
@@ -119,15 +120,28 @@ async def run_chat(
                     return 0
                 if not line.strip():
                     continue
+                shown = False  # part of the answer is on screen
                 try:
-                    result = await assistant.say(user, conversation, line.strip())
+                    async with assistant.say_streamed(user, conversation, line.strip()) as events:
+                        async for event in events:  # the reply, printed as it is made
+                            if not isinstance(event, ReplyDelta):
+                                continue
+                            if event.replace and shown:  # an answer other than the words shown
+                                print(file=out)
+                                shown = False
+                            if not shown:
+                                print("assistant> ", end="", file=out)
+                                shown = True
+                            print(event.text, end="", file=out, flush=True)
                 except TimeoutError as error:
+                    if shown:
+                        print(file=out)
                     print(f"assistant> Sorry, that took too long ({error}).", file=out, flush=True)
                     continue
                 except InvalidInput as error:
                     print(f"greenroom: {error}", file=err, flush=True)
                     continue
-                print(f"assistant> {result.response}", file=out, flush=True)
+                print(file=out, flush=True)
     finally:
         if model is not None:
             await model.aclose()

@@ -19,8 +19,11 @@ Endpoints (``/v1``)::
     POST /tasks/{id}/cancel           tasks     {"reason": "..."} (optional)
     GET  /events                      tasks     Server-Sent Events, resumed after ?after=SEQ or
                                               Last-Event-ID; ?follow=0 ends at the current end
-    POST /chat                        chat      {"message", "conversation_id"?} as the token's user;
-                                              an id not seen before is opened (the caller's to name)
+    POST /chat                        chat      {"message", "conversation_id"?, "stream"?} as the token's
+                                              user; an id not seen before is opened (the caller's to
+                                              name); "stream": true answers text/event-stream: delta
+                                              and tool events as they happen, then done (the JSON
+                                              answer) or error (the error shape)
     GET  /chat/conversations/{id}     chat      that user's conversation only (another's: 404)
     GET  /chat/tasks                  chat      that user's tasks
     POST /stop                        admin     a graceful stop (202)
@@ -108,20 +111,93 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(_encoder.encode(value), status_code=status, media_type="application/json")
 
 
-def error_response(error: ApiError) -> Response:
+def _error_body(error: ApiError) -> dict[str, Any]:
+    """The one error shape: ``{"error": {"status", "code", "message", "field"?, "value"?}}``."""
     body: dict[str, Any] = {"status": error.status, "code": error.code, "message": str(error)}
     if error.field:
         body["field"] = error.field
     if error.value is not None:
         body["value"] = shown(error.value)
     body.update(error.extra)
+    return {"error": body}
+
+
+def error_response(error: ApiError) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
     return Response(
-        _encoder.encode({"error": body}),
+        _encoder.encode(_error_body(error)),
         status_code=error.status,
         media_type="application/json",
         headers=headers,
     )
+
+
+def _chat_answer(conversation: str, result: Any) -> dict[str, Any]:
+    """``POST /v1/chat``'s answer (the last event of a streamed one)."""
+    return {
+        "conversation_id": conversation,
+        "success": result.success,
+        "response": result.response,
+        "error": result.error,
+        "tool_calls": [
+            {"tool": call.tool_name, "parameters": call.parameters, "result": call.result}
+            for call in result.tool_calls
+        ],
+    }
+
+
+def _chat_event(event: Any) -> bytes:
+    """One event of a streamed chat answer as Server-Sent Events: ``delta`` (a piece of
+    the reply: ``{"text"}``, or ``{"text", "replace": true}``: the whole of it) or
+    ``tool`` (``{"tool", "state": "started"}``, or ``"finished"`` with ``success`` and
+    ``duration_ms``)."""
+    from ..chat import ReplyDelta, ToolStarted
+
+    if type(event) is ReplyDelta:
+        return b"event: delta\ndata: %s\n\n" % _encoder.encode(event)
+    if type(event) is ToolStarted:
+        return b"event: tool\ndata: %s\n\n" % _encoder.encode({"tool": event.tool, "state": "started"})
+    document = {
+        "tool": event.tool,
+        "state": "finished",
+        "success": event.success,
+        "duration_ms": event.duration_ms,
+    }
+    return b"event: tool\ndata: %s\n\n" % _encoder.encode(document)
+
+
+class EventStream(Response):
+    """``200 text/event-stream`` whose events ``produce`` writes as they happen, sent at
+    once (no buffering). The client hanging up cancels ``produce``; every task it started
+    ends with it."""
+
+    def __init__(self, produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
+        self.produce = produce
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def write(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:  # the client hangs up: stop producing
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            await self.produce(write)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tg.cancel_scope.cancel()
 
 
 def _as_api_error(error: Exception) -> ApiError:
@@ -476,6 +552,7 @@ def create_app(parts: ServiceParts) -> Starlette:
 
     async def chat(request: Request, principal: Principal | None) -> Response:
         from ..chat import AgentContext
+        from ..chat._types import check_message
 
         assert principal is not None
         runner = _runner()
@@ -483,13 +560,18 @@ def create_app(parts: ServiceParts) -> Starlette:
         if not isinstance(raw, dict):
             wanted = 'the body must be {"message": "...", "conversation_id": ...}'
             raise ApiError(400, "invalid_input", wanted, field="body")
-        unknown = set(raw) - {"message", "conversation_id"}
+        unknown = set(raw) - {"message", "conversation_id", "stream"}
         if unknown:
             name = sorted(unknown)[0]
             raise ApiError(400, "invalid_input", f"unknown field {name!r}", field=name)
         message = raw.get("message")
         if not isinstance(message, str):
             raise ApiError(400, "invalid_input", "message must be text", field="message", value=message)
+        streamed = raw.get("stream", False)
+        if not isinstance(streamed, bool):
+            raise ApiError(
+                400, "invalid_input", "stream must be true or false", field="stream", value=streamed
+            )
         conversation = raw.get("conversation_id")
         if conversation is None:
             conversation = await runner.new_conversation(principal.user)
@@ -497,19 +579,29 @@ def create_app(parts: ServiceParts) -> Starlette:
             raise ApiError(400, "invalid_input", "conversation_id must be text", field="conversation_id",
                            value=conversation)  # fmt: skip
         context = AgentContext.from_request(principal.user, conversation, [])
-        result = await runner.run(context, message)
-        return _json(
-            {
-                "conversation_id": conversation,
-                "success": result.success,
-                "response": result.response,
-                "error": result.error,
-                "tool_calls": [
-                    {"tool": call.tool_name, "parameters": call.parameters, "result": call.result}
-                    for call in result.tool_calls
-                ],
-            }
-        )
+        if not streamed:
+            return _json(_chat_answer(conversation, await runner.run(context, message)))
+        # bad input is refused with its status before the stream starts
+        check_message(message)
+        await runner.store.open_conversation(principal.user, conversation, create=True)
+
+        async def produce(write: Callable[[bytes], Awaitable[None]]) -> None:
+            try:
+                async with runner.stream(context, message) as events:
+                    async for event in events:
+                        await write(_chat_event(event))
+                    result = events.result
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as error:
+                api_error = _as_api_error(error)
+                if api_error.status >= 500 and api_error.code == "internal":
+                    logger.error("api: a streamed chat request failed", exc_info=error)
+                await write(b"event: error\ndata: %s\n\n" % _encoder.encode(_error_body(api_error)))
+                return
+            await write(b"event: done\ndata: %s\n\n" % _encoder.encode(_chat_answer(conversation, result)))
+
+        return EventStream(produce)
 
     async def conversation(request: Request, principal: Principal | None) -> Response:
         assert principal is not None

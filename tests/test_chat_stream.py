@@ -151,8 +151,8 @@ async def test_post_chat_streams_deltas_tool_events_then_exactly_the_json_answer
     assert "".join(data["text"] for kind, data in events if kind == "delta") == done["response"] == GREETING
     assert set(done) == set(plain) == {"conversation_id", "success", "response", "error", "tool_calls"}
     assert done["conversation_id"] == "c-1" and done["success"] is True
-    assert [data for kind, data in tooled if kind == "tool"][0] == {"tool": "add_task", "state": "started"}
-    finished = [data for kind, data in tooled if kind == "tool"][1]
+    started, finished = [data for kind, data in tooled if kind == "tool"]
+    assert started == {"tool": "add_task", "state": "started"}
     assert finished["state"] == "finished" and finished["success"] is True
     last = tooled[-1][1]
     assert tooled[-2] == ("delta", {"text": last["response"], "replace": True})

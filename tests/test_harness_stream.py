@@ -50,7 +50,7 @@ async def test_the_step_journal_keeps_each_calls_timing_and_a_replay_streams_not
 ) -> None:
     effects = Effects()
     async with journal_on(store_url, tmp_path / "data") as (system, writer):
-        first, journal, harness = await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 1)
+        first, _, harness = await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 1)
         await harness.aclose()
         steps = await writer.ask(ReadSteps("t1"))
         models = [step for step in steps if step.kind == "model"]

@@ -203,16 +203,13 @@ async def test_leaving_a_stream_early_closes_the_connection(server: ModelServer,
                 break
         await eventually(server.disconnected.is_set)
         with pytest.raises(RuntimeError, match="before the stream ended"):
-            stream.reply
+            _ = stream.reply
         _, reply = await read_all(model, ask())  # the client goes on with a new connection
     assert reply.text == "next"
 
 
 async def test_a_server_that_cannot_be_reached_is_unavailable(client: str) -> None:
-    with anyio.CancelScope():
-        model = OpenAIChatModel(
-            "m", base_url="http://127.0.0.1:9/v1", client=client, max_retries=0, timeout=5.0
-        )
+    model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", client=client, max_retries=0, timeout=5.0)
     async with model:
         with pytest.raises(Unavailable, match="cannot reach"):
             await read_all(model, ask())
@@ -288,7 +285,10 @@ def test_pieces_join_back_to_the_text() -> None:
 
 
 def test_server_sent_events_are_cut_wherever_the_bytes_break() -> None:
-    stream = b': comment\r\n\r\ndata: {"a": 1}\r\n\r\nevent: x\r\ndata: line1\r\ndata: line2\r\n\r\ndata: [DONE]\r\n\r\n'
+    stream = (
+        b': comment\r\n\r\ndata: {"a": 1}\r\n\r\n'
+        b"event: x\r\ndata: line1\r\ndata: line2\r\n\r\ndata: [DONE]\r\n\r\n"
+    )
     whole = EventDecoder().feed(stream)
     assert whole == [b'{"a": 1}', b"line1\nline2", b"[DONE]"]
     for size in (1, 2, 3, 7):

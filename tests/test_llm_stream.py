@@ -159,12 +159,13 @@ async def test_a_steady_stream_longer_than_the_timeout_is_not_cut(server: ModelS
     assert reply.text == "tick " * 8
 
 
+@pytest.mark.parametrize("refusal", [True, "empty"])
 async def test_a_server_that_refuses_to_stream_gets_those_requests_whole_said_once(
-    server: ModelServer, client: str, caplog: pytest.LogCaptureFixture
+    server: ModelServer, client: str, caplog: pytest.LogCaptureFixture, refusal: bool | str
 ) -> None:
     tools = (ToolSpec("add_task"),)
     server.add(
-        Respond(body=completion("first"), refuse_stream=True),
+        Respond(body=completion("first"), refuse_stream=refusal),
         Respond(body=completion("second")),
         Respond(body=completion("no tools: streamed")),
     )

@@ -157,3 +157,46 @@ def test_a_seeded_daemon_through_llama_cpp_python(llama_server: str, tmp_path: P
     ]
     assert sum(s["tool_calls"] for s in summaries) > 0 and sum(s["llm_calls"] for s in summaries) >= 6
     print(f"\n[{backend}] phases: {[(p['stop_reason'], p['tool_calls']) for p in phases]}")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("client", ["greenroom", "openai"])
+async def test_a_reply_streams_from_llama_cpp_python_and_a_cancelled_stream_frees_it(
+    llama_server: str, client: str, anyio_backend: str
+) -> None:
+    """The server streams piece by piece; a long generation cancelled at its first piece
+    stops there (the server generates one request at a time: had it gone on, the next
+    request would wait for all of it)."""
+    import anyio
+
+    from greenroom.llm import OpenAIChatModel
+    from greenroom.messages import ChatMessage, ChatRequest
+
+    def asking(text: str, max_tokens: int) -> ChatRequest:
+        return ChatRequest((ChatMessage("user", text),), max_tokens=max_tokens, temperature=0.0)
+
+    async with OpenAIChatModel("smollm2", base_url=llama_server, client=client, timeout=300) as model:
+        async with model.stream(asking("Tell me a story about a cat.", 64)) as stream:
+            pieces = [delta.text async for delta in stream if delta.text]
+        reply = stream.reply
+        assert len(pieces) > 3 and "".join(pieces) == reply.text
+        assert reply.timing is not None and reply.timing.tokens_per_second
+        rate = reply.timing.tokens_per_second
+        started = anyio.current_time()
+        await model.chat(asking("Say hi.", 8))
+        plain = anyio.current_time() - started
+        with anyio.CancelScope() as scope:
+            async with model.stream(asking("Write a very long story about a dog.", 3000)) as stream:
+                async for delta in stream:
+                    if delta.text:
+                        scope.cancel()
+        started = anyio.current_time()
+        await model.chat(asking("Say hi.", 8))
+        after = anyio.current_time() - started
+    # the rest of the cancelled generation would have taken ~3000 / rate seconds
+    print(f"\n[{anyio_backend}, {client}] {len(pieces)} pieces, first token "
+          f"{reply.timing.first_token * 1000:.0f} ms, {rate:.0f} tokens/s; a short request "
+          f"{plain * 1000:.0f} ms before the cancel, {after * 1000:.0f} ms after "
+          f"(the cancelled generation's rest: ~{3000 / rate:.0f} s)")  # fmt: skip
+    assert after < plain + (3000 / rate) / 4

@@ -51,7 +51,7 @@ def report_per_backend(
     return 0
 
 
-from . import chat, graph, harness, log, pipeline, soak  # noqa: E402 -- they import the helpers above
+from . import chat, graph, harness, log, pipeline, soak, stream  # noqa: E402 -- they import the helpers above
 
 SUITES: dict[str, ModuleType] = {
     "graph": graph,
@@ -60,4 +60,5 @@ SUITES: dict[str, ModuleType] = {
     "chat": chat,
     "pipeline": pipeline,
     "soak": soak,
+    "stream": stream,
 }

@@ -574,6 +574,11 @@ class OpenAIChatModel(ClosingModel):
     ) -> Pull:
         """The attempts of a streamed call up to its first byte (retried as ``_attempts``
         retries); the pull that reads the rest, its connection closed by ``stack``."""
+
+        async def whole(cause: str) -> Sequence[ChatDelta]:
+            self._refused(request, cause)
+            return reply_deltas(await self._attempts(request, params, per_call))
+
         attempt = 0
         while True:
             asked = dict(params, stream=True)
@@ -582,9 +587,9 @@ class OpenAIChatModel(ClosingModel):
             client = self._clients[self._next]
             self._next = (self._next + 1) % self.pools
             if type(client) is OriginClient:
-                pull, status_error, failure = await self._open_origin(client, asked, per_call, stack)
+                pull, status_error, failure = await self._open_origin(client, asked, per_call, stack, whole)
             else:
-                pull, status_error, failure = await self._open_sdk(client, asked, per_call, stack)
+                pull, status_error, failure = await self._open_sdk(client, asked, per_call, stack, whole)
             if pull is not None:
                 return pull
             wait: float | None
@@ -604,7 +609,12 @@ class OpenAIChatModel(ClosingModel):
             await anyio.sleep(wait)
 
     async def _open_origin(
-        self, client: OriginClient, params: dict[str, Any], per_call: float, stack: AsyncExitStack
+        self,
+        client: OriginClient,
+        params: dict[str, Any],
+        per_call: float,
+        stack: AsyncExitStack,
+        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
     ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
         """One streamed attempt through greenroom's own client, up to the answer's head."""
         opening = client.stream("/chat/completions", _encode(params), self._stream_headers)
@@ -625,10 +635,15 @@ class OpenAIChatModel(ClosingModel):
                 await opening.__aexit__(None, None, None)
             return None, _StatusError.from_answer(Answer(answer.status, answer.headers, body)), None
         stack.push_async_exit(opening.__aexit__)
-        return self._reader(answer.receive, per_call), None, None
+        return self._reader(answer.receive, per_call, whole), None, None
 
     async def _open_sdk(
-        self, client: openai.AsyncOpenAI, params: dict[str, Any], per_call: float, stack: AsyncExitStack
+        self,
+        client: openai.AsyncOpenAI,
+        params: dict[str, Any],
+        per_call: float,
+        stack: AsyncExitStack,
+        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
     ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
         """One streamed attempt through the openai SDK, up to the answer's head: its
         transport (proxies, auth, timeouts, status errors), the body's events read here as
@@ -671,23 +686,32 @@ class OpenAIChatModel(ClosingModel):
             except (httpx2.TransportError, httpx2.StreamError) as error:
                 raise ConnectionFailed(f"{type(error).__name__}: {error}") from None
 
-        return self._reader(receive, per_call), None, None
+        return self._reader(receive, per_call, whole), None, None
 
-    def _reader(self, receive: Callable[[], Awaitable[bytes]], per_call: float) -> Pull:
+    def _reader(
+        self,
+        receive: Callable[[], Awaitable[bytes]],
+        per_call: float,
+        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
+    ) -> Pull:
         """The pull of a streamed answer whose body ``receive`` gives piece by piece
-        (``b""`` at its end; ``TimeoutError`` or ``ConnectionFailed`` when it breaks)."""
+        (``b""`` at its end; ``TimeoutError`` or ``ConnectionFailed`` when it breaks). A
+        body that ends before its first event is a refusal to stream (llama-cpp-python
+        0.3 answers tools with tool choice ``auto`` so: a 200, then nothing): the request
+        is sent ``whole`` instead."""
         model = self.model
         events = EventDecoder()
         assembler = ReplyAssembler()
         finished = False  # the body ended: nothing more to pull
         done = False  # the server said [DONE]
+        seen = False  # an event arrived
 
         def broken(cause: str) -> StreamBroken:
             said = f"{model}: the stream broke after {assembler.described()}: {cause}"
             return StreamBroken(said, partial=assembler.partial())
 
         async def pull() -> Sequence[ChatDelta]:
-            nonlocal finished, done
+            nonlocal finished, done, seen
             if finished:
                 return ()
             while True:
@@ -697,14 +721,20 @@ class OpenAIChatModel(ClosingModel):
                 except TimeoutError:
                     raise broken(f"no data for {per_call:g}s") from None
                 except ConnectionFailed as error:
+                    if not seen:
+                        finished = True
+                        return await whole(self._redact(str(error)))
                     raise broken(self._redact(str(error))) from None
                 if not data:
                     finished = True
+                    if not seen:
+                        return await whole("the stream ended before its first event")
                     if assembler.finish_reason is None and not done:
                         raise broken("the answer ended before the reply did")
                     return assembler.finish()
                 out: list[ChatDelta] = []
                 for event in events.feed(data):
+                    seen = True
                     if event.startswith(b"[DONE]"):
                         done = True
                         continue
@@ -735,16 +765,22 @@ class OpenAIChatModel(ClosingModel):
             logger.warning("%s: the server refuses stream_options; usage is estimated", self.model)
             return True
         if _STREAM_REFUSED.search(text):
-            shape = _shape(request)
-            self._whole_shapes.add(shape)
-            logger.warning(
-                "%s: the server does not stream requests %s (%s); they are sent whole from now on",
-                self.model,
-                f"with tools and tool choice {shape[1]!r}" if shape[0] else "without tools",
-                self._redact(str(error.message))[:200],
-            )
+            self._refused(request, self._redact(str(error.message)))
             return True
         return False
+
+    def _refused(self, request: ChatRequest, cause: str) -> None:
+        """The server does not stream requests of this shape: sent whole from now on."""
+        shape = _shape(request)
+        if shape in self._whole_shapes:
+            return
+        self._whole_shapes.add(shape)
+        logger.warning(
+            "%s: the server does not stream requests %s (%s); they are sent whole from now on",
+            self.model,
+            f"with tools and tool choice {shape[1]!r}" if shape[0] else "without tools",
+            cause[:200],
+        )
 
     def _adapt(self, error: _StatusError, params: dict[str, Any]) -> bool:
         """OpenAI's reasoning models refuse ``max_tokens`` (they take

@@ -51,9 +51,10 @@ class Respond:
     """Streamed: seconds between pieces (a piece: a word of the text, a fragment of a call)."""
     break_after: int | None = None
     """Streamed: the connection is dropped after this many pieces (a stream broken mid-way)."""
-    refuse_stream: bool = False
-    """A streamed request gets llama-cpp-python's refusal (a 500: "Automatic streaming tool
-    choice is not supported") and this answer stays first in line for the next request."""
+    refuse_stream: bool | str = False
+    """A streamed request is refused and this answer stays first in line for the next
+    request: ``True``, with a 500 ("Automatic streaming tool choice is not supported");
+    ``"empty"``, as llama-cpp-python 0.3 does: a 200 event stream that ends with no event."""
     stream_usage: bool = True
     """Streamed: send the usage chunk when the request asks for it (``stream_options``)."""
 
@@ -134,7 +135,10 @@ class ModelServer:
                         respond = server.responses.popleft()
                         if respond.refuse_stream and body.get("stream"):
                             server.responses.appendleft(respond)
-                            respond = Respond(500, error_body(STREAM_REFUSAL, "internal_server_error"))
+                            if respond.refuse_stream == "empty":
+                                respond = Respond(200, {"choices": []}, refuse_stream="empty")
+                            else:
+                                respond = Respond(500, error_body(STREAM_REFUSAL, "internal_server_error"))
                     else:
                         respond = Respond(
                             500, error_body("the test server has no scripted response left", "server_error")
@@ -165,7 +169,7 @@ class ModelServer:
             def _stream(self, respond: Respond, asked: dict[str, Any]) -> None:
                 """The completion as Server-Sent Events, chunked, piece by piece."""
                 usage = (asked.get("stream_options") or {}).get("include_usage") and respond.stream_usage
-                events = _chunks(respond.body, bool(usage))
+                events = [] if respond.refuse_stream == "empty" else _chunks(respond.body, bool(usage))
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")

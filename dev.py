@@ -6,7 +6,7 @@
     python3 dev.py test    create .venv, install greenroom[dev] (and, on Debian as root, the
                            chromium packages the browser tests use), run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
-    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat,
+    python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat, stream,
                            pipeline, soak); name suites to run only those (dev.py bench log chat)
 
 Extra arguments after the command go to the tool (for example
@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak")
+SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream")
 """Every suite ``greenroom bench`` has (a test keeps the two lists equal); soak loads a real
 daemon for 10 minutes per event loop."""
 

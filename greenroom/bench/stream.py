@@ -57,7 +57,8 @@ async def _cpu_of(calls: int, concurrency: int, one: Callable[[], Awaitable[int]
         nonlocal tokens, left
         while left > 0:
             left -= 1
-            tokens += await one()
+            got = await one()
+            tokens += got
 
     for _ in range(min(concurrency, 20)):  # warm: connections open, code paths taken
         await one()

@@ -299,3 +299,51 @@ def test_server_sent_events_are_cut_wherever_the_bytes_break() -> None:
     decoder = EventDecoder()  # a CR at the end may be half a CRLF: its line waits for the next byte
     assert decoder.feed(b"data: x\n\ndata: y\rdata: z\r\r") == [b"x"]
     assert decoder.feed(b"data: w\r\r\n") == [b"y\nz", b"w"]
+
+
+async def test_a_server_that_interrupts_streams_gets_every_request_whole_said_once(
+    client: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama-cpp-python closes a stream in progress when another request arrives: the
+    broken stream is an error; from then on every request goes whole."""
+    with ModelServer(interrupt_streams=True).running() as server:
+        server.add(Respond(body=completion(LONG), token_delay=0.05), Respond(body=completion("second")))
+        server.add(Respond(body=completion("third")))
+        with caplog.at_level(logging.WARNING, logger="greenroom.llm"):
+            async with make_model(server, client) as model:
+                with pytest.raises(StreamBroken):
+                    async with model.stream(ask()) as stream:
+                        async for _ in stream:
+                            if server.pieces_sent == 1:
+                                whole = await model.chat(ask())  # arrives mid-stream: the server cuts it
+                _, third = await read_all(model, ask())
+    assert whole.text == "second" and third.text == "third"
+    assert [seen.body.get("stream") for seen in server.seen] == [True, None, None]
+    said = [r.getMessage() for r in caplog.records if "interrupts streams" in r.getMessage()]
+    assert len(said) == 1
+
+
+async def test_a_harness_asks_again_whole_when_nobody_saw_the_broken_streams_pieces(
+    server: ModelServer,
+) -> None:
+    from greenroom import ActorSystem
+    from greenroom.harness import Harness
+
+    server.add(Respond(body=completion("half of it"), break_after=1), Respond(body=completion("all of it")))
+    async with make_model(server, "greenroom") as model, ActorSystem() as system:
+        harness = await Harness.spawn(system, model)
+        result = await harness.run_bounded("go")
+        await harness.aclose()
+    assert result.final_text == "all of it" and result.stop_reason == "done"
+    assert [seen.body.get("stream") for seen in server.seen] == [True, None]
+
+
+async def test_a_server_that_ignores_stream_is_read_as_the_whole_answer_it_sent(
+    server: ModelServer, client: str
+) -> None:
+    server.add(Respond(body=completion("whole anyway", completion_tokens=3), ignore_stream=True))
+    async with make_model(server, client) as model:
+        deltas, reply = await read_all(model, ask())
+    assert reply.text == "whole anyway" and reply.usage.completion_tokens == 3
+    assert [d.text for d in deltas if d.text] == ["whole ", "anyway"]
+    assert len(server.seen) == 1  # asked once: not taken for a refusal

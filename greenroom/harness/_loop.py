@@ -27,10 +27,11 @@ propagates. A wait for budget room is cancelled the same way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..llm import ChatModel, Price, open_stream
+from ..llm import ChatModel, Price, StreamBroken, open_stream
 from ..llm._price import price_of
 from ..messages import ChatDelta, ChatReply, ChatRequest, Usage
 from ._budget import TokenBudget
@@ -41,6 +42,8 @@ from ._timings import CallTimings
 from ._tools import RiskLevel, Tool
 
 T = TypeVar("T")
+
+logger = logging.getLogger("greenroom.harness")
 
 
 class Spend:
@@ -187,10 +190,17 @@ class BoundedLoop:
         self, request: ChatRequest, on_delta: Callable[[ChatDelta], Awaitable[None]] | None = None
     ) -> ChatReply:
         """One streamed model call, outside the loop's bounds (``call`` is the bounded
-        one): each piece to ``on_delta``, then the whole reply."""
+        one): each piece to ``on_delta``, then the whole reply. Without ``on_delta`` nobody
+        saw the pieces, so a stream that breaks (``StreamBroken``) is asked again whole,
+        once; with one, it propagates."""
+        if on_delta is None:
+            try:
+                async with open_stream(self.model, request, timeout=self.call_timeout) as stream:
+                    return await stream.read()
+            except StreamBroken as broken:  # nobody saw its pieces: asked again, whole, once
+                logger.info("a model stream broke (%s); the call is made again, whole", broken)
+                return await self.model.chat(request, timeout=self.call_timeout)
         async with open_stream(self.model, request, timeout=self.call_timeout) as stream:
-            if on_delta is None:
-                return await stream.read()
             async for delta in stream:
                 await on_delta(delta)
         return stream.reply

@@ -249,6 +249,34 @@ def _said(error: object) -> str:
     return str(error)[:300]
 
 
+class _Whole:
+    """What a streamed call falls back on: the request sent whole (a server that refused
+    to stream it), or an answer that came whole (a server that ignores ``stream``)."""
+
+    __slots__ = ("model", "params", "per_call", "request")
+
+    def __init__(
+        self, model: OpenAIChatModel, request: ChatRequest, params: dict[str, Any], per_call: float
+    ) -> None:
+        self.model = model
+        self.request = request
+        self.params = params
+        self.per_call = per_call
+
+    async def refused(self, cause: str) -> Sequence[ChatDelta]:
+        self.model._refused(self.request, cause)
+        return reply_deltas(await self.model._attempts(self.request, self.params, self.per_call))
+
+    def answered(self, body: bytes) -> Sequence[ChatDelta]:
+        try:
+            completion = _completion_decoder.decode(body)
+        except msgspec.DecodeError:
+            raise Unavailable(
+                f"{self.model.model}: the server answered something that is not a chat completion"
+            ) from None
+        return reply_deltas(self.model._reply(self.request, completion))
+
+
 CLIENTS = ("greenroom", "openai")
 """The HTTP clients ``OpenAIChatModel`` can send with: greenroom's own (``OriginClient``)
 or the ``openai`` SDK's ``AsyncOpenAI``."""
@@ -361,6 +389,8 @@ class OpenAIChatModel(ClosingModel):
             )
         self._no_stream_options = False  # the server refused stream_options
         self._whole_shapes: set[tuple[bool, str]] = set()  # request shapes the server does not stream
+        self._sent = 0  # requests this model sent (attempts, whole or streamed), in all
+        self._no_streams = False  # the server breaks a stream when another request arrives
         self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
@@ -449,6 +479,7 @@ class OpenAIChatModel(ClosingModel):
         while True:
             client = self._clients[self._next]
             self._next = (self._next + 1) % self.pools
+            self._sent += 1
             if type(client) is OriginClient:
                 body, status_error, failure = await self._post(client, params, per_call)
             else:
@@ -550,7 +581,7 @@ class OpenAIChatModel(ClosingModel):
             if self.max_in_flight is not None:
                 await stack.enter_async_context(self._admitted())
             params = self._params(request)
-            if _shape(request) in self._whole_shapes:
+            if self._no_streams or _shape(request) in self._whole_shapes:
                 pull = self._whole_pull(request, params, per_call)
             else:
                 pull = await self._open_stream(request, params, per_call, stack)
@@ -575,9 +606,7 @@ class OpenAIChatModel(ClosingModel):
         """The attempts of a streamed call up to its first byte (retried as ``_attempts``
         retries); the pull that reads the rest, its connection closed by ``stack``."""
 
-        async def whole(cause: str) -> Sequence[ChatDelta]:
-            self._refused(request, cause)
-            return reply_deltas(await self._attempts(request, params, per_call))
+        whole = _Whole(self, request, params, per_call)
 
         attempt = 0
         while True:
@@ -586,6 +615,7 @@ class OpenAIChatModel(ClosingModel):
                 asked["stream_options"] = {"include_usage": True}
             client = self._clients[self._next]
             self._next = (self._next + 1) % self.pools
+            self._sent += 1
             if type(client) is OriginClient:
                 pull, status_error, failure = await self._open_origin(client, asked, per_call, stack, whole)
             else:
@@ -614,7 +644,7 @@ class OpenAIChatModel(ClosingModel):
         params: dict[str, Any],
         per_call: float,
         stack: AsyncExitStack,
-        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
+        whole: _Whole,
     ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
         """One streamed attempt through greenroom's own client, up to the answer's head."""
         opening = client.stream("/chat/completions", _encode(params), self._stream_headers)
@@ -635,7 +665,8 @@ class OpenAIChatModel(ClosingModel):
                 await opening.__aexit__(None, None, None)
             return None, _StatusError.from_answer(Answer(answer.status, answer.headers, body)), None
         stack.push_async_exit(opening.__aexit__)
-        return self._reader(answer.receive, per_call, whole), None, None
+        streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
+        return self._reader(answer.receive, per_call, whole, streamed), None, None
 
     async def _open_sdk(
         self,
@@ -643,7 +674,7 @@ class OpenAIChatModel(ClosingModel):
         params: dict[str, Any],
         per_call: float,
         stack: AsyncExitStack,
-        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
+        whole: _Whole,
     ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
         """One streamed attempt through the openai SDK, up to the answer's head: its
         transport (proxies, auth, timeouts, status errors), the body's events read here as
@@ -686,25 +717,29 @@ class OpenAIChatModel(ClosingModel):
             except (httpx2.TransportError, httpx2.StreamError) as error:
                 raise ConnectionFailed(f"{type(error).__name__}: {error}") from None
 
-        return self._reader(receive, per_call, whole), None, None
+        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+        return self._reader(receive, per_call, whole, streamed), None, None
 
     def _reader(
         self,
         receive: Callable[[], Awaitable[bytes]],
         per_call: float,
-        whole: Callable[[str], Awaitable[Sequence[ChatDelta]]],
+        whole: _Whole,
+        streamed: bool = True,
     ) -> Pull:
         """The pull of a streamed answer whose body ``receive`` gives piece by piece
         (``b""`` at its end; ``TimeoutError`` or ``ConnectionFailed`` when it breaks). A
         body that ends before its first event is a refusal to stream (llama-cpp-python
         0.3 answers tools with tool choice ``auto`` so: a 200, then nothing): the request
-        is sent ``whole`` instead."""
+        is sent ``whole`` instead. An answer that is not an event stream (``streamed``
+        false: a server that ignores ``stream``) is read as the whole completion it is."""
         model = self.model
         events = EventDecoder()
         assembler = ReplyAssembler()
         finished = False  # the body ended: nothing more to pull
         done = False  # the server said [DONE]
         seen = False  # an event arrived
+        opened = self._sent  # this stream's own request is counted
 
         def broken(cause: str) -> StreamBroken:
             said = f"{model}: the stream broke after {assembler.described()}: {cause}"
@@ -714,6 +749,16 @@ class OpenAIChatModel(ClosingModel):
             nonlocal finished, done, seen
             if finished:
                 return ()
+            if not streamed:
+                finished = True
+                parts = []
+                try:
+                    with anyio.fail_after(per_call):
+                        while data := await receive():
+                            parts.append(data)
+                except (TimeoutError, ConnectionFailed) as error:
+                    raise broken(self._redact(str(error)) or "no data in time") from None
+                return whole.answered(b"".join(parts))
             while True:
                 try:
                     with anyio.fail_after(per_call):
@@ -723,12 +768,14 @@ class OpenAIChatModel(ClosingModel):
                 except ConnectionFailed as error:
                     if not seen:
                         finished = True
-                        return await whole(self._redact(str(error)))
+                        return await whole.refused(self._redact(str(error)))
+                    if self._sent > opened:  # another request was sent since this one
+                        self._interrupted()
                     raise broken(self._redact(str(error))) from None
                 if not data:
                     finished = True
                     if not seen:
-                        return await whole("the stream ended before its first event")
+                        return await whole.refused("the stream ended before its first event")
                     if assembler.finish_reason is None and not done:
                         raise broken("the answer ended before the reply did")
                     return assembler.finish()
@@ -768,6 +815,19 @@ class OpenAIChatModel(ClosingModel):
             self._refused(request, self._redact(str(error.message)))
             return True
         return False
+
+    def _interrupted(self) -> None:
+        """The server closed a stream after another one began: it interrupts a stream on
+        each new request (llama-cpp-python's default), so concurrent streams cannot
+        finish. Every request is sent whole from now on (said once)."""
+        if self._no_streams:
+            return
+        self._no_streams = True
+        logger.warning(
+            "%s: the server closed a stream when another request arrived (it interrupts streams, "
+            "as llama-cpp-python does by default); requests are sent whole from now on",
+            self.model,
+        )
 
     def _refused(self, request: ChatRequest, cause: str) -> None:
         """The server does not stream requests of this shape: sent whole from now on."""

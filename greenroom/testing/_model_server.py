@@ -13,7 +13,9 @@ A request that asks to ``stream`` gets its answer as Server-Sent Events, a piece
 a fragment of a tool call) at a time, with ``[DONE]`` last and the usage chunk when it
 asked for one (``stream_options.include_usage``); ``Respond`` sets the delays between
 pieces, a break mid-way (``break_after``) and a refusal to stream (``refuse_stream``).
-``disconnected`` is set when a streamed request's client hangs up before the end.
+``disconnected`` is set when a streamed request's client hangs up before the end. With
+``interrupt_streams``, a new request closes every stream in progress, as llama-cpp-python's
+server does by default.
 
 It is as strict as the strictest server we met: like llama-cpp-python's, it answers a
 message whose ``content`` is not a string (``null``, or missing) with a 500 carrying
@@ -57,6 +59,8 @@ class Respond:
     ``"empty"``, as llama-cpp-python 0.3 does: a 200 event stream that ends with no event."""
     stream_usage: bool = True
     """Streamed: send the usage chunk when the request asks for it (``stream_options``)."""
+    ignore_stream: bool = False
+    """Answer a streamed request whole (JSON), as servers that ignore ``stream`` do."""
 
 
 @dataclass
@@ -108,7 +112,10 @@ class ModelServer:
     A request with nothing scripted left gets a 500 saying so. ``running()`` stops the
     server (and releases held requests) when the block ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, interrupt_streams: bool = False) -> None:
+        self.interrupt_streams = interrupt_streams
+        """A new request closes every stream in progress (llama-cpp-python's default)."""
+        self._streaming: set[socket.socket] = set()
         self.responses: deque[Respond] = deque()
         self.seen: list[Seen] = []
         self.holding = threading.Event()  # a held request has arrived
@@ -127,6 +134,10 @@ class ModelServer:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
+                    if server.interrupt_streams:
+                        for other in server._streaming:
+                            other.shutdown(socket.SHUT_RDWR)
+                        server._streaming.clear()
                     server.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     invalid = _invalid_message(body)
                     if invalid is not None:
@@ -148,8 +159,21 @@ class ModelServer:
                     if not self._wait_for_release():
                         server.disconnected.set()
                         return
-                if body.get("stream") and respond.status == 200 and isinstance(respond.body, dict):
-                    self._stream(respond, body)
+                if (
+                    body.get("stream")
+                    and respond.status == 200
+                    and isinstance(respond.body, dict)
+                    and not respond.ignore_stream
+                ):
+                    with server._lock:
+                        server._streaming.add(self.connection)
+                    try:
+                        self._stream(respond, body)
+                    except OSError:
+                        server.disconnected.set()
+                    finally:
+                        with server._lock:
+                            server._streaming.discard(self.connection)
                     return
                 payload = respond.body
                 if respond.echo_auth:

@@ -411,6 +411,7 @@ def test_agents_without_llm_phases_run_beside_an_llm_section_unless_a_model_is_n
         ('[llm]\nbase_url = "ftp://x"\nmodel = "m"\n', "llm.base_url"),
         ('[llm]\nbase_url = "http://x"\nmodel = "m"\napi_key = "sk-in-the-file"\n', "api_key"),
         ('[llm]\nbase_url = "http://x"\nmodel = "m"\nclient = "curl"\n', "llm.client"),
+        ('[llm]\nbase_url = "http://x"\nmodel = "m"\nstream = "yes"\n', "llm.stream"),
         ('[agents.research]\nagent = "greenroom.agents.examples:ResearchAgent"\nmodel = "m"\n',
          "field 'agents.research.model' names 'm', but there is no [llm] section"),
         ('[limits]\nmax_error_chars = 5\n', "limits.max_error_chars"),

@@ -7,11 +7,11 @@ Against a chat-completions server in its own process (``_stream_server``), in th
    own stream (``chat.completions.create(stream=True)``, the reference), at each
    ``--concurrency``; the server answers at once, so the process's CPU is the client's.
    Ratios: greenroom streamed / SDK streamed, greenroom streamed / greenroom whole.
-2. **Chat time to first token**: ``--conversations`` streamed chat requests at once
-   through the assistant (``Assistant.say_streamed``: the runner, its request actors, the
-   engine, the store) against a model whose first token takes 50 ms and each next one 20
-   ms: how long after the request the first piece of the reply reached the caller, less
-   the model's own 50 ms.
+2. **Chat time to first token**: ``--conversations`` users at once, each sending
+   ``--rounds`` messages ``--think`` seconds apart through the assistant
+   (``Assistant.say_streamed``: the runner, its request actors, the engine, the store)
+   against a model whose first token takes 50 ms and each next one 20 ms: how long after
+   the request the first piece of the reply reached the caller, less the model's own 50 ms.
 """
 
 from __future__ import annotations
@@ -128,18 +128,24 @@ async def client_cpu(url: str, concurrency: int, calls: int) -> dict[str, Any]:
     return figures
 
 
-async def chat_first_token(url: str, conversations: int, first_ms: float) -> dict[str, Any]:
+async def chat_first_token(
+    url: str, conversations: int, first_ms: float, think: float, rounds: int
+) -> dict[str, Any]:
+    """Time to the first piece of each streamed chat reply, less the model's own first
+    token: ``conversations`` users at once, each sending ``rounds`` messages with
+    ``think`` seconds between a reply and its next message (starts spread over the first
+    ``think`` seconds), after one served message each (their conversations open)."""
     from ..chat import AgentEngineConfig, ReplyDelta, open_assistant
     from ..llm import OpenAIChatModel
 
     waits: list[float] = []
     async with OpenAIChatModel("bench", base_url=url, max_in_flight=conversations, max_retries=0) as model:
         with tempfile.TemporaryDirectory() as data_dir:
-            config = AgentEngineConfig(timeout_seconds=120)
-            async with open_assistant(data_dir, model=model, config=config, timeout=120) as assistant:
+            config = AgentEngineConfig(timeout_seconds=300, include_history_messages=4)
+            async with open_assistant(data_dir, model=model, config=config, timeout=300) as assistant:
                 ids = [await assistant.runner.new_conversation(f"u{n}") for n in range(conversations)]
 
-                async def one(n: int) -> None:
+                async def say(n: int) -> float:
                     started = anyio.current_time()
                     first: float | None = None
                     async with assistant.say_streamed(f"u{n}", ids[n], "hello there") as events:
@@ -147,32 +153,53 @@ async def chat_first_token(url: str, conversations: int, first_ms: float) -> dic
                             if first is None and isinstance(event, ReplyDelta):
                                 first = anyio.current_time() - started
                     assert first is not None
-                    waits.append(first)
+                    return first
 
-                await one(0)  # warm
-                waits.clear()
+                async with anyio.create_task_group() as tg:  # each served once
+                    for n in range(conversations):
+                        tg.start_soon(say, n)
+
+                async def user(n: int) -> None:
+                    await anyio.sleep(think * n / conversations)
+                    for _ in range(rounds):
+                        waits.append(await say(n))
+                        await anyio.sleep(think)
+
+                started = time.process_time()
                 async with anyio.create_task_group() as tg:
                     for n in range(conversations):
-                        tg.start_soon(one, n)
+                        tg.start_soon(user, n)
+                cpu = time.process_time() - started
     over = sorted((wait - first_ms / 1000) * 1000 for wait in waits)
     return {
         "conversations": conversations,
+        "requests": len(waits),
+        "think_s": think,
         "model_first_token_ms": first_ms,
         "over_p50_ms": round(over[len(over) // 2], 2),
         "over_p99_ms": round(over[min(len(over) - 1, int(len(over) * 0.99))], 2),
         "over_max_ms": round(over[-1], 2),
+        "cpu_ms_per_request": round(cpu / len(waits) * 1000, 3),
     }
 
 
 def measure(
-    backend: str, concurrency: list[int], calls: int, tokens: int, conversations: int
+    backend: str,
+    concurrency: list[int],
+    calls: int,
+    tokens: int,
+    conversations: int,
+    think: float = 2.0,
+    rounds: int = 3,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"backend": backend, "tokens": tokens, "cpu": []}
     with stream_server(tokens, 0, 0) as url:
         for level in concurrency:
             results["cpu"].append(anyio.run(client_cpu, url, level, max(calls, level * 2), backend=backend))
     with stream_server(20, 50, 20) as url:
-        results["chat"] = anyio.run(chat_first_token, url, conversations, 50.0, backend=backend)
+        results["chat"] = anyio.run(
+            chat_first_token, url, conversations, 50.0, think, rounds, backend=backend
+        )
     return results
 
 
@@ -187,9 +214,11 @@ def format_table(results: dict[str, Any]) -> str:
         )
     chat = results["chat"]
     lines.append(
-        f"  chat, {chat['conversations']} streamed conversations at once, model first token "
+        f"  chat, {chat['conversations']} streamed conversations ({chat['requests']} requests, "
+        f"{chat['think_s']:g} s between a reply and the next message), model first token "
         f"{chat['model_first_token_ms']:.0f} ms: first piece at +{chat['over_p50_ms']:.2f} ms p50, "
-        f"+{chat['over_p99_ms']:.2f} ms p99 (max +{chat['over_max_ms']:.2f})"
+        f"+{chat['over_p99_ms']:.2f} ms p99 (max +{chat['over_max_ms']:.2f}); "
+        f"{chat['cpu_ms_per_request']:.2f} ms CPU per request"
     )
     return "\n".join(lines)
 
@@ -198,7 +227,11 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--concurrency", type=positive_int, action="append", help="default 1 and 1000")
     parser.add_argument("--calls", type=positive_int, default=400, help="replies per client and level")
     parser.add_argument("--tokens", type=positive_int, default=64, help="words per reply")
-    parser.add_argument("--conversations", type=positive_int, default=1000, help="chat requests at once")
+    parser.add_argument("--conversations", type=positive_int, default=1000, help="chat users at once")
+    parser.add_argument(
+        "--think", type=float, default=2.0, help="seconds between a reply and the next message"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3, help="messages per user measured")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -208,6 +241,8 @@ def main(args: argparse.Namespace) -> int:
     return report_per_backend(
         args.backend,
         args.json,
-        lambda b: measure(b, concurrency, args.calls, args.tokens, args.conversations),
+        lambda b: measure(
+            b, concurrency, args.calls, args.tokens, args.conversations, args.think, args.rounds
+        ),
         format_table,
     )

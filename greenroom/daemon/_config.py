@@ -96,6 +96,10 @@ class LLMConfig(msgspec.Struct, forbid_unknown_fields=True):
     """Requests in flight to the server at once, across all agents (default: unbounded)."""
     client: Literal["greenroom", "openai"] = "greenroom"
     """The HTTP client of the calls: greenroom's own (the default) or the openai SDK's."""
+    stream: bool = True
+    """Stream the model's replies (time to first token measured, chat answers shown as
+    they are made); ``false`` for a server known to stream badly (one that refuses or
+    interrupts streams is also found out and used whole, said once in the log)."""
     max_tokens: Tokens | None = None
     """The longest reply one call may generate (default: the server's own limit)."""
     temperature: Temperature | None = None

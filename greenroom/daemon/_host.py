@@ -216,6 +216,7 @@ class AgentHost:
                 max_retries=llm.max_retries,
                 max_in_flight=llm.max_in_flight,
                 client=llm.client,
+                stream=llm.stream,
                 max_tokens=llm.max_tokens,
                 temperature=llm.temperature,
                 price=price_for(self.config, name),

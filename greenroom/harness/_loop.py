@@ -31,9 +31,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
+import msgspec
+
 from ..llm import ChatModel, Price, StreamBroken, open_stream
 from ..llm._price import price_of
-from ..messages import ChatDelta, ChatReply, ChatRequest, Usage
+from ..messages import CallTiming, ChatDelta, ChatReply, ChatRequest, Usage
 from ._budget import TokenBudget
 from ._phase import StopReason
 from ._sandbox import Sandbox
@@ -199,7 +202,10 @@ class BoundedLoop:
                     return await stream.read()
             except StreamBroken as broken:  # nobody saw its pieces: asked again, whole, once
                 logger.info("a model stream broke (%s); the call is made again, whole", broken)
-                return await self.model.chat(request, timeout=self.call_timeout)
+                started = anyio.current_time()
+                reply = await self.model.chat(request, timeout=self.call_timeout)
+                took = anyio.current_time() - started
+                return msgspec.structs.replace(reply, timing=CallTiming(took, took))
         async with open_stream(self.model, request, timeout=self.call_timeout) as stream:
             async for delta in stream:
                 await on_delta(delta)

@@ -65,16 +65,16 @@ class StreamedAnswer:
         self.ended = False
         """The body was read to its end."""
 
-    async def receive(self) -> bytes:
-        """The next piece of the body as the server sent it; ``b""`` once it ended.
-        Raises :class:`ConnectionFailed` when it breaks off before its end."""
-        if self.ended:
-            return b""
-        data = await self._connection.next_data()
-        if data is None:
-            self.ended = True
-            return b""
-        return data
+    async def receive(self, timeout: float | None = None) -> bytes:
+        """What has arrived of the body since the last call (everything read, waiting
+        only while nothing has; ``timeout`` bounds that wait, then ``TimeoutError``);
+        ``b""`` once it ended. Raises :class:`ConnectionFailed` when it breaks off before
+        its end."""
+        while not self.ended:
+            data, self.ended = await self._connection.next_data(timeout)
+            if data:
+                return data
+        return b""
 
     async def read(self) -> bytes:
         """The rest of the body, whole."""
@@ -175,17 +175,37 @@ class _Connection:
                 raise ConnectionFailed("the server closed the connection before answering")
             # InformationalResponse (100 Continue): read on
 
-    async def next_data(self) -> bytes | None:
-        """The next piece of the answer's body as it arrives; ``None`` at its end.
-        Raises :class:`ConnectionFailed` when the body breaks off before its end."""
+    async def next_data(self, timeout: float | None = None) -> tuple[bytes, bool]:
+        """What has arrived of the answer's body, waiting (``timeout`` seconds at most,
+        then ``TimeoutError``) only while nothing has: ``(bytes, ended)`` — every piece
+        already read from the connection at once, not one chunk of a chunked body per
+        call. Raises :class:`ConnectionFailed` when the body breaks off before its end."""
+        protocol = self.protocol
+        parts: list[bytes] = []
         while True:
-            event = await self._next_event(stale=False)
+            try:
+                event = protocol.next_event()
+            except h11.RemoteProtocolError as error:
+                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
             kind = type(event)
             if kind is h11.Data:
-                if event.data:
-                    return event.data  # type: ignore[no-any-return]
+                parts.append(event.data)  # type: ignore[union-attr]
+            elif event is h11.NEED_DATA:
+                if parts:
+                    return b"".join(parts), False
+                try:
+                    if timeout is None:
+                        received = await self.stream.receive(_READ)
+                    else:
+                        with anyio.fail_after(timeout):
+                            received = await self.stream.receive(_READ)
+                except anyio.EndOfStream:
+                    received = b""
+                except (anyio.BrokenResourceError, OSError) as error:
+                    raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+                protocol.receive_data(received)
             elif kind is h11.EndOfMessage:
-                return None
+                return b"".join(parts), True
             elif kind is h11.ConnectionClosed:
                 raise ConnectionFailed("the server closed the connection before the answer was whole")
 

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -318,6 +319,10 @@ class OpenAIChatModel(ClosingModel):
     of 64 — measured on trio in ``greenroom bench chat``). ``price``: what its tokens cost
     (:class:`Price`), so harnesses and the chat engine count spend in money too.
 
+    ``stream``: whether :meth:`stream` asks the server to stream (``False``: each call is
+    sent whole and given as one piece, for a server known to stream badly; a server that
+    refuses or interrupts streams is also detected and used whole, said once in the log).
+
     Cancellation stops the call in flight (and any retry wait, or a wait for admission)
     at once. Close it with ``aclose()`` or ``async with``: an unclosed client leaks its
     connections (and warns under trio).
@@ -338,6 +343,7 @@ class OpenAIChatModel(ClosingModel):
         pools: int = 1,
         price: Price | None = None,
         client: str = "greenroom",
+        stream: bool = True,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -390,7 +396,12 @@ class OpenAIChatModel(ClosingModel):
         self._no_stream_options = False  # the server refused stream_options
         self._whole_shapes: set[tuple[bool, str]] = set()  # request shapes the server does not stream
         self._sent = 0  # requests this model sent (attempts, whole or streamed), in all
-        self._no_streams = False  # the server breaks a stream when another request arrives
+        if not isinstance(stream, bool):
+            raise ValueError(f"OpenAIChatModel stream must be true or false, got {stream!r}")
+        self.streams = stream
+        """Whether ``stream`` asks the server to stream (``False``: every call is sent
+        whole, its reply given as one piece — for a server known to stream badly)."""
+        self._no_streams = not stream  # or: the server breaks a stream when another request arrives
         self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
@@ -666,7 +677,7 @@ class OpenAIChatModel(ClosingModel):
             return None, _StatusError.from_answer(Answer(answer.status, answer.headers, body)), None
         stack.push_async_exit(opening.__aexit__)
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
-        return self._reader(answer.receive, per_call, whole, streamed), None, None
+        return self._reader(partial(answer.receive, per_call), per_call, whole, streamed), None, None
 
     async def _open_sdk(
         self,
@@ -728,7 +739,8 @@ class OpenAIChatModel(ClosingModel):
         streamed: bool = True,
     ) -> Pull:
         """The pull of a streamed answer whose body ``receive`` gives piece by piece
-        (``b""`` at its end; ``TimeoutError`` or ``ConnectionFailed`` when it breaks). A
+        (``b""`` at its end; ``TimeoutError`` past ``per_call`` seconds of silence, or
+        ``ConnectionFailed`` when it breaks). A
         body that ends before its first event is a refusal to stream (llama-cpp-python
         0.3 answers tools with tool choice ``auto`` so: a 200, then nothing): the request
         is sent ``whole`` instead. An answer that is not an event stream (``streamed``
@@ -753,16 +765,14 @@ class OpenAIChatModel(ClosingModel):
                 finished = True
                 parts = []
                 try:
-                    with anyio.fail_after(per_call):
-                        while data := await receive():
-                            parts.append(data)
+                    while data := await receive():
+                        parts.append(data)
                 except (TimeoutError, ConnectionFailed) as error:
                     raise broken(self._redact(str(error)) or "no data in time") from None
                 return whole.answered(b"".join(parts))
             while True:
                 try:
-                    with anyio.fail_after(per_call):
-                        data = await receive()
+                    data = await receive()  # bounded by per_call: its own timeout
                 except TimeoutError:
                     raise broken(f"no data for {per_call:g}s") from None
                 except ConnectionFailed as error:

@@ -269,3 +269,31 @@ def test_a_bad_linger_is_refused_by_name(tmp_path: Path) -> None:
     for bad in (-1, float("nan"), "5ms", True):
         with pytest.raises(ValueError, match="LogActor linger"):
             LogActor(FileEventStore(tmp_path), linger=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.virtual_time
+async def test_the_narrator_streams_a_reply_to_users_in_gathered_pieces(tmp_path: Path) -> None:
+    from greenroom.llm import ScriptedModel
+    from greenroom.log import narrate
+    from greenroom.messages import NARRATION_DELTA, ChatMessage, ChatRequest
+
+    narrator = NarratorCapability()
+    words = " ".join(f"w{n}" for n in range(20))
+    model = ScriptedModel([words], latency=0.1, token_latency=0.02)
+    request = ChatRequest((ChatMessage("user", "tell them"),))
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: file_log(tmp_path, narrator=narrator))
+        async with model.stream(request) as stream:
+            reply = await narrate(log, narrator, stream, task_id="t1", every=0.1)
+        async with ScriptedModel(["sneaky"]).stream(request) as stream:
+            with pytest.raises(PolicyError) as refused:  # another capability: nothing reaches users
+                await narrate(log, NarratorCapability(), stream)
+        assert refused.value.policy_error == "narrator_only"
+    events = read_events(tmp_path / "events.jsonl")
+    deltas = [e for e in events if e.type == NARRATION_DELTA]
+    (whole,) = [e for e in events if e.type == NARRATION]
+    assert all(e.visibility == "user" and e.task_id == "t1" for e in [*deltas, whole])
+    assert "".join(e.payload["text"] for e in deltas) == words == whole.payload["text"] == reply.text
+    assert [e.payload["index"] for e in deltas] == list(range(len(deltas)))
+    # 20 pieces 20 ms apart, gathered 100 ms at a time: the first at once, then ~5 pieces each
+    assert deltas[0].payload["text"] == "w0 " and 4 <= len(deltas) <= 7

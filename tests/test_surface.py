@@ -100,6 +100,7 @@ PUBLIC: dict[str, list[str]] = {
         "MISSING",
         "ModelToolCall",
         "NARRATION",
+        "NARRATION_DELTA",
         "NoWork",
         "Park",
         "RecordError",
@@ -165,6 +166,7 @@ PUBLIC: dict[str, list[str]] = {
         "LogActor",
         "NarratorCapability",
         "PolicyError",
+        "narrate",
     ],
     "embedded": [
         "EVENTS_FILE",

@@ -22,6 +22,9 @@ TASK_APPROVED = "TASK_APPROVED"
 TASK_DENIED = "TASK_DENIED"
 """A person decided a waiting call (who and when in the payload); the task is PENDING again."""
 NARRATION = "NARRATION"
+NARRATION_DELTA = "NARRATION_DELTA"
+"""A piece of a narration as the model makes it (``visibility="user"``: the narrator's
+only; ``greenroom.log.narrate``). The ``NARRATION`` after the last one holds it whole."""
 HARNESS_PHASE = "HARNESS_PHASE"
 """One bounded phase of a harness actor ended (internal). A durable phase says how many
 of its steps were ``replayed`` from the journal and how many it ``recorded``."""

@@ -1035,6 +1035,35 @@ def test_greenroom_chat_sends_its_max_tokens_and_temperature_to_the_server(tmp_p
     assert [(seen.body["max_tokens"], seen.body["temperature"]) for seen in server.seen] == [(50, 0.3)] * 2
 
 
+def test_greenroom_chat_prints_the_reply_as_the_model_makes_it(tmp_path: Path) -> None:
+    """The first words are on screen while the model is still making the rest."""
+    import subprocess
+    import sys
+    import time
+
+    from greenroom.testing import ModelServer, Respond, completion
+
+    words = " ".join(f"word{n}" for n in range(40))
+    with ModelServer().running() as server:
+        server.add(Respond(body=completion(words), token_delay=0.1))  # 4 s in all
+        process = subprocess.Popen(
+            [sys.executable, "-m", "greenroom", "chat", "--data-dir", str(tmp_path), "--base-url", server.url,
+             "--model", "small", "-m", "talk to me"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        shown = b""
+        deadline = time.monotonic() + 60
+        while b"word2 " not in shown and time.monotonic() < deadline:
+            shown += process.stdout.read1(4096)  # blocks until the CLI prints more
+        sent_then = server.pieces_sent
+        rest, errors = process.communicate(timeout=60)
+    assert shown.startswith(b"assistant> word0 word1 word2 ")
+    assert sent_then < 40  # printed before the model was done
+    assert process.returncode == 0, errors
+    assert (shown + rest).decode().rstrip("\n") == f"assistant> {words}"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

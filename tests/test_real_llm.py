@@ -63,6 +63,17 @@ def _model_path() -> str:
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _llama(tmp_path_factory, "chatml-function-calling")
+
+
+@pytest.fixture(scope="module")
+def plain_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same server with plain ``chatml``: tools are not read, every reply is text, and
+    it streams (``chatml-function-calling`` refuses to stream tool choice ``auto``)."""
+    yield from _llama(tmp_path_factory, "chatml")
+
+
+def _llama(tmp_path_factory: pytest.TempPathFactory, chat_format: str) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -70,7 +81,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with log.open("w") as out:
         server = subprocess.Popen(
             [PYTHON, "-m", "llama_cpp.server", "--model", _model_path(), "--host", "127.0.0.1",
-             "--port", str(port), "--chat_format", "chatml-function-calling", "--n_ctx", "4096"],
+             "--port", str(port), "--chat_format", chat_format, "--n_ctx", "4096"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}/v1"
@@ -206,3 +217,31 @@ async def test_a_reply_streams_from_llama_cpp_python_and_a_cancelled_stream_free
           f"{plain * 1000:.0f} ms before the cancel, {after * 1000:.0f} ms after "
           f"(the cancelled generation's rest: ~{3000 / rate:.0f} s)")  # fmt: skip
     assert after < plain + (3000 / rate) / 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("client", ["greenroom", "openai"])
+async def test_a_chat_reply_streams_from_llama_cpp_python(
+    plain_llama_server: str, client: str, anyio_backend: str, tmp_path: Path
+) -> None:
+    from greenroom.chat import AgentEngineConfig, ReplyDelta, open_assistant
+    from greenroom.llm import OpenAIChatModel
+
+    config = AgentEngineConfig(max_tokens=60, temperature=0.0)
+    async with (
+        OpenAIChatModel("smollm2", base_url=plain_llama_server, client=client, timeout=300) as model,
+        open_assistant(tmp_path, model=model, config=config) as assistant,
+    ):
+        conversation = await assistant.runner.new_conversation("alice")
+        async with assistant.say_streamed("alice", conversation, "Tell me about your day.") as events:
+            deltas = [event async for event in events if isinstance(event, ReplyDelta)]
+        result = events.result
+    pieces = [d for d in deltas if not d.replace]
+    shown = "".join(d.text for d in pieces)
+    print(f"\n[{anyio_backend}, {client}] {len(pieces)} pieces: {shown[:80]!r}")
+    assert len(pieces) > 3  # the reply came as it was made
+    assert (
+        result.success
+        and result.response.strip() == (deltas[-1].text if deltas[-1].replace else shown).strip()
+    )

@@ -48,15 +48,21 @@ def _answer(body: dict[str, object]) -> bytes:
     ).encode()
 
 
+async def read_request(reader: asyncio.StreamReader) -> dict[str, object]:
+    """The JSON body of the next request on a keep-alive connection (its head skipped)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    body: dict[str, object] = json.loads(await reader.readexactly(length)) if length else {}
+    return body
+
+
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency: float) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            body = json.loads(await reader.readexactly(length)) if length else {}
+            body = await read_request(reader)
             if latency:
                 await asyncio.sleep(latency)
             payload = _answer(body)

@@ -15,6 +15,8 @@ import asyncio
 import json
 import sys
 
+from ._chat_server import read_request
+
 
 def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
     data = json.dumps(
@@ -60,12 +62,7 @@ async def _serve(
     ).encode()
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            body = json.loads(await reader.readexactly(length)) if length else {}
+            body = await read_request(reader)
             if first:
                 await asyncio.sleep(first)
             if not body.get("stream"):

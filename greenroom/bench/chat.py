@@ -60,11 +60,15 @@ _TOOLS = [
 @contextmanager
 def model_server(latency_ms: float) -> Iterator[str]:
     """The chat-completions server in its own process; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "greenroom.bench._chat_server", str(latency_ms)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    with server_process("greenroom.bench._chat_server", str(latency_ms)) as url:
+        yield url
+
+
+@contextmanager
+def server_process(module: str, *args: str) -> Iterator[str]:
+    """A benchmark's model server (``python -m MODULE ARGS...``, which prints its port) in
+    its own process; yields its base URL, kills it at the end."""
+    process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline())

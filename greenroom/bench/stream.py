@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,24 +26,16 @@ from typing import Any
 
 import anyio
 
+from .chat import server_process
+
 HELP = "streamed model calls: client CPU per token vs the openai SDK, chat time to first token"
 
 
 @contextmanager
 def stream_server(tokens: int, first_ms: float, token_ms: float) -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "greenroom.bench._stream_server", str(tokens), str(first_ms), str(token_ms)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield f"http://127.0.0.1:{int(process.stdout.readline())}/v1"
-    finally:
-        process.kill()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+    """The streaming chat-completions server in its own process; yields its base URL."""
+    with server_process("greenroom.bench._stream_server", str(tokens), str(first_ms), str(token_ms)) as url:
+        yield url
 
 
 async def _cpu_of(calls: int, concurrency: int, one: Callable[[], Awaitable[int]]) -> tuple[float, int]:

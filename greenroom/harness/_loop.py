@@ -36,6 +36,7 @@ import msgspec
 
 from ..llm import ChatModel, Price, StreamBroken, open_stream
 from ..llm._price import price_of
+from ..llm._stream import streams
 from ..messages import CallTiming, ChatDelta, ChatReply, ChatRequest, Usage
 from ._budget import TokenBudget
 from ._phase import StopReason
@@ -196,6 +197,11 @@ class BoundedLoop:
         one): each piece to ``on_delta``, then the whole reply. Without ``on_delta`` nobody
         saw the pieces, so a stream that breaks (``StreamBroken``) is asked again whole,
         once; with one, it propagates."""
+        if on_delta is None and not streams(self.model):
+            started = anyio.current_time()  # a model that cannot stream: its reply, whole
+            reply = await self.model.chat(request, timeout=self.call_timeout)
+            took = anyio.current_time() - started
+            return msgspec.structs.replace(reply, timing=CallTiming(took, took))
         if on_delta is None:
             try:
                 async with open_stream(self.model, request, timeout=self.call_timeout) as stream:

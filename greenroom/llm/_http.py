@@ -108,48 +108,15 @@ class _Connection:
         return bool(readable)
 
     async def exchange(self, request: h11.Request, body: bytes, reused: bool) -> Answer:
-        protocol = self.protocol
-        stream = self.stream
-        data = protocol.send(request)
-        data += protocol.send(h11.Data(data=body))
-        data += protocol.send(h11.EndOfMessage())
-        try:
-            await stream.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
-            if reused:
-                raise _Stale from None
-            raise ConnectionFailed(f"the connection broke while sending: {error!r}") from None
-        status = 0
-        headers: dict[str, str] = {}
+        """Send the request and read its answer whole."""
+        status, headers = await self.open(request, body, reused)
         parts: list[bytes] = []
         while True:
-            try:
-                event = protocol.next_event()
-            except h11.RemoteProtocolError as error:
-                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
-            kind = type(event)
-            if event is h11.NEED_DATA:
-                try:
-                    received = await stream.receive(_READ)
-                except anyio.EndOfStream:
-                    received = b""
-                except (anyio.BrokenResourceError, OSError) as error:
-                    if reused and not status:
-                        raise _Stale from None
-                    raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
-                if not received and reused and not status:
-                    raise _Stale
-                protocol.receive_data(received)
-            elif kind is h11.Response:
-                status = event.status_code  # type: ignore[union-attr]
-                headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}  # type: ignore[union-attr]
-            elif kind is h11.Data:
-                parts.append(event.data)  # type: ignore[union-attr]
-            elif kind is h11.EndOfMessage:
+            data, ended = await self.next_data()
+            if data:
+                parts.append(data)
+            if ended:
                 return Answer(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
-            elif kind is h11.ConnectionClosed:
-                raise ConnectionFailed("the server closed the connection before the answer was whole")
-            # InformationalResponse (100 Continue): read on
 
     async def open(self, request: h11.Request, body: bytes, reused: bool) -> tuple[int, dict[str, str]]:
         """Send the request and read the answer's head: ``(status, headers)``. The body

@@ -29,7 +29,7 @@ from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
 from ._sse import EventDecoder, ReplyAssembler, decode_chunk, parse_arguments
-from ._stream import ChatStream, Pull, StreamBroken, reply_deltas
+from ._stream import ChatStream, Pull, StreamBroken, once, reply_deltas
 
 if TYPE_CHECKING:  # imported when a model is made: a command that makes none never pays for it
     import openai
@@ -503,19 +503,27 @@ class OpenAIChatModel(ClosingModel):
                         f"{self.model}: the server answered something that is not a chat completion"
                     ) from None
                 return self._reply(request, completion)
-            wait: float | None
-            if status_error is not None:
-                if self._adapt(status_error, params):
-                    continue  # the same request in the form this model takes: not a retry
-                wait, failure = self._judge_status(status_error, attempt)
-            else:  # the server could not be reached
-                wait = self._backoff(attempt)
-            assert failure is not None
-            if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
-                raise failure
-            attempt += 1
-            logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
-            await anyio.sleep(wait)
+            if status_error is not None and self._adapt(status_error, params):
+                continue  # the same request in the form this model takes: not a retry
+            attempt = await self._retry_after(status_error, failure, attempt)
+
+    async def _retry_after(
+        self, status_error: _StatusError | None, failure: ModelError | None, attempt: int
+    ) -> int:
+        """After a failed attempt: raise its error when it is not to be retried, else wait
+        the backoff (or what the server asked for) and return the next attempt's number."""
+        wait: float | None
+        if status_error is not None:
+            wait, failure = self._judge_status(status_error, attempt)
+        else:  # the server could not be reached
+            wait = self._backoff(attempt)
+        assert failure is not None
+        if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
+            raise failure
+        attempt += 1
+        logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
+        await anyio.sleep(wait)
+        return attempt
 
     async def _post(
         self, client: OriginClient, params: dict[str, Any], per_call: float
@@ -600,16 +608,11 @@ class OpenAIChatModel(ClosingModel):
 
     def _whole_pull(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> Pull:
         """A stream of one pull: the request sent whole (a server that does not stream it)."""
-        pulled = False
 
-        async def pull() -> Sequence[ChatDelta]:
-            nonlocal pulled
-            if pulled:
-                return ()
-            pulled = True
+        async def whole() -> Sequence[ChatDelta]:
             return reply_deltas(await self._attempts(request, params, per_call))
 
-        return pull
+        return once(whole)
 
     async def _open_stream(
         self, request: ChatRequest, params: dict[str, Any], per_call: float, stack: AsyncExitStack
@@ -633,21 +636,13 @@ class OpenAIChatModel(ClosingModel):
                 pull, status_error, failure = await self._open_sdk(client, asked, per_call, stack, whole)
             if pull is not None:
                 return pull
-            wait: float | None
-            if status_error is not None:
-                if self._adapt(status_error, params) or self._adapt_stream(status_error, request):
-                    if _shape(request) in self._whole_shapes:
-                        return self._whole_pull(request, params, per_call)
-                    continue  # the same request in the form this server takes: not a retry
-                wait, failure = self._judge_status(status_error, attempt)
-            else:  # the server could not be reached
-                wait = self._backoff(attempt)
-            assert failure is not None
-            if wait is None or attempt >= self.max_retries or wait > self.max_retry_wait:
-                raise failure
-            attempt += 1
-            logger.warning("%s; retry %d/%d in %.2fs", failure, attempt, self.max_retries, wait)
-            await anyio.sleep(wait)
+            if status_error is not None and (
+                self._adapt(status_error, params) or self._adapt_stream(status_error, request)
+            ):
+                if _shape(request) in self._whole_shapes:
+                    return self._whole_pull(request, params, per_call)
+                continue  # the same request in the form this server takes: not a retry
+            attempt = await self._retry_after(status_error, failure, attempt)
 
     async def _open_origin(
         self,

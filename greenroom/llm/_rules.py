@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from contextlib import AbstractAsyncContextManager
 
 import anyio
 
@@ -30,7 +29,7 @@ from .._checks import check_seconds
 from ..messages import ChatMessage, ChatReply, ChatRequest, ModelToolCall, Usage
 from ._price import Price
 from ._protocol import ClosingModel
-from ._stream import ChatStream, play_time, played
+from ._stream import PlayedModel
 
 _GREETING = re.compile(r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks|thank you)\b", re.I)
 _ADD = re.compile(
@@ -63,7 +62,7 @@ def _strip_quotes(text: str) -> str:
     return text.strip().strip("'\"").strip()
 
 
-class RuleBasedModel(ClosingModel):
+class RuleBasedModel(PlayedModel, ClosingModel):
     """A ``ChatModel`` that follows the rules above. ``latency``: seconds per call
     (cancellable), for benchmarks and deadline tests; ``token_latency``: seconds between
     the pieces of a streamed reply (a whole reply takes as long as its stream). It
@@ -84,16 +83,8 @@ class RuleBasedModel(ClosingModel):
         else:
             await anyio.lowlevel.checkpoint()
         reply = self._answer(request)
-        if self.token_latency:  # as long as its stream would take
-            await anyio.sleep(play_time(reply, 0.0, self.token_latency))
+        await self._play_rest(reply)
         return reply
-
-    def stream(
-        self, request: ChatRequest, *, timeout: float | None = None
-    ) -> AbstractAsyncContextManager[ChatStream]:
-        """The reply played as a stream: ``latency`` to its first piece, then a piece (a
-        word, a tool call) every ``token_latency`` seconds."""
-        return played(request, lambda: self._answer(request), self.latency, self.token_latency)
 
     def _answer(self, request: ChatRequest) -> ChatReply:
         self.calls += 1

@@ -13,7 +13,7 @@ from .._errors import GreenroomError
 from ..messages import ChatReply, ChatRequest, Usage
 from ._price import Price
 from ._protocol import ClosingModel
-from ._stream import ChatStream, play_time, played
+from ._stream import ChatStream, PlayedModel
 
 Script = Iterable[ChatReply | str] | Callable[[ChatRequest], ChatReply | str]
 
@@ -30,7 +30,7 @@ def estimate_usage(request: ChatRequest, reply: ChatReply) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=max(1, completion))
 
 
-class ScriptedModel(ClosingModel):
+class ScriptedModel(PlayedModel, ClosingModel):
     """Answers from a script instead of a provider.
 
     ``script``: replies handed out in order (a ``str`` is a text-only reply), or a
@@ -80,19 +80,17 @@ class ScriptedModel(ClosingModel):
         if self.latency:
             await anyio.sleep(self.latency)
         reply = self._answer(request)
-        if self.token_latency:  # as long as its stream would take
-            await anyio.sleep(play_time(reply, 0.0, self.token_latency))
+        await self._play_rest(reply)
         return reply
 
     def stream(
         self, request: ChatRequest, *, timeout: float | None = None
     ) -> AbstractAsyncContextManager[ChatStream]:
-        """The next reply played as a stream: ``latency`` to its first piece, then a piece
-        (a word, a tool call) every ``token_latency`` seconds. Cancelled before its first
-        piece, nothing is consumed from the script."""
+        """The next reply played as a stream (``PlayedModel.stream``). Cancelled before its
+        first piece, nothing is consumed from the script."""
         if self.closed:
             raise RuntimeError("ScriptedModel.stream() after aclose()")
-        return played(request, lambda: self._answer(request), self.latency, self.token_latency)
+        return super().stream(request, timeout=timeout)
 
     def _answer(self, request: ChatRequest) -> ChatReply:
         self.requests.append(request)

@@ -139,6 +139,24 @@ class ChatStream:
             self._queue, self._read = queue, 0
         delta = queue[self._read]
         self._read += 1
+        self._take(delta)
+        return delta
+
+    async def read(self) -> ChatReply:
+        """Read the rest of the stream; the whole reply."""
+        take = self._take
+        while self.ended_at is None:
+            queue, start = self._queue, self._read
+            for index in range(start, len(queue)):
+                take(queue[index])
+            queue = await self._pull()
+            self._pulled_at = anyio.current_time()
+            self._queue, self._read = queue, 0
+            if not queue:
+                self._end()
+        return self.reply
+
+    def _take(self, delta: ChatDelta) -> None:
         if delta.text:
             self._text.append(delta.text)
             if self.first_token_at is None:
@@ -152,13 +170,6 @@ class ChatStream:
         if delta.finish_reason is not None:
             self._finish = delta.finish_reason
             self._finished_at = self._pulled_at
-        return delta
-
-    async def read(self) -> ChatReply:
-        """Read the rest of the stream; the whole reply."""
-        async for _ in self:
-            pass
-        return self.reply
 
     def _end(self) -> None:
         # the model's own end: the pieces that finished the reply (else the stream's end)
@@ -193,10 +204,14 @@ class _Estimate(Protocol):
     def __call__(self, request: ChatRequest, reply: ChatReply) -> Usage: ...
 
 
-def reply_deltas(reply: ChatReply) -> list[ChatDelta]:
-    """A whole reply as the pieces a stream of it would yield: its text in pieces, its
-    tool calls, and a last piece with its usage and finish reason."""
-    deltas = [ChatDelta(text=piece) for piece in pieces(reply.text)]
+def reply_deltas(reply: ChatReply, *, split: bool = False) -> list[ChatDelta]:
+    """A whole reply as the pieces of a stream: its text (one piece — it arrived at once
+    — or, ``split``, a piece a word), its tool calls, and a last piece with its usage and
+    finish reason."""
+    text = reply.text
+    deltas = (
+        [ChatDelta(text=piece) for piece in pieces(text)] if split else [ChatDelta(text=text)] if text else []
+    )
     deltas.extend(ChatDelta(tool_call=call) for call in reply.tool_calls)
     deltas.append(ChatDelta(usage=reply.usage, finish_reason=reply.finish_reason))
     return deltas
@@ -208,24 +223,63 @@ def open_stream(
     """``model.stream(request)`` when the model streams; otherwise a stream of its whole
     reply, in one pull (its time to first token is the whole call). Cancellation and
     timeouts: the model's own."""
-    if isinstance(model, StreamingChatModel):
-        return model.stream(request, timeout=timeout)
+    if streams(model):
+        return model.stream(request, timeout=timeout)  # type: ignore[attr-defined,no-any-return]
     return _whole(model, request, timeout)
+
+
+def streams(model: object) -> bool:
+    """Whether ``model`` has a ``stream`` (a :class:`StreamingChatModel`) — without the
+    protocol's ``isinstance``, which costs microseconds a call."""
+    return callable(getattr(model, "stream", None))
 
 
 @asynccontextmanager
 async def _whole(model: ChatModel, request: ChatRequest, timeout: float | None) -> AsyncIterator[ChatStream]:
-    pulled = False
+    async def whole() -> Sequence[ChatDelta]:
+        return reply_deltas(await model.chat(request, timeout=timeout))
+
+    yield ChatStream(request, once(whole))
+
+
+def once(fetch: Pull) -> Pull:
+    """A pull that gives what ``fetch`` gives, once, then the end (a reply had whole)."""
+    fetched = False
 
     async def pull() -> Sequence[ChatDelta]:
-        nonlocal pulled
-        if pulled:
+        nonlocal fetched
+        if fetched:
             return ()
-        pulled = True
-        reply = await model.chat(request, timeout=timeout)
-        return reply_deltas(reply)
+        fetched = True
+        return await fetch()
 
-    yield ChatStream(request, pull)
+    return pull
+
+
+class PlayedModel:
+    """What a model that plays its replies shares (``ScriptedModel``, ``RuleBasedModel``):
+    ``stream`` plays the reply ``_answer`` gives, ``latency`` to its first piece and
+    ``token_latency`` between pieces, on the event loop's clock; ``_whole_time`` is how
+    long a whole reply takes (as long as its stream)."""
+
+    latency: float
+    token_latency: float
+
+    def _answer(self, request: ChatRequest) -> ChatReply:
+        raise NotImplementedError
+
+    def stream(
+        self, request: ChatRequest, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[ChatStream]:
+        """The reply played as a stream: ``latency`` to its first piece, then a piece (a
+        word, a tool call) every ``token_latency`` seconds. Cancelled before its first
+        piece, nothing of the model's is consumed."""
+        return played(request, lambda: self._answer(request), self.latency, self.token_latency)
+
+    async def _play_rest(self, reply: ChatReply) -> None:
+        """A whole reply's wait after its first piece: as long as its stream's."""
+        if self.token_latency:
+            await anyio.sleep(play_time(reply, 0.0, self.token_latency))
 
 
 def play_time(reply: ChatReply, latency: float, token_latency: float) -> float:
@@ -241,8 +295,9 @@ async def played(
 ) -> AsyncIterator[ChatStream]:
     """A stream that plays a reply as a model would make it: ``latency`` seconds, then
     ``answer()`` (so a stream cancelled before its first piece consumed nothing), its
-    first piece, and each later piece ``token_latency`` seconds after the one before —
-    on the event loop's clock, so virtual time skips the waits."""
+    first piece, and each later piece (a word, a tool call) ``token_latency`` seconds
+    after the one before — on the event loop's clock, so virtual time skips the waits.
+    With no ``token_latency`` the reply comes at once: its text in one piece."""
     deltas: list[ChatDelta] | None = None
     sent = 0
 
@@ -253,7 +308,7 @@ async def played(
                 await anyio.sleep(latency)
             else:
                 await anyio.lowlevel.checkpoint()
-            deltas = reply_deltas(answer())
+            deltas = reply_deltas(answer(), split=bool(token_latency))
         elif sent >= len(deltas):
             return ()
         elif token_latency:

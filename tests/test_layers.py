@@ -34,6 +34,7 @@ LAYERS = [
     "agents",
     "chat",
     "pipeline",
+    "load",
     "service",
     "daemon",
     "testing",

@@ -32,12 +32,12 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _cmd_bench, _cmd_budgets, _cmd_chat, _cmd_pipeline, _cmd_run, _cmd_tasks, _cmd_tokens
+from . import _cmd_bench, _cmd_budgets, _cmd_chat, _cmd_load, _cmd_pipeline, _cmd_run, _cmd_tasks, _cmd_tokens
 from ._errors import report_error
 
 __all__ = ["main", "report_error"]
 
-GROUPS = (_cmd_run, _cmd_tasks, _cmd_budgets, _cmd_tokens, _cmd_chat, _cmd_pipeline)
+GROUPS = (_cmd_run, _cmd_tasks, _cmd_budgets, _cmd_tokens, _cmd_chat, _cmd_pipeline, _cmd_load)
 """The command groups, one module each: ``add_parsers(commands)`` describes its commands
 and sets each one's ``handler``; a handler imports what it needs when it runs."""
 

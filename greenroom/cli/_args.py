@@ -42,6 +42,26 @@ def seconds(text: str) -> float:
     return value
 
 
+def seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < 1e6):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < 1e12):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def temperature(text: str) -> float:
     try:
         value = float(text)

@@ -1,0 +1,66 @@
+"""``greenroom load``: agent sessions as load against any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import _args
+
+
+def add_parsers(commands: Any) -> None:
+    load = commands.add_parser(
+        "load", help="drive agent sessions against an OpenAI-compatible server and measure it"
+    )
+    load.add_argument("--base-url", help="the server (default: $OPENAI_BASE_URL); the key: $OPENAI_API_KEY")
+    load.add_argument("--model", dest="model_name", help="the model name there (default: $OPENAI_MODEL)")
+    arrivals = load.add_mutually_exclusive_group(required=True)
+    arrivals.add_argument(
+        "--concurrency",
+        type=_args.int_between(1, 1_000_000),
+        help="a closed loop: this many sessions at once",
+    )
+    arrivals.add_argument(
+        "--rate", type=_args.positive_float, help="an open loop: sessions started per second"
+    )
+    load.add_argument(
+        "--pattern", choices=["poisson", "bursty", "uniform"], default="poisson",
+        help="how open-loop sessions arrive (default poisson)",
+    )  # fmt: skip
+    load.add_argument(
+        "--ramp-up", type=_args.seconds_or_zero, default=0.0, help="seconds the rate climbs from 0"
+    )
+    load.add_argument(
+        "--sessions", type=_args.int_between(1, 100_000_000), help="end after this many sessions"
+    )
+    load.add_argument("--duration", type=_args.seconds, help="end after this many seconds")
+    shapes = load.add_mutually_exclusive_group()
+    shapes.add_argument("--workload", metavar="FILE", help="the sessions' shape: a TOML or JSON file")
+    shapes.add_argument("--preset", help="a named workload: single, chat, retrieval, tool-heavy, coding")
+    load.add_argument(
+        "--seed", type=_args.int_between(0, 2**31), default=0, help="the same seed, the same run"
+    )
+    load.add_argument(
+        "--client", choices=["greenroom", "openai"], default="greenroom", help="the HTTP client"
+    )
+    load.add_argument(
+        "--timeout", type=_args.seconds, default=300.0, help="seconds of silence a request may take"
+    )
+    load.add_argument(
+        "--slo-ttft-ms", type=_args.positive_float, help="goodput: a request's TTFT at most this"
+    )
+    load.add_argument("--slo-itl-ms", type=_args.positive_float, help="goodput: its largest gap at most this")
+    load.add_argument(
+        "--slo-session-s", type=_args.positive_float, help="goodput: a session done within this"
+    )
+    load.add_argument("--csv", metavar="FILE", help="write a row per request to FILE")
+    load.add_argument("--json", action="store_true", help="print the report as JSON")
+    load.add_argument("--quiet", action="store_true", help="no progress line")
+    load.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    load.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ._load import run_command
+
+    return run_command(args)

@@ -1,0 +1,132 @@
+"""What ``greenroom load`` runs (imported only by that command)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+
+from .._errors import InvalidInput
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
+    from ..load import PRESETS, LoadPlan, Slo, load_workload, run_load
+
+    if args.sessions is None and args.duration is None:
+        raise InvalidInput("give --sessions N or --duration S (when the run ends)", field="--sessions")
+    base_url = args.base_url or os.environ.get(BASE_URL_ENV)
+    if not base_url:
+        raise InvalidInput(f"give --base-url (or set {BASE_URL_ENV}): the server to load", field="--base-url")
+    name = args.model_name or os.environ.get(MODEL_ENV)
+    if not name:
+        raise InvalidInput(f"give --model (or set {MODEL_ENV}): the model to ask", field="--model")
+    if args.preset is not None and args.preset not in PRESETS:
+        raise InvalidInput(
+            f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}",
+            field="--preset",
+            value=args.preset,
+        )
+    workload = load_workload(args.workload) if args.workload else PRESETS[args.preset or "chat"]
+    slo = Slo(
+        None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1000,
+        None if args.slo_itl_ms is None else args.slo_itl_ms / 1000,
+        args.slo_session_s,
+    )
+    plan = LoadPlan(
+        concurrency=args.concurrency, rate=args.rate, pattern=args.pattern, ramp_up=args.ramp_up,
+        sessions=args.sessions, duration=args.duration, seed=args.seed, slo=slo,
+    )  # fmt: skip
+    try:
+        plan.check()
+    except ValueError as error:
+        raise InvalidInput(str(error), field="--concurrency") from None
+    try:
+        model = OpenAIChatModel(
+            name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
+        )
+    except ValueError as error:
+        raise InvalidInput(str(error), field="--base-url", value=base_url) from None
+    live = not args.quiet and sys.stderr.isatty()
+    records: list[Any] = []
+
+    def show(f: dict[str, Any]) -> None:
+        ttft = f["ttft_p50_ms"]
+        print(
+            f"\r[{f['elapsed_s']:7.1f}s] sessions {f['sessions_done']}/{f['sessions_started']}"
+            f" · requests {f['requests']} ({f['in_flight']} in flight) · errors {f['errors']}"
+            + (f" · ttft p50 {ttft:.0f} ms" if ttft is not None else ""),
+            end="", file=sys.stderr, flush=True,
+        )  # fmt: skip
+
+    async def main() -> dict[str, Any]:
+        async with model:
+            return await run_load(model, workload, plan, progress=show if live else None, records=records)
+
+    report = anyio.run(main, backend=args.backend)
+    if live:
+        print(file=sys.stderr)
+    if args.csv:
+        _write_csv(args.csv, records)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def _write_csv(path: str, records: list[Any]) -> None:
+    start = min((r.scheduled for r in records), default=0.0)
+    with open(path, "w", newline="") as out:
+        rows = csv.writer(out)
+        rows.writerow(["session", "turn", "scheduled_s", "send_lag_ms", "ttft_ms", "e2e_ms", "tokens_in",
+                       "tokens_out", "itl_mean_ms", "itl_max_ms", "tool_calls", "error"])  # fmt: skip
+        for r in records:
+            ttft = "" if r.ttft is None else f"{r.ttft * 1000:.3f}"
+            itl_mean = f"{sum(r.itl) / len(r.itl) * 1000:.3f}" if r.itl else ""
+            itl_max = f"{max(r.itl) * 1000:.3f}" if r.itl else ""
+            lag = f"{(r.sent - r.scheduled) * 1000:.3f}"
+            rows.writerow([
+                r.session, r.turn, f"{r.scheduled - start:.6f}", lag, ttft, f"{r.e2e * 1000:.3f}",
+                r.tokens_in, r.tokens_out, itl_mean, itl_max, r.tool_calls, r.error or "",
+            ])  # fmt: skip
+
+
+def format_report(report: dict[str, Any]) -> str:
+    def row(name: str, figures: dict[str, Any], unit: str = "ms") -> str:
+        if figures["p50"] is None:
+            return f"  {name:<8} -"
+        return (
+            f"  {name:<8} p50 {figures['p50']:9.1f}  p90 {figures['p90']:9.1f}  p99 {figures['p99']:9.1f}"
+            f"  mean {figures['mean']:9.1f} {unit}"
+        )
+
+    lines = [
+        f"load: {report['workload']} · {report['sessions']} sessions ({report['sessions_ok']} ok) · "
+        f"{report['requests']} requests ({report['errors']} errors) in {report['duration_s']:.1f}s",
+        row("ttft", report["ttft_ms"]),
+        row("itl", report["itl_ms"]),
+        row("tpot", report["tpot_ms"]),
+        row("e2e", report["e2e_ms"]),
+        f"  sessions/s offered {report['offered_rate'] or '-'} · achieved {report['achieved_rate']:.2f} · "
+        f"goodput {report['goodput']:.2f} requests/s · output {report['output_tokens_per_s']:.0f} tokens/s",
+        f"  tools {report['tool_calls']} calls ({report['time_in_tools_s']:.1f}s) · client CPU "
+        f"{report['client_cpu_s']:.2f}s ({report['client_cpu_per_request_ms']:.2f} ms/request)",
+        f"  send lag p99 {report['send_lag_ms']['p99'] or 0:.1f} ms"
+        f" · loop lag p99 {report['loop_lag_ms']['p99'] or 0:.1f} ms",
+    ]
+    if report["errors_by_kind"]:
+        lines.append(
+            "  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(report["errors_by_kind"].items()))
+        )
+    if report["bottleneck"] == "client":
+        lines.append(
+            "  warning: the generator itself ran late (send or loop lag > 10 ms): "
+            "it is part of what was measured"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""What a load run measures: a :class:`RequestRecord` per model request, timed from its
+scheduled instant (never after a client-side queue); a :class:`SessionRecord` per session;
+the summary a run reports; and :class:`LoopWatch`, the generator watching itself."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+
+class RequestRecord(msgspec.Struct, frozen=True, gc=False):
+    """One model request. Times are seconds on this machine's clock: ``scheduled`` (when
+    it was due), ``sent`` (when the client began it), ``first`` (its first piece, or
+    ``None``), ``end``. ``ttft`` and ``e2e`` count from ``scheduled``; ``itl``: the gaps
+    between its pieces. ``error``: the error's kind (``None``: it succeeded)."""
+
+    session: int
+    turn: int
+    scheduled: float
+    sent: float
+    first: float | None
+    end: float
+    tokens_in: int
+    tokens_out: int
+    itl: tuple[float, ...] = ()
+    error: str | None = None
+    tool_calls: int = 0
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first is None else self.first - self.scheduled
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.scheduled
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first."""
+        if self.first is None or self.tokens_out <= 1:
+            return None
+        return (self.end - self.first) / (self.tokens_out - 1)
+
+
+class SessionRecord(msgspec.Struct, frozen=True, gc=False):
+    """One session: its turns, requests, time in the model and in tools, start and end."""
+
+    session: int
+    scheduled: float
+    end: float
+    turns: int
+    requests: int
+    model_s: float
+    tools_s: float
+    tool_calls: int
+    ok: bool
+    error: str | None = None
+
+
+def quantiles(values: Sequence[float], scale: float = 1000.0) -> dict[str, float | None]:
+    """``p50``, ``p90``, ``p99`` (nearest rank) and ``mean`` of ``values`` times ``scale``
+    (seconds to ms by default); ``None`` each when there is nothing to count."""
+    if not values:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    ordered = sorted(values)
+    count = len(ordered)
+
+    def rank(fraction: float) -> float:
+        return ordered[max(0, min(count - 1, math.ceil(fraction * count) - 1))] * scale
+
+    return {
+        "p50": round(rank(0.50), 3),
+        "p90": round(rank(0.90), 3),
+        "p99": round(rank(0.99), 3),
+        "mean": round(sum(ordered) / count * scale, 3),
+    }
+
+
+class Slo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Service-level objectives a request (``ttft_s``, ``itl_s``: its largest gap) and a
+    session (``session_s``) must meet to count as goodput; ``None``: not asked."""
+
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    session_s: float | None = None
+
+    def met_by(self, record: RequestRecord) -> bool:
+        if record.error is not None:
+            return False
+        ttft = record.ttft
+        if self.ttft_s is not None and (ttft is None or ttft > self.ttft_s):
+            return False
+        return not (self.itl_s is not None and record.itl and max(record.itl) > self.itl_s)
+
+
+class LoopWatch:
+    """How late the event loop wakes a task that asked to sleep ``interval`` seconds: the
+    generator's own lag (a loaded client delays every timer it reports)."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.lags: list[float] = []
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        while True:
+            before = anyio.current_time()
+            await anyio.sleep(self.interval)
+            self.lags.append(max(0.0, anyio.current_time() - before - self.interval))
+
+
+def summary(
+    requests: Sequence[RequestRecord],
+    sessions: Sequence[SessionRecord],
+    *,
+    duration: float,
+    offered_rate: float | None,
+    client_cpu_s: float,
+    loop_lags: Sequence[float],
+    slo: Slo,
+) -> dict[str, Any]:
+    """The report of a run (what ``--json`` prints)."""
+    ok = [r for r in requests if r.error is None]
+    errors: dict[str, int] = {}
+    for record in requests:
+        if record.error is not None:
+            errors[record.error] = errors.get(record.error, 0) + 1
+    ttfts = [t for r in ok if (t := r.ttft) is not None]
+    itls = [gap for r in ok for gap in r.itl]
+    tpots = [t for r in ok if (t := r.tpot) is not None]
+    good = sum(1 for r in requests if slo.met_by(r))
+    done = [s for s in sessions if s.ok and (slo.session_s is None or s.end - s.scheduled <= slo.session_s)]
+    span = max(duration, 1e-9)
+    return {
+        "requests": len(requests),
+        "errors": sum(errors.values()),
+        "errors_by_kind": errors,
+        "sessions": len(sessions),
+        "sessions_ok": sum(1 for s in sessions if s.ok),
+        "duration_s": round(duration, 3),
+        "ttft_ms": quantiles(ttfts),
+        "itl_ms": quantiles(itls),
+        "tpot_ms": quantiles(tpots),
+        "e2e_ms": quantiles([r.e2e for r in ok]),
+        "session_s": quantiles([s.end - s.scheduled for s in sessions], scale=1.0),
+        "tokens_in": sum(r.tokens_in for r in requests),
+        "tokens_out": sum(r.tokens_out for r in requests),
+        "output_tokens_per_s": round(sum(r.tokens_out for r in ok) / span, 3),
+        "tool_calls": sum(s.tool_calls for s in sessions),
+        "time_in_tools_s": round(sum(s.tools_s for s in sessions), 3),
+        "time_in_model_s": round(sum(s.model_s for s in sessions), 3),
+        "goodput": round(good / span, 3),
+        "goodput_requests": good,
+        "goodput_sessions": len(done),
+        "offered_rate": offered_rate,
+        "achieved_rate": round(len(sessions) / span, 3),
+        "requests_per_s": round(len(requests) / span, 3),
+        "client_cpu_s": round(client_cpu_s, 3),
+        "client_cpu_per_request_ms": round(client_cpu_s / max(1, len(requests)) * 1000, 3),
+        "send_lag_ms": quantiles([r.sent - r.scheduled for r in requests]),
+        "loop_lag_ms": quantiles(loop_lags),
+    }
+
+
+def process_cpu() -> float:
+    return time.process_time()

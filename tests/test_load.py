@@ -1,0 +1,243 @@
+"""``greenroom load`` (issue 38, first part): workloads, arrival schedules, sessions whose
+tools really run, every request timed from the instant it was due; against the test kit's
+streaming server on 127.0.0.1, on both loops."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from greenroom._errors import InvalidInput
+from greenroom.llm import OpenAIChatModel
+from greenroom.load import PRESETS, Dist, LoadPlan, Slo, SyntheticTool, Workload, load_workload, run_load
+from greenroom.load._arrivals import open_starts
+from greenroom.testing import ModelServer, Respond, completion
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server() -> Iterator[ModelServer]:
+    with ModelServer().running() as running:
+        yield running
+
+
+def model_on(server: ModelServer, **options: object) -> OpenAIChatModel:
+    return OpenAIChatModel("m", base_url=server.url, max_retries=0, **options)  # type: ignore[arg-type]
+
+
+# -- arrivals -------------------------------------------------------------------------------
+
+
+def test_a_poisson_schedule_has_the_rate_and_the_spread_of_one() -> None:
+    starts = list(islice(open_starts(50.0, rng=random.Random(7)), 5000))
+    gaps = [b - a for a, b in zip([0.0, *starts], starts, strict=False)]
+    mean = statistics.fmean(gaps)
+    # 5,000 exponential gaps: the mean within 5 % of 1/rate (its standard error is 1.4 %),
+    # and the coefficient of variation of an exponential, 1
+    assert mean == pytest.approx(1 / 50, rel=0.05)
+    assert statistics.pstdev(gaps) / mean == pytest.approx(1.0, rel=0.06)
+    assert starts == sorted(starts)
+
+
+def test_uniform_bursty_and_ramped_schedules() -> None:
+    uniform = list(islice(open_starts(4.0, pattern="uniform", rng=random.Random(1)), 8))
+    assert uniform == pytest.approx([0.25 * n for n in range(1, 9)])
+    bursty = list(islice(open_starts(10.0, pattern="bursty", burst=5, rng=random.Random(1)), 20))
+    assert len(set(bursty)) == 4  # four bursts of five at once
+    ramped = list(islice(open_starts(10.0, pattern="uniform", ramp_up=4.0, rng=random.Random(1)), 40))
+    # a linear ramp over 4 s delivers what 2 s at full rate would: 20 starts in the first 4 s
+    assert sum(1 for at in ramped if at <= 4.0 + 1e-9) == 20
+    assert ramped[0] > uniform[0] / 4 * 10  # the first start comes later than at full rate
+
+
+def test_a_bad_rate_or_ramp_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        next(open_starts(0.0, rng=random.Random()))
+    with pytest.raises(ValueError, match="ramp_up"):
+        next(open_starts(1.0, ramp_up=-1, rng=random.Random()))
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+async def test_a_closed_loop_runs_its_sessions_and_measures_every_request(server: ModelServer) -> None:
+    for _ in range(16):
+        server.add(
+            Respond(body=completion("one two three four five"), first_token_delay=0.05, token_delay=0.01)
+        )
+    workload = Workload(turns=Dist(value=2), prompt_tokens=Dist(value=20), output_tokens=Dist(value=5))
+    async with model_on(server) as model:
+        report = await run_load(model, workload, LoadPlan(concurrency=4, sessions=8))
+    assert (report["sessions"], report["sessions_ok"], report["requests"], report["errors"]) == (8, 8, 16, 0)
+    assert report["ttft_ms"]["p50"] >= 50  # the server's first piece took 50 ms
+    assert 9 <= report["itl_ms"]["p50"] <= 60  # pieces 10 ms apart
+    assert report["e2e_ms"]["p50"] >= report["ttft_ms"]["p50"] + 30
+    assert all(key in report["ttft_ms"] for key in ("p50", "p90", "p99", "mean"))
+    for key in ("goodput", "offered_rate", "achieved_rate", "client_cpu_s", "send_lag_ms"):
+        assert key in report
+    # the context grows: the second turn carries the first turn's question and answer
+    second = [seen for seen in server.seen if len(seen.body["messages"]) == 3]
+    assert len(second) == 8 and all(seen.body["stream"] for seen in server.seen)
+    assert {seen.body["max_tokens"] for seen in server.seen} == {5}
+
+
+async def test_a_sessions_tools_really_run_and_their_results_go_back(server: ModelServer) -> None:
+    tool = SyntheticTool("lookup", latency_s=Dist(value=0.05), result_tokens=Dist(value=30))
+    workload = Workload(turns=Dist(value=1), tools=(tool,))
+    server.add(
+        Respond(body=completion(tool_calls=[("c1", "lookup", '{"query": "x"}'), ("c2", "nope", "{}")])),
+        Respond(body=completion("done")),
+    )
+    async with model_on(server) as model:
+        report = await run_load(model, workload, LoadPlan(concurrency=1, sessions=1))
+    assert report["tool_runs"] == {"lookup": 1} and report["tool_calls"] == 2
+    assert report["time_in_tools_s"] >= 0.05
+    first, second = server.seen
+    assert first.body["tools"][0]["function"]["name"] == "lookup"
+    results = [m for m in second.body["messages"] if m["role"] == "tool"]
+    assert len(results[0]["content"].split()) == 30  # the tool's answer, its size as drawn
+    assert results[1]["content"] == "error: no tool named 'nope'"
+
+
+async def test_every_timer_starts_at_the_scheduled_instant(server: ModelServer) -> None:
+    """Two sessions due at once through a client that sends one request at a time: the
+    second's wait in the client's own queue is in its TTFT and its send lag."""
+    for _ in range(2):
+        server.add(Respond(body=completion("a b"), first_token_delay=0.3))
+    async with model_on(server, max_in_flight=1) as model:
+        records: list = []
+        report = await run_load(
+            model,
+            Workload(turns=Dist(value=1)),
+            LoadPlan(rate=1000.0, pattern="bursty", sessions=2),
+            records=records,
+        )
+    assert report["requests"] == 2
+    slow = max(records, key=lambda r: r.ttft)
+    assert slow.ttft >= 0.6  # 0.3 s waiting behind the other, then its own 0.3 s
+    assert report["send_lag_ms"]["p99"] < 50  # the generator was on time: the client queue is the model's
+
+
+async def test_a_failed_request_ends_its_session_and_is_counted_by_kind(server: ModelServer) -> None:
+    server.add(Respond(body=completion("half way there"), break_after=1))
+    async with model_on(server) as model:
+        report = await run_load(model, Workload(turns=Dist(value=3)), LoadPlan(concurrency=1, sessions=1))
+    assert report["sessions_ok"] == 0 and report["requests"] == 1
+    assert report["errors_by_kind"] == {"StreamBroken": 1}
+
+
+async def test_goodput_counts_the_requests_that_met_the_slo(server: ModelServer) -> None:
+    server.add(Respond(body=completion("fast")), Respond(body=completion("slow"), first_token_delay=0.3))
+    plan = LoadPlan(concurrency=1, sessions=2, slo=Slo(ttft_s=0.2))
+    async with model_on(server) as model:
+        report = await run_load(model, Workload(turns=Dist(value=1)), plan)
+    assert report["goodput_requests"] == 1
+
+
+@pytest.mark.virtual_time
+async def test_an_open_loop_ends_at_its_duration_with_the_offered_rate(server: ModelServer) -> None:
+    from greenroom.llm import ScriptedModel
+
+    model = ScriptedModel(lambda request: "ok", latency=0.1)
+    report = await run_load(model, Workload(turns=Dist(value=1)), LoadPlan(rate=20.0, duration=30.0, seed=3))
+    # 600 expected in 30 s; a Poisson count's standard deviation is ~24.5
+    assert 500 <= report["sessions"] <= 700
+    assert report["offered_rate"] == 20.0 and report["achieved_rate"] == pytest.approx(20.0, rel=0.2)
+
+
+def test_a_bad_plan_is_refused_naming_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="one of concurrency"):
+        LoadPlan(sessions=1).check()
+    with pytest.raises(ValueError, match="sessions or duration"):
+        LoadPlan(concurrency=1).check()
+    with pytest.raises(ValueError, match="rate"):
+        LoadPlan(rate=-1.0, sessions=1).check()
+
+
+# -- workloads ------------------------------------------------------------------------------
+
+
+def test_a_workload_file_is_read_and_checked_field_by_field(tmp_path: Path) -> None:
+    good = tmp_path / "agents.toml"
+    good.write_text(
+        'name = "support"\nsystem_prompt_tokens = 300\nturns = {kind = "uniform", low = 2, high = 4}\n'
+        'think_s = 1.5\n[[tools]]\nname = "search"\nlatency_s = {kind = "exponential", mean = 0.2}\n'
+    )
+    workload = load_workload(good)
+    assert workload.name == "support" and workload.think_s == Dist(value=1.5)
+    assert workload.tools[0].latency_s.kind == "exponential"
+    for text, field in [
+        ('turns = "many"\n', "workload.turns"),
+        ('turns = {kind = "uniform", low = 5, high = 1}\n', "workload.turns"),
+        ('prompt_tokens = {kind = "normal", mean = -3}\n', "workload.prompt_tokens"),
+        ("colour = 3\n", "workload.colour"),
+        ('[[tools]]\nname = "no spaces please"\n', "workload.tools"),
+        ('tool_choice = "sometimes"\n', "workload.tool_choice"),
+    ]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(InvalidInput) as refused:
+            load_workload(bad)
+        assert refused.value.field == field, (text, refused.value)
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(InvalidInput, match="is not valid"):
+        load_workload(tmp_path / "broken.json")
+    with pytest.raises(InvalidInput, match="cannot be read"):
+        load_workload(tmp_path / "missing.toml")
+
+
+def test_distributions_draw_within_their_bounds() -> None:
+    rng = random.Random(5)
+    normal = Dist("normal", mean=10, sd=20, low=1, high=15)
+    assert all(1 <= normal.draw(rng) <= 15 for _ in range(1000))
+    lognormal = Dist("lognormal", mean=100, sd=50)
+    draws = [lognormal.draw(rng) for _ in range(20000)]
+    assert statistics.fmean(draws) == pytest.approx(100, rel=0.05) and min(draws) > 0
+    assert set(PRESETS) >= {"single", "chat", "retrieval", "tool-heavy", "coding"}
+
+
+def test_greenroom_load_runs_from_the_command_line_and_writes_json_and_csv(
+    server: ModelServer, tmp_path: Path
+) -> None:
+    for _ in range(6):
+        server.add(Respond(body=completion("x y z")))
+    rows = tmp_path / "requests.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--base-url", server.url, "--model", "m",
+         "--preset", "single", "--concurrency", "2", "--sessions", "6", "--json", "--csv", str(rows),
+         "--backend", "trio"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["sessions"], report["requests"], report["workload"]) == (6, 6, "single")
+    lines = rows.read_text().splitlines()
+    assert lines[0].startswith("session,turn,scheduled_s,send_lag_ms,ttft_ms") and len(lines) == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sessions", "1"], "one of the arguments --concurrency --rate is required"),
+        (["--concurrency", "1"], "give --sessions N or --duration S"),
+        (["--concurrency", "1", "--sessions", "1", "--preset", "huge"], "--preset must be one of"),
+        (["--rate", "-2", "--sessions", "1"], "argument --rate: must be a number > 0"),
+        (["--concurrency", "1", "--sessions", "1", "--workload", "/nope.toml"], "cannot be read"),
+    ],
+)
+def test_greenroom_load_refuses_bad_flags_naming_them(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--base-url", "http://127.0.0.1:9/v1",
+         "--model", "m", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and message in done.stderr, done.stderr

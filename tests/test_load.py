@@ -241,3 +241,58 @@ def test_greenroom_load_refuses_bad_flags_naming_them(args: list[str], message: 
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+class _Capacity:
+    """A model server that serves ``slots`` requests at a time, ``seconds`` each: a known
+    capacity of ``slots / seconds`` requests a second."""
+
+    def __init__(self, slots: int, seconds: float) -> None:
+        import anyio
+
+        self.limiter = anyio.CapacityLimiter(slots)
+        self.seconds = seconds
+
+    async def chat(self, request: object, *, timeout: float | None = None) -> object:
+        import anyio
+
+        from greenroom.messages import ChatReply, Usage
+
+        async with self.limiter:
+            await anyio.sleep(self.seconds)
+        return ChatReply("ok", usage=Usage(10, 1))
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.virtual_time
+async def test_a_run_past_the_servers_capacity_stops_early_saying_so() -> None:
+    model = _Capacity(slots=2, seconds=0.5)  # 4 requests a second at most
+    plan = LoadPlan(rate=10.0, duration=600.0, seed=1)
+    report = await run_load(model, Workload(turns=Dist(value=1)), plan)  # type: ignore[arg-type]
+    assert report["stopped"] is not None and report["stopped"].startswith("saturated")
+    assert report["duration_s"] < 60  # not the 600 s asked for
+    assert report["sessions_started"] > report["sessions"]
+
+
+@pytest.mark.virtual_time
+async def test_a_run_within_the_servers_capacity_is_not_stopped() -> None:
+    model = _Capacity(slots=8, seconds=0.5)  # 16 a second: 10 offered fit
+    report = await run_load(model, Workload(turns=Dist(value=1)), LoadPlan(rate=10.0, duration=60.0, seed=1))  # type: ignore[arg-type]
+    assert report["stopped"] is None and report["duration_s"] >= 60
+
+
+@pytest.mark.virtual_time
+async def test_a_sweep_converges_on_the_capacity_of_the_server() -> None:
+    from greenroom.load import sweep_rate
+
+    model = _Capacity(slots=2, seconds=0.5)  # 4 requests a second
+    found = await sweep_rate(
+        model, Workload(turns=Dist(value=1)), Slo(ttft_s=2.0),  # type: ignore[arg-type]
+        low=0.5, high=32.0, step_duration=60.0, tolerance=0.05,
+    )  # fmt: skip
+    # Poisson arrivals queue before the capacity itself: the highest rate meeting a 2 s
+    # TTFT for 99 % of requests lies below 4 a second, and well above half of it
+    assert found["rate"] is not None and 2.0 <= found["rate"] <= 4.0, found["steps"]
+    assert [step["passed"] for step in found["steps"][:2]] == [True, False]

@@ -348,6 +348,7 @@ PUBLIC: dict[str, list[str]] = {
         "load_workload",
         "quantiles",
         "run_load",
+        "sweep_rate",
         "workload_from",
     ],
     "daemon": [

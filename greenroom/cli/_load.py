@@ -120,6 +120,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"  send lag p99 {report['send_lag_ms']['p99'] or 0:.1f} ms"
         f" · loop lag p99 {report['loop_lag_ms']['p99'] or 0:.1f} ms",
     ]
+    if report["stopped"]:
+        lines.append(f"  stopped early: {report['stopped']}")
     if report["errors_by_kind"]:
         lines.append(
             "  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(report["errors_by_kind"].items()))

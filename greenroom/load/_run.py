@@ -34,6 +34,12 @@ class LoadPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     duration: float | None = None
     seed: int = 0
     slo: Slo = Slo()
+    stop_when_saturated: bool = True
+    """Open loop: stop early (saying so) when the sessions in flight grow window after
+    window — the server cannot keep up and waiting grows without bound."""
+    saturation_window: float = 2.5
+    """Seconds between two looks at the sessions in flight (four rises in a row, ending at
+    least twice as high and above a window's worth of arrivals, is saturation)."""
 
     def check(self) -> LoadPlan:
         """This plan, or ``ValueError`` naming the field that is wrong."""
@@ -78,6 +84,7 @@ async def run_load(
     limit = plan.sessions if plan.sessions is not None else None
     counter = itertools.count()
     begun = 0
+    stopped: list[str] = []  # why the run ended early, if it did
 
     def next_index() -> int | None:
         nonlocal begun
@@ -101,6 +108,10 @@ async def run_load(
                     tg.start_soon(worker)
             else:
                 assert plan.rate is not None
+                if plan.stop_when_saturated:
+                    watching.start_soon(
+                        _watch_saturation, plan, sessions, lambda: begun, tg.cancel_scope, stopped
+                    )
                 starts = open_starts(
                     plan.rate, pattern=plan.pattern, ramp_up=plan.ramp_up, rng=random.Random(plan.seed)
                 )
@@ -128,9 +139,38 @@ async def run_load(
     report["workload"] = workload.name
     report["plan"] = msgspec.to_builtins(plan)
     report["bottleneck"] = _bottleneck(report)
+    report["stopped"] = stopped[0] if stopped else None
+    report["sessions_started"] = begun
     if records is not None:
         records.extend(sessions.requests)
     return report
+
+
+async def _watch_saturation(
+    plan: LoadPlan, sessions: Sessions, begun: Callable[[], int], run: anyio.CancelScope, stopped: list[str]
+) -> None:
+    """Cancel ``run`` (the sessions and their arrivals) once the sessions in flight have
+    risen for four windows in a row to at least twice what they were and above a window's
+    worth of arrivals: the server is saturated and waiting grows without bound."""
+    assert plan.rate is not None
+    window = plan.saturation_window
+    backlog: list[int] = []
+    while True:
+        await anyio.sleep(window)
+        backlog.append(begun() - len(sessions.sessions))
+        last = backlog[-5:]
+        if (
+            len(last) == 5
+            and all(a < b for a, b in itertools.pairwise(last))
+            and last[-1] >= 2 * max(1, last[0])
+            and last[-1] >= plan.rate * window
+        ):
+            stopped.append(
+                f"saturated: the sessions in flight grew from {last[0]} to {last[-1]} over "
+                f"{4 * window:g}s at {plan.rate:g} sessions/s offered; the run stopped early"
+            )
+            run.cancel()
+            return
 
 
 def _bottleneck(report: dict[str, Any]) -> Literal["client", "none"]:
@@ -159,3 +199,51 @@ async def _report_progress(
                 "ttft_p50_ms": round(ttfts[len(ttfts) // 2] * 1000, 1) if ttfts else None,
             }
         )
+
+
+async def sweep_rate(
+    model: ChatModel,
+    workload: Workload,
+    slo: Slo,
+    *,
+    low: float,
+    high: float,
+    step_duration: float = 60.0,
+    attainment: float = 0.99,
+    tolerance: float = 0.1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The highest session rate (between ``low`` and ``high``) at which the server meets
+    ``slo``: an open-loop run of ``step_duration`` seconds per rate tried, a rate passing
+    when at least ``attainment`` of its requests met the SLO, none failed, and it did not
+    saturate; a bisection (on a log scale) until the bounds are within ``tolerance`` of
+    each other. Returns ``{"rate": best passing rate or None, "steps": [...]}``."""
+    if not (0 < low < high):
+        raise ValueError(f"a sweep needs 0 < low < high, got {low!r}..{high!r}")
+    if not 0 < attainment <= 1:
+        raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
+    steps: list[dict[str, Any]] = []
+    best: float | None = None
+
+    async def passes(rate: float) -> bool:
+        plan = LoadPlan(rate=rate, duration=step_duration, seed=seed, slo=slo)
+        report = await run_load(model, workload, plan)
+        requests = max(1, report["requests"])
+        met = report["goodput_requests"] / requests
+        ok = report["stopped"] is None and report["errors"] == 0 and met >= attainment
+        steps.append({"rate": round(rate, 4), "passed": ok, "attainment": round(met, 4),
+                      "ttft_ms": report["ttft_ms"], "stopped": report["stopped"]})  # fmt: skip
+        return ok
+
+    if not await passes(low):
+        return {"rate": None, "steps": steps}
+    best = low
+    if await passes(high):
+        return {"rate": high, "steps": steps}
+    while high / low > 1 + tolerance:
+        middle = math.sqrt(low * high)
+        if await passes(middle):
+            low = best = middle
+        else:
+            high = middle
+    return {"rate": round(best, 4), "steps": steps}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -227,7 +228,8 @@ def test_greenroom_load_runs_from_the_command_line_and_writes_json_and_csv(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sessions", "1"], "one of the arguments --concurrency --rate is required"),
+        (["--sessions", "1"], "give --concurrency N (a closed loop) or --rate R"),
+        (["--replay", "/nope.jsonl", "--replay-journal"], "not both"),
         (["--concurrency", "1"], "give --sessions N or --duration S"),
         (["--concurrency", "1", "--sessions", "1", "--preset", "huge"], "--preset must be one of"),
         (["--rate", "-2", "--sessions", "1"], "argument --rate: must be a number > 0"),
@@ -296,3 +298,109 @@ async def test_a_sweep_converges_on_the_capacity_of_the_server() -> None:
     # TTFT for 99 % of requests lies below 4 a second, and well above half of it
     assert found["rate"] is not None and 2.0 <= found["rate"] <= 4.0, found["steps"]
     assert [step["passed"] for step in found["steps"][:2]] == [True, False]
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def _trace(path: Path) -> Path:
+    lines = [
+        {"session": "a", "at": 100.0, "max_tokens": 7,
+         "messages": [{"role": "user", "content": "first of a"}]},
+        {"session": "b", "at": 100.1, "messages": [{"role": "user", "content": "first of b"}]},
+        {"session": "a", "at": 100.5, "max_tokens": 9,
+         "messages": [{"role": "user", "content": "first of a"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function",
+                           "function": {"name": "f", "arguments": "{\"q\": 1}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "an answer"}],
+         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
+    ]  # fmt: skip
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+async def test_a_trace_is_sent_again_with_its_shapes_and_timing(server: ModelServer, tmp_path: Path) -> None:
+    from greenroom.load._replay import read_trace, replay
+
+    for _ in range(3):
+        server.add(Respond(body=completion("ok")))
+    records: list = []
+    async with model_on(server) as model:
+        report = await replay(model, read_trace(_trace(tmp_path / "t.jsonl")), records=records)
+    assert (report["requests"], report["sessions"], report["recorded_requests"]) == (3, 2, 3)
+    by_content = {seen.body["messages"][-1]["content"]: seen.body for seen in server.seen}
+    assert by_content["first of a"]["max_tokens"] == 7 and "max_tokens" not in by_content["first of b"]
+    third = by_content["an answer"]
+    assert [m["role"] for m in third["messages"]] == ["user", "assistant", "tool"]
+    assert third["messages"][1]["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"q":1}'}
+    assert third["tools"][0]["function"]["name"] == "f" and third["max_tokens"] == 9
+    # a's second request was sent half a second after its first, as recorded
+    a = sorted((r for r in records if r.session == 0), key=lambda r: r.turn)
+    assert a[1].scheduled - a[0].scheduled == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_bad_trace_is_refused_naming_the_line_and_the_field(tmp_path: Path) -> None:
+    from greenroom.load._replay import read_trace
+
+    bad = tmp_path / "bad.jsonl"
+    good = json.dumps({"session": "s", "at": 1, "messages": [{"role": "user", "content": "hi"}]})
+    for line, wanted in [
+        ('{"session": "s", "at": "noon", "messages": []}', "at must be a number"),
+        (
+            '{"session": "s", "at": 2, "messages": [{"role": "robot"}]}',
+            "messages[0] must be an OpenAI message",
+        ),
+        ('{"session": "s", "at": 2, "messages": [{"role": "user"}], "max_tokens": 0}', "max_tokens"),
+        ("not json", "is not JSON"),
+    ]:
+        bad.write_text(good + "\n" + line + "\n")
+        with pytest.raises(InvalidInput, match=re.escape(wanted)) as refused:
+            read_trace(bad)
+        assert refused.value.field == f"{bad}:2"
+
+
+async def test_recorded_journals_are_replayed_with_their_sizes(server: ModelServer, tmp_path: Path) -> None:
+    from test_durable import Effects, journal_on, model_for_two_turns, run_attempt
+
+    from greenroom.harness._journal import ReadSteps
+    from greenroom.load._replay import recording_from_steps, replay
+
+    async with journal_on(None, tmp_path / "data") as (system, writer):
+        _, _, harness = await run_attempt(system, writer, model_for_two_turns(), Effects().tools(), 1)
+        await harness.aclose()
+        steps = await writer.ask(ReadSteps("t1"))
+    recording = recording_from_steps(steps)
+    recorded = [step.body["usage"] for step in steps if step.kind == "model"]
+    assert list(recording) == ["t1"] and len(recording["t1"]) == len(recorded) == 2
+    for _ in range(2):
+        server.add(Respond(body=completion("ok")))
+    async with model_on(server) as model:
+        report = await replay(model, recording)
+    assert report["requests"] == 2
+    assert [seen.body["max_tokens"] for seen in server.seen] == [
+        usage["completion_tokens"] for usage in recorded
+    ]
+    sizes = [len(seen.body["messages"][0]["content"].split()) for seen in server.seen]
+    assert sizes == [usage["prompt_tokens"] for usage in recorded]
+
+
+def test_greenroom_load_replays_a_daemons_journals(server: ModelServer, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ran = subprocess.run(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data), "--seed-example", "1",
+         "--until-idle", "--quiet", "--no-api"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    for _ in range(100):
+        server.add(Respond(body=completion("ok")))
+    done = subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--replay-journal", "--data-dir", str(data),
+         "--base-url", server.url, "--model", "m", "--speed", "50", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["requests"] == report["recorded_requests"] == len(server.seen) > 0
+    assert report["errors"] == 0

@@ -14,7 +14,7 @@ def add_parsers(commands: Any) -> None:
     )
     load.add_argument("--base-url", help="the server (default: $OPENAI_BASE_URL); the key: $OPENAI_API_KEY")
     load.add_argument("--model", dest="model_name", help="the model name there (default: $OPENAI_MODEL)")
-    arrivals = load.add_mutually_exclusive_group(required=True)
+    arrivals = load.add_mutually_exclusive_group()
     arrivals.add_argument(
         "--concurrency",
         type=_args.int_between(1, 1_000_000),
@@ -37,6 +37,20 @@ def add_parsers(commands: Any) -> None:
     shapes = load.add_mutually_exclusive_group()
     shapes.add_argument("--workload", metavar="FILE", help="the sessions' shape: a TOML or JSON file")
     shapes.add_argument("--preset", help="a named workload: single, chat, retrieval, tool-heavy, coding")
+    load.add_argument(
+        "--replay",
+        metavar="TRACE.jsonl",
+        help="send a recorded JSONL trace again, with its shapes and timing",
+    )
+    load.add_argument(
+        "--replay-journal", action="store_true",
+        help="send the step journals of --data-dir (or --store) again: their model calls' sizes and timing",
+    )  # fmt: skip
+    _args.data_dir(load)
+    _args.store(load, "read --replay-journal from this PostgreSQL database")
+    load.add_argument(
+        "--speed", type=_args.positive_float, default=1.0, help="replay this many times as fast"
+    )
     load.add_argument(
         "--seed", type=_args.int_between(0, 2**31), default=0, help="the same seed, the same run"
     )

@@ -17,8 +17,16 @@ from .._errors import InvalidInput
 def run_command(args: argparse.Namespace) -> int:
     from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
     from ..load import PRESETS, LoadPlan, Slo, load_workload, run_load
+    from ..load._replay import read_trace, replay
 
-    if args.sessions is None and args.duration is None:
+    replaying = args.replay is not None or args.replay_journal
+    if args.replay is not None and args.replay_journal:
+        raise InvalidInput("give --replay TRACE or --replay-journal, not both", field="--replay")
+    if not replaying and args.concurrency is None and args.rate is None:
+        raise InvalidInput(
+            "give --concurrency N (a closed loop) or --rate R (an open loop)", field="--concurrency"
+        )
+    if not replaying and args.sessions is None and args.duration is None:
         raise InvalidInput("give --sessions N or --duration S (when the run ends)", field="--sessions")
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
@@ -42,10 +50,11 @@ def run_command(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, rate=args.rate, pattern=args.pattern, ramp_up=args.ramp_up,
         sessions=args.sessions, duration=args.duration, seed=args.seed, slo=slo,
     )  # fmt: skip
-    try:
-        plan.check()
-    except ValueError as error:
-        raise InvalidInput(str(error), field="--concurrency") from None
+    if not replaying:
+        try:
+            plan.check()
+        except ValueError as error:
+            raise InvalidInput(str(error), field="--concurrency") from None
     try:
         model = OpenAIChatModel(
             name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
@@ -66,6 +75,13 @@ def run_command(args: argparse.Namespace) -> int:
 
     async def main() -> dict[str, Any]:
         async with model:
+            if args.replay is not None:
+                return await replay(
+                    model, read_trace(args.replay), speed=args.speed, slo=slo, records=records
+                )
+            if args.replay_journal:
+                recording = await _journals(args)
+                return await replay(model, recording, speed=args.speed, slo=slo, records=records)
             return await run_load(model, workload, plan, progress=show if live else None, records=records)
 
     report = anyio.run(main, backend=args.backend)
@@ -78,6 +94,26 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
     return 0
+
+
+async def _journals(args: argparse.Namespace) -> Any:
+    """The recording the step journals of ``--data-dir`` / ``--store`` hold (every task's,
+    live and archived)."""
+    from ..daemon._backend import choose_store
+    from ..load._replay import recording_from_steps
+
+    async with choose_store(args.store, args.data_dir) as store:
+        tasks = [*await store.read_tasks(None, None), *await store.read_tasks(None, None, archived=True)]
+        journal = store.step_store()
+        try:
+            found = await journal.read_many([task.id for task in tasks])
+        finally:
+            await journal.aclose()
+    recording = recording_from_steps(step for steps in found.values() for step in steps)
+    if not recording:
+        where = args.store or args.data_dir or "the default data dir"
+        raise InvalidInput(f"--replay-journal: no recorded model call in {where}", field="--replay-journal")
+    return recording
 
 
 def _write_csv(path: str, records: list[Any]) -> None:

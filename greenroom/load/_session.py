@@ -60,7 +60,7 @@ class Sessions:
                     workload.tool_choice if self._specs else "auto",
                     max_tokens=max_tokens,
                 )
-                record, reply_text, calls = await self._request(index, turn, request, due)
+                record, reply_text, calls = await self.ask(index, turn, request, due)
                 requests += 1
                 model_s += record.end - record.sent
                 if record.error is not None:
@@ -87,7 +87,7 @@ class Sessions:
         self.sessions.append(session)
         return session
 
-    async def _request(
+    async def ask(
         self, index: int, turn: int, request: ChatRequest, due: float
     ) -> tuple[RequestRecord, str, tuple[ModelToolCall, ...]]:
         await anyio.sleep_until(due)

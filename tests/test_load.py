@@ -230,6 +230,11 @@ def test_greenroom_load_runs_from_the_command_line_and_writes_json_and_csv(
     [
         (["--sessions", "1"], "give --concurrency N (a closed loop) or --rate R"),
         (["--replay", "/nope.jsonl", "--replay-journal"], "not both"),
+        (["--sweep", "1:5"], "--sweep needs an objective"),
+        (
+            ["--sweep", "5:1", "--slo-ttft-ms", "100"],
+            "argument --sweep: must be LOW:HIGH with 0 < LOW < HIGH",
+        ),
         (["--concurrency", "1"], "give --sessions N or --duration S"),
         (["--concurrency", "1", "--sessions", "1", "--preset", "huge"], "--preset must be one of"),
         (["--rate", "-2", "--sessions", "1"], "argument --rate: must be a number > 0"),
@@ -404,3 +409,17 @@ def test_greenroom_load_replays_a_daemons_journals(server: ModelServer, tmp_path
     report = json.loads(done.stdout)
     assert report["requests"] == report["recorded_requests"] == len(server.seen) > 0
     assert report["errors"] == 0
+
+
+def test_greenroom_load_sweeps_for_the_highest_rate_meeting_the_objectives(server: ModelServer) -> None:
+    for _ in range(400):
+        server.add(Respond(body=completion("ok")))
+    done = subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--base-url", server.url, "--model", "m",
+         "--preset", "single", "--sweep", "1:4", "--step-duration", "5", "--slo-ttft-ms", "2000", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["rate"] == 4.0  # a server that answers at once meets it at every rate tried
+    assert [step["rate"] for step in found["steps"]] == [1.0, 4.0]

@@ -245,3 +245,26 @@ async def test_a_chat_reply_streams_from_llama_cpp_python(
         result.success
         and result.response.strip() == (deltas[-1].text if deltas[-1].replace else shown).strip()
     )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_short_load_on_llama_cpp_python(plain_llama_server: str, backend: str) -> None:
+    """``greenroom load``: chat sessions one after another against the real server, every
+    request answered, streamed (time to first token below end to end). One at a time:
+    llama-cpp-python closes a stream in progress whenever another request arrives, which
+    a load at several sessions at once reports as broken streams (it generates one
+    request at a time anyway)."""
+    done = greenroom(
+        "load", "--base-url", plain_llama_server, "--model", "smollm2", "--preset", "chat",
+        "--concurrency", "1", "--sessions", "3", "--seed", "5", "--json", "--backend", backend,
+        "--timeout", "300",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["sessions"] == report["sessions_ok"] == 3 and report["errors"] == 0, report
+    assert report["requests"] >= 6  # the chat preset's sessions have 2 to 6 turns
+    assert 0 < report["ttft_ms"]["p50"] < report["e2e_ms"]["p50"]
+    ttft, itl, e2e = (report[key]["p50"] for key in ("ttft_ms", "itl_ms", "e2e_ms"))
+    print(f"\n[{backend}] {report['requests']} requests: ttft p50 {ttft:.0f} ms, itl p50 {itl:.1f} ms, "
+          f"e2e p50 {e2e:.0f} ms, {report['output_tokens_per_s']:.0f} output tokens/s, "
+          f"client CPU {report['client_cpu_s']:.2f}s")  # fmt: skip

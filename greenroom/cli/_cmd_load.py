@@ -67,6 +67,13 @@ def add_parsers(commands: Any) -> None:
     load.add_argument(
         "--slo-session-s", type=_args.positive_float, help="goodput: a session done within this"
     )
+    load.add_argument(
+        "--sweep", metavar="LOW:HIGH", type=_rates,
+        help="find the highest rate (sessions/s) in LOW..HIGH meeting the --slo-* objectives",
+    )  # fmt: skip
+    load.add_argument(
+        "--step-duration", type=_args.seconds, default=60.0, help="seconds of load per rate the sweep tries"
+    )
     load.add_argument("--csv", metavar="FILE", help="write a row per request to FILE")
     load.add_argument("--json", action="store_true", help="print the report as JSON")
     load.add_argument("--quiet", action="store_true", help="no progress line")
@@ -78,3 +85,14 @@ def run(args: argparse.Namespace) -> int:
     from ._load import run_command
 
     return run_command(args)
+
+
+def _rates(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(":")
+    try:
+        bounds = (float(low), float(high))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be LOW:HIGH sessions per second, got {text!r}") from None
+    if not 0 < bounds[0] < bounds[1] < 1e9:
+        raise argparse.ArgumentTypeError(f"must be LOW:HIGH with 0 < LOW < HIGH, got {text!r}")
+    return bounds

@@ -15,10 +15,11 @@ from .._errors import InvalidInput
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
-    from ..load import PRESETS, LoadPlan, Slo, load_workload, run_load
+    from ..load import LoadPlan, run_load
     from ..load._replay import read_trace, replay
 
+    if args.sweep is not None:
+        return _sweep(args)
     replaying = args.replay is not None or args.replay_journal
     if args.replay is not None and args.replay_journal:
         raise InvalidInput("give --replay TRACE or --replay-journal, not both", field="--replay")
@@ -28,24 +29,7 @@ def run_command(args: argparse.Namespace) -> int:
         )
     if not replaying and args.sessions is None and args.duration is None:
         raise InvalidInput("give --sessions N or --duration S (when the run ends)", field="--sessions")
-    base_url = args.base_url or os.environ.get(BASE_URL_ENV)
-    if not base_url:
-        raise InvalidInput(f"give --base-url (or set {BASE_URL_ENV}): the server to load", field="--base-url")
-    name = args.model_name or os.environ.get(MODEL_ENV)
-    if not name:
-        raise InvalidInput(f"give --model (or set {MODEL_ENV}): the model to ask", field="--model")
-    if args.preset is not None and args.preset not in PRESETS:
-        raise InvalidInput(
-            f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}",
-            field="--preset",
-            value=args.preset,
-        )
-    workload = load_workload(args.workload) if args.workload else PRESETS[args.preset or "chat"]
-    slo = Slo(
-        None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1000,
-        None if args.slo_itl_ms is None else args.slo_itl_ms / 1000,
-        args.slo_session_s,
-    )
+    workload, slo = _workload(args), _slo(args)
     plan = LoadPlan(
         concurrency=args.concurrency, rate=args.rate, pattern=args.pattern, ramp_up=args.ramp_up,
         sessions=args.sessions, duration=args.duration, seed=args.seed, slo=slo,
@@ -55,12 +39,7 @@ def run_command(args: argparse.Namespace) -> int:
             plan.check()
         except ValueError as error:
             raise InvalidInput(str(error), field="--concurrency") from None
-    try:
-        model = OpenAIChatModel(
-            name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
-        )
-    except ValueError as error:
-        raise InvalidInput(str(error), field="--base-url", value=base_url) from None
+    model = _model(args)
     live = not args.quiet and sys.stderr.isatty()
     records: list[Any] = []
 
@@ -93,6 +72,80 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         print(format_report(report))
+    return 0
+
+
+def _model(args: argparse.Namespace) -> Any:
+    """The model under load, from ``--base-url`` / ``--model`` (or the environment)."""
+    from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
+
+    base_url = args.base_url or os.environ.get(BASE_URL_ENV)
+    if not base_url:
+        raise InvalidInput(f"give --base-url (or set {BASE_URL_ENV}): the server to load", field="--base-url")
+    name = args.model_name or os.environ.get(MODEL_ENV)
+    if not name:
+        raise InvalidInput(f"give --model (or set {MODEL_ENV}): the model to ask", field="--model")
+    try:
+        return OpenAIChatModel(
+            name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
+        )
+    except ValueError as error:
+        raise InvalidInput(str(error), field="--base-url", value=base_url) from None
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    from ..load import PRESETS, load_workload
+
+    if args.preset is not None and args.preset not in PRESETS:
+        raise InvalidInput(
+            f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}",
+            field="--preset",
+            value=args.preset,
+        )
+    return load_workload(args.workload) if args.workload else PRESETS[args.preset or "chat"]
+
+
+def _slo(args: argparse.Namespace) -> Any:
+    from ..load import Slo
+
+    return Slo(
+        None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1000,
+        None if args.slo_itl_ms is None else args.slo_itl_ms / 1000,
+        args.slo_session_s,
+    )
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``--sweep LOW:HIGH``: the highest rate meeting the objectives."""
+    from ..load import sweep_rate
+
+    if args.slo_ttft_ms is None and args.slo_itl_ms is None and args.slo_session_s is None:
+        wanted = "--sweep needs an objective: --slo-ttft-ms, --slo-itl-ms or --slo-session-s"
+        raise InvalidInput(wanted, field="--sweep")
+    workload, slo, model = _workload(args), _slo(args), _model(args)
+    low, high = args.sweep
+
+    async def main() -> dict[str, Any]:
+        async with model:
+            return await sweep_rate(
+                model, workload, slo, low=low, high=high, step_duration=args.step_duration, seed=args.seed
+            )
+
+    found = anyio.run(main, backend=args.backend)
+    if args.json:
+        print(json.dumps(found))
+        return 0
+    for step in found["steps"]:
+        verdict = "meets" if step["passed"] else "misses"
+        line = (
+            f"  {step['rate']:10.3f} sessions/s: {verdict} the objectives ({step['attainment'] * 100:.1f} %)"
+        )
+        print(line + (f"; {step['stopped']}" if step["stopped"] else ""))
+    rate = found["rate"]
+    if rate is None:
+        print(f"sweep: even {low:g} sessions/s misses the objectives")
+    else:
+        print(f"sweep: the highest rate meeting the objectives is {rate:g} sessions/s")
     return 0
 
 

@@ -228,9 +228,10 @@ async def sweep_rate(
     async def passes(rate: float) -> bool:
         plan = LoadPlan(rate=rate, duration=step_duration, seed=seed, slo=slo)
         report = await run_load(model, workload, plan)
-        requests = max(1, report["requests"])
-        met = report["goodput_requests"] / requests
-        ok = report["stopped"] is None and report["errors"] == 0 and met >= attainment
+        requests = report["requests"]
+        met = report["goodput_requests"] / max(1, requests)
+        # nothing measured (no request in the step) proves nothing: not a pass
+        ok = requests > 0 and report["stopped"] is None and report["errors"] == 0 and met >= attainment
         steps.append({"rate": round(rate, 4), "passed": ok, "attainment": round(met, 4),
                       "ttft_ms": report["ttft_ms"], "stopped": report["stopped"]})  # fmt: skip
         return ok

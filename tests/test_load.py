@@ -423,3 +423,33 @@ def test_greenroom_load_sweeps_for_the_highest_rate_meeting_the_objectives(serve
     found = json.loads(done.stdout)
     assert found["rate"] == 4.0  # a server that answers at once meets it at every rate tried
     assert [step["rate"] for step in found["steps"]] == [1.0, 4.0]
+
+
+def test_greenroom_load_writes_a_self_contained_html_report(server: ModelServer, tmp_path: Path) -> None:
+    for _ in range(400):
+        server.add(Respond(body=completion("one two three"), token_delay=0.005))
+    page, sweep_page = tmp_path / "run.html", tmp_path / "sweep.html"
+    common = [sys.executable, "-m", "greenroom", "load", "--base-url", server.url, "--model", "m",
+              "--preset", "single"]  # fmt: skip
+    run = subprocess.run([*common, "--concurrency", "3", "--sessions", "9", "--html", str(page)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    sweep = ["--sweep", "2:4", "--step-duration", "3", "--slo-ttft-ms", "2000", "--html", str(sweep_page)]
+    swept = subprocess.run([*common, *sweep], capture_output=True, text=True, timeout=120)
+    assert swept.returncode == 0, swept.stderr
+    text = page.read_text()
+    assert text.startswith("<!doctype html>") and "http" not in text.split("<body>", 1)[1]  # nothing fetched
+    assert text.count('<img alt="chart" src="data:image/png;base64,') == 2
+    assert "<th>ttft_ms</th>" in text and "requests (errors)</th><td>9 (0)" in text
+    assert sweep_page.read_text().count("data:image/png;base64,") == 3  # and the rate chart
+    assert "highest rate meeting the objectives" in sweep_page.read_text()
+
+
+def test_the_html_report_says_how_to_get_matplotlib_when_it_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from greenroom.load._html import html_report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
+    with pytest.raises(InvalidInput, match=r"greenroom\[plot\]"):
+        html_report({}, [])

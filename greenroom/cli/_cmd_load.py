@@ -75,6 +75,7 @@ def add_parsers(commands: Any) -> None:
         "--step-duration", type=_args.seconds, default=60.0, help="seconds of load per rate the sweep tries"
     )
     load.add_argument("--csv", metavar="FILE", help="write a row per request to FILE")
+    load.add_argument("--html", metavar="FILE", help="write a self-contained report with charts to FILE")
     load.add_argument("--json", action="store_true", help="print the report as JSON")
     load.add_argument("--quiet", action="store_true", help="no progress line")
     load.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")

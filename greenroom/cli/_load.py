@@ -68,6 +68,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     if args.csv:
         _write_csv(args.csv, records)
+    if args.html:
+        from ..load._html import html_report
+
+        _write(args.html, html_report(report, records))
     if args.json:
         print(json.dumps(report))
     else:
@@ -132,6 +136,12 @@ def _sweep(args: argparse.Namespace) -> int:
             )
 
     found = anyio.run(main, backend=args.backend)
+    if args.html:
+        from ..load._html import html_report
+
+        _write(args.html, html_report(found["last"], found["records"], sweep=found))
+    found.pop("records", None)
+    found.pop("last", None)
     if args.json:
         print(json.dumps(found))
         return 0
@@ -167,6 +177,14 @@ async def _journals(args: argparse.Namespace) -> Any:
         where = args.store or args.data_dir or "the default data dir"
         raise InvalidInput(f"--replay-journal: no recorded model call in {where}", field="--replay-journal")
     return recording
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as out:
+            out.write(text)
+    except OSError as error:
+        raise InvalidInput(f"cannot write {path!r}: {error}", field="--html", value=path) from None
 
 
 def _write_csv(path: str, records: list[Any]) -> None:

@@ -217,17 +217,21 @@ async def sweep_rate(
     ``slo``: an open-loop run of ``step_duration`` seconds per rate tried, a rate passing
     when at least ``attainment`` of its requests met the SLO, none failed, and it did not
     saturate; a bisection (on a log scale) until the bounds are within ``tolerance`` of
-    each other. Returns ``{"rate": best passing rate or None, "steps": [...]}``."""
+    each other. Returns ``{"rate": best passing rate or None, "steps": [...]}``, with the
+    last step's report (``last``) and its requests' records (``records``)."""
     if not (0 < low < high):
         raise ValueError(f"a sweep needs 0 < low < high, got {low!r}..{high!r}")
     if not 0 < attainment <= 1:
         raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
     steps: list[dict[str, Any]] = []
     best: float | None = None
+    kept: dict[str, Any] = {}
 
     async def passes(rate: float) -> bool:
         plan = LoadPlan(rate=rate, duration=step_duration, seed=seed, slo=slo)
-        report = await run_load(model, workload, plan)
+        records: list[RequestRecord] = []
+        report = await run_load(model, workload, plan, records=records)
+        kept["last"], kept["records"] = report, records
         requests = report["requests"]
         met = report["goodput_requests"] / max(1, requests)
         # nothing measured (no request in the step) proves nothing: not a pass
@@ -237,14 +241,14 @@ async def sweep_rate(
         return ok
 
     if not await passes(low):
-        return {"rate": None, "steps": steps}
+        return {"rate": None, "steps": steps, **kept}
     best = low
     if await passes(high):
-        return {"rate": high, "steps": steps}
+        return {"rate": high, "steps": steps, **kept}
     while high / low > 1 + tolerance:
         middle = math.sqrt(low * high)
         if await passes(middle):
             low = best = middle
         else:
             high = middle
-    return {"rate": round(best, 4), "steps": steps}
+    return {"rate": round(best, 4), "steps": steps, **kept}

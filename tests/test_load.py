@@ -453,3 +453,15 @@ def test_the_html_report_says_how_to_get_matplotlib_when_it_is_missing(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
     with pytest.raises(InvalidInput, match=r"greenroom\[plot\]"):
         html_report({}, [])
+
+
+@pytest.mark.virtual_time
+async def test_a_closed_loops_users_join_evenly_over_its_ramp_up() -> None:
+    from greenroom.llm import ScriptedModel
+
+    model = ScriptedModel(lambda request: "ok", latency=100.0)  # each session outlasts the ramp
+    records: list = []
+    await run_load(model, Workload(turns=Dist(value=1)), LoadPlan(concurrency=4, sessions=4, ramp_up=8.0),
+                   records=records)  # fmt: skip
+    starts = sorted(r.scheduled for r in records)
+    assert [round(b - starts[0], 1) for b in starts] == [0.0, 2.0, 4.0, 6.0]

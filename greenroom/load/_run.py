@@ -21,8 +21,9 @@ from ._workload import Workload
 
 class LoadPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How a run goes. Exactly one of ``concurrency`` (a closed loop: that many sessions at
-    once, a new one as one ends) and ``rate`` (an open loop: sessions started per second,
-    arriving as ``pattern`` says, after ``ramp_up`` seconds of a rising rate). It ends
+    once, a new one as one ends; its users join evenly over ``ramp_up`` seconds) and
+    ``rate`` (an open loop: sessions started per second, arriving as ``pattern`` says,
+    after ``ramp_up`` seconds of a rising rate). It ends
     after ``sessions`` sessions or ``duration`` seconds (the first reached; sessions in
     flight then finish). ``seed``: the same seed, the same sessions and schedule."""
 
@@ -100,12 +101,13 @@ async def run_load(
         async with anyio.create_task_group() as tg:
             if plan.concurrency is not None:
 
-                async def worker() -> None:
+                async def worker(first: float) -> None:
+                    await anyio.sleep_until(first)  # the closed loop's ramp: its users join one by one
                     while (index := next_index()) is not None:
                         await sessions.run(index, anyio.current_time())
 
-                for _ in range(plan.concurrency):
-                    tg.start_soon(worker)
+                for number in range(plan.concurrency):
+                    tg.start_soon(worker, started + plan.ramp_up * number / plan.concurrency)
             else:
                 assert plan.rate is not None
                 if plan.stop_when_saturated:

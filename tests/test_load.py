@@ -465,3 +465,46 @@ async def test_a_closed_loops_users_join_evenly_over_its_ramp_up() -> None:
                    records=records)  # fmt: skip
     starts = sorted(r.scheduled for r in records)
     assert [round(b - starts[0], 1) for b in starts] == [0.0, 2.0, 4.0, 6.0]
+
+
+async def test_your_own_python_tools_are_offered_and_really_run(server: ModelServer) -> None:
+    from greenroom.harness import Tool
+
+    seen: list[tuple[str, int]] = []
+
+    def inventory(sku: str, count: int = 1) -> dict[str, object]:
+        seen.append((sku, count))
+        return {"sku": sku, "in_stock": 7 * count}
+
+    def broken(sku: str) -> str:
+        raise RuntimeError("the warehouse is closed")
+
+    server.add(
+        Respond(body=completion(tool_calls=[
+            ("c1", "inventory", '{"sku": "A-1", "count": 2}'), ("c2", "broken", '{"sku": "B"}'),
+            ("c3", "inventory", '{"count": "many"}'),
+        ])),
+        Respond(body=completion("ok")),
+    )  # fmt: skip
+    async with model_on(server) as model:
+        report = await run_load(
+            model, Workload(turns=Dist(value=1)), LoadPlan(concurrency=1, sessions=1),
+            tools=[Tool("inventory", inventory), Tool("broken", broken)],
+        )  # fmt: skip
+    assert seen == [("A-1", 2)]  # the call with bad arguments never reached it
+    assert report["tool_runs"] == {"inventory": 2, "broken": 1} and report["errors"] == 0
+    offered = {tool["function"]["name"] for tool in server.seen[0].body["tools"]}
+    assert offered == {"inventory", "broken"}
+    results = [m["content"] for m in server.seen[1].body["messages"] if m["role"] == "tool"]
+    assert results[0] == '{"sku":"A-1","in_stock":14}'
+    assert results[1] == "error: RuntimeError: the warehouse is closed"
+    assert results[2].startswith("error:") and "count" in results[2]
+
+
+def test_two_tools_of_one_name_are_refused() -> None:
+    from greenroom.harness import Tool
+    from greenroom.load._session import Sessions
+
+    workload = Workload(tools=(SyntheticTool("lookup"),))
+    with pytest.raises(ValueError, match="two tools of the load have one name"):
+        Sessions(object(), workload, tools=[Tool("lookup", lambda: "x")])  # type: ignore[arg-type]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import anyio
 import msgspec
 
+from ..harness import Tool
 from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
 from ._measure import LoopWatch, RequestRecord, Slo, process_cpu, summary
@@ -70,14 +71,17 @@ async def run_load(
     progress: Progress | None = None,
     every: float = 1.0,
     records: list[RequestRecord] | None = None,
+    tools: Sequence[Tool] = (),
 ) -> dict[str, Any]:
-    """Run ``plan`` of ``workload`` sessions against ``model``; the report (``summary``),
+    """Run ``plan`` of ``workload`` sessions against ``model`` (``tools``: your own
+    :class:`~greenroom.harness.Tool` s, offered beside the workload's and run when the
+    model calls them — their failures are told to the model, the load goes on); the report (``summary``),
     with ``tool_runs`` (each synthetic tool's runs) and the plan. ``progress`` is called
     with a few live figures every ``every`` seconds; ``records`` receives every request's
     :class:`RequestRecord` (the rows of a CSV). Cancelled, the sessions in flight are
     cancelled with it (their requests' connections closed) and nothing is reported."""
     plan.check()
-    sessions = Sessions(model, workload, seed=plan.seed)
+    sessions = Sessions(model, workload, seed=plan.seed, tools=tools)
     watch = LoopWatch()
     started = anyio.current_time()
     cpu = process_cpu()

@@ -4,28 +4,39 @@ tools really run, every request timed from the instant it was due."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import anyio
+import msgspec
 
+from ..harness import Tool
 from ..llm import ChatModel, ModelError, open_stream
 from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from ._measure import RequestRecord, SessionRecord
 from ._workload import SyntheticTool, Workload, text_of
+
+_encode = msgspec.json.Encoder().encode
 
 
 class Sessions:
     """What every session of a run shares: the model, the workload, its tools (offered as
     schemas, run when called), the shared system prompt, where records go."""
 
-    def __init__(self, model: ChatModel, workload: Workload, *, seed: int = 0) -> None:
+    def __init__(
+        self, model: ChatModel, workload: Workload, *, seed: int = 0, tools: Sequence[Tool] = ()
+    ) -> None:
         self.model = model
         self.workload = workload
         self.seed = seed
         self.requests: list[RequestRecord] = []
         self.sessions: list[SessionRecord] = []
-        self.tool_runs: dict[str, int] = {tool.name: 0 for tool in workload.tools}
+        names = [tool.name for tool in workload.tools] + [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two tools of the load have one name: {sorted(names)}")
+        self.tool_runs: dict[str, int] = dict.fromkeys(names, 0)
         self.in_flight = 0
         self._tools = {tool.name: tool for tool in workload.tools}
+        self._own = {tool.name: tool for tool in tools}
         self._specs = tuple(
             ToolSpec(
                 tool.name,
@@ -33,7 +44,7 @@ class Sessions:
                 {"type": "object", "properties": {"query": {"type": "string"}}},
             )
             for tool in workload.tools
-        )
+        ) + tuple(tool.spec() for tool in tools)
         system = workload.system_prompt_tokens
         self._system = (ChatMessage("system", text_of(system, random.Random(seed))),) if system else ()
 
@@ -126,9 +137,26 @@ class Sessions:
     async def _tool(self, call: ModelToolCall, rng: random.Random) -> str:
         """Run the synthetic tool the model called (its latency, its answer's size); a
         tool the workload does not have answers that it does not exist."""
+        own = self._own.get(call.name)
+        if own is not None:
+            return await self._run_own(own, call)
         tool: SyntheticTool | None = self._tools.get(call.name)
         if tool is None:
             return f"error: no tool named {call.name!r}"
         self.tool_runs[tool.name] += 1
         await anyio.sleep(tool.latency_s.draw(rng))
         return text_of(tool.result_tokens.draw_int(rng, 1), rng)
+
+    async def _run_own(self, tool: Tool, call: ModelToolCall) -> str:
+        """A tool of the user's: its arguments checked, it run; what it answered (JSON),
+        or what went wrong, as the text the model is shown."""
+        self.tool_runs[tool.name] += 1
+        if call.arguments_error is not None:
+            return f"error: {call.arguments_error}"
+        try:
+            result = await tool.call(tool.validate(call.arguments))
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:  # the user's tool failed: the model is told, the load goes on
+            return f"error: {type(error).__name__}: {error}"
+        return result if isinstance(result, str) else _encode(result).decode()

@@ -32,34 +32,26 @@ def int_between(minimum: int, maximum: int) -> Callable[[str], int]:
 positive_int = int_between(1, 1_000_000)
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
-    if not (0 < value < 1e6):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
+def _number(wanted: str, above: float | None, at_least: float | None, below: float) -> Callable[[str], float]:
+    """A parser of a number ``> above`` (or ``>= at_least``) and ``< below``; ``wanted``
+    is the error's text (the value given follows it)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}") from None
+        low_ok = value > above if above is not None else at_least is not None and value >= at_least
+        if not (low_ok and value < below):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+
+    return parse
 
 
-def seconds_or_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < 1e6):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (0 < value < 1e12):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+seconds = _number("a number of seconds > 0", 0.0, None, 1e6)
+seconds_or_zero = _number("a number of seconds >= 0", None, 0.0, 1e6)
+positive_float = _number("a number > 0", 0.0, None, 1e12)
 
 
 def temperature(text: str) -> float:

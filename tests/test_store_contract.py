@@ -1375,6 +1375,89 @@ async def test_many_tasks_steps_are_read_in_one_call(backend: Store) -> None:
         await journal.aclose()
 
 
+# -- load runs' records ------------------------------------------------------------------------
+
+
+async def test_load_records_keep_the_first_under_a_key_in_arrival_order_per_run(backend: Store) -> None:
+    from greenroom.store import LoadEntry
+
+    records = backend.load_store()
+    try:
+        first = [LoadEntry("r/1/1/0", b'{"n":1}'), LoadEntry("r/1/1/1", b'{"n":2}'), LoadEntry("s/1", b"{}")]
+        assert await records.add("run-a", first) == 3
+        again = [LoadEntry("s/1", b'{"twice":true}'), LoadEntry("r/2/1/0", b'{"n":3}')]
+        assert await records.add("run-a", again) == 1  # a session run again never counts twice
+        assert await records.add("run-b", [LoadEntry("s/1", b'{"other":1}')]) == 1  # keys are per run
+        kept = await records.read("run-a")
+        assert [(e.key, e.body) for e in kept] == [
+            ("r/1/1/0", b'{"n":1}'), ("r/1/1/1", b'{"n":2}'), ("s/1", b"{}"), ("r/2/1/0", b'{"n":3}'),
+        ]  # fmt: skip
+        assert [e.key for e in await records.read("run-a", "r/")] == ["r/1/1/0", "r/1/1/1", "r/2/1/0"]
+        assert await records.count("run-a", "s/") == 1 and await records.count("run-a") == 4
+        assert await records.read("nothing-yet") == []
+        assert await records.runs() == {"run-a": 4, "run-b": 1}
+        assert await records.drop("run-a") == 4
+        assert await records.runs() == {"run-b": 1}
+        assert (await records.read("run-b"))[0].body == b'{"other":1}'
+    finally:
+        await records.aclose()
+
+
+async def test_a_bad_load_record_is_refused_by_name_and_nothing_of_its_batch_is_kept(backend: Store) -> None:
+    from greenroom.store import LoadEntry
+
+    records = backend.load_store()
+    try:
+        await records.add("run", [LoadEntry("s/0", b'{"kept":true}')])
+        good = LoadEntry("s/1", b"{}")
+        for run, entry, field in (
+            ("a run", good, "run"),
+            ("", good, "run"),
+            ("run", LoadEntry("", b"{}"), "key"),
+            ("run", LoadEntry("has space", b"{}"), "key"),
+            ("run", LoadEntry("s/2", b"[1]"), "body"),
+            ("run", LoadEntry("s/2", b"{" + b" " * (1 << 20)), "body"),
+        ):
+            with pytest.raises(InvalidInput) as refused:
+                await records.add(run, [good, entry])
+            assert refused.value.field == field
+            assert repr(run if field == "run" else entry.key)[:20] in str(refused.value) or field == "body"
+        assert [e.key for e in await records.read("run")] == ["s/0"]  # nothing of a refused batch
+        with pytest.raises(InvalidInput) as refused:
+            await records.read("run", "bad prefix")
+        assert refused.value.field == "prefix"
+    finally:
+        await records.aclose()
+
+
+async def test_load_records_written_by_two_processes_at_once_are_all_kept(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Two daemons' stores writing one run's records together: every one is kept once."""
+    from greenroom.store import LoadEntry
+
+    async with (
+        await make_store(store_url, tmp_path / "data") as one,
+        await make_store(store_url, tmp_path / "data") as two,
+    ):
+        writers = [one.load_store(), two.load_store()]
+        try:
+
+            async def write(number: int, records: Any) -> None:
+                for n in range(20):
+                    batch = [LoadEntry(f"r/{number}/{n}/{i}", b"{}") for i in range(3)]
+                    await records.add("shared", [*batch, LoadEntry(f"s/{n}", b"{}")])
+
+            async with anyio.create_task_group() as tg:
+                for number, records in enumerate(writers):
+                    tg.start_soon(write, number, records)
+            assert await writers[1].count("shared", "r/") == 120
+            assert await writers[0].count("shared", "s/") == 20  # each session once
+        finally:
+            for records in writers:
+                await records.aclose()
+
+
 # -- named budgets ---------------------------------------------------------------------------
 
 

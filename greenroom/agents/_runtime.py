@@ -27,6 +27,7 @@ from ..messages import (
     Park,
     Release,
 )
+from ..store import Store
 from ..store._rules import result_payload
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
@@ -46,6 +47,9 @@ class AgentRuntime:
     ``journal``: the process's step-journal actor (``StepJournalActor``): with one, an
     agent's phases are durable — every model reply and tool result is recorded before it
     is acted on, and a task claimed again replays what its earlier attempts recorded.
+
+    ``store``: the process's backend, for an agent that keeps durable records of its own
+    (``greenroom load``'s agents write what they measured there); ``None`` outside a daemon.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class AgentRuntime:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Callable[[], float] = time.time,
         journal: ActorRef | None = None,
+        store: Store | None = None,
     ) -> None:
         self.agent_id = check_name("AgentRuntime", "agent_id", agent_id)
         self.agent_type = check_name("AgentRuntime", "agent_type", agent_type)
@@ -75,6 +80,7 @@ class AgentRuntime:
         """Set once the supervisor answered ``NoWork(closing=True)``: it grants no more."""
         self.last_heartbeat_at: float | None = None
         self.journal = journal
+        self.store = store
         self.running: str | None = None
         """The id of the task an :class:`AgentActor` runs with this runtime now (a gauge)."""
 

@@ -46,8 +46,16 @@ def add_parsers(commands: Any) -> None:
         "--replay-journal", action="store_true",
         help="send the step journals of --data-dir (or --store) again: their model calls' sizes and timing",
     )  # fmt: skip
+    load.add_argument(
+        "--on-daemons", action="store_true",
+        help="run the sessions as tasks on the daemons of --data-dir / --store (their [agents.load] "
+        "pools), several machines sharing PostgreSQL; one report from every daemon's records",
+    )  # fmt: skip
+    load.add_argument(
+        "--run", dest="run_name", metavar="NAME", help="--on-daemons: the run's name (default: made up)"
+    )
     _args.data_dir(load)
-    _args.store(load, "read --replay-journal from this PostgreSQL database")
+    _args.store(load, "--on-daemons: the daemons' PostgreSQL database; --replay-journal: read it there")
     load.add_argument(
         "--speed", type=_args.positive_float, default=1.0, help="replay this many times as fast"
     )

@@ -39,6 +39,10 @@ def run_command(args: argparse.Namespace) -> int:
             plan.check()
         except ValueError as error:
             raise InvalidInput(str(error), field="--concurrency") from None
+    if args.on_daemons:
+        if replaying:
+            raise InvalidInput("--on-daemons runs a workload, not a replay", field="--on-daemons")
+        return _on_daemons(args, workload, plan)
     model = _model(args)
     live = not args.quiet and sys.stderr.isatty()
     records: list[Any] = []
@@ -66,6 +70,10 @@ def run_command(args: argparse.Namespace) -> int:
     report = anyio.run(main, backend=args.backend)
     if live:
         print(file=sys.stderr)
+    return _show(args, report, records)
+
+
+def _show(args: argparse.Namespace, report: dict[str, Any], records: list[Any]) -> int:
     if args.csv:
         _write_csv(args.csv, records)
     if args.html:
@@ -79,9 +87,67 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model(args: argparse.Namespace) -> Any:
-    """The model under load, from ``--base-url`` / ``--model`` (or the environment)."""
-    from ..llm import BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
+def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
+    """``--on-daemons``: the plan's sessions as ``load`` tasks for the daemons of the data
+    dir / ``--store``; wait until every one is final; one report of every daemon's records."""
+    import secrets
+    import time
+
+    from ..load._fleet import AGENT_TYPE, LoadTarget, fleet_report, fleet_tasks
+    from ..store import check_run
+    from . import _operate
+
+    if args.sessions is None:
+        raise InvalidInput("--on-daemons needs --sessions N (how many tasks to submit)", field="--sessions")
+    if args.sweep is not None:
+        raise InvalidInput("--on-daemons does not sweep; give --rate or --concurrency", field="--sweep")
+    base_url, name = _server(args)
+    _model(args)  # the server's address checked here, before anything is submitted
+    run = args.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    try:
+        check_run(run)
+    except InvalidInput as error:
+        raise InvalidInput(str(error), field="--run", value=run) from None
+    target = LoadTarget(base_url, name, client=args.client, timeout=args.timeout)
+    live = not args.quiet and sys.stderr.isatty()
+
+    async def main() -> tuple[dict[str, Any], list[Any]]:
+        where = await _operate.locate(args.data_dir, None, None, args.store)
+        started = time.time() + 1.0  # the first session is due once every task is submitted
+        tasks = fleet_tasks(run, workload, plan, target, start=started)
+        ids = {task.id for task in tasks}
+        await _operate.add_tasks(where, tasks)
+        finals = {"COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"}
+        async with where.backend() as store:
+            records = store.load_store()
+            try:
+                while True:
+                    live_tasks = await _operate.list_tasks(where, None, AGENT_TYPE)
+                    open_ = [t for t in live_tasks if t.id in ids and t.status.value not in finals]
+                    if live:
+                        done = await records.count(run, "s/")
+                        print(f"\r[{time.time() - started:7.1f}s] run {run}: sessions {done}/{len(ids)} "
+                              f"· tasks open {len(open_)}", end="", file=sys.stderr, flush=True)  # fmt: skip
+                    if not open_:
+                        break
+                    await anyio.sleep(0.5)
+                failed = [t for t in live_tasks if t.id in ids and t.status.value != "COMPLETED"]
+                report, requests = await fleet_report(
+                    records, run, plan=plan, workload=workload, duration=time.time() - started
+                )
+            finally:
+                await records.aclose()
+        report["tasks_failed"] = len(failed)
+        return report, requests
+
+    report, requests = anyio.run(main, backend=args.backend)
+    if live:
+        print(file=sys.stderr)
+    return _show(args, report, requests)
+
+
+def _server(args: argparse.Namespace) -> tuple[str, str]:
+    from ..llm import BASE_URL_ENV, MODEL_ENV
 
     base_url = args.base_url or os.environ.get(BASE_URL_ENV)
     if not base_url:
@@ -89,6 +155,14 @@ def _model(args: argparse.Namespace) -> Any:
     name = args.model_name or os.environ.get(MODEL_ENV)
     if not name:
         raise InvalidInput(f"give --model (or set {MODEL_ENV}): the model to ask", field="--model")
+    return base_url, name
+
+
+def _model(args: argparse.Namespace) -> Any:
+    """The model under load, from ``--base-url`` / ``--model`` (or the environment)."""
+    from ..llm import OpenAIChatModel
+
+    base_url, name = _server(args)
     try:
         return OpenAIChatModel(
             name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
@@ -227,6 +301,12 @@ def format_report(report: dict[str, Any]) -> str:
         f"  send lag p99 {report['send_lag_ms']['p99'] or 0:.1f} ms"
         f" · loop lag p99 {report['loop_lag_ms']['p99'] or 0:.1f} ms",
     ]
+    if report.get("daemons"):
+        lines.append(
+            f"  run {report['run']} on {len(report['daemons'])} daemon(s): "
+            + ", ".join(f"{name} {n} sessions" for name, n in sorted(report["daemons"].items()))
+            + (f"; {report['tasks_failed']} task(s) failed" if report.get("tasks_failed") else "")
+        )
     if report["stopped"]:
         lines.append(f"  stopped early: {report['stopped']}")
     if report["errors_by_kind"]:

@@ -158,6 +158,7 @@ class AgentHost:
                     supervisor=self.supervisor,
                     log=self.log,
                     journal=self.journal,
+                    store=self.store,
                 )
                 ref = await self.system.spawn(
                     lambda agent=agent, runtime=runtime: AgentActor(agent, runtime),  # type: ignore[misc]

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import StorageError, storage_error
 from ..store._budgets import Spent, check_budget_name, spend_rows
 from ._sqlite import SQLiteFile
 
@@ -50,14 +49,7 @@ class SQLiteBudgetStore:
             )
             return _select(db, list(spends))
 
-        try:
-            return await self._file.run(upsert, write=True)
-        except OSError as error:
-            raise storage_error(self.path, error) from None
-        except sqlite3.OperationalError as error:
-            raise StorageError(
-                f"cannot write {self.path}: {error} (the disk may be full, read-only or over a size limit)"
-            ) from None
+        return await self._file.write(upsert)
 
     async def read(self, names: Sequence[str] | None = None) -> dict[str, Spent]:
         wanted = None if names is None else list(names)

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import anyio
 
+from .._errors import StorageError, storage_error
 from .._threads import run_blocking
 
 T = TypeVar("T")
@@ -82,6 +83,22 @@ class SQLiteFile:
 
         async with self._queue():  # queued here, in FIFO order, not on the thread lock
             return await run_blocking(call)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = False) -> T:
+        """:meth:`run` of a writing ``fn`` (``durable``: then :meth:`sync`), its failures as
+        the one error every writer gives: ``StorageError`` naming the file (SQLite says
+        "disk I/O error", not which: the disk may be full, read-only or over a limit)."""
+        try:
+            value = await self.run(fn, write=True)
+            if durable:
+                await self.sync()
+        except OSError as error:
+            raise storage_error(self.path, error) from None
+        except sqlite3.OperationalError as error:
+            raise StorageError(
+                f"cannot write {self.path}: {error} (the disk may be full, read-only or over a size limit)"
+            ) from None
+        return value
 
     def _queue(self) -> anyio.CapacityLimiter:
         """The line the transactions (and :meth:`compact`) wait in, made on first use."""

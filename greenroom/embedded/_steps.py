@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from .._errors import StorageError, storage_error
+from .._errors import storage_error
 from .._process import boot_id
 from ..store._steps import Step, check_step, encoded_body, step_from_row
 from ._sqlite import SQLiteFile
@@ -68,16 +68,7 @@ class SQLiteStepStore:
                 rows,
             )
 
-        try:
-            await self._run(insert, write=True)
-            if durable:
-                await self._file.sync()
-        except OSError as error:
-            raise storage_error(self.path, error) from None
-        except sqlite3.OperationalError as error:  # SQLite says "disk I/O error", not which
-            raise StorageError(
-                f"cannot write {self.path}: {error} (the disk may be full, read-only or over a size limit)"
-            ) from None
+        await self._file.write(insert, durable=durable)
 
     async def sync(self) -> None:
         try:

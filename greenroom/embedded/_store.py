@@ -23,7 +23,7 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore, UnknownTask
+from ..store import BudgetStore, ChatStore, EventStore, LoadRecordStore, StepStore, TaskStore, UnknownTask
 from ..store._retention import Retention
 from ..store._store import StoreSizes
 from ._archive import TaskArchive
@@ -112,6 +112,11 @@ class EmbeddedStore:
         from ._budgets import BUDGETS_DB, SQLiteBudgetStore
 
         return SQLiteBudgetStore(self.data_dir / BUDGETS_DB)
+
+    def load_store(self) -> LoadRecordStore:
+        from ._load import LOAD_DB, SQLiteLoadRecordStore
+
+        return SQLiteLoadRecordStore(self.data_dir / LOAD_DB)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -10,9 +10,15 @@ ITL, TPOT and end-to-end percentiles, goodput under a :class:`Slo`, offered and 
 rates, and the generator's own CPU, send lag and event-loop lag; an open loop that the
 server cannot keep up with stops early, saying so. :func:`sweep_rate` finds the highest
 rate that meets an SLO.
+
+Spread over daemons: :func:`fleet_tasks` makes a run's sessions tasks of type ``load`` for
+the shared graph, a daemon's pool of :class:`LoadAgent` s runs them (each request's record
+written to the store as it ends), and :func:`fleet_report` builds one report from every
+daemon's records.
 """
 
 from ._dist import Dist
+from ._fleet import LoadAgent, LoadTarget, fleet_report, fleet_tasks
 from ._measure import RequestRecord, SessionRecord, Slo, quantiles
 from ._run import LoadPlan, run_load, sweep_rate
 from ._workload import PRESETS, SyntheticTool, Workload, load_workload, workload_from
@@ -20,12 +26,16 @@ from ._workload import PRESETS, SyntheticTool, Workload, load_workload, workload
 __all__ = [
     "PRESETS",
     "Dist",
+    "LoadAgent",
     "LoadPlan",
+    "LoadTarget",
     "RequestRecord",
     "SessionRecord",
     "Slo",
     "SyntheticTool",
     "Workload",
+    "fleet_report",
+    "fleet_tasks",
     "load_workload",
     "quantiles",
     "run_load",

@@ -4,7 +4,7 @@ tools really run, every request timed from the instant it was due."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import msgspec
@@ -20,10 +20,18 @@ _encode = msgspec.json.Encoder().encode
 
 class Sessions:
     """What every session of a run shares: the model, the workload, its tools (offered as
-    schemas, run when called), the shared system prompt, where records go."""
+    schemas, run when called), the shared system prompt, where records go (``recorded``:
+    awaited with each request's record as it is made, before the session goes on — a
+    daemon's load agent writes it to the store there)."""
 
     def __init__(
-        self, model: ChatModel, workload: Workload, *, seed: int = 0, tools: Sequence[Tool] = ()
+        self,
+        model: ChatModel,
+        workload: Workload,
+        *,
+        seed: int = 0,
+        tools: Sequence[Tool] = (),
+        recorded: Callable[[RequestRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.model = model
         self.workload = workload
@@ -35,6 +43,7 @@ class Sessions:
             raise ValueError(f"two tools of the load have one name: {sorted(names)}")
         self.tool_runs: dict[str, int] = dict.fromkeys(names, 0)
         self.in_flight = 0
+        self._recorded = recorded
         self._tools = {tool.name: tool for tool in workload.tools}
         self._own = {tool.name: tool for tool in tools}
         self._specs = tuple(
@@ -123,6 +132,8 @@ class Sessions:
                 index, turn, due, sent, first, anyio.current_time(), 0, 0, tuple(gaps), type(failure).__name__
             )
             self.requests.append(record)
+            if self._recorded is not None:
+                await self._recorded(record)
             return record, "", ()
         finally:
             self.in_flight -= 1
@@ -132,6 +143,8 @@ class Sessions:
             usage.completion_tokens, tuple(gaps), None, len(reply.tool_calls),
         )  # fmt: skip
         self.requests.append(record)
+        if self._recorded is not None:
+            await self._recorded(record)
         return record, reply.text, reply.tool_calls
 
     async def _tool(self, call: ModelToolCall, rng: random.Random) -> str:

@@ -173,6 +173,15 @@ MIGRATIONS: list[list[str]] = [
         # the steps of tasks in flight keep jsonb's order, which is all they still have
         "ALTER TABLE gr_steps ALTER COLUMN body TYPE json USING body::json",
     ],
+    [  # 9: what load runs measured, every daemon's records of a run together (greenroom load)
+        """CREATE TABLE gr_load (
+            seq bigserial PRIMARY KEY,
+            run text NOT NULL,
+            key text NOT NULL,
+            body bytea NOT NULL,
+            UNIQUE (run, key)
+        )""",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -25,7 +25,7 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import BudgetStore, ChatStore, EventStore, StepStore, TaskStore
+from ..store import BudgetStore, ChatStore, EventStore, LoadRecordStore, StepStore, TaskStore
 from ..store._retention import Retention
 from ..store._store import StoreSizes
 from ._budgets import PostgresBudgetStore
@@ -33,6 +33,7 @@ from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, dropped_through, event_parts, tail_events
 from ._graph import Notify, PostgresGraph
+from ._load import PostgresLoadRecordStore
 from ._schema import check
 from ._steps import PostgresStepStore
 from ._tasks import PostgresTaskStore
@@ -145,6 +146,9 @@ class PostgresStore:
 
     def budget_store(self) -> BudgetStore:
         return PostgresBudgetStore(self.db)
+
+    def load_store(self) -> LoadRecordStore:
+        return PostgresLoadRecordStore(self.db)
 
     # -- reading ----------------------------------------------------------------------------
 

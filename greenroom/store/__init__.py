@@ -7,7 +7,8 @@
   :class:`TaskStore` (the supervisor actor's), :class:`EventStore` (the log actor's),
   :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
   agent work: :class:`Step`), :class:`BudgetStore` (what each named budget spent:
-  :class:`Spent`).
+  :class:`Spent`), :class:`LoadRecordStore` (what a load run measured, every daemon's
+  records together: :class:`LoadEntry`).
 - The task rules (:func:`check_submission`, the reasons a task carries, the payloads of
   its events) and refusals (:class:`TaskGraphError` and its kinds), the same on every
   backend.
@@ -28,6 +29,7 @@ from ._errors import (
     UnknownTask,
 )
 from ._events import EventStore
+from ._load import LoadEntry, LoadRecordStore, check_run
 from ._steps import Step, StepStore
 from ._store import Store
 from ._tasks import TaskStore
@@ -41,6 +43,8 @@ __all__ = [
     "EventsGone",
     "InvalidSubmission",
     "InvalidTransition",
+    "LoadEntry",
+    "LoadRecordStore",
     "NotOwner",
     "Spent",
     "Step",
@@ -52,4 +56,5 @@ __all__ = [
     "TaskRow",
     "TaskStore",
     "UnknownTask",
+    "check_run",
 ]

@@ -21,6 +21,7 @@ from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._budgets import BudgetStore
 from ._chat import ChatStore
 from ._events import EventStore
+from ._load import LoadRecordStore
 from ._retention import Retention
 from ._steps import StepStore
 from ._tasks import TaskStore
@@ -97,6 +98,11 @@ class Store(Protocol):
 
     def budget_store(self) -> BudgetStore:
         """What each named budget spent (a new one each call: its user closes it)."""
+        ...
+
+    def load_store(self) -> LoadRecordStore:
+        """What load runs measured, every daemon's records of a run together (a new one
+        each call: its user closes it)."""
         ...
 
     def events(

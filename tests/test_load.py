@@ -508,3 +508,74 @@ def test_two_tools_of_one_name_are_refused() -> None:
     workload = Workload(tools=(SyntheticTool("lookup"),))
     with pytest.raises(ValueError, match="two tools of the load have one name"):
         Sessions(object(), workload, tools=[Tool("lookup", lambda: "x")])  # type: ignore[arg-type]
+
+
+async def test_a_workload_files_mcp_servers_and_python_tools_really_run(
+    server: ModelServer, tmp_path: Path
+) -> None:
+    """A real MCP server over stdio (its own process) and a ``module:function`` tool, both
+    named in the workload file: offered with their schemas, called, their answers (and a
+    failure) sent back to the model."""
+    calls = tmp_path / "calls.log"
+    here = Path(__file__).parent
+    spec = tmp_path / "w.toml"
+    spec.write_text(
+        'turns = 1\npython_tools = ["load_tools:stock"]\n'
+        f"[[mcp]]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [{json.dumps(str(here / 'load_tools.py'))}]\n"
+        f"env = {{ LOAD_TOOL_CALLS = {json.dumps(str(calls))} }}\n"
+    )
+    workload = load_workload(spec)
+    server.add(
+        Respond(body=completion(tool_calls=[
+            ("c1", "lookup", '{"query": "red shoes"}'), ("c2", "stock", '{"sku": "AB-12"}'),
+            ("c3", "fail", '{"query": "blue"}'),
+        ])),
+        Respond(body=completion("ok")),
+    )  # fmt: skip
+    async with model_on(server) as model:
+        report = await run_load(model, workload, LoadPlan(concurrency=1, sessions=1))
+    assert calls.read_text() == "lookup red shoes\n"  # it ran, in the server's process
+    assert report["tool_runs"] == {"stock": 1, "lookup": 1, "fail": 1}
+    offered = {tool["function"]["name"]: tool["function"] for tool in server.seen[0].body["tools"]}
+    assert set(offered) == {"stock", "lookup", "fail"}
+    assert offered["lookup"]["parameters"]["properties"]["query"]["type"] == "string"
+    assert offered["lookup"]["description"] == "Look a query up in the catalogue."
+    results = [m["content"] for m in server.seen[1].body["messages"] if m["role"] == "tool"]
+    assert "found red shoes" in results[0]
+    assert results[1] == '{"sku":"AB-12","in_stock":5}'
+    assert results[2] == "error: Error executing tool fail"  # the server's words (it hides the cause)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ('python_tools = ["no_such_module_x:f"]', "workload.python_tools", "cannot import"),
+        ('python_tools = ["not a spec"]', "workload.python_tools", "must be 'package.module:function'"),
+        ('python_tools = ["load_tools:server"]', "workload.python_tools", "is not a function"),
+        ("[[mcp]]\nargs = []", "workload.mcp", "needs one of command (stdio) and url"),
+        ('[[mcp]]\nurl = "ftp://x"', "workload.mcp", "must be an http(s) URL"),
+        ('[[mcp]]\ncommand = "x"\nport = 3', "workload.mcp", "port"),
+    ],
+)
+def test_a_bad_tool_in_a_workload_file_is_refused_naming_it(
+    tmp_path: Path, text: str, field: str, message: str
+) -> None:
+    spec = tmp_path / "w.toml"
+    spec.write_text(text + "\n")
+    with pytest.raises(InvalidInput) as refused:
+        load_workload(spec)
+    assert (refused.value.field or "").startswith(field) and message in str(refused.value), str(refused.value)
+
+
+async def test_an_mcp_tool_the_server_lacks_is_refused_before_any_request(
+    server: ModelServer, tmp_path: Path
+) -> None:
+    from greenroom.load._tools import McpServer
+
+    here = Path(__file__).parent
+    mcp = McpServer(command=sys.executable, args=(str(here / "load_tools.py"),), tools=("lookup", "nope"))
+    async with model_on(server) as model:
+        with pytest.raises(ValueError, match="has no tool 'nope'"):
+            await run_load(model, Workload(mcp=(mcp,)), LoadPlan(concurrency=1, sessions=1))
+    assert server.seen == []

@@ -35,7 +35,7 @@ from ..messages import AgentResult, AgentTask
 from ..store import LoadEntry, LoadRecordStore
 from ._arrivals import open_starts
 from ._measure import RequestRecord, SessionRecord, summary
-from ._run import LoadPlan
+from ._run import LoadPlan, workload_tools
 from ._session import Sessions
 from ._workload import Workload
 
@@ -173,41 +173,41 @@ def _key(name: str | None) -> str | None:
 async def _run_order(
     order: SessionOrder, attempt: int, agent_id: str, model: Any, records: LoadRecordStore
 ) -> list[int]:
-    """The order's sessions (those not already recorded); their indexes."""
+    """The order's sessions (those not already recorded); their indexes. Each request's
+    record is written as the request ends, each session's as it ends."""
     # the run's start on this loop's clock: every time below is on it, and records are
     # kept relative to the start
     base = anyio.current_time() - (time.time() - order.start)
-    numbers = {"n": 0}
-    index_now = {"i": order.first}
+    made: dict[int, int] = {}  # requests recorded, per session
 
     async def recorded(record: RequestRecord) -> None:
-        shifted = _shift(record, base)
-        key = request_key(index_now["i"], attempt, numbers["n"])
-        numbers["n"] += 1
-        await records.add(order.run, [LoadEntry(key, _encode(shifted))])
+        number = made.get(record.session, 0)
+        made[record.session] = number + 1
+        key = request_key(record.session, attempt, number)
+        await records.add(order.run, [LoadEntry(key, _encode(_shift(record, base)))])
 
-    sessions = Sessions(model, order.workload, seed=order.seed, recorded=recorded)
-    if order.stride:
-        indexes: Sequence[int] = range(order.first, order.sessions, order.stride)
-        await anyio.sleep_until(base + order.ramp)
-    else:
-        indexes = [order.first]
-    done: list[int] = []
-    for index in indexes:
-        now = anyio.current_time()
-        if order.stride and order.until is not None and now >= base + order.until:
-            break
-        if await records.count(order.run, session_key(index)):
-            continue  # an earlier attempt finished it
-        index_now["i"], numbers["n"] = index, 0
-        due = base + order.offset if not order.stride and attempt <= 1 else now
-        cpu = time.process_time()
-        session = await sessions.run(index, due)
-        body = msgspec.to_builtins(_shift(session, base))
-        body.update(agent=agent_id, attempt=attempt, cpu=[cpu, time.process_time()])
-        await records.add(order.run, [LoadEntry(session_key(index), _encode(body))])
-        done.append(index)
-    return done
+    async with workload_tools(order.workload) as tools:
+        sessions = Sessions(model, order.workload, seed=order.seed, tools=tools, recorded=recorded)
+        if order.stride:
+            indexes: Sequence[int] = range(order.first, order.sessions, order.stride)
+            await anyio.sleep_until(base + order.ramp)
+        else:
+            indexes = [order.first]
+        done: list[int] = []
+        for index in indexes:
+            now = anyio.current_time()
+            if order.stride and order.until is not None and now >= base + order.until:
+                break
+            if await records.count(order.run, session_key(index)):
+                continue  # an earlier attempt finished it
+            due = base + order.offset if not order.stride and attempt <= 1 else now
+            cpu = time.process_time()
+            session = await sessions.run(index, due)
+            body = msgspec.to_builtins(_shift(session, base))
+            body.update(agent=agent_id, attempt=attempt, cpu=[cpu, time.process_time()])
+            await records.add(order.run, [LoadEntry(session_key(index), _encode(body))])
+            done.append(index)
+        return done
 
 
 def _shift(record: Any, base: float) -> Any:

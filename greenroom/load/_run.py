@@ -6,7 +6,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
@@ -17,6 +18,7 @@ from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
 from ._measure import LoopWatch, RequestRecord, Slo, process_cpu, summary
 from ._session import Sessions
+from ._tools import LoadTool, mcp_tools, python_tool
 from ._workload import Workload
 
 
@@ -74,14 +76,28 @@ async def run_load(
     tools: Sequence[Tool] = (),
 ) -> dict[str, Any]:
     """Run ``plan`` of ``workload`` sessions against ``model`` (``tools``: your own
-    :class:`~greenroom.harness.Tool` s, offered beside the workload's and run when the
-    model calls them — their failures are told to the model, the load goes on); the report (``summary``),
-    with ``tool_runs`` (each synthetic tool's runs) and the plan. ``progress`` is called
-    with a few live figures every ``every`` seconds; ``records`` receives every request's
-    :class:`RequestRecord` (the rows of a CSV). Cancelled, the sessions in flight are
-    cancelled with it (their requests' connections closed) and nothing is reported."""
+    :class:`~greenroom.harness.Tool` s, offered beside the workload's — its synthetic
+    tools, its ``python_tools`` and the tools of its ``mcp`` servers, connected for the
+    run — and run when the model calls them: their failures are told to the model, the
+    load goes on); the report (``summary``), with ``tool_runs`` (each tool's runs) and the
+    plan. ``progress`` is called with a few live figures every ``every`` seconds;
+    ``records`` receives every request's :class:`RequestRecord` (the rows of a CSV).
+    Cancelled, the sessions in flight are cancelled with it (their requests' connections
+    closed, the MCP servers' connections closed) and nothing is reported."""
     plan.check()
-    sessions = Sessions(model, workload, seed=plan.seed, tools=tools)
+    async with workload_tools(workload, tools) as offered:
+        sessions = Sessions(model, workload, seed=plan.seed, tools=offered)
+        return await _run(sessions, workload, plan, progress, every, records)
+
+
+async def _run(
+    sessions: Sessions,
+    workload: Workload,
+    plan: LoadPlan,
+    progress: Progress | None,
+    every: float,
+    records: list[RequestRecord] | None,
+) -> dict[str, Any]:
     watch = LoopWatch()
     started = anyio.current_time()
     cpu = process_cpu()
@@ -150,6 +166,17 @@ async def run_load(
     if records is not None:
         records.extend(sessions.requests)
     return report
+
+
+@asynccontextmanager
+async def workload_tools(workload: Workload, tools: Sequence[LoadTool] = ()) -> AsyncIterator[list[LoadTool]]:
+    """``tools``, the workload's ``python_tools`` and its MCP servers' tools (their
+    connections open until the block ends)."""
+    own: list[LoadTool] = [*tools]
+    for index, spec in enumerate(workload.python_tools):
+        own.append(python_tool(spec, f"workload.python_tools[{index}]"))
+    async with mcp_tools(workload.mcp) as served:
+        yield [*own, *served]
 
 
 async def _watch_saturation(

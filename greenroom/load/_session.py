@@ -7,15 +7,12 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
-import msgspec
 
-from ..harness import Tool
 from ..llm import ChatModel, ModelError, open_stream
 from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from ._measure import RequestRecord, SessionRecord
+from ._tools import LoadTool, call_tool
 from ._workload import SyntheticTool, Workload, text_of
-
-_encode = msgspec.json.Encoder().encode
 
 
 class Sessions:
@@ -30,7 +27,7 @@ class Sessions:
         workload: Workload,
         *,
         seed: int = 0,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[LoadTool] = (),
         recorded: Callable[[RequestRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.model = model
@@ -160,16 +157,8 @@ class Sessions:
         await anyio.sleep(tool.latency_s.draw(rng))
         return text_of(tool.result_tokens.draw_int(rng, 1), rng)
 
-    async def _run_own(self, tool: Tool, call: ModelToolCall) -> str:
-        """A tool of the user's: its arguments checked, it run; what it answered (JSON),
-        or what went wrong, as the text the model is shown."""
+    async def _run_own(self, tool: LoadTool, call: ModelToolCall) -> str:
+        """A tool of the user's or of an MCP server: its arguments checked, it run; what it
+        answered, or what went wrong, as the text the model is shown."""
         self.tool_runs[tool.name] += 1
-        if call.arguments_error is not None:
-            return f"error: {call.arguments_error}"
-        try:
-            result = await tool.call(tool.validate(call.arguments))
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as error:  # the user's tool failed: the model is told, the load goes on
-            return f"error: {type(error).__name__}: {error}"
-        return result if isinstance(result, str) else _encode(result).decode()
+        return await call_tool(tool, call.arguments, call.arguments_error)

@@ -13,6 +13,7 @@ import msgspec
 
 from .._errors import InvalidInput
 from ._dist import Dist, as_dist, fixed
+from ._tools import McpServer, python_tool
 
 
 class SyntheticTool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -42,10 +43,18 @@ class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tools: tuple[SyntheticTool, ...] = ()
     tool_choice: Literal["auto", "required"] = "auto"
     max_tool_rounds: int = 3
+    python_tools: tuple[str, ...] = ()
+    """Your own tools, ``"package.module:function"`` (or a ``greenroom.harness.Tool``
+    there), offered and run beside the synthetic ones (importable wherever the load runs)."""
+    mcp: tuple[McpServer, ...] = ()
+    """MCP servers whose tools are offered and really called."""
 
 
 _DIST_FIELDS = ("turns", "prompt_tokens", "output_tokens", "think_s")
-_FIELDS = {"name", "system_prompt_tokens", "tools", "tool_choice", "max_tool_rounds", *_DIST_FIELDS}
+_FIELDS = {
+    "name", "system_prompt_tokens", "tools", "tool_choice", "max_tool_rounds", "python_tools", "mcp",
+    *_DIST_FIELDS,
+}  # fmt: skip
 _TOOL_FIELDS = {"name", "description", "latency_s", "result_tokens"}
 
 
@@ -70,6 +79,15 @@ def workload_from(raw: object, where: str = "workload") -> Workload:
                 if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
                     raise ValueError(f"{field} must be a whole number from 0 to 1000000, got {value!r}")
                 fields[key] = value
+            elif key == "python_tools":
+                items = _list(value, field)
+                for index, spec in enumerate(items):
+                    python_tool(spec, f"{field}[{index}]")  # importable now, not mid-run
+                fields[key] = tuple(items)
+            elif key == "mcp":
+                fields[key] = tuple(
+                    _mcp(item, f"{field}[{index}]") for index, item in enumerate(_list(value, field))
+                )
             elif key == "tool_choice":
                 if value not in ("auto", "required"):
                     raise ValueError(f"{field} must be 'auto' or 'required', got {value!r}")
@@ -104,6 +122,16 @@ def _tool(raw: object, field: str) -> SyntheticTool:
         as_dist(raw.get("latency_s", 0.05), f"{field}.latency_s"),
         as_dist(raw.get("result_tokens", 100), f"{field}.result_tokens"),
     )
+
+
+def _mcp(raw: object, field: str) -> McpServer:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{field} must be a table (command and args, or url), got {raw!r}")
+    try:
+        server = msgspec.convert(raw, McpServer)
+    except msgspec.ValidationError as error:
+        raise ValueError(f"{field}: {error}") from None
+    return server.check(field)
 
 
 def load_workload(path: str | Path) -> Workload:

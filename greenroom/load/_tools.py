@@ -1,0 +1,166 @@
+"""Real tools for a load's sessions beyond the synthetic ones: the tools of MCP servers
+(:class:`McpServer`, reached through the official ``mcp`` client) and your own Python
+functions named ``module:function`` in a workload file.
+
+Every tool here looks the same to a session (:class:`LoadTool`): a name, the schema the
+model is offered, a check of the model's arguments, a call that answers text. A tool's
+failure is told to the model as its result; the load goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+
+from ..harness import Tool
+from ..messages import ToolSpec
+
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_encode = msgspec.json.Encoder().encode
+
+
+class ToolFailed(Exception):
+    """A tool answered with an error (an MCP server's ``isError`` result): its text is what
+    the model is told."""
+
+
+class LoadTool(Protocol):
+    """What a session needs of a tool (a :class:`~greenroom.harness.Tool` is one)."""
+
+    name: str
+
+    def spec(self) -> ToolSpec: ...
+
+    def validate(self, arguments: dict[str, Any]) -> Any: ...
+
+    async def call(self, validated: Any) -> Any: ...
+
+
+class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An MCP server whose tools the sessions are offered and really call: a ``command``
+    run with ``args`` (stdio; ``env``: variables it gets beyond the few safe ones the
+    ``mcp`` client passes on) or a ``url`` (streamable HTTP); ``tools``: only these of the
+    ones it lists (default: every one); ``timeout_s``: seconds per call."""
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    url: str | None = None
+    tools: tuple[str, ...] | None = None
+    timeout_s: float = 30.0
+
+    def check(self, field: str) -> McpServer:
+        """This server, or ``ValueError`` naming ``field`` and what is wrong."""
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"{field} needs one of command (stdio) and url (streamable HTTP)")
+        if self.url is not None and not re.match(r"^https?://\S+$", self.url):
+            raise ValueError(f"{field}.url must be an http(s) URL, got {self.url!r}")
+        if self.command is not None and not self.command.strip():
+            raise ValueError(f"{field}.command must be a program, got {self.command!r}")
+        if not 0 < self.timeout_s <= 3600:
+            raise ValueError(f"{field}.timeout_s must be seconds in (0, 3600], got {self.timeout_s!r}")
+        return self
+
+
+class McpTool:
+    """One tool of an open MCP client: the server checks the arguments; its answer (the
+    structured content as JSON, else its text) is the result."""
+
+    def __init__(self, client: Any, name: str, description: str, schema: dict[str, Any], timeout: float):
+        self.name = name
+        self._client = client
+        self._spec = ToolSpec(name, description or f"The {name} tool.", schema)
+        self._timeout = timeout
+
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return arguments
+
+    async def call(self, validated: dict[str, Any]) -> str:
+        result = await self._client.call_tool(self.name, validated, read_timeout_seconds=self._timeout)
+        structured = getattr(result, "structured_content", None)
+        text = (
+            _encode(structured).decode()
+            if structured is not None
+            else "\n".join(c.text for c in getattr(result, "content", ()) if getattr(c, "type", "") == "text")
+        )
+        if getattr(result, "is_error", False):
+            raise ToolFailed(text or "the tool failed")
+        return text
+
+
+@asynccontextmanager
+async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]]:
+    """The tools of ``servers``, each server's client open until the block ends (a stdio
+    server's process then stops). ``ValueError`` naming a tool asked for that a server
+    does not have. Cancelled while connecting, what was opened is closed."""
+    from mcp import StdioServerParameters
+    from mcp.client.client import Client
+
+    tools: list[McpTool] = []
+    async with AsyncExitStack() as stack:
+        for number, server in enumerate(servers):
+            target: Any = server.url
+            if target is None:
+                command = server.command or ""
+                target = StdioServerParameters(command=command, args=list(server.args), env=server.env)
+            client = await stack.enter_async_context(Client(target, cache=None))
+            listing = await client.list_tools()
+            found = {tool.name: tool for tool in listing.tools}
+            wanted = list(found) if server.tools is None else list(server.tools)
+            missing = [name for name in wanted if name not in found]
+            if missing:
+                await stack.aclose()  # the clients closed first: the refusal is not an exception group
+                raise ValueError(
+                    f"workload.mcp[{number}].tools: the server has no tool {missing[0]!r} "
+                    f"(it has {', '.join(sorted(found)) or 'none'})"
+                )
+            for name in wanted:
+                tool = found[name]
+                schema = dict(tool.input_schema or {"type": "object", "properties": {}})
+                schema.pop("title", None)
+                tools.append(McpTool(client, name, tool.description or "", schema, server.timeout_s))
+        yield tools
+
+
+def python_tool(spec: str, field: str = "python_tools") -> Tool:
+    """``"package.module:name"``: a :class:`~greenroom.harness.Tool` there, or a function
+    (sync or async) made one (its name, its docstring, its parameters as the schema).
+    ``ValueError`` naming ``field`` if it cannot be imported or is neither."""
+    if not isinstance(spec, str) or not _SPEC.match(spec):
+        raise ValueError(f"{field} must be 'package.module:function', got {spec!r}")
+    module_name, _, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"{field}: cannot import {module_name!r} ({error})") from None
+    found = getattr(module, attribute, None)
+    if isinstance(found, Tool):
+        return found
+    if not callable(found):
+        raise ValueError(f"{field}: {spec!r} is not a function or a greenroom Tool")
+    return Tool(attribute, found, description=(found.__doc__ or "").strip())
+
+
+async def call_tool(tool: LoadTool, arguments: dict[str, Any], error: str | None) -> str:
+    """Run ``tool`` on the model's ``arguments`` (``error``: why they could not be read);
+    its answer as the text the model is shown, or what went wrong."""
+    if error is not None:
+        return f"error: {error}"
+    try:
+        result = await tool.call(tool.validate(arguments))
+    except anyio.get_cancelled_exc_class():
+        raise
+    except ToolFailed as failure:
+        return f"error: {failure}"
+    except Exception as failure:  # the user's tool failed: the model is told, the load goes on
+        return f"error: {type(failure).__name__}: {failure}"
+    return result if isinstance(result, str) else _encode(result).decode()

@@ -5,7 +5,9 @@
 keep-alive) with ``--pieces`` words as Server-Sent Events: the first after ``--first-ms``
 (sent with the response's head, so every client's "first token" is the same instant), each
 next one ``--each-ms`` later, then the usage chunk and ``[DONE]``; a request that does not
-ask to stream gets the whole reply after the same time. ``GET`` answers a model list (the
+ask to stream gets the whole reply after the same time. A request that offers tools and
+ends with the user's message is answered (after ``--first-ms``) by a call of its first
+tool, so an agent's session runs its tools and asks again. ``GET`` answers a model list (the
 readiness probes of some tools).
 
 ``--workers`` processes share one listening socket (the kernel spreads connections), so
@@ -65,6 +67,10 @@ class Replies:
             len(body),
             body,
         )
+        call = {"index": 0, "id": "call-1", "type": "function",
+                "function": {"name": "", "arguments": '{"query": "w1 w2 w3"}'}}  # fmt: skip
+        self.call_head, self.call = head, call
+        self.call_tail = _chunk(_delta({}, "tool_calls")) + self.tail[len(_chunk(_delta({}, "stop"))) :]
         models = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}).encode()
         self.models = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
             len(models),
@@ -97,6 +103,18 @@ async def _serve(
                 writer.write(replies.whole)
                 sent = time.monotonic()
                 records.append([received, sent, sent])
+                await writer.drain()
+                continue
+            messages = body.get("messages") or [{}]
+            if body.get("tools") and messages[-1].get("role") == "user":  # an agent: call a tool first
+                call = dict(
+                    replies.call,
+                    function={**replies.call["function"], "name": body["tools"][0]["function"]["name"]},
+                )
+                writer.write(replies.call_head + _chunk(_delta({"role": "assistant", "tool_calls": [call]})))
+                first = time.monotonic()
+                writer.write(replies.call_tail)
+                records.append([received, first, first])
                 await writer.drain()
                 continue
             first = 0.0

@@ -39,7 +39,22 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 PEERS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 PIECES = 20
-TOOLS = ("bare", "greenroom", "aiperf", "guidellm")
+TOOLS = ("bare", "greenroom", "aiperf", "guidellm", "agent")
+"""``agent``: greenroom on agent sessions (``AGENT``: three turns, each a tool call — a
+synthetic tool really run — and the answer; six requests a session) for the CPU per
+request of sessions against single turns."""
+AGENT = """name = "agent"
+system_prompt_tokens = 200
+turns = 3
+prompt_tokens = 100
+output_tokens = 100
+max_tool_rounds = 1
+[[tools]]
+name = "lookup"
+latency_s = 0.05
+result_tokens = 200
+"""
+AGENT_REQUESTS = 6
 
 _TOKENIZER = """
 import sys
@@ -111,6 +126,11 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 def command(tool: str, url: str, level: int, requests: int, work: Path, pythons: dict[str, str]) -> list[str]:
     if tool == "bare":
         return [pythons["aiperf"], str(HERE / "_bare_client.py"), url, str(level), str(requests)]
+    if tool == "agent":
+        (work / "agent.toml").write_text(AGENT)
+        return [sys.executable, "-m", "greenroom", "load", "--base-url", url + "/v1", "--model", "bench",
+                "--workload", str(work / "agent.toml"), "--concurrency", str(level),
+                "--sessions", str(max(1, requests // AGENT_REQUESTS)), "--json", "--quiet"]  # fmt: skip
     if tool == "greenroom":
         return [sys.executable, "-m", "greenroom", "load", "--base-url", url + "/v1", "--model", "bench",
                 "--preset", "single", "--concurrency", str(level), "--sessions", str(requests),
@@ -136,7 +156,7 @@ def reported_ttft(tool: str, stdout: str, work: Path) -> dict[str, float | None]
     """The tool's own TTFT percentiles (ms), from where it reports them."""
     if tool == "bare":
         return percentiles(json.loads(stdout)["ttft_ms"])
-    if tool == "greenroom":
+    if tool in ("greenroom", "agent"):
         found = json.loads(stdout)["ttft_ms"]
         return {key: found[key] for key in ("p50", "p90", "p99")}
     if tool == "aiperf":
@@ -239,7 +259,7 @@ def main() -> None:
     parser.add_argument(
         "--requests", type=int, default=0, help="requests per level (default: max(200, 10 x level))"
     )
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"some of {', '.join(TOOLS)}")
     parser.add_argument("--workers", type=int, default=2, help="the fake server's processes")
     parser.add_argument("--aiperf-python", help="the python of a venv with aiperf 0.13 (default: made)")
     parser.add_argument("--guidellm-python", help="the python of a venv with guidellm 0.8 (default: made)")

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 
@@ -126,6 +127,69 @@ async def test_every_timer_starts_at_the_scheduled_instant(server: ModelServer) 
     slow = max(records, key=lambda r: r.ttft)
     assert slow.ttft >= 0.6  # 0.3 s waiting behind the other, then its own 0.3 s
     assert report["send_lag_ms"]["p99"] < 50  # the generator was on time: the client queue is the model's
+
+
+@contextmanager
+def accepting_late(upstream: str, delay: float) -> Iterator[str]:
+    """A front for ``upstream`` that leaves connections in the kernel's backlog for
+    ``delay`` seconds before accepting them (a server too busy to accept), then relays
+    bytes both ways. Its URL."""
+    import selectors
+    import socket
+    import threading
+    import urllib.parse
+
+    target = urllib.parse.urlsplit(upstream)
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    stop = threading.Event()
+
+    def relay(client: socket.socket) -> None:
+        with client, socket.create_connection((target.hostname, target.port)) as server:
+            pairs = {client: server, server: client}
+            with selectors.DefaultSelector() as watch:
+                for end in pairs:
+                    watch.register(end, selectors.EVENT_READ)
+                while not stop.is_set():
+                    for key, _ in watch.select(0.1):
+                        data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                        if not data:
+                            return
+                        pairs[key.fileobj].sendall(data)  # type: ignore[index]
+
+    def accept() -> None:
+        stop.wait(delay)  # connections wait, un-accepted, meanwhile
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=relay, args=(client,), daemon=True).start()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}{target.path}"
+    finally:
+        stop.set()
+        acceptor.join(5)
+        listener.close()
+
+
+async def test_a_server_that_accepts_late_shows_in_the_ttft_not_in_the_send_lag(server: ModelServer) -> None:
+    """The client connects at once (the kernel's backlog takes it) and sends on time; the
+    server accepts 0.4 s later: every TTFT counts that wait, from the scheduled instant."""
+    for _ in range(3):
+        server.add(Respond(body=completion("a b")))
+    records: list = []
+    with accepting_late(server.url, 0.4) as url:
+        async with OpenAIChatModel("m", base_url=url, max_retries=0) as model:
+            report = await run_load(
+                model, Workload(turns=Dist(value=1)), LoadPlan(concurrency=3, sessions=3), records=records
+            )
+    assert report["requests"] == 3 and report["errors"] == 0
+    assert all(r.ttft >= 0.4 for r in records), [r.ttft for r in records]
+    assert report["send_lag_ms"]["p99"] < 100  # the generator itself was on time
 
 
 async def test_a_failed_request_ends_its_session_and_is_counted_by_kind(server: ModelServer) -> None:

@@ -102,10 +102,13 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
     """The tools of ``servers``, each server's client open until the block ends (a stdio
     server's process then stops). ``ValueError`` naming a tool asked for that a server
     does not have. Cancelled while connecting, what was opened is closed."""
+    tools: list[McpTool] = []
+    if not servers:  # the mcp package is not even imported
+        yield tools
+        return
     from mcp import StdioServerParameters
     from mcp.client.client import Client
 
-    tools: list[McpTool] = []
     async with AsyncExitStack() as stack:
         for number, server in enumerate(servers):
             target: Any = server.url

@@ -23,6 +23,7 @@ per word of the fake server's replies).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
@@ -130,11 +131,12 @@ def command(tool: str, url: str, level: int, requests: int, work: Path, pythons:
         (work / "agent.toml").write_text(AGENT)
         return [sys.executable, "-m", "greenroom", "load", "--base-url", url + "/v1", "--model", "bench",
                 "--workload", str(work / "agent.toml"), "--concurrency", str(level),
-                "--sessions", str(max(1, requests // AGENT_REQUESTS)), "--json", "--quiet"]  # fmt: skip
+                "--sessions", str(max(1, requests // AGENT_REQUESTS)), "--json", "--quiet",
+                "--csv", str(work / "requests.csv")]  # fmt: skip
     if tool == "greenroom":
         return [sys.executable, "-m", "greenroom", "load", "--base-url", url + "/v1", "--model", "bench",
                 "--preset", "single", "--concurrency", str(level), "--sessions", str(requests),
-                "--json", "--quiet"]  # fmt: skip
+                "--json", "--quiet", "--csv", str(work / "requests.csv")]  # fmt: skip
     tokenizer = str(work / "tokenizer")
     if tool == "aiperf":
         return [pythons["aiperf"], "-m", "aiperf", "profile", "--model", "bench", "--url", url,
@@ -190,6 +192,13 @@ def measure(
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     truth = percentiles([(first - received) * 1000 for received, first, _ in served])
     said = reported_ttft(tool, done.stdout, work)
+    from_sent: dict[str, float | None] = {}
+    if tool in ("greenroom", "agent"):  # like the peers' timers: from the send, not from when it was due
+        with open(work / "requests.csv") as rows:
+            sent = [
+                float(r["ttft_ms"]) - float(r["send_lag_ms"]) for r in csv.DictReader(rows) if r["ttft_ms"]
+            ]
+        from_sent = percentiles(sent)
     return {
         "tool": tool,
         "concurrency": level,
@@ -203,6 +212,11 @@ def measure(
         "ttft_error_ms": {
             key: None if said[key] is None or truth[key] is None else round(said[key] - truth[key], 3)  # type: ignore[operator]
             for key in ("p50", "p90", "p99")
+        },
+        "ttft_error_from_send_ms": {
+            key: round(from_sent[key] - truth[key], 3)  # type: ignore[operator]
+            for key in ("p50", "p90", "p99")
+            if from_sent.get(key) is not None and truth[key] is not None
         },
         "server_cpu_s": round(server_cpu, 3),
         "server_cpu_share": round(server_cpu / max(wall, 1e-9) / workers, 3),
@@ -219,7 +233,9 @@ def line(row: dict[str, Any], workers: int) -> str:
         f"{row['steady_cpu_per_token_us']:6.1f} µs/token; start-up {row['startup_cpu_s']:.2f} s); "
         f"TTFT error p50 {error['p50']:+7.2f} p90 {error['p90']:+7.2f} p99 {error['p99']:+7.2f} ms; "
         f"server CPU {row['server_cpu_share'] * 100:3.0f} % of its {workers} processes"
-    )
+        + (f"; from the send p99 {row['ttft_error_from_send_ms']['p99']:+7.2f} ms"
+           if row.get("ttft_error_from_send_ms") else "")
+    )  # fmt: skip
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

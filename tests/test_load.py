@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 
+import anyio
 import pytest
 
 from greenroom._errors import InvalidInput
@@ -643,3 +644,42 @@ async def test_an_mcp_tool_the_server_lacks_is_refused_before_any_request(
         with pytest.raises(ValueError, match="has no tool 'nope'"):
             await run_load(model, Workload(mcp=(mcp,)), LoadPlan(concurrency=1, sessions=1))
     assert server.seen == []
+
+
+async def test_runs_are_compared_on_one_page_against_concurrency_and_rate(
+    server: ModelServer, tmp_path: Path
+) -> None:
+    """Three runs' reports (two closed loops, one open) on one page: a chart for the
+    closed loops against the concurrency, one for the open loop against the rate."""
+    pytest.importorskip("matplotlib")
+    for _ in range(8):
+        server.add(Respond(body=completion("a b c")))
+    names = []
+    async with model_on(server) as model:
+        for number, plan in enumerate(
+            [
+                LoadPlan(concurrency=1, sessions=2),
+                LoadPlan(concurrency=3, sessions=3),
+                LoadPlan(rate=50.0, sessions=3),
+            ]
+        ):
+            report = await run_load(model, Workload(turns=Dist(value=1)), plan)
+            path = tmp_path / f"run{number}.json"
+            path.write_text(json.dumps(report))
+            names.append(str(path))
+    page = tmp_path / "runs.html"
+    done = await anyio.run_process(
+        [sys.executable, "-m", "greenroom", "load", "--compare", *names, "--html", str(page)], check=False
+    )
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert text.count('src="data:image/png;base64,') == 2  # one per kind of loop
+    assert "1 at once" in text and "3 at once" in text and "50.0 sessions/s (poisson)" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a report"}')
+    refused = await anyio.run_process(
+        [sys.executable, "-m", "greenroom", "load", "--compare", names[0], str(bad), "--html", str(page)],
+        check=False,
+    )
+    assert refused.returncode != 0 and b"is not a report of greenroom load --json" in refused.stderr
+    assert page.read_text() == text  # the page written before is left as it was

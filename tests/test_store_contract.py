@@ -1413,6 +1413,7 @@ async def test_a_bad_load_record_is_refused_by_name_and_nothing_of_its_batch_is_
         for run, entry, field in (
             ("a run", good, "run"),
             ("", good, "run"),
+            ("a/b", good, "run"),
             ("run", LoadEntry("", b"{}"), "key"),
             ("run", LoadEntry("has space", b"{}"), "key"),
             ("run", LoadEntry("s/2", b"[1]"), "body"),

@@ -82,6 +82,11 @@ def add_parsers(commands: Any) -> None:
     load.add_argument(
         "--step-duration", type=_args.seconds, default=60.0, help="seconds of load per rate the sweep tries"
     )
+    load.add_argument(
+        "--compare", nargs="+", metavar="REPORT.json",
+        help="no load: one --html page comparing earlier runs' --json reports (latency and throughput "
+        "against the concurrency and the rate)",
+    )  # fmt: skip
     load.add_argument("--csv", metavar="FILE", help="write a row per request to FILE")
     load.add_argument("--html", metavar="FILE", help="write a self-contained report with charts to FILE")
     load.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -18,6 +18,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..load import LoadPlan, run_load
     from ..load._replay import read_trace, replay
 
+    if args.compare is not None:
+        return _compare(args)
     if args.sweep is not None:
         return _sweep(args)
     replaying = args.replay is not None or args.replay_journal
@@ -84,6 +86,26 @@ def _show(args: argparse.Namespace, report: dict[str, Any], records: list[Any]) 
         print(json.dumps(report))
     else:
         print(format_report(report))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``--compare A.json B.json ... --html FILE``: one page of several runs."""
+    from ..load._html import comparison_report
+
+    if not args.html:
+        raise InvalidInput("--compare draws a page: give --html FILE", field="--html")
+    reports = []
+    for name in args.compare:
+        try:
+            with open(name, "rb") as source:
+                reports.append(json.load(source))
+        except (OSError, ValueError) as error:
+            raise InvalidInput(
+                f"--compare: cannot read {name!r}: {error}", field="--compare", value=name
+            ) from None
+    _write(args.html, comparison_report(reports, args.compare))
+    print(f"wrote {args.html}: {len(reports)} runs compared")
     return 0
 
 

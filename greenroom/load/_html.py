@@ -133,3 +133,73 @@ def html_report(
         f"<table><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>mean</th></tr>{''.join(rows)}</table>"
         f"<h2>charts</h2>{images}</body></html>"
     )
+
+
+def comparison_report(reports: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    """One page comparing several runs' ``--json`` reports (``names``: where each came
+    from): percentiles and throughput against the concurrency (closed loops) and against
+    the offered rate (open loops), and a table of every run. ``InvalidInput`` when
+    matplotlib is missing or a report is not one of ``greenroom load``'s."""
+    pyplot = _pyplot()
+    for name, report in zip(names, reports, strict=True):
+        if (
+            not isinstance(report, dict)
+            or not isinstance(report.get("plan"), dict)
+            or "ttft_ms" not in report
+        ):
+            raise InvalidInput(
+                f"--compare: {name!r} is not a report of greenroom load --json", field="--compare"
+            )
+    images: list[str] = []
+    for axis_key, label in (("concurrency", "sessions at once (closed loop)"),
+                            ("rate", "sessions per second offered (open loop)")):  # fmt: skip
+        runs = sorted(
+            (r for r in reports if r["plan"].get(axis_key) is not None), key=lambda r: r["plan"][axis_key]
+        )
+        if not runs:
+            continue
+        xs = [r["plan"][axis_key] for r in runs]
+        figure, (latency, throughput) = pyplot.subplots(1, 2, figsize=(11, 4))
+        for key, name in (("ttft_ms", "TTFT"), ("e2e_ms", "end to end")):
+            for quantile, style in (("p50", "-o"), ("p99", "--o")):
+                latency.plot(xs, [r[key][quantile] or 0 for r in runs], style, label=f"{name} {quantile}")
+        latency.set_xlabel(label)
+        latency.set_ylabel("ms")
+        latency.set_title("latency percentiles")
+        latency.legend(fontsize=8)
+        throughput.plot(xs, [r["requests_per_s"] for r in runs], "-o", label="requests/s")
+        throughput.plot(xs, [r["goodput"] for r in runs], "--o", label="goodput (requests/s in the SLO)")
+        tokens = throughput.twinx()
+        tokens.plot(xs, [r["output_tokens_per_s"] for r in runs], ":s", color="gray", label="output tokens/s")
+        tokens.set_ylabel("output tokens/s")
+        throughput.set_xlabel(label)
+        throughput.set_title("throughput")
+        throughput.legend(loc="upper left", fontsize=8)
+        images.append(_png(figure))
+        pyplot.close(figure)
+    header = "<tr><th>run</th><th>plan</th><th>requests</th><th>TTFT p50</th><th>TTFT p99</th>" \
+        "<th>e2e p99</th><th>requests/s</th><th>goodput</th><th>output tokens/s</th></tr>"  # fmt: skip
+    rows = "".join(
+        f"<tr><th>{html.escape(name)}</th><td>{html.escape(_plan(r['plan']))}</td><td>{r['requests']}</td>"
+        f"<td>{_ms(r['ttft_ms']['p50'])}</td><td>{_ms(r['ttft_ms']['p99'])}</td><td>{_ms(r['e2e_ms']['p99'])}</td>"
+        f"<td>{r['requests_per_s']}</td><td>{r['goodput']}</td><td>{r['output_tokens_per_s']}</td></tr>"
+        for name, r in zip(names, reports, strict=True)
+    )
+    pictures = "".join(f'<p><img alt="chart" src="data:image/png;base64,{png}"></p>' for png in images)
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>greenroom load: runs compared</title>"
+        "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{text-align:left}"
+        f"</style></head><body><h1>greenroom load: {len(reports)} runs compared</h1>"
+        f"<table>{header}{rows}</table><h2>charts</h2>{pictures}</body></html>"
+    )
+
+
+def _plan(plan: dict[str, Any]) -> str:
+    if plan.get("concurrency") is not None:
+        return f"{plan['concurrency']} at once"
+    return f"{plan.get('rate')} sessions/s ({plan.get('pattern')})"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

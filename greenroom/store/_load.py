@@ -23,10 +23,11 @@ import msgspec
 
 from .._errors import InvalidInput
 
-MAX_RUN = 200
+MAX_RUN = 100  # within a task id: load-<run>-<n>
 MAX_KEY = 200
 MAX_BODY = 1 << 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+_RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")  # a part of task ids: no "/"
 
 
 class LoadEntry(msgspec.Struct, frozen=True, gc=False):
@@ -39,9 +40,9 @@ class LoadEntry(msgspec.Struct, frozen=True, gc=False):
 
 def check_run(run: object) -> str:
     """A run's name (``InvalidInput`` naming the field otherwise)."""
-    if not isinstance(run, str) or not run or len(run) > MAX_RUN or not _NAME.match(run):
+    if not isinstance(run, str) or not run or len(run) > MAX_RUN or not _RUN.match(run):
         raise InvalidInput(
-            f"load run must be 1 to {MAX_RUN} letters, digits or . _ : / - (starting with a letter or "
+            f"load run must be 1 to {MAX_RUN} letters, digits or . _ : - (starting with a letter or "
             f"digit), got {run!r:.80}",
             field="run",
             value=run,

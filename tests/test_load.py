@@ -683,3 +683,14 @@ async def test_runs_are_compared_on_one_page_against_concurrency_and_rate(
     )
     assert refused.returncode != 0 and b"is not a report of greenroom load --json" in refused.stderr
     assert page.read_text() == text  # the page written before is left as it was
+
+
+def test_a_prompt_has_the_words_asked_and_sessions_differ() -> None:
+    from greenroom.load._workload import _POOL_WORDS, text_of
+
+    rng = random.Random(5)
+    for tokens in (1, 7, 300, _POOL_WORDS, 2 * _POOL_WORDS + 3):
+        text = text_of(tokens, rng)
+        assert len(text.split(" ")) == tokens and text == text.strip(), tokens
+    assert text_of(50, random.Random(1)) == text_of(50, random.Random(1))  # the seed decides
+    assert len({text_of(50, random.Random(seed)) for seed in range(20)}) == 20

@@ -187,8 +187,9 @@ def _model(args: argparse.Namespace) -> Any:
     base_url, name = _server(args)
     try:
         return OpenAIChatModel(
-            name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0
-        )
+            name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0,
+            keep_alive=args.concurrency or 10_000,  # a connection per user in flight, kept between turns
+        )  # fmt: skip
     except ValueError as error:
         raise InvalidInput(str(error), field="--base-url", value=base_url) from None
 

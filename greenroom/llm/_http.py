@@ -20,6 +20,7 @@ arrives (:meth:`OriginClient.stream`, for Server-Sent Events).
 
 from __future__ import annotations
 
+import re
 import select
 import ssl
 import urllib.parse
@@ -32,6 +33,8 @@ import anyio.abc
 import h11
 
 _READ = 1 << 16
+_CUT = "the server closed the connection before the answer was whole"
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class ConnectionFailed(Exception):
@@ -84,17 +87,82 @@ class StreamedAnswer:
         return b"".join(parts)
 
 
+class _Chunked:
+    """A chunked body decoded as it arrives (RFC 9112, 7.1) — the stream's hot path, a piece
+    of it per network read, where ``h11`` spends its per-event machinery. ``feed`` bytes,
+    ``take`` the data of every chunk complete so far; ``ended`` after the last chunk and
+    its trailers. Raises ``ConnectionFailed`` for what is not chunked encoding."""
+
+    __slots__ = ("buffer", "crlf", "ended", "left", "trailers")
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = bytearray(data)
+        self.left = 0  # data bytes of the current chunk still to come
+        self.crlf = 0  # bytes of the CRLF after a chunk's data still to come
+        self.trailers = False  # past the last chunk: trailer lines until an empty one
+        self.ended = False
+
+    def take(self) -> bytes:
+        buffer = self.buffer
+        size_of = len(buffer)
+        at = 0
+        out: list[bytes] = []
+        while at < size_of and not self.ended:
+            if self.left:
+                n = min(self.left, size_of - at)
+                out.append(bytes(buffer[at : at + n]))
+                at += n
+                self.left -= n
+                if not self.left:
+                    self.crlf = 2
+            elif self.crlf:
+                n = min(self.crlf, size_of - at)
+                if buffer[at : at + n] != b"\r\n"[2 - self.crlf : 2 - self.crlf + n]:
+                    raise ConnectionFailed("the answer is not valid HTTP/1.1: a chunk does not end in CRLF")
+                at += n
+                self.crlf -= n
+            else:
+                end = buffer.find(b"\r\n", at)
+                if end < 0:
+                    if size_of - at > 4096:
+                        raise ConnectionFailed(
+                            "the answer is not valid HTTP/1.1: a chunk size line over 4 KiB"
+                        )
+                    break
+                line = bytes(buffer[at:end])
+                at = end + 2
+                if self.trailers:
+                    self.ended = not line
+                    continue
+                digits = line.split(b";", 1)[0].strip()
+                if not _HEX.fullmatch(digits):
+                    raise ConnectionFailed(
+                        f"the answer is not valid HTTP/1.1: a chunk size line {line[:40]!r}"
+                    )
+                size = int(digits, 16)
+                if size:
+                    self.left = size
+                else:
+                    self.trailers = True
+        del buffer[:at]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class _Stale(Exception):
     """A reused connection ended before any byte of the answer: open another, once."""
 
 
 class _Connection:
-    __slots__ = ("protocol", "socket", "stream")
+    __slots__ = ("chunked", "keep", "protocol", "socket", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.protocol = h11.Connection(h11.CLIENT)
         self.socket: Any = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        self.chunked: _Chunked | None = None
+        """The answer's chunked body, decoded here once ``h11`` read its head."""
+        self.keep = False
+        """The answer was read whole by :attr:`chunked` and the connection may carry another."""
 
     def closed_by_server(self) -> bool:
         """An idle connection whose socket is readable was closed (or written to) by the
@@ -135,6 +203,11 @@ class _Connection:
             event = await self._next_event(stale=reused)
             if type(event) is h11.Response:
                 headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+                if headers.get("transfer-encoding", "").lower() == "chunked" and event.http_version == b"1.1":
+                    data, closed = protocol.trailing_data
+                    if not closed:
+                        self.chunked = _Chunked(data)
+                        self.keep = "close" not in headers.get("connection", "").lower()
                 return event.status_code, headers
             if type(event) is h11.ConnectionClosed:
                 if reused:
@@ -147,6 +220,9 @@ class _Connection:
         then ``TimeoutError``) only while nothing has: ``(bytes, ended)`` — every piece
         already read from the connection at once, not one chunk of a chunked body per
         call. Raises :class:`ConnectionFailed` when the body breaks off before its end."""
+        chunked = self.chunked
+        if chunked is not None:
+            return await self._next_chunks(chunked, timeout)
         protocol = self.protocol
         parts: list[bytes] = []
         while True:
@@ -176,6 +252,27 @@ class _Connection:
             elif kind is h11.ConnectionClosed:
                 raise ConnectionFailed("the server closed the connection before the answer was whole")
 
+    async def _next_chunks(self, chunked: _Chunked, timeout: float | None) -> tuple[bytes, bool]:
+        while True:
+            data = chunked.take()
+            if chunked.ended:
+                if chunked.buffer:  # bytes past the answer's end: nothing may follow it
+                    self.keep = False
+                return data, True
+            if data:
+                return data, False
+            try:
+                if timeout is None:
+                    received = await self.stream.receive(_READ)
+                else:
+                    with anyio.fail_after(timeout):
+                        received = await self.stream.receive(_READ)
+            except anyio.EndOfStream:
+                raise ConnectionFailed(_CUT) from None
+            except (anyio.BrokenResourceError, OSError) as error:
+                raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+            chunked.buffer += received
+
     async def _next_event(self, stale: bool) -> Any:
         protocol = self.protocol
         while True:
@@ -198,6 +295,13 @@ class _Connection:
             protocol.receive_data(received)
 
     def reusable(self) -> bool:
+        chunked = self.chunked
+        if chunked is not None:  # the body was ours: a new h11 state for the next request
+            self.chunked = None
+            if not (chunked.ended and self.keep):
+                return False
+            self.protocol = h11.Connection(h11.CLIENT)
+            return True
         protocol = self.protocol
         if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
             protocol.start_next_cycle()

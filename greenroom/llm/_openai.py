@@ -319,6 +319,10 @@ class OpenAIChatModel(ClosingModel):
     of 64 — measured on trio in ``greenroom bench chat``). ``price``: what its tokens cost
     (:class:`Price`), so harnesses and the chat engine count spend in money too.
 
+    ``keep_alive``: idle connections kept open (per pool) for the next calls (default:
+    ``max_in_flight``, or 100); a load generator with thousands of users in flight keeps one
+    for each, or every wave of replies closes connections the next wave opens again.
+
     ``stream``: whether :meth:`stream` asks the server to stream (``False``: each call is
     sent whole and given as one piece, for a server known to stream badly; a server that
     refuses or interrupts streams is also detected and used whole, said once in the log).
@@ -344,6 +348,7 @@ class OpenAIChatModel(ClosingModel):
         price: Price | None = None,
         client: str = "greenroom",
         stream: bool = True,
+        keep_alive: int | None = None,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -389,6 +394,9 @@ class OpenAIChatModel(ClosingModel):
             None if max_in_flight is None else check_int("OpenAIChatModel", "max_in_flight", max_in_flight)
         )
         self.pools = check_int("OpenAIChatModel", "pools", pools)
+        self.keep_alive = (
+            None if keep_alive is None else check_int("OpenAIChatModel", "keep_alive", keep_alive)
+        )
         if self.pools > 1 and (self.max_in_flight is None or self.max_in_flight < self.pools):
             raise ValueError(
                 f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}"
@@ -419,13 +427,14 @@ class OpenAIChatModel(ClosingModel):
 
     def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI | OriginClient:
         size = None if self.max_in_flight is None else -(-self.max_in_flight // self.pools)
+        idle = None if self.keep_alive is None else -(-self.keep_alive // self.pools)
         if self.client == "greenroom":
-            return OriginClient(base_url or DEFAULT_BASE_URL, max_idle=size or 100)
+            return OriginClient(base_url or DEFAULT_BASE_URL, max_idle=idle or size or 100)
         import openai
 
         http_client = None
-        if size is not None:
-            limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+        if size is not None or idle is not None:
+            limits = httpx2.Limits(max_connections=size, max_keepalive_connections=idle or size)
             http_client = openai.DefaultAsyncHttpxClient(limits=limits)
         # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
         return openai.AsyncOpenAI(

@@ -309,6 +309,34 @@ _WORDS = (
 )
 
 
+_POOL_WORDS = 1 << 16
+_pool: tuple[str, list[int]] | None = None
+
+
+def _word_pool() -> tuple[str, list[int]]:
+    """A long text of random words (the same in every process) and where each word starts:
+    a prompt is a slice of it, so making one costs a slice, not a draw per word."""
+    global _pool
+    if _pool is None:
+        draw = random.Random(0x6C6F6164)
+        words = [draw.choice(_WORDS) for _ in range(_POOL_WORDS)]
+        starts, at = [], 0
+        for word in words:
+            starts.append(at)
+            at += len(word) + 1
+        starts.append(at)
+        _pool = (" ".join(words) + " ", starts)
+    return _pool
+
+
 def text_of(tokens: int, rng: random.Random) -> str:
-    """About ``tokens`` tokens of text (a short word a token)."""
-    return " ".join(rng.choice(_WORDS) for _ in range(max(1, tokens)))
+    """About ``tokens`` tokens of text (a short word a token): a stretch of the word pool
+    at a place drawn from ``rng`` (so sessions differ, and the same seed gives the same
+    text), wrapping around for a text longer than the pool."""
+    text, starts = _word_pool()
+    tokens = max(1, tokens)
+    if tokens >= _POOL_WORDS:
+        whole, rest = divmod(tokens, _POOL_WORDS)
+        return (text * (whole + 1))[: whole * starts[-1] + starts[rest] - 1]
+    first = rng.randrange(_POOL_WORDS - tokens + 1)
+    return text[starts[first] : starts[first + tokens] - 1]

@@ -264,7 +264,11 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         axes.set_title(title)
         axes.grid(axis="y", alpha=0.3)
     cpu_axes.legend()
-    figure.suptitle("single-turn streamed requests, closed loop, same fake server (lower is better)")
+    figure.suptitle(
+        "closed loop, one fake server: single-turn streamed requests; agent = greenroom on 3-turn "
+        "sessions with tools (lower is better)",
+        fontsize=10,
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -282,7 +286,13 @@ def main() -> None:
     parser.add_argument("--peers-dir", type=Path, default=ROOT / ".bench-peers")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--plot", type=Path, help="draw them here (PNG; matplotlib)")
+    parser.add_argument("--replot", type=Path, metavar="JSON", help="no run: draw --plot from a --json file")
     args = parser.parse_args()
+    if args.replot is not None:
+        if args.plot is None:
+            parser.error("--replot needs --plot FILE")
+        plot(json.loads(args.replot.read_text())["results"], args.plot)
+        return
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     wrong = [t for t in tools if t not in TOOLS]
     if wrong:

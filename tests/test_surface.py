@@ -135,22 +135,57 @@ PUBLIC: dict[str, list[str]] = {
         "DuplicateTask",
         "EventStore",
         "EventsGone",
+        "ExpireLeases",
+        "FIXED_PART",
+        "GraphOwner",
+        "HistoryPart",
         "InvalidSubmission",
         "InvalidTransition",
         "LoadEntry",
         "LoadRecordStore",
         "NotOwner",
+        "Origin",
+        "Reply",
+        "Retention",
         "Spent",
         "Step",
         "StepStore",
         "Store",
+        "StoreSizes",
         "StoredMessage",
         "StoredPending",
         "TaskGraphError",
         "TaskRow",
         "TaskStore",
+        "TasksRunnable",
         "UnknownTask",
+        "bound_report",
+        "check_budget_name",
+        "check_entries",
+        "check_prefix",
         "check_run",
+        "check_step",
+        "check_submission",
+        "death_counted",
+        "decided",
+        "dependency_failed",
+        "encoded_body",
+        "expired_decision",
+        "find_cycle",
+        "in_dependency_order",
+        "lease_expired",
+        "lease_report",
+        "messages_from_rows",
+        "over_budget",
+        "parked",
+        "pending_from_row",
+        "poison_reason",
+        "requeued_after_death",
+        "result_event",
+        "result_payload",
+        "spend_rows",
+        "step_from_row",
+        "transition_payload",
     ],
     "supervisor": [
         "BulkDecision",
@@ -394,12 +429,13 @@ def test_the_actor_kernel_is_the_top_level_surface() -> None:
     )
 
 
-def test_the_supervisor_log_protocol_and_store_helpers_are_private() -> None:
-    """What the issue named: the outbox protocol, the store's rule helpers, the log's
-    admission helpers and the actors spawned through factories are not public."""
+def test_the_outbox_protocol_log_helpers_and_factory_actors_are_private() -> None:
+    """What the issue named: the outbox protocol, the log's admission helpers and the actors
+    spawned through factories are not public. (The store's rule helpers were once on this
+    list; they are public now: a backend needs them, and ``greenroom.store`` is where a
+    third backend finds everything it needs.)"""
     private = {
         "messages": {"AppendBatch", "OutboxDelivered", "OutboxLost", "OutboxPosition", "OutboxEvent"},
-        "store": {"result_payload", "transition_payload", "poison_reason", "requeued_after_death"},
         "log": {"admitted", "check_append"},
         "chat": {"ChatRequestActor", "ChatRunnerActor"},
         "pipeline": {"StageActor"},

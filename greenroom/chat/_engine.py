@@ -35,6 +35,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -54,7 +55,7 @@ from ..harness import (
 from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, open_stream
 from ..llm._price import price_of
 from ..llm._tokens import TokenGauge
-from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ToolSpec
+from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ModelToolCall, ToolSpec
 from ..store import StoredPending
 from . import _replies as replies
 from ._stream import ReplyStreamer, ToolFinished, ToolStarted
@@ -298,42 +299,17 @@ class LLMAgentEngine:
         return max(0, room)
 
     async def _decide(self, context: DecisionContext, decision_id: str, done: _Done) -> AgentDecision:
-        records = done.records
+        """The turn: a confirmation of what waits for one, or the model asked — and its
+        tool calls run — until it answers, asks the user, or a limit ends the turn."""
         if self.stop.requested:  # as a harness phase does: nothing starts after a stop
             done.note = "stop_requested"
             return _failed(replies.STOPPED, done)
-        pending = context.pending_confirmation
-        if pending is not None and is_confirmation(context.message, pending):
-            if pending.expires_at < self.clock():
-                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.NOTHING_PENDING)
-            result = await self._run_tool(
-                decision_id, pending.tool_name, pending.parameters, context.user_id, records, done.streamer
-            )
-            return AgentDecision(
-                DecisionType.INVOKE_TOOL,
-                tool_calls=[ToolCall(pending.tool_name, pending.parameters)],
-                response_text=replies.for_result(pending.tool_name, result),
-                records=records,
-            )
+        confirmed = await self._confirmed(context, decision_id, done)
+        if confirmed is not None:
+            return confirmed
         config = self.config
-        recent = (
-            context.message_history[-config.include_history_messages :]
-            if config.include_history_messages
-            else ()
-        )
-        system = ChatMessage("system", self.constitution)
-        user = ChatMessage("user", context.message)
         specs = self._specs()
-        past = self.tokens.fit(
-            [ChatMessage(m.role, m.content) for m in recent], self._room([system, user], specs)
-        )
-        messages: list[ChatMessage] = [system, *past, user]
-        done.history = len(past)
-        said = done.said  # the replies about what was done, in order
-        calls = done.calls
-        tools_allowed = True
-        limit_hit = False
-        asked = False  # a result the engine answers with a question ("which one?")
+        messages = self._conversation(context, specs, done)
         loop = BoundedLoop(
             self.llm,
             budget=self.budget,
@@ -344,113 +320,122 @@ class LLMAgentEngine:
             spend=done.spend,
         )
         while True:
+            allowed = done.tools_allowed
             request = ChatRequest(
                 tuple(messages),
-                specs if tools_allowed else (),
-                "auto" if tools_allowed else "none",
+                specs if allowed else (),
+                "auto" if allowed else "none",
                 temperature=config.temperature,
                 max_tokens=config.max_tokens,
             )
             reply = await loop.call(request, lambda request: self._send(messages, done, request))
             if reply is None:
-                break
-            if not reply.tool_calls or not tools_allowed:
-                if records or limit_hit:
-                    text = replies.combine(said, replies.TOO_MANY_CALLS if limit_hit else None)
-                    if asked and not any(r.result.get("success") for r in records):
-                        # every call that ran needs the user to say more: the turn asks
-                        return AgentDecision(
-                            DecisionType.ASK_CLARIFICATION,
-                            tool_calls=calls,
-                            clarification_question=text,
-                            response_text=text,
-                            records=records,
-                        )
-                    return AgentDecision(
-                        DecisionType.INVOKE_TOOL, tool_calls=calls, response_text=text, records=records
-                    )
-                if not reply.text.strip():
-                    # nothing to show: say that, not that something broke
-                    done.note = f"the model's reply was empty (finish_reason {reply.finish_reason!r})"
-                    text = replies.CUT_OFF if reply.finish_reason == "length" else replies.NO_ANSWER
-                    return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
-                text = replies.clean_text(reply.text)
-                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+                return _ended(loop.stop_reason, done)
+            if not reply.tool_calls or not allowed:
+                return _answered(reply, done)
             asking = next((call for call in reply.tool_calls if call.name == ASK_CLARIFICATION), None)
             if asking is not None:  # the model asks the user: nothing else of this turn runs
-                question = replies.clean_text(str(asking.arguments.get("question") or ""))
-                if question == replies.SYSTEM_ERROR:
-                    question = replies.INVALID.format(what="what you have in mind")
-                text = replies.combine([*said, question]) if said else question
-                return AgentDecision(
-                    DecisionType.ASK_CLARIFICATION,
-                    tool_calls=calls or None,
-                    clarification_question=question,
-                    response_text=text,
-                    records=records,
-                )
+                return _asking_user(asking, done)
             messages.append(ChatMessage("assistant", reply.text, reply.tool_calls))
-            for call in reply.tool_calls:
-                if call.arguments_error is not None:  # malformed arguments: ask, do not guess
-                    result = ToolResult(
-                        success=False, error="arguments were not an object", error_code="INVALID_INPUT"
-                    )
-                    said.append(replies.for_result(call.name, result))
-                elif call.name in CONFIRMED_TOOLS:
-                    ask = await self._confirmation(call.name, call.arguments, context.user_id)
-                    if isinstance(ask, PendingAction):
-                        if ask.tool_name == BULK_DELETE:
-                            count = len(ask.parameters["task_ids"])
-                            titles = ask.title.split("\n")
-                            prompt = replies.confirm_bulk(count, titles, confirmation_phrase(ask))
-                        else:
-                            prompt = replies.CONFIRM_DELETE.format(title=replies.quote(ask.title))
-                        text = replies.combine([*said, prompt])
-                        return AgentDecision(
-                            DecisionType.REQUEST_CONFIRMATION,
-                            tool_calls=calls or None,
-                            response_text=text,
-                            pending_action=ask,
-                            records=records,
-                        )
-                    result = ask  # not found, ambiguous: said as such
-                    said.append(replies.for_result(call.name, result))
-                elif len(records) >= config.max_tool_calls:  # the 11th: refused; one tool-free turn
-                    limit_hit = True
-                    tools_allowed = False
-                    result = ToolResult(
-                        success=False, error="tool call limit reached", error_code="INVALID_INPUT"
-                    )
-                else:
-                    result = await self._run_tool(
-                        decision_id, call.name, call.arguments, context.user_id, records, done.streamer
-                    )
-                    calls.append(ToolCall(call.name, _visible(call.arguments)))
-                    said.append(replies.for_result(call.name, result))
-                asked = asked or (not result.success and result.error_code in _ASKING_CODES)
-                content = _encoder.encode(msgspec.structs.asdict(result)).decode()
-                messages.append(ChatMessage("tool", content, tool_call_id=call.id))
-            if said and not records and not limit_hit:
-                # nothing ran (not found, ambiguous, bad arguments): say so now, not guess on;
-                # "which one?" and "more details?" are the engine asking the user
-                text = replies.combine(said)
-                if asked:
-                    return AgentDecision(
-                        DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
-                    )
-                return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
-        if loop.stop_reason != "max_iterations":  # the budget is spent, or a stop came
-            done.note = loop.stop_reason
-            return _failed(
-                replies.STOPPED if loop.stop_reason == "stop_requested" else replies.BUDGET_SPENT, done
-            )
-        return AgentDecision(
-            DecisionType.RESPOND_ONLY,
-            tool_calls=calls or None,
-            response_text=replies.combine(said, replies.TOO_COMPLEX),
-            records=records,
-            error=replies.TOO_COMPLEX,
+            decided = await self._run_calls(reply.tool_calls, context, decision_id, messages, done)
+            if decided is not None:
+                return decided
+
+    async def _confirmed(
+        self, context: DecisionContext, decision_id: str, done: _Done
+    ) -> AgentDecision | None:
+        """The turn when the message confirms the action waiting for it (run now, or too
+        late); ``None`` when it does not."""
+        pending = context.pending_confirmation
+        if pending is None or not is_confirmation(context.message, pending):
+            return None
+        if pending.expires_at < self.clock():
+            return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.NOTHING_PENDING)
+        result = await self._run_tool(
+            decision_id, pending.tool_name, pending.parameters, context.user_id, done.records, done.streamer
         )
+        return AgentDecision(
+            DecisionType.INVOKE_TOOL,
+            tool_calls=[ToolCall(pending.tool_name, pending.parameters)],
+            response_text=replies.for_result(pending.tool_name, result),
+            records=done.records,
+        )
+
+    def _conversation(
+        self, context: DecisionContext, specs: tuple[ToolSpec, ...], done: _Done
+    ) -> list[ChatMessage]:
+        """The request's messages: the constitution, as much recent history as fits, the
+        user's message."""
+        config = self.config
+        recent = (
+            context.message_history[-config.include_history_messages :]
+            if config.include_history_messages
+            else ()
+        )
+        system = ChatMessage("system", self.constitution)
+        user = ChatMessage("user", context.message)
+        past = self.tokens.fit(
+            [ChatMessage(m.role, m.content) for m in recent], self._room([system, user], specs)
+        )
+        done.history = len(past)
+        return [system, *past, user]
+
+    async def _run_calls(
+        self,
+        calls: Sequence[ModelToolCall],
+        context: DecisionContext,
+        decision_id: str,
+        messages: list[ChatMessage],
+        done: _Done,
+    ) -> AgentDecision | None:
+        """Run the reply's tool calls in order, each result going back to the model; the
+        turn ends here for a destructive call (it asks for a confirmation) or when nothing
+        could run (said now, not guessed on). ``None``: the model is asked again."""
+        said = done.said
+        for call in calls:
+            result = await self._call_result(call, context, decision_id, done)
+            if isinstance(result, AgentDecision):
+                return result
+            done.asked = done.asked or (not result.success and result.error_code in _ASKING_CODES)
+            content = _encoder.encode(msgspec.structs.asdict(result)).decode()
+            messages.append(ChatMessage("tool", content, tool_call_id=call.id))
+        if said and not done.records and not done.limit_hit:
+            # nothing ran (not found, ambiguous, bad arguments): say so now, not guess on;
+            # "which one?" and "more details?" are the engine asking the user
+            text = replies.combine(said)
+            if done.asked:
+                return AgentDecision(
+                    DecisionType.ASK_CLARIFICATION, clarification_question=text, response_text=text
+                )
+            return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+        return None
+
+    async def _call_result(
+        self, call: ModelToolCall, context: DecisionContext, decision_id: str, done: _Done
+    ) -> ToolResult | AgentDecision:
+        """One tool call's result (what was said of it noted in ``done``), or the turn's
+        end when the call needs the user to confirm it."""
+        said = done.said
+        if call.arguments_error is not None:  # malformed arguments: ask, do not guess
+            result = ToolResult(
+                success=False, error="arguments were not an object", error_code="INVALID_INPUT"
+            )
+        elif call.name in CONFIRMED_TOOLS:
+            ask = await self._confirmation(call.name, call.arguments, context.user_id)
+            if isinstance(ask, PendingAction):
+                return _asking_to_confirm(ask, done)
+            result = ask  # not found, ambiguous: said as such
+        elif len(done.records) >= self.config.max_tool_calls:  # the 11th: refused; one tool-free turn
+            done.limit_hit = True
+            done.tools_allowed = False
+            return ToolResult(success=False, error="tool call limit reached", error_code="INVALID_INPUT")
+        else:
+            result = await self._run_tool(
+                decision_id, call.name, call.arguments, context.user_id, done.records, done.streamer
+            )
+            done.calls.append(ToolCall(call.name, _visible(call.arguments)))
+        said.append(replies.for_result(call.name, result))
+        return result
 
     async def _confirmation(
         self, tool_name: str, arguments: dict[str, Any], user_id: str
@@ -573,12 +558,21 @@ def _visible(parameters: dict[str, Any]) -> dict[str, Any]:
 class _Done:
     """What a decision did before it ended: what an error reply reports first."""
 
-    __slots__ = ("calls", "history", "note", "records", "said", "spend", "streamer")
+    __slots__ = (
+        "asked", "calls", "history", "limit_hit", "note", "records", "said", "spend", "streamer",
+        "tools_allowed",
+    )  # fmt: skip
 
     def __init__(self, spend: Spend) -> None:
         self.records: list[ToolCallRecord] = []
         self.said: list[str] = []
+        """The replies about what was done, in order."""
         self.calls: list[ToolCall] = []
+        self.tools_allowed = True
+        """Tools are offered (no more once the call limit was reached: one tool-free turn)."""
+        self.limit_hit = False
+        self.asked = False
+        """A result the engine answers with a question ("which one?")."""
         self.note: str | None = None
         self.history = 0
         """History messages the request being built holds (after ``system``)."""
@@ -599,4 +593,77 @@ def _failed(text: str, done: _Done) -> AgentDecision:
         response_text=replies.combine(done.said, replies.REST_FAILED.format(cause=replies.brief(text))),
         records=done.records,
         error=text,
+    )
+
+
+def _answered(reply: ChatReply, done: _Done) -> AgentDecision:
+    """The turn's end on a reply without tool calls: what the tools did (or that the limit
+    was reached), a question back when every call needs the user to say more, else the
+    model's own words (or why there are none)."""
+    records = done.records
+    if records or done.limit_hit:
+        text = replies.combine(done.said, replies.TOO_MANY_CALLS if done.limit_hit else None)
+        if done.asked and not any(r.result.get("success") for r in records):
+            # every call that ran needs the user to say more: the turn asks
+            return AgentDecision(
+                DecisionType.ASK_CLARIFICATION,
+                tool_calls=done.calls,
+                clarification_question=text,
+                response_text=text,
+                records=records,
+            )
+        return AgentDecision(
+            DecisionType.INVOKE_TOOL, tool_calls=done.calls, response_text=text, records=records
+        )
+    if not reply.text.strip():
+        # nothing to show: say that, not that something broke
+        done.note = f"the model's reply was empty (finish_reason {reply.finish_reason!r})"
+        text = replies.CUT_OFF if reply.finish_reason == "length" else replies.NO_ANSWER
+        return AgentDecision(DecisionType.RESPOND_ONLY, response_text=text)
+    return AgentDecision(DecisionType.RESPOND_ONLY, response_text=replies.clean_text(reply.text))
+
+
+def _asking_user(asking: ModelToolCall, done: _Done) -> AgentDecision:
+    """The model's question to the user ends the turn (after what was done so far)."""
+    question = replies.clean_text(str(asking.arguments.get("question") or ""))
+    if question == replies.SYSTEM_ERROR:
+        question = replies.INVALID.format(what="what you have in mind")
+    text = replies.combine([*done.said, question]) if done.said else question
+    return AgentDecision(
+        DecisionType.ASK_CLARIFICATION,
+        tool_calls=done.calls or None,
+        clarification_question=question,
+        response_text=text,
+        records=done.records,
+    )
+
+
+def _asking_to_confirm(ask: PendingAction, done: _Done) -> AgentDecision:
+    """A destructive call waits for the user's confirmation, naming exactly what it does."""
+    if ask.tool_name == BULK_DELETE:
+        count = len(ask.parameters["task_ids"])
+        prompt = replies.confirm_bulk(count, ask.title.split("\n"), confirmation_phrase(ask))
+    else:
+        prompt = replies.CONFIRM_DELETE.format(title=replies.quote(ask.title))
+    return AgentDecision(
+        DecisionType.REQUEST_CONFIRMATION,
+        tool_calls=done.calls or None,
+        response_text=replies.combine([*done.said, prompt]),
+        pending_action=ask,
+        records=done.records,
+    )
+
+
+def _ended(stop_reason: str | None, done: _Done) -> AgentDecision:
+    """The turn's end when the loop stopped asking: a spent budget or a stop (an error),
+    or too many iterations (what was done, and that the request was too complex)."""
+    if stop_reason != "max_iterations":  # the budget is spent, or a stop came
+        done.note = stop_reason
+        return _failed(replies.STOPPED if stop_reason == "stop_requested" else replies.BUDGET_SPENT, done)
+    return AgentDecision(
+        DecisionType.RESPOND_ONLY,
+        tool_calls=done.calls or None,
+        response_text=replies.combine(done.said, replies.TOO_COMPLEX),
+        records=done.records,
+        error=replies.TOO_COMPLEX,
     )

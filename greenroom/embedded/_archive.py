@@ -32,7 +32,7 @@ import msgspec
 from .._errors import DataError
 from .._files import replace_durably
 from ..messages import AgentTask, TaskStatus
-from ..store._retention import FIXED, HistoryPart, over_budget
+from ..store import FIXED_PART, HistoryPart, over_budget
 from ._sqlite import SQLiteFile
 
 ARCHIVE_DIR = "archive"
@@ -296,7 +296,7 @@ def history_parts(data_dir: Path) -> list[HistoryPart]:
     event log and the archive both judge the disk budget from this listing. Blocking."""
     from ._reader import EVENTS_DIR
 
-    parts = [HistoryPart(FIXED, INDEX_DB, 0.0, _index_bytes(data_dir / ARCHIVE_DIR))]
+    parts = [HistoryPart(FIXED_PART, INDEX_DB, 0.0, _index_bytes(data_dir / ARCHIVE_DIR))]
     for kind, directory, pattern in (
         ("events", data_dir / EVENTS_DIR, "*.jsonl"),
         ("archive", data_dir / ARCHIVE_DIR, "tasks-*.jsonl.gz"),

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..store._budgets import Spent, check_budget_name, spend_rows
+from ..store import Spent, check_budget_name, spend_rows
 from ._sqlite import SQLiteFile
 
 BUDGETS_DB = "budgets.sqlite3"

@@ -30,8 +30,7 @@ from .._files import OwnerLock, append_durably, fsync_dir, open_for_append, reso
 from .._threads import run_blocking
 from ..messages import Event, RecordError
 from ..messages._codec import decode_json
-from ..store._events import Origin
-from ..store._retention import Retention, over_budget
+from ..store import Origin, Retention, over_budget
 from ._archive import history_parts
 from ._reader import EVENTS_DIR, EVENTS_FILE, EventLogError, _first_seq, segment_name, segments
 

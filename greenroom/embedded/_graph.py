@@ -41,8 +41,12 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
-from ..store._rules import (
+from ..store import (
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    UnknownTask,
     check_submission,
     death_counted,
     decided,
@@ -412,7 +416,7 @@ class TaskGraph:
         return task
 
     def park(self, task_id: str, agent_id: str, call: dict[str, Any], now: float) -> AgentTask:
-        """The owner parks its task for a person to decide ``call`` (see ``store._rules.parked``)."""
+        """The owner parks its task for a person to decide ``call`` (see ``greenroom.store.parked``)."""
         task = parked(self._owned(task_id, agent_id, "park"), call, self.limits, now)
         self._stopped_running(task_id)
         if task.lease_expires_at is not None:  # an expiry: the lease check denies it then

@@ -36,7 +36,7 @@ from .._files import (
 from ..messages import AgentTask, RecordError, TaskStatus
 from ..messages._codec import decode_json, prepare_types
 from ..messages._events import OutboxEvent
-from ..store._rules import find_cycle
+from ..store import find_cycle
 from ._outbox import OutboxBatch
 
 logger = logging.getLogger("greenroom.supervisor")

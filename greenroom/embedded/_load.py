@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..store._load import LoadEntry, check_entries, check_prefix, check_run
+from ..store import LoadEntry, check_entries, check_prefix, check_run
 from ._sqlite import SQLiteFile
 
 LOAD_DB = "load.sqlite3"

@@ -25,7 +25,7 @@ import anyio
 from .._errors import DataError
 from ..messages import Event, RecordError
 from ..messages._codec import decode_json
-from ..store._errors import EventsGone
+from ..store import EventsGone
 
 EVENTS_FILE = "events.jsonl"
 EVENTS_DIR = "events"

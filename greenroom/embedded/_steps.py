@@ -20,7 +20,7 @@ import msgspec
 
 from .._errors import storage_error
 from .._process import boot_id
-from ..store._steps import Step, check_step, encoded_body, step_from_row
+from ..store import Step, check_step, encoded_body, step_from_row
 from ._sqlite import SQLiteFile
 
 STEPS_DB = "steps.sqlite3"

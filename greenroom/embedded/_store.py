@@ -23,9 +23,17 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import BudgetStore, ChatStore, EventStore, LoadRecordStore, StepStore, TaskStore, UnknownTask
-from ..store._retention import Retention
-from ..store._store import StoreSizes
+from ..store import (
+    BudgetStore,
+    ChatStore,
+    EventStore,
+    LoadRecordStore,
+    Retention,
+    StepStore,
+    StoreSizes,
+    TaskStore,
+    UnknownTask,
+)
 from ._archive import TaskArchive
 from ._events import FileEventStore
 from ._graph import TaskGraph

@@ -55,10 +55,18 @@ from ..messages import (
 )
 from ..messages._events import OutboxEvent
 from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
-from ..store import InvalidTransition, TaskGraphError, UnknownTask
-from ..store._retention import Retention
-from ..store._rules import lease_report, result_event, transition_payload
-from ..store._tasks import ExpireLeases, GraphOwner, Reply
+from ..store import (
+    ExpireLeases,
+    GraphOwner,
+    InvalidTransition,
+    Reply,
+    Retention,
+    TaskGraphError,
+    UnknownTask,
+    lease_report,
+    result_event,
+    transition_payload,
+)
 from ._archive import TaskArchive
 from ._graph import TaskGraph
 from ._journal import GraphFiles

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..store._budgets import Spent, check_budget_name, spend_rows
+from ..store import Spent, check_budget_name, spend_rows
 from ._db import Database
 
 _COLUMNS = "name, tokens, cost, calls, updated_at"

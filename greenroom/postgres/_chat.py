@@ -18,8 +18,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ..store import ConversationNotFound, StoredMessage, StoredPending, TaskRow
-from ..store._chat import messages_from_rows, pending_from_row
+from ..store import (
+    ConversationNotFound,
+    StoredMessage,
+    StoredPending,
+    TaskRow,
+    messages_from_rows,
+    pending_from_row,
+)
 from ._db import Database
 
 T = TypeVar("T")

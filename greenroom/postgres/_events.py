@@ -19,9 +19,7 @@ import anyio
 import msgspec
 
 from ..messages import Event, Visibility
-from ..store._errors import EventsGone
-from ..store._events import Origin
-from ..store._retention import HistoryPart, Retention, over_budget
+from ..store import EventsGone, HistoryPart, Origin, Retention, over_budget
 from ._db import Database, DataRefused
 from ._schema import check
 

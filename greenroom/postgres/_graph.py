@@ -48,8 +48,12 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ..store import DuplicateTask, InvalidSubmission, InvalidTransition, NotOwner, UnknownTask
-from ..store._rules import (
+from ..store import (
+    DuplicateTask,
+    InvalidSubmission,
+    InvalidTransition,
+    NotOwner,
+    UnknownTask,
     check_submission,
     death_counted,
     decided,
@@ -693,7 +697,7 @@ class PostgresGraph:
         return task
 
     def park(self, connection: Any, task_id: str, agent_id: str, call: dict[str, Any]) -> AgentTask:
-        """The owner parks its task for a person to decide ``call`` (``store._rules.parked``)."""
+        """The owner parks its task for a person to decide ``call`` (``greenroom.store.parked``)."""
         task = self._owned(connection, task_id, agent_id, "park")
         task = parked(task, call, self.limits, self.clock())
         self._write(connection, task)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..store._load import LoadEntry, check_entries, check_prefix, check_run
+from ..store import LoadEntry, check_entries, check_prefix, check_run
 from ._db import Database
 
 

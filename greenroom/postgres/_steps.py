@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ..store._steps import Step, check_step, encoded_body, step_from_row
+from ..store import Step, check_step, encoded_body, step_from_row
 from ._db import Database
 
 _encoder = msgspec.json.Encoder()

@@ -25,9 +25,16 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ..store import BudgetStore, ChatStore, EventStore, LoadRecordStore, StepStore, TaskStore
-from ..store._retention import Retention
-from ..store._store import StoreSizes
+from ..store import (
+    BudgetStore,
+    ChatStore,
+    EventStore,
+    LoadRecordStore,
+    Retention,
+    StepStore,
+    StoreSizes,
+    TaskStore,
+)
 from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact

@@ -58,10 +58,7 @@ from ..messages import (
     Submit,
     TaskLimits,
 )
-from ..store import TaskGraphError
-from ..store._retention import Retention
-from ..store._rules import lease_report
-from ..store._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable
+from ..store import ExpireLeases, GraphOwner, Reply, Retention, TaskGraphError, TasksRunnable, lease_report
 from ._db import ConflictError, Database, DatabaseError, DataRefused
 from ._events import ensure_event_parts, maintain
 from ._graph import CHANNEL, Notify, PostgresGraph
@@ -136,7 +133,8 @@ class PostgresTaskStore:
         self.db = db
         self.retention = retention
         self.clock = clock
-        self._next_pass = 0.0
+        self.next_archive_pass = 0.0
+        """When (``clock()``) the next retention pass is due."""
         self.lease_seconds = check_seconds("PostgresTaskStore", "lease_seconds", lease_seconds)
         self.limits = limits or TaskLimits()
         self.workers = check_int("PostgresTaskStore", "workers", workers)
@@ -373,8 +371,8 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
         for task in expired:
             logger.warning(lease_report(task), task.id, task.status.value)
         retention = store.retention
-        if retention is not None and store.clock() >= store._next_pass:
-            store._next_pass = store.clock() + retention.check_every
+        if retention is not None and store.clock() >= store.next_archive_pass:
+            store.next_archive_pass = store.clock() + retention.check_every
             await _archive_pass(store, retention)
         for job in jobs:
             job.reply.succeed(None)

@@ -2,23 +2,45 @@
 
 - :class:`Store`: one backend (``greenroom.embedded.EmbeddedStore``, files and SQLite under
   a data dir; ``greenroom.postgres.PostgresStore``, one database several daemons share),
-  chosen once, asked for its parts.
+  chosen once, asked for its parts (:class:`StoreSizes`: what it holds on disk).
 - Its parts, one interface per capability, each owned by the layer that uses it:
-  :class:`TaskStore` (the supervisor actor's), :class:`EventStore` (the log actor's),
+  :class:`TaskStore` (the supervisor actor's: it answers through a :class:`Reply`, tells
+  its :class:`GraphOwner` of :class:`ExpireLeases` and :class:`TasksRunnable`),
+  :class:`EventStore` (the log actor's; an :class:`Origin` names a log's incarnation),
   :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
   agent work: :class:`Step`), :class:`BudgetStore` (what each named budget spent:
   :class:`Spent`), :class:`LoadRecordStore` (what a load run measured, every daemon's
   records together: :class:`LoadEntry`).
-- The task rules (:func:`check_submission`, the reasons a task carries, the payloads of
-  its events) and refusals (:class:`TaskGraphError` and its kinds), the same on every
-  backend.
+- The task rules, the same on every backend: what a submission must be
+  (:func:`check_submission`, :func:`find_cycle`, :func:`in_dependency_order`), the task a
+  transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`,
+  :func:`requeued_after_death`, :func:`death_counted`), the reasons a task carries
+  (:func:`lease_expired`, :func:`dependency_failed`, :func:`poison_reason`,
+  :func:`lease_report`, :func:`bound_report`) and the payloads of its events
+  (:func:`transition_payload`, :func:`result_payload`, :func:`result_event`); refusals
+  (:class:`TaskGraphError` and its kinds).
+- What every backend checks and decodes alike: step journals (:func:`check_step`,
+  :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
+  :func:`pending_from_row`), budget spends (:func:`check_budget_name`,
+  :func:`spend_rows`), load records (:func:`check_run`, :func:`check_prefix`,
+  :func:`check_entries`), retention (:class:`Retention`, :class:`HistoryPart`,
+  :data:`FIXED_PART`, :func:`over_budget`).
 
-A third backend implements :class:`Store` and its parts, obeys the rules, and passes
-the contract suite (``tests/test_store_contract.py``); nothing else changes.
+A third backend implements :class:`Store` and its parts from what this module exports,
+obeys the rules, and passes the contract suite (``tests/test_store_contract.py``);
+nothing else changes.
 """
 
-from ._budgets import BudgetStore, Spent
-from ._chat import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ._budgets import BudgetStore, Spent, check_budget_name, spend_rows
+from ._chat import (
+    ChatStore,
+    ConversationNotFound,
+    StoredMessage,
+    StoredPending,
+    TaskRow,
+    messages_from_rows,
+    pending_from_row,
+)
 from ._errors import (
     DuplicateTask,
     EventsGone,
@@ -28,33 +50,87 @@ from ._errors import (
     TaskGraphError,
     UnknownTask,
 )
-from ._events import EventStore
-from ._load import LoadEntry, LoadRecordStore, check_run
-from ._steps import Step, StepStore
-from ._store import Store
-from ._tasks import TaskStore
+from ._events import EventStore, Origin
+from ._load import LoadEntry, LoadRecordStore, check_entries, check_prefix, check_run
+from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
+from ._rules import (
+    bound_report,
+    check_submission,
+    death_counted,
+    decided,
+    dependency_failed,
+    expired_decision,
+    find_cycle,
+    in_dependency_order,
+    lease_expired,
+    lease_report,
+    parked,
+    poison_reason,
+    requeued_after_death,
+    result_event,
+    result_payload,
+    transition_payload,
+)
+from ._steps import Step, StepStore, check_step, encoded_body, step_from_row
+from ._store import Store, StoreSizes
+from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 
 __all__ = [
+    "FIXED_PART",
     "BudgetStore",
     "ChatStore",
     "ConversationNotFound",
     "DuplicateTask",
     "EventStore",
     "EventsGone",
+    "ExpireLeases",
+    "GraphOwner",
+    "HistoryPart",
     "InvalidSubmission",
     "InvalidTransition",
     "LoadEntry",
     "LoadRecordStore",
     "NotOwner",
+    "Origin",
+    "Reply",
+    "Retention",
     "Spent",
     "Step",
     "StepStore",
     "Store",
+    "StoreSizes",
     "StoredMessage",
     "StoredPending",
     "TaskGraphError",
     "TaskRow",
     "TaskStore",
+    "TasksRunnable",
     "UnknownTask",
+    "bound_report",
+    "check_budget_name",
+    "check_entries",
+    "check_prefix",
     "check_run",
+    "check_step",
+    "check_submission",
+    "death_counted",
+    "decided",
+    "dependency_failed",
+    "encoded_body",
+    "expired_decision",
+    "find_cycle",
+    "in_dependency_order",
+    "lease_expired",
+    "lease_report",
+    "messages_from_rows",
+    "over_budget",
+    "parked",
+    "pending_from_row",
+    "poison_reason",
+    "requeued_after_death",
+    "result_event",
+    "result_payload",
+    "spend_rows",
+    "step_from_row",
+    "transition_payload",
 ]

@@ -66,14 +66,14 @@ class HistoryPart(msgspec.Struct, frozen=True):
     bytes: int
 
 
-FIXED = "fixed"
+FIXED_PART = "fixed"
 """The kind of a part that counts against the budget but is never dropped (an index that
 shrinks with what it indexes)."""
 
 
 def over_budget(parts: list[HistoryPart], budget: int | None) -> list[HistoryPart]:
     """The parts to drop, oldest first, so that what stays fits in ``budget`` bytes (parts
-    of kind ``FIXED`` count, and stay). Pure: the event log and the archive each compute it
+    of kind ``FIXED_PART`` count, and stay). Pure: the event log and the archive each compute it
     over both, and drop their own."""
     if budget is None:
         return []
@@ -82,7 +82,7 @@ def over_budget(parts: list[HistoryPart], budget: int | None) -> list[HistoryPar
     for part in sorted(parts, key=lambda part: (part.at, part.kind, part.name)):
         if total <= budget:
             break
-        if part.kind == FIXED:
+        if part.kind == FIXED_PART:
             continue
         dropped.append(part)
         total -= part.bytes

@@ -47,9 +47,7 @@ from ..messages import (
     StopGranting,
     TaskStatus,
 )
-from ..store import TaskStore
-from ..store._rules import bound_report
-from ..store._tasks import ExpireLeases, TasksRunnable
+from ..store import ExpireLeases, TasksRunnable, TaskStore, bound_report
 
 logger = logging.getLogger("greenroom.supervisor")
 

@@ -566,3 +566,19 @@ async def test_the_host_and_the_phases_touch_the_file_system_off_the_event_loop(
         runtime = AgentRuntime("p1", "plan", supervisor=host.supervisor, log=host.log)
         await agent.execute_once(runtime)
         assert on_loop == [False]  # the workspace was made in a worker thread
+
+
+async def test_run_phase_is_the_public_name_and_specs_run_phase_the_same_call() -> None:
+    """The README teaches ``run_phase``; spec 003's ``_run_phase`` is the same call (both
+    refuse outside a run, naming the public one)."""
+    from greenroom.agents import BaseAgent
+
+    class Idle(BaseAgent):
+        agent_type = "idle"
+
+    agent = Idle()
+    for call in (agent.run_phase, agent._run_phase):
+        with pytest.raises(
+            RuntimeError, match=r"Idle\.run_phase\(\) is only valid while run\(\) handles a task"
+        ):
+            await call(user_message="hi")

@@ -52,7 +52,7 @@ class BaseAgent:
     out (it is retried). ``abandon()`` instead stops ``handle_task`` and hands the
     task back unfinished (shutdown), without using up an attempt.
 
-    LLM and tool work goes through :meth:`_run_phase` (spec 003, 2.4), on a harness
+    LLM and tool work goes through :meth:`run_phase` (spec 003's ``_run_phase``, 2.4), on a harness
     actor built from ``llm`` (a :class:`HarnessSetup`): one harness per :meth:`run`,
     created by the first phase, stopped when the run ends (``stop(now=True)``: a phase
     still running is interrupted, so nothing of a run outlives it). The budget and stop
@@ -147,7 +147,7 @@ class BaseAgent:
 
     async def run(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
         """Run one claimed task through the hooks (what :meth:`execute_once` does after
-        claiming). Each run starts without a harness; the first :meth:`_run_phase`
+        claiming). Each run starts without a harness; the first :meth:`run_phase`
         creates one and it is closed when the run ends, however it ends."""
         self._reset_harness()
         self._current = (task, runtime)
@@ -253,6 +253,22 @@ class BaseAgent:
         context_label: str | None = None,
         direct_tool_calls: Iterable[dict[str, Any]] | None = None,
     ) -> PhaseResult:
+        """Spec 003's name for :meth:`run_phase` (the same call)."""
+        return await self.run_phase(
+            system_prompt, user_message, tool_names, max_iterations, continue_context, context_label,
+            direct_tool_calls,
+        )  # fmt: skip
+
+    async def run_phase(
+        self,
+        system_prompt: str = "",
+        user_message: str = "",
+        tool_names: list[str] | None = None,
+        max_iterations: int = 10,
+        continue_context: bool = True,
+        context_label: str | None = None,
+        direct_tool_calls: Iterable[dict[str, Any]] | None = None,
+    ) -> PhaseResult:
         """Run one bounded phase on this run's harness (see ``Harness.run_bounded``).
 
         The first call of a run creates the harness with ``system_prompt``; later calls
@@ -262,7 +278,7 @@ class BaseAgent:
         Cancellation: the phase stops at once, as ``Harness.run_bounded`` says.
         """
         if self._current is None:
-            raise RuntimeError(f"{type(self).__name__}._run_phase() is only valid while run() handles a task")
+            raise RuntimeError(f"{type(self).__name__}.run_phase() is only valid while run() handles a task")
         if self.llm is None:
             raise RuntimeError(f"{type(self).__name__} has no llm (HarnessSetup): it cannot run phases")
         task, runtime = self._current
@@ -286,7 +302,7 @@ class BaseAgent:
             self._harness_prompt = system_prompt
         elif system_prompt and system_prompt != self._harness_prompt:
             logger.debug(
-                "agent %r: _run_phase ignores a new system_prompt; the harness keeps its first", self.name
+                "agent %r: run_phase ignores a new system_prompt; the harness keeps its first", self.name
             )
         return await self._harness.run_bounded(
             user_message,
@@ -319,7 +335,7 @@ class BaseAgent:
 
         It touches the file system (a few blocking calls): from async code call it, or
         the accessors below, in a worker thread (``await
-        anyio.to_thread.run_sync(self._artifacts_dir)``), as ``_run_phase`` does."""
+        anyio.to_thread.run_sync(self._artifacts_dir)``), as ``run_phase`` does."""
         return ensure_agent_workspace(self.name, self.agents_folder)
 
     def _artifacts_dir(self) -> Path:

@@ -92,7 +92,7 @@ class ResearchAgent(BaseAgent):
         topic = str(task.input.get("topic", task.id))
         findings: list[str] = []
         for subtopic in (f"{topic} / background", f"{topic} / practice"):
-            result = await self._run_phase(
+            result = await self.run_phase(
                 system_prompt=RESEARCH_PROMPT,
                 user_message=f"Phase: RESEARCH. Subtopic: '{subtopic}'.",
                 tool_names=["query_knowledge_base"],
@@ -102,7 +102,7 @@ class ResearchAgent(BaseAgent):
             if result.stop_reason in ("budget_exhausted", "stop_requested"):
                 break
             findings.extend(point for point in result.final_text.split("; ") if point)
-        outline = await self._run_phase(
+        outline = await self.run_phase(
             user_message="Phase: SYNTHESIZE. Write the research outline from:\n"
             + "\n".join(f"- {point}" for point in findings),
             tool_names=[],
@@ -184,7 +184,7 @@ class PublishAgent(BaseAgent):
 
     async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
         title = str(task.input.get("title", task.id))
-        result = await self._run_phase(user_message=f"Publish '{title}'.", tool_names=["publish"])
+        result = await self.run_phase(user_message=f"Publish '{title}'.", tool_names=["publish"])
         return AgentResult(task_id=task.id, outcome="published", notes=result.final_text)
 
 

@@ -34,7 +34,7 @@ import anyio
 from .. import _tracing
 from .._errors import InvalidInput
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
-from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending
+from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
 from ._stream import ChatEvents, ReplyStreamer, _Ended
@@ -323,6 +323,31 @@ class AgentRunner:
         conversation = uuid.uuid4().hex
         await self.store.open_conversation(user_id, conversation, create=True)
         return conversation
+
+    async def admit(self, context: AgentContext, message: str) -> None:
+        """What :meth:`run` checks first, on its own: ``message`` (``InvalidInput`` naming
+        it) and the conversation, opened for ``context.user_id`` if it is new
+        (``ConversationNotFound`` if it is another user's). A caller that must refuse bad
+        input before it answers — an HTTP stream, whose status goes out with its first
+        byte — calls this, then :meth:`stream`."""
+        if not isinstance(context, AgentContext):
+            raise TypeError(f"AgentRunner.admit takes an AgentContext, got {type(context).__name__}")
+        check_message(message)
+        await self.store.open_conversation(context.user_id, context.conversation_id, create=True)
+
+    async def history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+        """The newest ``limit`` messages of ``user_id``'s conversation, oldest first
+        (``InvalidInput`` for a bad id; ``ConversationNotFound`` for one the user does not
+        have — another user's included: it is not said to exist)."""
+        check_id("user_id", user_id)
+        check_id("conversation_id", conversation_id)
+        await self.store.open_conversation(user_id, conversation_id, create=False)
+        return await self.store.load_history(user_id, conversation_id, limit)
+
+    async def user_tasks(self, user_id: str) -> list[TaskRow]:
+        """``user_id``'s tasks (the assistant's task list), in the order the user sees them."""
+        check_id("user_id", user_id)
+        return await self.store.list_tasks(user_id, "all")
 
     async def run(
         self, context: AgentContext, message: str, *, streamer: ReplyStreamer | None = None

@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -52,6 +52,9 @@ from ..actors import ActorRef, ActorStopped
 from ..messages import AgentTask, Cancel, Decide, Event, GetTask, ListTasks, Submit, TaskStatus, convert
 from ._page import page_routes
 from ._tokens import Principal, Scope, TokenStore
+
+if TYPE_CHECKING:
+    from ..chat import AgentRunner
 
 logger = logging.getLogger("greenroom.service")
 
@@ -75,7 +78,7 @@ class ServiceParts:
     tokens: TokenStore
     status: Callable[[], Awaitable[dict[str, Any]]]
     stop: Callable[[], None]
-    chat: Any = None
+    chat: AgentRunner | None = None
     steps: Callable[[str], Awaitable[list[Any]]] | None = None
     """A task's step journal (``Step`` records), or ``None``: ``/steps`` answers 404."""
     max_body_bytes: int = 4 << 20
@@ -400,26 +403,85 @@ def _status_filter(text: str | None) -> TaskStatus | None:
 def create_app(parts: ServiceParts) -> Starlette:
     """The API over ``parts``. Serve it with :func:`greenroom.service.serve` (Hypercorn,
     on asyncio or trio) or any ASGI server."""
-    supervisor = parts.supervisor
+    tasks, chat = _TaskEndpoints(parts), _ChatEndpoints(parts)
 
-    async def health(request: Request, principal: Principal | None) -> Response:
-        return _json({"status": "ok", "uptime": round(time.time() - parts.started, 3)})
+    def route(path: str, scope: Scope | None, handler: Handler, method: str = "GET") -> Route:
+        return Route(path, _endpoint(parts, scope, handler, f"{method} {path}"), methods=[method])
 
-    async def status(request: Request, principal: Principal | None) -> Response:
-        return _json(await parts.status())
+    async def no_route(request: Request, error: Exception) -> Response:
+        return await _no_route(parts, request, error)
 
-    async def submit(request: Request, principal: Principal | None) -> Response:
-        raw = await _body(request, parts)
+    return Starlette(
+        exception_handlers={HTTPException: no_route},
+        routes=[
+            route("/v1/health", None, tasks.health),
+            route("/v1/status", "tasks", tasks.status),
+            route("/v1/tasks", "tasks", tasks.submit, "POST"),
+            route("/v1/tasks", "tasks", tasks.list_tasks),
+            route("/v1/tasks/decide", "tasks", tasks.decide_many, "POST"),
+            route("/v1/tasks/{task_id}", "tasks", tasks.show_task),
+            route("/v1/tasks/{task_id}/steps", "tasks", tasks.task_steps),
+            route("/v1/tasks/{task_id}/cancel", "tasks", tasks.cancel_task, "POST"),
+            route("/v1/tasks/{task_id}/approve", "tasks", tasks.decide_task, "POST"),
+            route("/v1/tasks/{task_id}/deny", "tasks", tasks.decide_task, "POST"),
+            route("/v1/events", "tasks", tasks.events),
+            route("/v1/chat", "chat", chat.chat, "POST"),
+            route("/v1/chat/conversations/{conversation_id:path}", "chat", chat.conversation),
+            route("/v1/chat/tasks", "chat", chat.chat_tasks),
+            route("/v1/stop", "admin", tasks.stop, "POST"),
+            *page_routes(),
+        ],
+    )
+
+
+async def _no_route(parts: ServiceParts, request: Request, error: Exception) -> Response:
+    """A path no route has (404), or a method it does not take (405): the one shape."""
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    if status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+        response = error_response(ApiError(405, "method_not_allowed", message))
+    elif status == 404:
+        response = error_response(ApiError(404, "not_found", f"no endpoint {request.url.path}"))
+    else:
+        response = error_response(ApiError(status, "http_error", str(error.detail)))
+    for name, value in (error.headers or {}).items():
+        response.headers[name] = value  # Allow: the methods a path takes
+    return await _read_rest(request, response, parts.max_body_bytes)
+
+
+class _TaskEndpoints:
+    """The task graph's endpoints (and health, status, stop): each a message to the
+    supervisor actor, answered once the change is durable."""
+
+    def __init__(self, parts: ServiceParts) -> None:
+        self.parts = parts
+        self.supervisor = parts.supervisor
+
+    async def health(self, request: Request, principal: Principal | None) -> Response:
+        return _json({"status": "ok", "uptime": round(time.time() - self.parts.started, 3)})
+
+    async def status(self, request: Request, principal: Principal | None) -> Response:
+        return _json(await self.parts.status())
+
+    async def stop(self, request: Request, principal: Principal | None) -> Response:
+        assert principal is not None
+        logger.warning("api: stop requested (token %s)", principal.token_id)
+        self.parts.stop()
+        return _json({"stopping": True}, 202)
+
+    async def submit(self, request: Request, principal: Principal | None) -> Response:
+        raw = await _body(request, self.parts)
         if isinstance(raw, dict) and "tasks" in raw:
             raw = raw["tasks"]
         single = isinstance(raw, dict)
         tasks = convert([raw] if single else raw, list[AgentTask], "task list")
         if not tasks:
             raise ApiError(400, "invalid_input", "the task list is empty", field="tasks")
-        stored = await supervisor.ask(Submit(tasks), timeout=None)
+        stored = await self.supervisor.ask(Submit(tasks), timeout=None)
         return _json({"tasks": stored}, 201)
 
-    async def list_tasks(request: Request, principal: Principal | None) -> Response:
+    async def list_tasks(self, request: Request, principal: Principal | None) -> Response:
         wanted = _status_filter(request.query_params.get("status"))
         agent_type = request.query_params.get("type")
         after = _query_int(request, "after", 0, 0, 2**62)
@@ -429,32 +491,27 @@ def create_app(parts: ServiceParts) -> Starlette:
             raise ApiError(400, "invalid_input", "archived must be 0 or 1", field="archived", value=archived)
         # one more than a page: whether there is a next one (the store pages; nothing is sorted here)
         listing = ListTasks(wanted, agent_type, after, limit + 1, archived=archived in ("1", "true"))
-        found = await supervisor.ask(listing, timeout=None)
+        found = await self.supervisor.ask(listing, timeout=None)
         page = found[:limit]
         more = len(found) > limit
         return _json({"tasks": page, "next": page[-1].order if more else None})
 
-    async def show_task(request: Request, principal: Principal | None) -> Response:
-        return _json(await supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
+    async def show_task(self, request: Request, principal: Principal | None) -> Response:
+        return _json(await self.supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
 
-    async def task_steps(request: Request, principal: Principal | None) -> Response:
+    async def task_steps(self, request: Request, principal: Principal | None) -> Response:
         """A task's step journal, in the order recorded (its model replies and tool calls)."""
-        task = await supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None)
-        if parts.steps is None:
+        task = await self.supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None)
+        if self.parts.steps is None:
             raise ApiError(404, "not_found", "this daemon keeps no step journal")
-        steps = await parts.steps(task.id)
-        return _json(
-            {
-                "task_id": task.id,
-                "steps": [
-                    {"key": s.key, "kind": s.kind, "attempt": s.attempt, "at": s.at, "body": s.body}
-                    for s in steps
-                ],
-            }
-        )
+        steps = await self.parts.steps(task.id)
+        shown_steps = [
+            {"key": s.key, "kind": s.kind, "attempt": s.attempt, "at": s.at, "body": s.body} for s in steps
+        ]
+        return _json({"task_id": task.id, "steps": shown_steps})
 
-    async def cancel_task(request: Request, principal: Principal | None) -> Response:
-        raw = await _body(request, parts, required=False)
+    async def cancel_task(self, request: Request, principal: Principal | None) -> Response:
+        raw = await _body(request, self.parts, required=False)
         reason = "cancelled through the API"
         if raw is not _NO_BODY:
             if not isinstance(raw, dict):
@@ -464,12 +521,12 @@ def create_app(parts: ServiceParts) -> Starlette:
             if not isinstance(raw.get("reason", ""), str):
                 raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
             reason = raw.get("reason") or reason
-        task = await supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
+        task = await self.supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
         return _json(task)
 
-    async def decide_task(request: Request, principal: Principal | None) -> Response:
+    async def decide_task(self, request: Request, principal: Principal | None) -> Response:
         """``/approve`` or ``/deny`` a WAITING task's call: who decided is the token's user."""
-        raw = await _body(request, parts, required=False)
+        raw = await _body(request, self.parts, required=False)
         reason, step, as_done = "", None, False
         approved = request.url.path.endswith("/approve")
         if raw is not _NO_BODY:  # a body, null included, must be an object
@@ -486,40 +543,23 @@ def create_app(parts: ServiceParts) -> Starlette:
             reason, step = raw.get("reason", ""), raw.get("step")
         by = principal.user if principal is not None else "api"
         message = Decide(request.path_params["task_id"], approved, by, reason, step, as_done)
-        return _json(await supervisor.ask(message, timeout=None))
+        return _json(await self.supervisor.ask(message, timeout=None))
 
-    async def decide_many(request: Request, principal: Principal | None) -> Response:
+    async def decide_many(self, request: Request, principal: Principal | None) -> Response:
         """``POST /v1/tasks/decide``: many waiting calls at once, chosen by a filter — a dry
         run unless ``"dry_run": false`` (see ``greenroom.supervisor.decide_waiting``)."""
-        from ..supervisor import WaitingFilter, decide_waiting
+        from ..supervisor import decide_waiting
 
-        raw = await _body(request, parts)
-        shape = (
-            '{"approve": true, "filter": {"type", "tool", "may_have_run"}, "reason", "as_done", "dry_run"}'
-        )
-        if not isinstance(raw, dict):
-            raise ApiError(400, "invalid_input", f"the body must be {shape}", field="body", value=raw)
-        unknown = sorted(set(raw) - {"approve", "filter", "reason", "as_done", "dry_run"})
-        if unknown:
-            raise ApiError(400, "invalid_input", f"unknown field {unknown[0]!r}: {shape}", field=unknown[0])
-        for name, kind, default in (("approve", bool, None), ("as_done", bool, False),
-                                    ("dry_run", bool, True), ("reason", str, "")):  # fmt: skip
-            value = raw.get(name, default)
-            if not isinstance(value, kind):
-                wanted = "true or false" if kind is bool else "a string"
-                raise ApiError(400, "invalid_input", f"{name} must be {wanted}", field=name, value=value)
-        try:
-            where = msgspec.convert(raw.get("filter", {}), WaitingFilter)
-        except msgspec.ValidationError as error:
-            raise ApiError(400, "invalid_input", f"filter: {error}", field="filter") from None
+        raw = await _body(request, self.parts)
+        where = _waiting_filter(raw)
         by = principal.user if principal is not None else "api"
         decision = await decide_waiting(
-            supervisor, where, approved=raw["approve"], by=by, reason=raw.get("reason", ""),
+            self.supervisor, where, approved=raw["approve"], by=by, reason=raw.get("reason", ""),
             as_done=raw.get("as_done", False), dry_run=raw.get("dry_run", True),
         )  # fmt: skip
         return _json(decision)
 
-    async def events(request: Request, principal: Principal | None) -> Response:
+    async def events(self, request: Request, principal: Principal | None) -> Response:
         last_id = request.headers.get("last-event-id")
         after = _query_int(request, "after", 0, 0, MAX_SEQ)
         if last_id is not None:
@@ -532,58 +572,66 @@ def create_app(parts: ServiceParts) -> Starlette:
         if last is None:
             from ..store import EventsGone
 
-            dropped = await parts.events_dropped_through()
+            dropped = await self.parts.events_dropped_through()
             if after < dropped:
                 raise EventsGone(after, dropped + 1)
         task = request.query_params.get("task")
         if task is not None and not (0 < len(task) <= 200 and task.isprintable()):
             raise ApiError(400, "invalid_input", "task must be a task id", field="task", value=task[:80])
-        source = _stream(parts.events(after, follow, last), task=task)
+        source = _stream(self.parts.events(after, follow, last), task=task)
         return StreamingResponse(
             source,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    def _runner() -> Any:
-        if parts.chat is None:
-            raise ApiError(404, "not_found", "this daemon runs no chat assistant")
-        return parts.chat
 
-    async def chat(request: Request, principal: Principal | None) -> Response:
+def _waiting_filter(raw: Any) -> Any:
+    """A bulk decision's body checked field by field; its ``WaitingFilter``."""
+    from ..supervisor import WaitingFilter
+
+    shape = '{"approve": true, "filter": {"type", "tool", "may_have_run"}, "reason", "as_done", "dry_run"}'
+    if not isinstance(raw, dict):
+        raise ApiError(400, "invalid_input", f"the body must be {shape}", field="body", value=raw)
+    unknown = sorted(set(raw) - {"approve", "filter", "reason", "as_done", "dry_run"})
+    if unknown:
+        raise ApiError(400, "invalid_input", f"unknown field {unknown[0]!r}: {shape}", field=unknown[0])
+    for name, kind, default in (("approve", bool, None), ("as_done", bool, False),
+                                ("dry_run", bool, True), ("reason", str, "")):  # fmt: skip
+        value = raw.get(name, default)
+        if not isinstance(value, kind):
+            wanted = "true or false" if kind is bool else "a string"
+            raise ApiError(400, "invalid_input", f"{name} must be {wanted}", field=name, value=value)
+    try:
+        return msgspec.convert(raw.get("filter", {}), WaitingFilter)
+    except msgspec.ValidationError as error:
+        raise ApiError(400, "invalid_input", f"filter: {error}", field="filter") from None
+
+
+class _ChatEndpoints:
+    """The chat assistant's endpoints, as the token's user, through the runner's own
+    calls (404 when the daemon runs no assistant)."""
+
+    def __init__(self, parts: ServiceParts) -> None:
+        self.parts = parts
+
+    def _runner(self) -> AgentRunner:
+        if self.parts.chat is None:
+            raise ApiError(404, "not_found", "this daemon runs no chat assistant")
+        return self.parts.chat
+
+    async def chat(self, request: Request, principal: Principal | None) -> Response:
         from ..chat import AgentContext
-        from ..chat._types import check_message
 
         assert principal is not None
-        runner = _runner()
-        raw = await _body(request, parts)
-        if not isinstance(raw, dict):
-            wanted = 'the body must be {"message": "...", "conversation_id": ...}'
-            raise ApiError(400, "invalid_input", wanted, field="body")
-        unknown = set(raw) - {"message", "conversation_id", "stream"}
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ApiError(400, "invalid_input", f"unknown field {name!r}", field=name)
-        message = raw.get("message")
-        if not isinstance(message, str):
-            raise ApiError(400, "invalid_input", "message must be text", field="message", value=message)
-        streamed = raw.get("stream", False)
-        if not isinstance(streamed, bool):
-            raise ApiError(
-                400, "invalid_input", "stream must be true or false", field="stream", value=streamed
-            )
-        conversation = raw.get("conversation_id")
+        runner = self._runner()
+        message, conversation, streamed = _chat_request(await _body(request, self.parts))
         if conversation is None:
             conversation = await runner.new_conversation(principal.user)
-        elif not isinstance(conversation, str):
-            raise ApiError(400, "invalid_input", "conversation_id must be text", field="conversation_id",
-                           value=conversation)  # fmt: skip
         context = AgentContext.from_request(principal.user, conversation, [])
         if not streamed:
             return _json(_chat_answer(conversation, await runner.run(context, message)))
-        # bad input is refused with its status before the stream starts
-        check_message(message)
-        await runner.store.open_conversation(principal.user, conversation, create=True)
+        await runner.admit(context, message)  # bad input is refused with its status, before the stream
 
         async def produce(write: Callable[[bytes], Awaitable[None]]) -> None:
             try:
@@ -603,26 +651,16 @@ def create_app(parts: ServiceParts) -> Starlette:
 
         return EventStream(produce)
 
-    async def conversation(request: Request, principal: Principal | None) -> Response:
+    async def conversation(self, request: Request, principal: Principal | None) -> Response:
         assert principal is not None
-        runner = _runner()
-        from ..chat._types import check_id
+        conversation_id = request.path_params["conversation_id"]
+        history = await self._runner().history(principal.user, conversation_id, MAX_PAGE)
+        messages = [{"role": m.role, "content": m.content, "created_at": m.created_at} for m in history]
+        return _json({"conversation_id": conversation_id, "messages": messages})
 
-        conversation_id = check_id("conversation_id", request.path_params["conversation_id"])
-        await runner.store.open_conversation(principal.user, conversation_id, create=False)
-        history = await runner.store.load_history(principal.user, conversation_id, MAX_PAGE)
-        return _json(
-            {
-                "conversation_id": conversation_id,
-                "messages": [
-                    {"role": m.role, "content": m.content, "created_at": m.created_at} for m in history
-                ],
-            }
-        )
-
-    async def chat_tasks(request: Request, principal: Principal | None) -> Response:
+    async def chat_tasks(self, request: Request, principal: Principal | None) -> Response:
         assert principal is not None
-        rows = await _runner().store.list_tasks(principal.user, "all")
+        rows = await self._runner().user_tasks(principal.user)
         return _json(
             {
                 "tasks": [  # numbered as the user sees them; the store's keys stay inside
@@ -632,51 +670,28 @@ def create_app(parts: ServiceParts) -> Starlette:
             }
         )
 
-    async def stop(request: Request, principal: Principal | None) -> Response:
-        assert principal is not None
-        logger.warning("api: stop requested (token %s)", principal.token_id)
-        parts.stop()
-        return _json({"stopping": True}, 202)
 
-    def route(path: str, scope: Scope | None, handler: Handler, method: str = "GET") -> Route:
-        return Route(path, _endpoint(parts, scope, handler, f"{method} {path}"), methods=[method])
-
-    async def no_route(request: Request, error: Exception) -> Response:
-        """A path no route has (404), or a method it does not take (405): the one shape."""
-        assert isinstance(error, HTTPException)
-        status = error.status_code
-        if status == 405:
-            message = f"{request.method} is not allowed on {request.url.path}"
-            response = error_response(ApiError(405, "method_not_allowed", message))
-        elif status == 404:
-            response = error_response(ApiError(404, "not_found", f"no endpoint {request.url.path}"))
-        else:
-            response = error_response(ApiError(status, "http_error", str(error.detail)))
-        for name, value in (error.headers or {}).items():
-            response.headers[name] = value  # Allow: the methods a path takes
-        return await _read_rest(request, response, parts.max_body_bytes)
-
-    return Starlette(
-        exception_handlers={HTTPException: no_route},
-        routes=[
-            route("/v1/health", None, health),
-            route("/v1/status", "tasks", status),
-            route("/v1/tasks", "tasks", submit, "POST"),
-            route("/v1/tasks", "tasks", list_tasks),
-            route("/v1/tasks/decide", "tasks", decide_many, "POST"),
-            route("/v1/tasks/{task_id}", "tasks", show_task),
-            route("/v1/tasks/{task_id}/steps", "tasks", task_steps),
-            route("/v1/tasks/{task_id}/cancel", "tasks", cancel_task, "POST"),
-            route("/v1/tasks/{task_id}/approve", "tasks", decide_task, "POST"),
-            route("/v1/tasks/{task_id}/deny", "tasks", decide_task, "POST"),
-            route("/v1/events", "tasks", events),
-            route("/v1/chat", "chat", chat, "POST"),
-            route("/v1/chat/conversations/{conversation_id:path}", "chat", conversation),
-            route("/v1/chat/tasks", "chat", chat_tasks),
-            route("/v1/stop", "admin", stop, "POST"),
-            *page_routes(),
-        ],
-    )
+def _chat_request(raw: Any) -> tuple[str, str | None, bool]:
+    """A ``POST /v1/chat`` body checked field by field: ``(message, conversation_id or
+    None, stream)``."""
+    if not isinstance(raw, dict):
+        wanted = 'the body must be {"message": "...", "conversation_id": ...}'
+        raise ApiError(400, "invalid_input", wanted, field="body")
+    unknown = set(raw) - {"message", "conversation_id", "stream"}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ApiError(400, "invalid_input", f"unknown field {name!r}", field=name)
+    message = raw.get("message")
+    if not isinstance(message, str):
+        raise ApiError(400, "invalid_input", "message must be text", field="message", value=message)
+    streamed = raw.get("stream", False)
+    if not isinstance(streamed, bool):
+        raise ApiError(400, "invalid_input", "stream must be true or false", field="stream", value=streamed)
+    conversation = raw.get("conversation_id")
+    if conversation is not None and not isinstance(conversation, str):
+        raise ApiError(400, "invalid_input", "conversation_id must be text", field="conversation_id",
+                       value=conversation)  # fmt: skip
+    return message, conversation, streamed
 
 
 async def _stream(events: AsyncGenerator[Event, None], task: str | None = None) -> AsyncIterator[bytes]:

@@ -243,22 +243,6 @@ class BaseAgent:
         if self._stop is not None:
             self._stop.request(immediate=immediate)
 
-    async def _run_phase(
-        self,
-        system_prompt: str = "",
-        user_message: str = "",
-        tool_names: list[str] | None = None,
-        max_iterations: int = 10,
-        continue_context: bool = True,
-        context_label: str | None = None,
-        direct_tool_calls: Iterable[dict[str, Any]] | None = None,
-    ) -> PhaseResult:
-        """Spec 003's name for :meth:`run_phase` (the same call)."""
-        return await self.run_phase(
-            system_prompt, user_message, tool_names, max_iterations, continue_context, context_label,
-            direct_tool_calls,
-        )  # fmt: skip
-
     async def run_phase(
         self,
         system_prompt: str = "",
@@ -312,6 +296,9 @@ class BaseAgent:
             context_label,
             direct_tool_calls=direct_tool_calls,
         )
+
+    _run_phase = run_phase
+    """Spec 003's name for :meth:`run_phase`: the same call."""
 
     # -- workspace (spec 003, 2.3) ----------------------------------------------------------
 

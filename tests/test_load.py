@@ -220,13 +220,23 @@ async def test_an_open_loop_ends_at_its_duration_with_the_offered_rate(server: M
     assert report["offered_rate"] == 20.0 and report["achieved_rate"] == pytest.approx(20.0, rel=0.2)
 
 
-def test_a_bad_plan_is_refused_naming_what_is_wrong() -> None:
-    with pytest.raises(ValueError, match="one of concurrency"):
-        LoadPlan(sessions=1).check()
-    with pytest.raises(ValueError, match="sessions or duration"):
-        LoadPlan(concurrency=1).check()
-    with pytest.raises(ValueError, match="rate"):
-        LoadPlan(rate=-1.0, sessions=1).check()
+@pytest.mark.parametrize(
+    ("plan", "field", "message"),
+    [
+        (LoadPlan(sessions=1), "concurrency", "one of concurrency"),
+        (LoadPlan(concurrency=1), "sessions", "sessions or duration"),
+        (LoadPlan(rate=-1.0, sessions=1), "rate", "rate must be sessions per second > 0, got -1.0"),
+        (LoadPlan(concurrency=0, sessions=1), "concurrency", "from 1 to 1000000, got 0"),
+        (LoadPlan(concurrency=1, sessions=0), "sessions", "at least 1, got 0"),
+        (LoadPlan(concurrency=1, duration=float("nan")), "duration", "seconds > 0, got nan"),
+    ],
+)
+def test_a_bad_plan_is_refused_naming_the_field_and_the_value(
+    plan: LoadPlan, field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        plan.check()
+    assert refused.value.field == field and message in str(refused.value)
 
 
 # -- workloads ------------------------------------------------------------------------------

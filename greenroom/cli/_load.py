@@ -39,8 +39,10 @@ def run_command(args: argparse.Namespace) -> int:
     if not replaying:
         try:
             plan.check()
-        except ValueError as error:
-            raise InvalidInput(str(error), field="--concurrency") from None
+        except InvalidInput as error:  # the plan's field, as the flag that set it
+            raise InvalidInput(
+                str(error), field="--" + error.field.replace("_", "-"), value=error.value
+            ) from None
     if args.on_daemons:
         if replaying:
             raise InvalidInput("--on-daemons runs a workload, not a replay", field="--on-daemons")

@@ -9,6 +9,8 @@ import random
 from collections.abc import Iterator
 from typing import Literal
 
+from .._errors import InvalidInput
+
 Pattern = Literal["poisson", "bursty", "uniform"]
 
 
@@ -26,9 +28,11 @@ def open_starts(
     ``rate / burst``). During ``ramp_up`` seconds the rate climbs linearly from zero (the
     schedule is stretched in time, so its shape is kept)."""
     if not (math.isfinite(rate) and rate > 0):
-        raise ValueError(f"rate must be a number of sessions per second > 0, got {rate!r}")
+        raise InvalidInput(
+            f"rate must be a number of sessions per second > 0, got {rate!r}", field="rate", value=rate
+        )
     if not (math.isfinite(ramp_up) and ramp_up >= 0):
-        raise ValueError(f"ramp_up must be seconds >= 0, got {ramp_up!r}")
+        raise InvalidInput(f"ramp_up must be seconds >= 0, got {ramp_up!r}", field="ramp_up", value=ramp_up)
     at = 0.0  # in "full rate" time
     while True:
         if pattern == "poisson":

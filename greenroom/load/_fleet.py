@@ -29,6 +29,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from .._errors import InvalidInput
 from ..agents import AgentRuntime, BaseAgent, TaskFailed
 from ..llm import OpenAIChatModel
 from ..messages import AgentResult, AgentTask
@@ -96,7 +97,7 @@ def fleet_tasks(
     loop's users and an open loop's arrivals): ``load-<run>-<n>``, type ``load``."""
     plan.check()
     if plan.sessions is None:
-        raise ValueError("a run on daemons needs sessions (how many tasks to submit)")
+        raise InvalidInput("a run on daemons needs sessions (how many tasks to submit)", field="sessions")
 
     def order(first: int, **more: Any) -> dict[str, Any]:
         made = SessionOrder(run, start, first, workload, target, seed=plan.seed, **more)

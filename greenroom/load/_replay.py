@@ -164,7 +164,7 @@ async def replay(
     """Send ``recording`` again (``speed``: 2 replays twice as fast); the same report as
     ``run_load`` (``workload`` ``"replay"``)."""
     if not speed > 0:
-        raise ValueError(f"speed must be > 0, got {speed!r}")
+        raise InvalidInput(f"speed must be > 0, got {speed!r}", field="speed", value=speed)
     sessions = Sessions(model, Workload("replay"))
     origin = min(requests[0].at for requests in recording.values())
     watch = LoopWatch()

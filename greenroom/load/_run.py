@@ -13,6 +13,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from .._errors import InvalidInput
 from ..harness import Tool
 from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
@@ -46,19 +47,31 @@ class LoadPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     least twice as high and above a window's worth of arrivals, is saturation)."""
 
     def check(self) -> LoadPlan:
-        """This plan, or ``ValueError`` naming the field that is wrong."""
+        """This plan, or ``InvalidInput`` naming the field that is wrong (and its value)."""
         if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give one of concurrency (a closed loop) and rate (an open loop)")
+            raise InvalidInput(
+                "give one of concurrency (a closed loop) and rate (an open loop)", field="concurrency"
+            )
         if self.concurrency is not None and not 1 <= self.concurrency <= 1_000_000:
-            raise ValueError(f"concurrency must be from 1 to 1000000, got {self.concurrency!r}")
+            raise InvalidInput(
+                f"concurrency must be from 1 to 1000000, got {self.concurrency!r}",
+                field="concurrency",
+                value=self.concurrency,
+            )
         if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"rate must be sessions per second > 0, got {self.rate!r}")
+            raise InvalidInput(
+                f"rate must be sessions per second > 0, got {self.rate!r}", field="rate", value=self.rate
+            )
         if self.sessions is None and self.duration is None:
-            raise ValueError("give sessions or duration (when the run ends)")
+            raise InvalidInput("give sessions or duration (when the run ends)", field="sessions")
         if self.sessions is not None and self.sessions < 1:
-            raise ValueError(f"sessions must be at least 1, got {self.sessions!r}")
+            raise InvalidInput(
+                f"sessions must be at least 1, got {self.sessions!r}", field="sessions", value=self.sessions
+            )
         if self.duration is not None and not (math.isfinite(self.duration) and self.duration > 0):
-            raise ValueError(f"duration must be seconds > 0, got {self.duration!r}")
+            raise InvalidInput(
+                f"duration must be seconds > 0, got {self.duration!r}", field="duration", value=self.duration
+            )
         return self
 
 
@@ -253,9 +266,11 @@ async def sweep_rate(
     each other. Returns ``{"rate": best passing rate or None, "steps": [...]}``, with the
     last step's report (``last``) and its requests' records (``records``)."""
     if not (0 < low < high):
-        raise ValueError(f"a sweep needs 0 < low < high, got {low!r}..{high!r}")
+        raise InvalidInput(f"a sweep needs 0 < low < high, got {low!r}..{high!r}", field="low", value=low)
     if not 0 < attainment <= 1:
-        raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
+        raise InvalidInput(
+            f"attainment must be in (0, 1], got {attainment!r}", field="attainment", value=attainment
+        )
     steps: list[dict[str, Any]] = []
     best: float | None = None
     kept: dict[str, Any] = {}

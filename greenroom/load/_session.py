@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from .._errors import InvalidInput
 from ..llm import ChatModel, ModelError, open_stream
 from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from ._measure import RequestRecord, SessionRecord
@@ -37,7 +38,7 @@ class Sessions:
         self.sessions: list[SessionRecord] = []
         names = [tool.name for tool in workload.tools] + [tool.name for tool in tools]
         if len(set(names)) != len(names):
-            raise ValueError(f"two tools of the load have one name: {sorted(names)}")
+            raise InvalidInput(f"two tools of the load have one name: {sorted(names)}", field="tools")
         self.tool_runs: dict[str, int] = dict.fromkeys(names, 0)
         self.in_flight = 0
         self._recorded = recorded

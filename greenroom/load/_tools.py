@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
+from .._errors import InvalidInput
 from ..harness import Tool
 from ..messages import ToolSpec
 
@@ -122,9 +123,11 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
             missing = [name for name in wanted if name not in found]
             if missing:
                 await stack.aclose()  # the clients closed first: the refusal is not an exception group
-                raise ValueError(
+                raise InvalidInput(
                     f"workload.mcp[{number}].tools: the server has no tool {missing[0]!r} "
-                    f"(it has {', '.join(sorted(found)) or 'none'})"
+                    f"(it has {', '.join(sorted(found)) or 'none'})",
+                    field=f"workload.mcp[{number}].tools",
+                    value=missing[0],
                 )
             for name in wanted:
                 tool = found[name]

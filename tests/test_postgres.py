@@ -62,6 +62,7 @@ from greenroom.postgres._events import (
     ensure_event_parts,
     event_parts,
     insert_events,
+    partitions_repair,
     read_events,
     tail_events,
 )
@@ -84,8 +85,10 @@ def pg_supervisor(db: Database, **options: Any) -> SupervisorActor:
 
 @asynccontextmanager
 async def _ready(url: str) -> AsyncIterator[Database]:
-    """A pool on ``url``, its schema created."""
+    """A pool on ``url``, its schema created, mending the event log's partitions as a
+    ``PostgresStore``'s pool does (the pool itself knows no schema)."""
     async with Database(url, max_size=16) as db:
+        db.repairs.append(partitions_repair(lambda: 100_000))
         await db.run(upgrade)
         await db.run(lambda c: ensure_event_parts(c, 100_000))  # as a daemon's stores do at open
         yield db
@@ -1422,3 +1425,23 @@ def test_a_killed_daemon_s_leftovers_never_block_an_operator_on_postgresql(
         assert "does not answer" not in done.stderr
     listed = {t["id"] for t in json.loads(_cli("tasks", "list", "--json", *store).stdout)}
     assert {"through-api", "after"} <= listed
+
+
+async def test_the_pool_knows_no_schema_a_stores_repair_mends_an_outrun_event_log(pg_url: str) -> None:
+    """A bare pool leaves a failed CHECK failed; the store's repair (``Database.repairs``)
+    makes the partitions an append outran, and the append runs again."""
+    from greenroom.postgres._db import DatabaseError
+
+    async with Database(pg_url, max_size=2) as bare:
+        await bare.run(upgrade)
+        await bare.run(lambda c: ensure_event_parts(c, 10))
+        rows = [
+            (1.0, "agent.update", None, None, "internal", {"i": i}, f'{{"i":{i}}}'.encode())
+            for i in range(50)
+        ]
+        with pytest.raises(DatabaseError, match='no partition of relation "gr_events"'):
+            await bare.run(lambda c: insert_events(c, rows))
+        bare.repairs.append(partitions_repair(lambda: 100))
+        await bare.run(lambda c: insert_events(c, rows))
+        events = await bare.run(read_events, single=True)
+        assert [e.payload["i"] for e in events] == list(range(50))

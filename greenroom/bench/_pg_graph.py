@@ -85,13 +85,16 @@ def _swap_path(url: str, name: str) -> str:
 def _seed(url: str, cycles: int) -> None:
     from ..messages import AgentTask
     from ..postgres import Database, upgrade
+    from ..postgres._events import ensure_event_parts
     from ..postgres._graph import PostgresGraph
 
     db = Database(url, max_size=2)
     db._open()
     try:
         db.run_sync(upgrade)
-        db._make_event_partitions()  # as a task store does at open: the seed's events have a home
+        db.run_sync(
+            lambda c: ensure_event_parts(c, 100_000)
+        )  # as a task store does at open: the seed's events have a home
         graph = PostgresGraph()
         for start in range(0, cycles, 2000):
             chunk = [AgentTask(id=f"t{i:07d}", type="work") for i in range(start, min(cycles, start + 2000))]

@@ -73,9 +73,12 @@ class Database:
         self.timeout = timeout
         self._pool: Any = None
         self._limiter = anyio.CapacityLimiter(max_size)
-        self.event_segment = 100_000
-        """The width (in ``seq``) of the event log's partitions made when an insert finds
-        none for its row (``[retention] events_per_segment``)."""
+        self.repairs: list[Callable[[Any, Exception], bool]] = []
+        """Ways to mend what made a transaction fail a ``CHECK`` — the backend's own (an
+        event numbered past the log's partitions: make them). Each is called with a
+        connection of its own, in a transaction, and the error; one that answers ``True``
+        mended it, and the failed transaction runs again (twice at most). The pool itself
+        knows no schema."""
         # the pool logs each failed reconnection while a server restarts; the supervisor
         # says once that PostgreSQL is away and once that it is back
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
@@ -125,26 +128,25 @@ class Database:
                     with connection.transaction():
                         return fn(connection)
             except psycopg.errors.CheckViolation as error:
-                # an event numbered beyond the log's partitions (made ahead every pass, but
-                # a burst outran them): make them, and run the rolled-back transaction again
-                if attempt == 2 or 'partition of relation "gr_events"' not in str(error):
+                # something a repair can mend (see ``repairs``): mend it, run the transaction again
+                if attempt == 2 or not self._repaired(error):
                     raise self.mapped(error) from None
-                self._make_event_partitions()
             except psycopg.Error as error:
                 raise self.mapped(error) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _make_event_partitions(self) -> None:
+    def _repaired(self, error: Exception) -> bool:
+        """Whether one of :attr:`repairs` mended what made ``error`` (in this thread)."""
         import psycopg
 
-        from ._events import ensure_event_parts
-
-        width = self.event_segment
-        try:
-            with self._pool.connection() as connection, connection.transaction():
-                ensure_event_parts(connection, width)
-        except psycopg.Error as error:
-            raise self.mapped(error) from None
+        for repair in self.repairs:
+            try:
+                with self._pool.connection() as connection, connection.transaction():
+                    if repair(connection, error):
+                        return True
+            except psycopg.Error as failure:
+                raise self.mapped(failure) from None
+        return False
 
     def mapped(self, error: Exception) -> Exception:
         """A psycopg error as greenroom's: every class has a home, so no caller ever sees

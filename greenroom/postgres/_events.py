@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -221,6 +221,20 @@ def event_parts(connection: Any) -> list[tuple[int, int, str]]:
         if match is not None:
             parts.append((int(match.group(1)), int(match.group(2)), name))
     return sorted(parts)
+
+
+def partitions_repair(width: Callable[[], int]) -> Callable[[Any, Exception], bool]:
+    """The event log's repair for ``Database.repairs``: an append numbered beyond the log's
+    partitions (made ahead at every pass, but a burst outran them) fails its ``CHECK``; the
+    next ``width()`` seqs' partitions are made, and the append runs again."""
+
+    def repair(connection: Any, error: Exception) -> bool:
+        if 'partition of relation "gr_events"' not in str(error):
+            return False
+        ensure_event_parts(connection, width())
+        return True
+
+    return repair
 
 
 def ensure_event_parts(connection: Any, width: int) -> int:

@@ -38,7 +38,7 @@ from ..store import (
 from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
-from ._events import PostgresEventStore, dropped_through, event_parts, tail_events
+from ._events import PostgresEventStore, dropped_through, event_parts, partitions_repair, tail_events
 from ._graph import Notify, PostgresGraph
 from ._load import PostgresLoadRecordStore
 from ._schema import check
@@ -90,6 +90,10 @@ class PostgresStore:
         self.workers = workers
         self.batch_size = batch_size
         self.db = Database(url, max_size=pool_size)
+        self.event_width = Retention().events_per_segment
+        """The width (in ``seq``) of the event log's partitions, made ahead and when an
+        append finds none for its row (``[retention] events_per_segment``)."""
+        self.db.repairs.append(partitions_repair(lambda: self.event_width))
         self.node: str | None = None
 
     def __repr__(self) -> str:
@@ -126,9 +130,10 @@ class PostgresStore:
         not needed. With ``instance`` (see :meth:`instance`), the tasks this node's
         previous process was running are recovered at open."""
         if retention is not None:
-            self.db.event_segment = retention.events_per_segment
+            self.event_width = retention.events_per_segment
         return PostgresTaskStore(
             self.db,
+            event_width=self.event_width,
             lease_seconds=lease_seconds,
             limits=limits,
             workers=self.workers,
@@ -142,7 +147,7 @@ class PostgresStore:
 
     def event_store(self, *, retention: Retention | None = None) -> EventStore:
         if retention is not None:
-            self.db.event_segment = retention.events_per_segment
+            self.event_width = retention.events_per_segment
         return PostgresEventStore(self.db, retention=retention)
 
     def chat_store(self) -> ChatStore:

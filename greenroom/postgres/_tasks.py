@@ -129,9 +129,12 @@ class PostgresTaskStore:
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
         notify: Notify = "commit",
+        event_width: int | None = None,
     ) -> None:
         self.db = db
         self.retention = retention
+        self.event_width = event_width or (retention or Retention()).events_per_segment
+        """The width of the event log's partitions made ahead at open."""
         self.clock = clock
         self.next_archive_pass = 0.0
         """When (``clock()``) the next retention pass is due."""
@@ -160,7 +163,7 @@ class PostgresTaskStore:
     async def open(self, owner: GraphOwner) -> None:
         self.owner = owner
         await self.db.run(check)  # a database without our schema is refused before any work
-        width = self.db.event_segment
+        width = self.event_width
         await self.db.run(lambda c: ensure_event_parts(c, width))  # the log's next partitions
         if self.node is not None and self.instance is not None:
             node, instance = self.node, self.instance

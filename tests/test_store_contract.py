@@ -1375,6 +1375,19 @@ async def test_many_tasks_steps_are_read_in_one_call(backend: Store) -> None:
         await journal.aclose()
 
 
+async def test_dropping_the_steps_of_tasks_never_journaled_drops_and_makes_nothing(
+    backend: Store, tmp_path: Path
+) -> None:
+    """The archive pass drops archived tasks' steps through the journal: a journal never
+    written answers 0 and is not made for it (on the files, no ``steps.sqlite3``)."""
+    journal = backend.step_store()
+    try:
+        assert await journal.drop(["never-ran", "nor-this"]) == 0
+    finally:
+        await journal.aclose()
+    assert not (tmp_path / "data" / "steps.sqlite3").exists()
+
+
 # -- load runs' records ------------------------------------------------------------------------
 
 

@@ -123,7 +123,9 @@ class SQLiteStepStore:
                 removed += db.execute(f"DELETE FROM steps WHERE task_id IN ({marks})", chunk).rowcount
             return removed
 
-        return await self._run(delete, write=True) if ids else 0
+        if not ids or not await anyio.to_thread.run_sync(self.path.exists):
+            return 0  # a journal never written holds nothing to drop: it is not made for that
+        return await self._run(delete, write=True)
 
     async def aclose(self) -> None:
         await self._file.aclose()

@@ -101,6 +101,7 @@ class EmbeddedStore:
             compact_min_bytes=self.compact_min_bytes,
             clock=clock,
             retention=retention,
+            steps=self.step_store,
         )
 
     def event_store(self, *, retention: Retention | None = None) -> EventStore:

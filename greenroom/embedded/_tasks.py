@@ -61,6 +61,7 @@ from ..store import (
     InvalidTransition,
     Reply,
     Retention,
+    StepStore,
     TaskGraphError,
     UnknownTask,
     lease_report,
@@ -85,7 +86,8 @@ class FileTaskStore:
     process, and the lock proves the previous one is gone) instead of waiting for their
     leases: the death is not charged as an attempt, and a task that was running each time
     its process died (``limits.max_crashes``) fails as a poison task. ``clock``: the wall
-    clock leases are stamped with.
+    clock leases are stamped with. ``steps``: the step journal, whose ``drop`` forgets the
+    steps of archived tasks (nothing replays a finished task).
     """
 
     def __init__(
@@ -100,8 +102,12 @@ class FileTaskStore:
         recover_orphans: bool = True,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
+        steps: Callable[[], StepStore] | None = None,
     ) -> None:
         self._data_dir_arg = data_dir
+        self.steps = steps
+        """The step journal archived tasks' steps are dropped through (a new one per pass,
+        closed after; ``None``: the data dir's own)."""
         self.log = log
         self.lease_seconds = check_seconds("FileTaskStore", "lease_seconds", lease_seconds)
         self.limits = limits or TaskLimits()
@@ -444,17 +450,18 @@ class FileTaskStore:
             graph.archived = {}
 
     async def _drop_steps(self, task_ids: list[str]) -> None:
-        """The step journals of archived tasks go with them: nothing replays a finished task."""
-        from ._steps import STEPS_DB, SQLiteStepStore
+        """The step journals of archived tasks go with them, through the step journal's
+        own ``drop``: nothing replays a finished task."""
+        if self.steps is None:
+            from ._steps import STEPS_DB, SQLiteStepStore
 
-        path = self.data_dir / STEPS_DB
-        if not await anyio.to_thread.run_sync(path.exists):
-            return
-        steps = SQLiteStepStore(path)
+            journal: StepStore = SQLiteStepStore(self.data_dir / STEPS_DB)
+        else:
+            journal = self.steps()
         try:
-            await steps.drop(task_ids)
+            await journal.drop(task_ids)
         finally:
-            await steps.aclose()
+            await journal.aclose()
 
     async def _archive_pass(self, retention: Retention) -> None:
         """Move the finished tasks the policy lets go into the archive (written there

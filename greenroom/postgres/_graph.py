@@ -68,6 +68,7 @@ from ..store import (
     transition_payload,
 )
 from ._events import EventItem, encode_payload, insert_events
+from ._steps import drop_steps
 
 CHANNEL = "greenroom_runnable"
 
@@ -445,7 +446,7 @@ class PostgresGraph:
                 [(t.id, t.order, t.status.value, t.type, t.updated_at, _encode(t).decode()) for t in leaving],
             )
         connection.execute("DELETE FROM gr_deps WHERE task_id = ANY(%s) OR dep_id = ANY(%s)", (ids, ids))
-        connection.execute("DELETE FROM gr_steps WHERE task_id = ANY(%s)", (ids,))  # nothing replays them
+        drop_steps(connection, ids)  # through the step journal's own statement: nothing replays them
         connection.execute("DELETE FROM gr_tasks WHERE id = ANY(%s)", (ids,))
         return len(ids)
 

@@ -16,6 +16,14 @@ from ._db import Database
 _encoder = msgspec.json.Encoder()
 
 
+def drop_steps(connection: Any, task_ids: list[str]) -> int:
+    """Forget the steps of ``task_ids`` in the caller's transaction: :meth:`PostgresStepStore.drop`
+    on its own, or the archive pass with the tasks it moves (one transaction: a task and its
+    journal leave together). The one place ``gr_steps`` rows are deleted."""
+    cursor = connection.execute("DELETE FROM gr_steps WHERE task_id = ANY(%s)", (task_ids,))
+    return int(cursor.rowcount)
+
+
 class PostgresStepStore:
     """``StepStore`` on the backend's database (the pool is the backend's)."""
 
@@ -92,11 +100,7 @@ class PostgresStepStore:
         if not ids:
             return 0
 
-        def delete(connection: Any) -> int:
-            cursor = connection.execute("DELETE FROM gr_steps WHERE task_id = ANY(%s)", (ids,))
-            return int(cursor.rowcount)
-
-        return await self.db.run(delete)
+        return await self.db.run(lambda connection: drop_steps(connection, ids))
 
     async def aclose(self) -> None:
         return None

@@ -442,3 +442,15 @@ def test_the_outbox_protocol_log_helpers_and_factory_actors_are_private() -> Non
     }
     for package, names in private.items():
         assert not names & set(PUBLIC[package]), package
+
+
+def test_handles_over_actors_outside_the_kernel_have_no_public_constructor() -> None:
+    """``Harness`` and ``AgentRunner`` wrap an actor they spawn: calling the class is a
+    ``TypeError`` that says how to get one (as the kernel's own handles)."""
+    from greenroom.chat import AgentRunner
+    from greenroom.harness import Harness
+
+    for cls, how in ((Harness, "Harness.spawn("), (AgentRunner, "AgentRunner.spawn(")):
+        with pytest.raises(TypeError, match="has no public constructor") as refused:
+            cls(None, None)  # type: ignore[call-arg]
+        assert how in str(refused.value)

@@ -33,6 +33,7 @@ import anyio
 
 from .. import _tracing
 from .._errors import InvalidInput
+from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
 from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from . import _replies as replies
@@ -282,13 +283,16 @@ class ChatRunnerActor(Actor):
         self._busy.discard(conversation)
 
 
-class AgentRunner:
+class AgentRunner(metaclass=NoPublicConstructor):
     """Spec 001's runner: ``await runner.run(context, message) -> AgentResult``.
 
-    Build it with :meth:`spawn` (a long-lived runner actor in ``system``). ``timeout``:
+    Build it with :meth:`spawn` (a long-lived runner actor in ``system``; calling the class
+    is a ``TypeError``: a handle over an actor is made where the actor is). ``timeout``:
     the request deadline in seconds (the engine config's ``timeout_seconds`` by default,
     30): waiting for the conversation's turn counts.
     """
+
+    _made_by = "AgentRunner.spawn(system, engine, store) or open_assistant(...) builds one"
 
     def __init__(self, ref: ActorRef, engine: LLMAgentEngine, store: ChatStore, timeout: float) -> None:
         self.ref = ref
@@ -314,7 +318,7 @@ class AgentRunner:
         """``clock``: the wall clock confirmations expire by (the engine's should match)."""
         ref = await system.spawn(lambda: ChatRunnerActor(engine, store, clock), name=name)
         deadline = float(engine.config.timeout_seconds) if timeout is None else timeout
-        return cls(ref, engine, store, deadline)
+        return cls._create(ref, engine, store, deadline)
 
     async def new_conversation(self, user_id: str) -> str:
         """Start a conversation for ``user_id``; returns its id. (``run`` also opens a

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._checks import check_int
+from .._guard import NoPublicConstructor
 from ..actors import ActorContext, ActorRef, ActorSystem
 from ..llm import ChatModel
 from ..messages import ChatMessage, GetHistory, RunBounded
@@ -16,8 +17,11 @@ from ._stop import StopSignal
 _RUN_ENDS = frozenset({"done", "budget_exhausted", "stop_requested"})
 
 
-class Harness:
-    """A harness actor and the calls it answers. Build one with :meth:`spawn`."""
+class Harness(metaclass=NoPublicConstructor):
+    """A harness actor and the calls it answers. Build one with :meth:`spawn` (calling the
+    class is a ``TypeError``: a handle over an actor is made where the actor is)."""
+
+    _made_by = "Harness.spawn(system_or_context, model, ...) builds one"
 
     def __init__(self, ref: ActorRef, stop: StopSignal) -> None:
         self.ref = ref
@@ -38,7 +42,7 @@ class Harness:
         bounded by its parent's, and its failures go to the parent's strategy)."""
         stop = stop if stop is not None else StopSignal()
         ref = await spawner.spawn(lambda: HarnessActor(model, stop=stop, **options), name=name)
-        return cls(ref, stop)
+        return cls._create(ref, stop)
 
     async def run_bounded(
         self,

@@ -6,17 +6,15 @@ the field and the value when a record from outside does not validate.
 
 import msgspec
 
-from . import _chat, _events, _protocol, _tasks
+from . import _chat, _events, _harness, _protocol, _tasks
 from ._chat import (
     CallTiming,
     ChatDelta,
     ChatMessage,
     ChatReply,
     ChatRequest,
-    GetHistory,
     ModelToolCall,
     Role,
-    RunBounded,
     ToolSpec,
     Usage,
 )
@@ -40,6 +38,7 @@ from ._events import (
     Event,
     Visibility,
 )
+from ._harness import GetHistory, RunBounded
 from ._protocol import (
     Append,
     AppendMany,
@@ -129,7 +128,7 @@ __all__ = [
 prepare_types(
     *(
         value
-        for module in (_chat, _events, _protocol, _tasks)
+        for module in (_chat, _events, _harness, _protocol, _tasks)
         for value in list(vars(module).values())
         if isinstance(value, type) and issubclass(value, msgspec.Struct)
     )

@@ -1,4 +1,5 @@
-"""Chat-model records: what a harness sends a model and what comes back.
+"""Chat-model records: what a harness sends a model and what comes back (the messages
+a harness actor itself answers are in ``_harness``).
 
 The shapes follow the OpenAI chat-completions protocol closely enough that the
 adapter is a plain mapping, but they are ours: a tool call's ``arguments`` are
@@ -11,8 +12,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-
-from .._request import Request
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -101,24 +100,3 @@ class ChatDelta(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_de
     tool_call: ModelToolCall | None = None
     usage: Usage | None = None
     finish_reason: str | None = None
-
-
-class RunBounded(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Ask a harness actor to run one bounded phase; the reply is a ``PhaseResult``.
-
-    ``direct_tool_calls`` (each ``{"name": ..., "arguments": {...}}``, optionally
-    ``"id"``) switches to tool-only mode: no model call, the other fields ignored.
-    """
-
-    user_message: str = ""
-    tool_names: tuple[str, ...] | None = None
-    max_iterations: int = 10
-    continue_context: bool = True
-    context_label: str | None = None
-    direct_tool_calls: tuple[dict[str, Any], ...] | None = None
-
-
-class GetHistory(msgspec.Struct, Request[list[ChatMessage]], frozen=True, forbid_unknown_fields=True):
-    """Ask a harness actor for a copy of one context's history (``None``: the primary)."""
-
-    context_label: str | None = None

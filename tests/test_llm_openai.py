@@ -581,3 +581,38 @@ def test_the_client_is_chosen_by_name_and_a_proxy_sends_calls_through_the_sdk(
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
     assert OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1").client == "greenroom"
     assert OpenAIChatModel("m", base_url="http://10.1.2.3:8000/v1", client="openai").client == "openai"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"base_url": "ftp://x"}, "base_url"),
+        ({"temperature": 3}, "temperature"),
+        ({"client": "curl"}, "client"),
+        ({"stream": "yes"}, "stream"),
+        ({"keep_alive": 0}, "keep_alive"),
+    ],
+)
+def test_a_bad_setting_of_the_model_is_refused_naming_the_field(
+    options: dict[str, object], field: str
+) -> None:
+    from greenroom import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        OpenAIChatModel("m", **options)  # type: ignore[arg-type]
+    assert refused.value.field == field and field in str(refused.value)
+
+
+def test_a_bad_tool_or_sandbox_setting_is_refused_naming_the_field() -> None:
+    from greenroom import InvalidInput
+    from greenroom.harness import Sandbox, Tool
+
+    with pytest.raises(InvalidInput) as refused:
+        Tool("no spaces here", lambda: None)
+    assert refused.value.field == "name"
+    with pytest.raises(InvalidInput) as refused:
+        Tool("ok", lambda: None, risk="high")  # type: ignore[arg-type]
+    assert refused.value.field == "risk"
+    with pytest.raises(InvalidInput) as refused:
+        Sandbox(rate_limit=5)  # type: ignore[arg-type]
+    assert refused.value.field == "rate_limit"

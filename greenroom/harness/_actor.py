@@ -28,6 +28,7 @@ import anyio
 import msgspec
 
 from .._checks import check_int, check_name
+from .._errors import InvalidInput
 from .._files import replace_durably
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull
 from ..llm import ChatModel, Price
@@ -98,7 +99,9 @@ class _Phase:
 def _check_run_bounded(message: RunBounded) -> None:
     check_int("RunBounded", "max_iterations", message.max_iterations, minimum=0)
     if not isinstance(message.user_message, str):
-        raise ValueError(f"RunBounded user_message must be a string, got {message.user_message!r}")
+        raise InvalidInput(
+            f"RunBounded user_message must be a string, got {message.user_message!r}", field="user_message"
+        )
     if message.context_label is not None:
         check_name("RunBounded", "context_label", message.context_label)
     if message.tool_names is not None and (
@@ -157,7 +160,9 @@ class HarnessActor(Actor):
         if not isinstance(model, ChatModel):
             raise TypeError(f"HarnessActor model must be a ChatModel, got {model!r}")
         if not isinstance(system_prompt, str):
-            raise ValueError(f"HarnessActor system_prompt must be a string, got {system_prompt!r}")
+            raise InvalidInput(
+                f"HarnessActor system_prompt must be a string, got {system_prompt!r}", field="system_prompt"
+            )
         self.model = model
         self.system_prompt = system_prompt
         self.tools: dict[str, Tool] = {}
@@ -165,7 +170,7 @@ class HarnessActor(Actor):
             if not isinstance(tool, Tool):
                 raise TypeError(f"HarnessActor tools must be Tool objects, got {tool!r}")
             if tool.name in self.tools:
-                raise ValueError(f"HarnessActor tools: two tools are named {tool.name!r}")
+                raise InvalidInput(f"HarnessActor tools: two tools are named {tool.name!r}", field="tools")
             self.tools[tool.name] = tool
         if tool_allowlist is None:
             self.tool_allowlist = frozenset(self.tools)
@@ -173,7 +178,10 @@ class HarnessActor(Actor):
             self.tool_allowlist = frozenset(tool_allowlist)
             unknown = sorted(self.tool_allowlist - self.tools.keys())
             if unknown:
-                raise ValueError(f"HarnessActor tool_allowlist names tools it was not given: {unknown}")
+                raise InvalidInput(
+                    f"HarnessActor tool_allowlist names tools it was not given: {unknown}",
+                    field="tool_allowlist",
+                )
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.budget = budget if budget is not None else TokenBudget()
         self.stop = stop if stop is not None else StopSignal()
@@ -284,7 +292,7 @@ class HarnessActor(Actor):
             return self.tool_allowlist
         unknown = sorted(set(tool_names) - self.tools.keys())
         if unknown:
-            raise ValueError(f"RunBounded tool_names names unknown tools: {unknown}")
+            raise InvalidInput(f"RunBounded tool_names names unknown tools: {unknown}", field="tool_names")
         return self.tool_allowlist.intersection(tool_names)
 
     async def _llm_phase(self, message: RunBounded, phase: _Phase) -> PhaseResult:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._checks import check_int, check_seconds
-from .._errors import GreenroomError
+from .._errors import GreenroomError, InvalidInput
 from ._tools import RiskLevel, Tool
 
 T = TypeVar("T")
@@ -52,10 +52,13 @@ class Sandbox:
         approve_from: RiskLevel | None = None,
     ) -> None:
         if not isinstance(max_risk, RiskLevel):
-            raise ValueError(f"Sandbox max_risk must be a RiskLevel, got {max_risk!r}")
+            raise InvalidInput(f"Sandbox max_risk must be a RiskLevel, got {max_risk!r}", field="max_risk")
         self.max_risk = max_risk
         if approve_from is not None and not isinstance(approve_from, RiskLevel):
-            raise ValueError(f"Sandbox approve_from must be a RiskLevel or None, got {approve_from!r}")
+            raise InvalidInput(
+                f"Sandbox approve_from must be a RiskLevel or None, got {approve_from!r}",
+                field="approve_from",
+            )
         self.approve_from = approve_from
         self.rate_limit = None if rate_limit is None else self._check_limit("rate_limit", rate_limit)
         self.tool_rate_limits = {
@@ -72,7 +75,9 @@ class Sandbox:
     @staticmethod
     def _check_limit(field: str, limit: object) -> tuple[int, float]:
         if not isinstance(limit, tuple) or len(limit) != 2:
-            raise ValueError(f"Sandbox {field} must be a (calls, per_seconds) tuple, got {limit!r}")
+            raise InvalidInput(
+                f"Sandbox {field} must be a (calls, per_seconds) tuple, got {limit!r}", field=field
+            )
         return check_int("Sandbox", f"{field} calls", limit[0]), check_seconds(
             "Sandbox", f"{field} seconds", limit[1]
         )

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from .._checks import check_seconds
+from .._errors import InvalidInput
 from ..messages import ToolSpec, convert
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -62,13 +63,13 @@ class Tool:
         approval_expires_in: float | None = None,
     ) -> None:
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
-            raise ValueError(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}")
+            raise InvalidInput(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}", field="name")
         if not callable(fn):
             raise TypeError(f"Tool {name!r} fn must be callable, got {fn!r}")
         if args is not None and not (isinstance(args, type) and issubclass(args, msgspec.Struct)):
             raise TypeError(f"Tool {name!r} args must be a msgspec.Struct type, got {args!r}")
         if not isinstance(risk, RiskLevel):
-            raise ValueError(f"Tool {name!r} risk must be a RiskLevel, got {risk!r}")
+            raise InvalidInput(f"Tool {name!r} risk must be a RiskLevel, got {risk!r}", field="risk")
         self.name = name
         self.fn = fn
         self.description = description

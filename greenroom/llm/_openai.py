@@ -22,6 +22,7 @@ import httpx2
 import msgspec
 
 from .._checks import check_int, check_seconds
+from .._errors import InvalidInput
 from ..messages import ChatDelta, ChatMessage, ChatReply, ChatRequest, Usage
 from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._http import Answer, ConnectionFailed, OriginClient
@@ -359,19 +360,28 @@ class OpenAIChatModel(ClosingModel):
         if base_url is not None and (
             not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
         ):
-            raise ValueError(f"OpenAIChatModel base_url must be an http(s) URL, got {base_url!r}")
+            raise InvalidInput(
+                f"OpenAIChatModel base_url must be an http(s) URL, got {base_url!r}", field="base_url"
+            )
         if api_key is not None and not isinstance(api_key, str):
-            raise ValueError("OpenAIChatModel api_key must be a string")
+            raise InvalidInput("OpenAIChatModel api_key must be a string", field="api_key")
         if temperature is not None and (
             isinstance(temperature, bool)
             or not isinstance(temperature, (int, float))
             or not 0 <= temperature <= 2
         ):
-            raise ValueError(f"OpenAIChatModel temperature must be a number in [0, 2], got {temperature!r}")
+            raise InvalidInput(
+                f"OpenAIChatModel temperature must be a number in [0, 2], got {temperature!r}",
+                field="temperature",
+            )
         if price is not None and not isinstance(price, Price):
-            raise ValueError(f"OpenAIChatModel price must be a greenroom.llm.Price, got {price!r}")
+            raise InvalidInput(
+                f"OpenAIChatModel price must be a greenroom.llm.Price, got {price!r}", field="price"
+            )
         if client not in CLIENTS:
-            raise ValueError(f"OpenAIChatModel client must be one of {', '.join(CLIENTS)}, got {client!r}")
+            raise InvalidInput(
+                f"OpenAIChatModel client must be one of {', '.join(CLIENTS)}, got {client!r}", field="client"
+            )
         if client == "greenroom" and _proxied(base_url or DEFAULT_BASE_URL):
             logger.info("%s: a proxy is configured for %s: calls go through the openai SDK", model, base_url)
             client = "openai"
@@ -405,7 +415,9 @@ class OpenAIChatModel(ClosingModel):
         self._whole_shapes: set[tuple[bool, str]] = set()  # request shapes the server does not stream
         self._sent = 0  # requests this model sent (attempts, whole or streamed), in all
         if not isinstance(stream, bool):
-            raise ValueError(f"OpenAIChatModel stream must be true or false, got {stream!r}")
+            raise InvalidInput(
+                f"OpenAIChatModel stream must be true or false, got {stream!r}", field="stream"
+            )
         self.streams = stream
         """Whether ``stream`` asks the server to stream (``False``: every call is sent
         whole, its reply given as one piece — for a server known to stream badly)."""

@@ -33,7 +33,7 @@ def add_parsers(commands: Any) -> None:
     listing.add_argument(
         "--archived", action="store_true", help="the finished tasks that left the live graph for the archive"
     )
-    listing.set_defaults(handler=_async(_tasks_list))
+    listing.set_defaults(handler=tasks_list)
     show = task_commands.add_parser("show", help="one task, whole")
     _args.remote(show)
     show.add_argument("task_id", metavar="ID")
@@ -152,6 +152,20 @@ async def _tasks_add(args: argparse.Namespace, new: list[Any]) -> int:
 
     stored = await _operate.add_tasks(await _target(args), new)
     print(_format.to_json(stored) if args.json else "\n".join(f"added {task.id}" for task in stored))
+    return 0
+
+
+def tasks_list(args: argparse.Namespace) -> int:
+    """On the files with no daemon (the live graph), read in this thread: a read starts no
+    event loop. Anywhere else (a daemon's API, PostgreSQL, the archive), as every command."""
+    from . import _format, _operate
+
+    target = _operate.locate_blocking(args.data_dir, args.url, args.token, args.store)
+    if target.remote or target.store is not None or args.archived:
+        code: int = anyio.run(_tasks_list, args)
+        return code
+    found = _operate.list_live_tasks_on_files(target, args.status, args.task_type)
+    print(_format.to_json(found) if args.json else _format.task_table(found))
     return 0
 
 

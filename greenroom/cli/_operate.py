@@ -83,6 +83,13 @@ def _locate(data_dir: str | None, url: str | None, token: str | None, store: str
     return Target(data_dir, info.url, token or admin)
 
 
+def locate_blocking(
+    data_dir: str | None, url: str | None = None, token: str | None = None, store: str | None = None
+) -> Target:
+    """:func:`locate` in the calling thread (a command that starts no event loop)."""
+    return _locate(data_dir, url, token, store)
+
+
 async def locate(
     data_dir: str | None, url: str | None = None, token: str | None = None, store: str | None = None
 ) -> Target:
@@ -124,6 +131,15 @@ async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
             return await api.submit(tasks)
         except ServiceError as error:
             raise _refused(error) from None
+
+
+def list_live_tasks_on_files(target: Target, status: str | None, agent_type: str | None) -> list[AgentTask]:
+    """The live graph's tasks on the files of ``target`` (no daemon serves them), read in
+    the calling thread."""
+    from ..embedded import EmbeddedStore
+
+    wanted = files.decode_status(status) if status is not None else None
+    return EmbeddedStore(target.data_dir, create=False).read_tasks_blocking(wanted, agent_type)
 
 
 async def list_tasks(

@@ -172,7 +172,18 @@ class EmbeddedStore:
                 return await archive.page(status, agent_type, 0, None)
             finally:
                 await archive.aclose()
-        found, _ = await anyio.to_thread.run_sync(self._load)
+        return await anyio.to_thread.run_sync(self.read_tasks_blocking, status, agent_type)
+
+    def read_tasks_blocking(
+        self, status: TaskStatus | None = None, agent_type: str | None = None
+    ) -> list[AgentTask]:
+        """:meth:`read_tasks` of the live graph in the calling thread, with no event loop
+        (a command that only reads answers without starting one); usable without
+        ``async with`` (the data dir is resolved here, never created)."""
+        if not hasattr(self, "data_dir"):
+            self.data_dir = resolve_data_dir(self._data_dir_arg, create=False)
+            self.where = str(self.data_dir)
+        found, _ = self._load()
         return sorted(
             (
                 task

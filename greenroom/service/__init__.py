@@ -1,21 +1,40 @@
 """The service layer: the daemon's HTTP API (Starlette, served by Hypercorn on asyncio or
 trio), its bearer tokens, and the Python client the CLI uses.
 
-``create_app`` and ``ApiError`` (which need Starlette) are imported on first use, so the
-client and the tokens cost a command nothing more.
+Every name is imported on first use: ``create_app`` and ``ApiError`` need Starlette, the
+client anyio's streams, the tokens hashing — and a command that only reads the files, or
+only finds the daemon serving a data dir, pays for none of them.
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy
-from ._client import DaemonInfo, ServiceClient, ServiceError, ServiceUnavailable, find_daemon
-from ._tokens import SCOPES, Principal, Scope, TokenFileError, TokenRecord, TokenStore
 
 if TYPE_CHECKING:
     from ._app import ApiError, create_app
+    from ._client import DaemonInfo, ServiceClient, ServiceError, ServiceUnavailable, find_daemon
     from ._serve import parse_address
+    from ._tokens import SCOPES, Principal, Scope, TokenFileError, TokenRecord, TokenStore
 
-__getattr__ = lazy(globals(), {"ApiError": "._app", "create_app": "._app", "parse_address": "._serve"})
+__getattr__ = lazy(
+    globals(),
+    {
+        "ApiError": "._app",
+        "create_app": "._app",
+        "parse_address": "._serve",
+        "DaemonInfo": "._client",
+        "ServiceClient": "._client",
+        "ServiceError": "._client",
+        "ServiceUnavailable": "._client",
+        "find_daemon": "._client",
+        "SCOPES": "._tokens",
+        "Principal": "._tokens",
+        "Scope": "._tokens",
+        "TokenFileError": "._tokens",
+        "TokenRecord": "._tokens",
+        "TokenStore": "._tokens",
+    },
+)
 
 __all__ = [
     "SCOPES",

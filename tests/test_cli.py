@@ -436,9 +436,12 @@ def test_tasks_decide_shows_a_dry_run_then_decides_each_with_apply(
     assert anyio.run(status, "q1") is TaskStatus.PENDING and anyio.run(status, "ask") is TaskStatus.WAITING
 
 
-def test_listing_the_files_tasks_starts_no_event_loop_and_reads_what_is_stored(tmp_path: Path) -> None:
-    """``tasks list`` on the files with no daemon reads in the calling thread: neither
-    anyio's asyncio backend nor trio is imported, and the tasks are the stored ones."""
+@pytest.mark.parametrize("command", ["tasks list", "status"])
+def test_reading_the_files_starts_no_event_loop_and_reads_what_is_stored(
+    tmp_path: Path, command: str
+) -> None:
+    """``tasks list`` and ``status`` on the files with no daemon read in the calling thread:
+    neither anyio's asyncio backend nor trio is imported, and what they say is stored."""
     data = tmp_path / "data"
     added = subprocess.run(
         [sys.executable, "-m", "greenroom", "tasks", "add", "--type", "w", "--id", "t1",
@@ -447,11 +450,17 @@ def test_listing_the_files_tasks_starts_no_event_loop_and_reads_what_is_stored(t
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
     probe = (
-        "import sys; from greenroom.cli import main; code = main(['tasks', 'list', '--json', '--data-dir', "
-        f"{str(data)!r}]); print(sorted(m for m in ('anyio._backends._asyncio', 'trio') if m in sys.modules))"
+        f"import sys; from greenroom.cli import main; code = main({command.split()!r} + ['--json', "
+        f"'--data-dir', {str(data)!r}]); "
+        "print(sorted(m for m in ('anyio._backends._asyncio', 'trio') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    listed, loops = done.stdout.rsplit("\n", 2)[0], done.stdout.strip().splitlines()[-1]
+    said, loops = done.stdout.rsplit("\n", 2)[0], done.stdout.strip().splitlines()[-1]
     assert loops == "[]"
-    assert [task["id"] for task in json.loads(listed)] == ["t1"]
+    if command == "status":
+        document = json.loads(said)
+        assert document["running"] is False and document["tasks"]["total"] == 1
+        assert {k: v for k, v in document["tasks"]["by_status"].items() if v} == {"PENDING": 1}
+    else:
+        assert [task["id"] for task in json.loads(said)] == ["t1"]

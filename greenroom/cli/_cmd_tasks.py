@@ -102,7 +102,7 @@ def add_parsers(commands: Any) -> None:
     status = commands.add_parser("status", help="the daemon: agents, tasks per state, mailboxes, budgets")
     _args.remote(status)
     status.add_argument("--json", action="store_true")
-    status.set_defaults(handler=_async(_status))
+    status.set_defaults(handler=status_command)
     stop = commands.add_parser("stop", help="stop the running daemon gracefully (an admin token)")
     _args.remote(stop)
     stop.add_argument("--wait", type=_args.seconds, default=60.0, metavar="SECONDS", help="how long to wait")
@@ -258,6 +258,19 @@ async def _events_tail(args: argparse.Namespace) -> int:
     return await _operate.tail(
         target, after=args.after, last=args.last, follow=args.follow, as_json=args.json
     )
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """On the files with no daemon, read in this thread (no event loop); else as every command."""
+    from . import _format, _operate
+
+    target = _operate.locate_blocking(args.data_dir, args.url, args.token, args.store)
+    if target.remote or target.store is not None:
+        code: int = anyio.run(_status, args)
+        return code
+    document = _operate.status_on_files(target)
+    print(_format.to_json(document) if args.json else _operate.format_status(document))
+    return 0
 
 
 async def _status(args: argparse.Namespace) -> int:

@@ -290,6 +290,17 @@ async def status(target: Target) -> dict[str, Any]:
     return {"running": False, "data_dir": where, "tasks": tasks, "storage": msgspec.to_builtins(sizes)}
 
 
+def status_on_files(target: Target) -> dict[str, Any]:
+    """:func:`status` of the files of ``target`` (no daemon serves them), read in the
+    calling thread."""
+    from ..embedded import EmbeddedStore
+
+    store = EmbeddedStore(target.data_dir, create=False)
+    stats, sizes = store.read_stats_blocking(), store.sizes_blocking()
+    tasks = {"total": stats.total, "by_status": stats.by_status}
+    return {"running": False, "data_dir": store.where, "tasks": tasks, "storage": msgspec.to_builtins(sizes)}
+
+
 def format_status(document: dict[str, Any]) -> str:
     tasks = document["tasks"]
     counts = " · ".join(

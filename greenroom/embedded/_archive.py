@@ -221,10 +221,14 @@ class TaskArchive:
     async def sizes(self) -> ArchiveSizes:
         if not await self._exists():
             return ArchiveSizes()
-        # tasks counted in the index, not per segment: a pass a crash cut short between the
-        # index and the graph's journal archives its tasks again, into a later segment
-        query = "SELECT (SELECT COUNT(*) FROM tasks), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
-        tasks, segments, size = await self._index.run(lambda db: db.execute(query).fetchone(), write=False)
+        tasks, segments, size = await self._index.run(_count_sizes, write=False)
+        return ArchiveSizes(int(tasks), int(segments), int(size))
+
+    def sizes_blocking(self) -> ArchiveSizes:
+        """:meth:`sizes` in the calling thread (a command that starts no event loop)."""
+        if not (self.path / INDEX_DB).exists():
+            return ArchiveSizes()
+        tasks, segments, size = self._index.run_blocking(_count_sizes, write=False)
         return ArchiveSizes(int(tasks), int(segments), int(size))
 
     async def _exists(self) -> bool:
@@ -308,3 +312,13 @@ def history_parts(data_dir: Path) -> list[HistoryPart]:
                 continue
             parts.append(HistoryPart(kind, path.name, stat.st_mtime, stat.st_size))
     return parts
+
+
+def _count_sizes(db: sqlite3.Connection) -> tuple[int, int, int]:
+    """Archived tasks, segments and their bytes. Tasks are counted in the index, not per
+    segment: a pass a crash cut short between the index and the graph's journal archives
+    its tasks again, into a later segment."""
+    row = db.execute(
+        "SELECT (SELECT COUNT(*) FROM tasks), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])

@@ -180,9 +180,7 @@ class EmbeddedStore:
         """:meth:`read_tasks` of the live graph in the calling thread, with no event loop
         (a command that only reads answers without starting one); usable without
         ``async with`` (the data dir is resolved here, never created)."""
-        if not hasattr(self, "data_dir"):
-            self.data_dir = resolve_data_dir(self._data_dir_arg, create=False)
-            self.where = str(self.data_dir)
+        self._resolve()
         found, _ = self._load()
         return sorted(
             (
@@ -209,29 +207,45 @@ class EmbeddedStore:
         return found
 
     async def sizes(self) -> StoreSizes:
+        return await anyio.to_thread.run_sync(self.sizes_blocking)
+
+    def sizes_blocking(self) -> StoreSizes:
+        """:meth:`sizes` in the calling thread, with no event loop (see
+        :meth:`read_tasks_blocking`)."""
+        self._resolve()
         archive = TaskArchive(self.data_dir)
         try:
-            archived = await archive.sizes()
+            archived = archive.sizes_blocking()
         finally:
-            await archive.aclose()
-        by_part = await anyio.to_thread.run_sync(_file_sizes, self.data_dir)
+            archive.close_blocking()
+        by_part = _file_sizes(self.data_dir)
         log = self.data_dir / EVENTS_FILE
-        closed = await anyio.to_thread.run_sync(segments, log)
         return StoreSizes(
             archived.tasks,
             archived.segments,
             sum(by_part.values()),
             by_part,
-            event_segments=len(closed) + 1,
-            events_dropped_through=await anyio.to_thread.run_sync(dropped_through, log),
+            event_segments=len(segments(log)) + 1,
+            events_dropped_through=dropped_through(log),
         )
 
     async def read_stats(self) -> GraphStats:
-        tasks, archived = await anyio.to_thread.run_sync(self._load)
+        return await anyio.to_thread.run_sync(self.read_stats_blocking)
+
+    def read_stats_blocking(self) -> GraphStats:
+        """:meth:`read_stats` in the calling thread, with no event loop."""
+        self._resolve()
+        tasks, archived = self._load()
         graph = TaskGraph(tasks, now=time.time(), archived=archived)
         return GraphStats(
             by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
         )
+
+    def _resolve(self) -> None:
+        """The data dir, resolved here when the store was not entered (a blocking read)."""
+        if not hasattr(self, "data_dir"):
+            self.data_dir = resolve_data_dir(self._data_dir_arg, create=False)
+            self.where = str(self.data_dir)
 
 
 def _file_sizes(data_dir: Path) -> dict[str, int]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import _tracing
@@ -578,12 +578,12 @@ class _TaskEndpoints:
         task = request.query_params.get("task")
         if task is not None and not (0 < len(task) <= 200 and task.isprintable()):
             raise ApiError(400, "invalid_input", "task must be a task id", field="task", value=task[:80])
-        source = _stream(self.parts.events(after, follow, last), task=task)
-        return StreamingResponse(
-            source,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        events = self.parts.events
+
+        async def produce(write: Callable[[bytes], Awaitable[None]]) -> None:
+            await _write_events(events(after, follow, last), write, task=task)
+
+        return EventStream(produce)
 
 
 def _waiting_filter(raw: Any) -> Any:
@@ -694,18 +694,22 @@ def _chat_request(raw: Any) -> tuple[str, str | None, bool]:
     return message, conversation, streamed
 
 
-async def _stream(events: AsyncGenerator[Event, None], task: str | None = None) -> AsyncIterator[bytes]:
-    """The Server-Sent Events of ``events`` (with ``task``: only that task's). A reader that
-    fell behind retention gets a last ``gone`` event (``{"after": ..., "oldest": ...}``)
-    and the stream ends."""
+async def _write_events(
+    events: AsyncGenerator[Event, None], write: Callable[[bytes], Awaitable[None]], task: str | None = None
+) -> None:
+    """Write ``events`` as Server-Sent Events (with ``task``: only that task's). The reader
+    is closed however this ends — the client hanging up cancels it here, and the reader
+    (an async generator) is closed in this task, never left to the garbage collector. A
+    reader that fell behind retention gets a last ``gone`` event (``{"after": ...,
+    "oldest": ...}``) and the stream ends."""
     from ..store import EventsGone
 
-    yield b": greenroom events\n\n"
     async with aclosing(events) as stream:
+        await write(b": greenroom events\n\n")
         try:
             async for event in stream:
                 if task is None or event.task_id == task:
-                    yield b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event))
+                    await write(b"id: %d\ndata: %s\n\n" % (event.seq, _encoder.encode(event)))
         except EventsGone as gone:
             document = {"after": gone.after, "oldest": gone.oldest, "message": str(gone)}
-            yield b"event: gone\ndata: %s\n\n" % _encoder.encode(document)
+            await write(b"event: gone\ndata: %s\n\n" % _encoder.encode(document))

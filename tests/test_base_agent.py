@@ -148,10 +148,16 @@ def test_an_artifact_name_never_escapes_and_a_bad_suffix_is_refused(tmp_path: Pa
         name = agent._artifact_filename(hostile)
         target = (agent._artifacts_dir() / name).resolve()
         assert target.parent == agent._artifacts_dir().resolve() and "/" not in name and ".." not in name
-    with pytest.raises(ValueError, match=r"artifact name has no usable characters, got '\.\.\.'"):
+    from greenroom import InvalidInput
+
+    with pytest.raises(
+        InvalidInput, match=r"artifact name has no usable characters, got '\.\.\.'"
+    ) as refused:
         agent._artifact_filename("...")
-    with pytest.raises(ValueError, match="artifact suffix must look like"):
+    assert refused.value.field == "name"
+    with pytest.raises(InvalidInput, match="artifact suffix must look like") as refused:
         agent._artifact_filename("ok", suffix="/../../x")
+    assert refused.value.field == "suffix"
 
 
 def test_a_workspace_symlinked_outside_the_agents_folder_is_refused(tmp_path: Path) -> None:

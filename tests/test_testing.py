@@ -164,10 +164,14 @@ async def test_a_restart_after_a_30_second_backoff_and_death_watch() -> None:
 
 
 def test_bad_options_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="backend must be 'asyncio' or 'trio', not 'curio'"):
+    from greenroom import InvalidInput
+
+    with pytest.raises(InvalidInput, match="backend must be 'asyncio' or 'trio', not 'curio'") as refused:
         virtual_time("curio")
-    with pytest.raises(ValueError, match="autojump_threshold must be >= 0, not -1"):
+    assert refused.value.field == "backend"
+    with pytest.raises(InvalidInput, match="autojump_threshold must be >= 0, not -1") as refused:
         virtual_time("trio", autojump_threshold=-1)
+    assert refused.value.field == "autojump_threshold"
     with pytest.raises(ValueError, match="autojump_threshold must be a number >= 0, not -1"):
         VirtualTimeLoop(autojump_threshold=-1)  # refused before a loop exists: nothing left to collect
     gc.collect()  # under -W error an ignored exception in a half-made loop's __del__ would fail here

@@ -11,6 +11,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .._errors import InvalidInput
+
 WORKSPACE_DIRS = ("artifacts", "logs", "memory")
 
 _UNSAFE = re.compile(r"[^\w\-]")
@@ -27,9 +29,11 @@ def check_agent_name(owner: str, name: object) -> str:
         or name.startswith(".")
         or any(ch in name for ch in ("/", "\\", "\0", ":"))
     ):
-        raise ValueError(
+        raise InvalidInput(
             f"{owner} name must be 1-100 characters with no path separator, ':' or NUL, "
-            f"not starting with '.' or padded, got {name!r}"
+            f"not starting with '.' or padded, got {name!r}",
+            field="name",
+            value=name,
         )
     return name
 
@@ -51,11 +55,13 @@ def artifact_filename(name: str, suffix: str = ".md", *, now: datetime | None = 
     ``_`` and ``-`` becomes ``_``, and leading/trailing ``_`` are stripped; a name with
     nothing left, or a suffix that is not like ``.md`` / ``.tar.gz``, is refused."""
     if not isinstance(name, str):
-        raise ValueError(f"artifact name must be a string, got {name!r}")
+        raise InvalidInput(f"artifact name must be a string, got {name!r}", field="name")
     if not isinstance(suffix, str) or not _SUFFIX.fullmatch(suffix):
-        raise ValueError(f"artifact suffix must look like '.md' or '.tar.gz' (or be empty), got {suffix!r}")
+        raise InvalidInput(
+            f"artifact suffix must look like '.md' or '.tar.gz' (or be empty), got {suffix!r}", field="suffix"
+        )
     safe_name = _UNSAFE.sub("_", name).strip("_")
     if not safe_name:
-        raise ValueError(f"artifact name has no usable characters, got {name!r}")
+        raise InvalidInput(f"artifact name has no usable characters, got {name!r}", field="name", value=name)
     timestamp = (now or datetime.now(UTC)).strftime("%Y%m%d_%H%M%S")
     return f"{safe_name}_{timestamp}{suffix}"

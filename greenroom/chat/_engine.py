@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from .._errors import InvalidInput
 from ..actors import ActorRef, ActorStopped
 from ..harness import (
     BoundedLoop,
@@ -155,7 +156,10 @@ class LLMAgentEngine:
         if not isinstance(tool_executor, ToolExecutor):
             raise TypeError(f"LLMAgentEngine tool_executor must be a ToolExecutor, got {tool_executor!r}")
         if not isinstance(constitution, str) or not constitution.strip():
-            raise ValueError(f"LLMAgentEngine constitution must be non-empty text, got {constitution!r:.80}")
+            raise InvalidInput(
+                f"LLMAgentEngine constitution must be non-empty text, got {constitution!r:.80}",
+                field="constitution",
+            )
         self.config = config if config is not None else AgentEngineConfig(max_iterations=max_iterations)
         self.llm = llm_adapter
         self.tools = tool_executor

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._errors import DataError
+from .._errors import DataError, InvalidInput
 from .._request import Request
 from ..actors import Actor
 from ..store import BudgetStore, Spent
@@ -80,7 +80,7 @@ class BudgetLedgerActor(Actor):
     async def _track(self, budget: TokenBudget) -> Spent:
         name = budget.name
         if name is None:
-            raise ValueError("TrackBudget: only a budget with a name can be tracked")
+            raise InvalidInput("TrackBudget: only a budget with a name can be tracked", field="budget")
         await self._write()  # the total includes what the budgets of this name spent so far
         total = (await self.store.read([name])).get(name, Spent())
         same = self.budgets.setdefault(name, [])

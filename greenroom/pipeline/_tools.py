@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from .._errors import InvalidInput
 from ..harness import Sandbox, Tool, ToolRefused, ToolTimedOut
 from ..messages import RecordError
 from ._contracts import IdempotencyClass, StandardToolResult, ToolErrorDetails
@@ -30,7 +31,7 @@ class HarnessToolExecutor:
             if not isinstance(tool, Tool):
                 raise TypeError(f"HarnessToolExecutor tools must be Tool objects, got {tool!r}")
             if tool.name in self.tools:
-                raise ValueError(f"HarnessToolExecutor: two tools are named {tool.name!r}")
+                raise InvalidInput(f"HarnessToolExecutor: two tools are named {tool.name!r}", field="tools")
             self.tools[tool.name] = tool
         self.sandbox = sandbox if sandbox is not None else Sandbox()
 

@@ -23,6 +23,8 @@ import selectors
 import time
 from typing import Any
 
+from .._errors import InvalidInput
+
 
 class _JumpingSelector(selectors.BaseSelector):
     def __init__(self, loop: VirtualTimeLoop, threshold: float) -> None:
@@ -66,7 +68,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # checked before the loop exists: a loop half made by a failed __init__ would
         # report an ignored exception from its __del__ when collected
         if not isinstance(autojump_threshold, int | float) or not autojump_threshold >= 0:
-            raise ValueError(f"autojump_threshold must be a number >= 0, not {autojump_threshold!r}")
+            raise InvalidInput(
+                f"autojump_threshold must be a number >= 0, not {autojump_threshold!r}",
+                field="autojump_threshold",
+            )
         return super().__new__(cls)
 
     def __init__(self, autojump_threshold: float = 0.0) -> None:
@@ -80,7 +85,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         """Move the clock ``seconds`` ahead now (timers due meanwhile run at the loop's next
         turn)."""
         if seconds < 0:
-            raise ValueError(f"a clock jumps forward: seconds must be >= 0, not {seconds!r}")
+            raise InvalidInput(
+                f"a clock jumps forward: seconds must be >= 0, not {seconds!r}", field="seconds"
+            )
         self._offset += seconds
 
 
@@ -93,11 +100,15 @@ def virtual_time(backend: str, *, autojump_threshold: float = 0.0) -> tuple[str,
     every task must wait before the clock jumps (see the module docstring).
     """
     if autojump_threshold < 0:
-        raise ValueError(f"autojump_threshold must be >= 0, not {autojump_threshold!r}")
+        raise InvalidInput(
+            f"autojump_threshold must be >= 0, not {autojump_threshold!r}", field="autojump_threshold"
+        )
     if backend == "asyncio":
         return "asyncio", {"loop_factory": functools.partial(VirtualTimeLoop, autojump_threshold)}
     if backend == "trio":
         from trio.testing import MockClock
 
         return "trio", {"clock": MockClock(autojump_threshold=autojump_threshold)}
-    raise ValueError(f"backend must be 'asyncio' or 'trio', not {backend!r}")
+    raise InvalidInput(
+        f"backend must be 'asyncio' or 'trio', not {backend!r}", field="backend", value=backend
+    )

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import DataError, GreenroomError, InvalidInput
 from .._files import DaemonLock, DataDirBusy, OwnerLock
@@ -27,6 +26,7 @@ from ..messages import AgentTask, Event
 
 if TYPE_CHECKING:  # imported when a client is made: finding no daemon costs nothing
     import httpx2
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 DAEMON_FILE = "daemon.json"
 ADMIN_TOKEN_FILE = "admin.token"

@@ -236,17 +236,7 @@ class _Connection:
             elif event is h11.NEED_DATA:
                 if parts:
                     return b"".join(parts), False
-                try:
-                    if timeout is None:
-                        received = await self.stream.receive(_READ)
-                    else:
-                        with anyio.fail_after(timeout):
-                            received = await self.stream.receive(_READ)
-                except anyio.EndOfStream:
-                    received = b""
-                except (anyio.BrokenResourceError, OSError) as error:
-                    raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
-                protocol.receive_data(received)
+                protocol.receive_data(await self._read(timeout))
             elif kind is h11.EndOfMessage:
                 return b"".join(parts), True
             elif kind is h11.ConnectionClosed:
@@ -261,17 +251,23 @@ class _Connection:
                 return data, True
             if data:
                 return data, False
-            try:
-                if timeout is None:
-                    received = await self.stream.receive(_READ)
-                else:
-                    with anyio.fail_after(timeout):
-                        received = await self.stream.receive(_READ)
-            except anyio.EndOfStream:
-                raise ConnectionFailed(_CUT) from None
-            except (anyio.BrokenResourceError, OSError) as error:
-                raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+            received = await self._read(timeout)
+            if not received:
+                raise ConnectionFailed(_CUT)
             chunked.buffer += received
+
+    async def _read(self, timeout: float | None) -> bytes:
+        """What the connection has next (``b""``: the server closed it), waiting at most
+        ``timeout`` seconds (then ``TimeoutError``); ``ConnectionFailed`` if it broke."""
+        try:
+            if timeout is None:
+                return await self.stream.receive(_READ)
+            with anyio.fail_after(timeout):
+                return await self.stream.receive(_READ)
+        except anyio.EndOfStream:
+            return b""
+        except (anyio.BrokenResourceError, OSError) as error:
+            raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
 
     async def _next_event(self, stale: bool) -> Any:
         protocol = self.protocol

@@ -701,7 +701,9 @@ async def test_idle_conversations_are_forgotten_by_the_daemon_past_chat_for(tmp_
     page is then a 404), and the user's tasks stay."""
     from greenroom.store._retention import Retention
 
-    retention = Retention(chat_for=0.01, check_every=0.01)
+    # idle for 2 s: long enough that a first message, under load, is never forgotten while
+    # it is answered (a conversation forgotten between its opening and its turn is a 404)
+    retention = Retention(chat_for=2.0, check_every=0.05)
     async with running(tmp_path, retention=retention) as daemon, daemon.client("alice") as alice:
         first = await alice.chat("add buy milk")
         assert first["success"]

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 from _stores import make_store
+from _support import eventually
 
 from greenroom.daemon import AgentHost
 from greenroom.daemon._config import AgentPoolConfig, DaemonConfig
@@ -39,12 +40,28 @@ def _pools(concurrency: int) -> DaemonConfig:
     return DaemonConfig(agents={"load": pool}, lease_seconds=5.0)
 
 
-async def _finished(host: AgentHost, ids: set[str]) -> list[AgentTask]:
-    """Every task of ``ids`` once all are final (the host's own wait: no polling here)."""
+_FINAL = {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.DEPENDENCY_FAILED}
+
+
+async def _final(host: AgentHost, ids: set[str]) -> list[AgentTask]:
+    """Every task of ``ids``, once all are final (waited for under a deadline: a host's
+    idle figures on PostgreSQL can lag a submission by a moment)."""
     from greenroom.messages import ListTasks
 
-    await host.wait_idle()
-    tasks = [t for t in await host.supervisor.ask(ListTasks(), timeout=None) if t.id in ids]
+    found: list[AgentTask] = []
+
+    async def all_final() -> bool:
+        nonlocal found
+        found = [t for t in await host.supervisor.ask(ListTasks(), timeout=None) if t.id in ids]
+        return len(found) == len(ids) and all(t.status in _FINAL for t in found)
+
+    await eventually(all_final, timeout=60)
+    return found
+
+
+async def _finished(host: AgentHost, ids: set[str]) -> list[AgentTask]:
+    """Every task of ``ids``, all COMPLETED."""
+    tasks = await _final(host, ids)
     assert {t.status for t in tasks} == {TaskStatus.COMPLETED}, [(t.id, t.status, t.error) for t in tasks]
     return tasks
 
@@ -99,10 +116,7 @@ async def test_a_load_task_with_a_bad_order_fails_naming_what_is_wrong(
     ]
     async with AgentHost(_pools(1), tmp_path / "data", store=store) as host:
         await host.supervisor.ask(Submit(bad), timeout=None)
-        await host.wait_idle()
-        from greenroom.messages import GetTask
-
-        one, two = [await host.supervisor.ask(GetTask(t.id), timeout=None) for t in bad]
+        one, two = sorted(await _final(host, {t.id for t in bad}), key=lambda t: t.id)
     assert one.status == two.status == TaskStatus.FAILED
     assert one.attempt == 1 and two.attempt == 1  # not retried: the order cannot get better
     assert one.error is not None and "not a load session order" in one.error.reason

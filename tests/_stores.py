@@ -73,7 +73,7 @@ async def open_node(
         )
         supervisor = await system.spawn(
             lambda: SupervisorActor(
-                store.task_store(log=log, **task_options), lease_check_interval=lease_check_interval
+                store.task_store(**task_options), lease_check_interval=lease_check_interval
             ),
             name="supervisor",
         )

@@ -45,9 +45,7 @@ async def open_node(data_dir: Path | None = None, **supervisor_options: Any) -> 
     narrator = NarratorCapability()
     async with ActorSystem() as system:
         log = await system.spawn(lambda: file_log(data_dir, narrator=narrator), name="log")
-        supervisor = await system.spawn(
-            lambda: file_supervisor(data_dir, log=log, **supervisor_options), name="sup"
-        )
+        supervisor = await system.spawn(lambda: file_supervisor(data_dir, **supervisor_options), name="sup")
         node = Node(system, supervisor, log, Path(data_dir) if data_dir else Path(), narrator)
         yield node
         await supervisor.stop()

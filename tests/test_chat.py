@@ -34,8 +34,7 @@ from greenroom.chat import _replies as replies
 from greenroom.embedded import SQLiteChatStore, read_events
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget
 from greenroom.llm import ChatModel, Price, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
-from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
-from greenroom.messages._protocol import OutboxPosition
+from greenroom.messages import ChatReply, ChatRequest, Flush, ModelToolCall, Usage
 from greenroom.store import StoredMessage
 
 pytestmark = pytest.mark.anyio
@@ -143,7 +142,7 @@ async def test_every_decision_type_comes_from_what_the_model_means_not_punctuati
             "delete call mom",
         ):
             said[message] = (await chat.say("alice", c, message)).response
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
     decided = [
         e.payload["decision_type"]
         for e in read_events(tmp_path / "events.jsonl")
@@ -757,7 +756,7 @@ async def test_the_decision_and_tool_logs_go_through_the_log_actor(tmp_path: Pat
     async with open_chat(tmp_path) as chat:
         c = await chat.runner.new_conversation("alice")
         await chat.say("alice", c, "add buy milk")
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
         events = read_events(tmp_path / "events.jsonl")
     decisions = [e for e in events if e.type == CHAT_DECISION]
     tools = [e for e in events if e.type == CHAT_TOOL]
@@ -778,7 +777,7 @@ async def test_a_long_tool_result_is_summarised_in_its_event(tmp_path: Path) -> 
             await chat.store.add_task("alice", f"task number {n} with a longish title")
         c = await chat.runner.new_conversation("alice")
         await chat.say("alice", c, "show my tasks")
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
         events = read_events(tmp_path / "events.jsonl")
     (listed,) = [e.payload for e in events if e.type == CHAT_TOOL]
     assert listed["result"]["truncated"] is True and listed["result"]["items"] == 200
@@ -888,7 +887,7 @@ async def test_a_model_failure_after_a_tool_ran_says_what_was_done_then_that_the
         c = await chat.runner.new_conversation("alice")
         result = await chat.say("alice", c, "add buy milk")
         tasks = await chat.store.list_tasks("alice")
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
     assert [t.title for t in tasks] == ["buy milk"]  # the add happened ...
     assert result.response.startswith(replies.ADDED.format(title="buy milk"))  # ... and the user is told so
     assert "couldn't finish the rest" in result.response and "check your list" in result.response
@@ -942,7 +941,7 @@ async def test_a_message_too_long_for_the_model_is_told_plainly_and_logged(
         c = await chat.runner.new_conversation("alice")
         server.add(Respond(400, overflow()))
         result = await chat.say("alice", c, "add " + "x" * 3000)
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
     assert len(server.seen) == 1  # no history to drop: nothing to send again
     assert (result.success, result.response) == (False, replies.TOO_LONG)
     assert "try again" not in result.response.lower()
@@ -976,7 +975,7 @@ async def test_an_empty_model_reply_is_said_as_it_is_not_as_trouble(
     async with open_chat(tmp_path, ScriptedModel([reply])) as chat:
         c = await chat.runner.new_conversation("alice")
         result = await chat.say("alice", c, "hmm")
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
     assert result.response == text and "trouble" not in result.response
     decision = [e for e in read_events(tmp_path / "events.jsonl") if e.type == CHAT_DECISION][-1]
     assert "empty" in decision.payload["reason"]
@@ -1204,7 +1203,7 @@ async def test_a_spent_budget_refuses_the_next_model_call_and_says_so(tmp_path: 
         c = await chat.runner.new_conversation("alice")
         first = await chat.say("alice", c, "hello")
         refused = await chat.say("alice", c, "hello again")
-        await chat.log.ask(OutboxPosition())
+        await chat.log.ask(Flush())
         engine = chat.runner.engine
     assert first.success and first.response == "Hi! How can I help?"
     assert not refused.success and refused.response == replies.BUDGET_SPENT

@@ -13,29 +13,29 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from _support import eventually, open_node
 
 import greenroom.embedded._events as log_actor
-from greenroom import Actor
 from greenroom.agents import AgentRuntime
-from greenroom.embedded import GraphFiles, read_events
-from greenroom.embedded._outbox import Outbox, OutboxBatch
+from greenroom.embedded import FileEventStore, GraphFiles, read_events
+from greenroom.embedded._outbox import Outbox, OutboxBatch, outbox_for
 from greenroom.messages import (
     AGENT_RESULT,
     TASK_COMPLETED,
     TASK_SUBMITTED,
     AgentResult,
     AgentTask,
+    Append,
+    AppendMany,
     Claim,
     Event,
+    Flush,
+    GraphEvent,
     Submit,
 )
-from greenroom.messages._events import OutboxEvent
-from greenroom.messages._protocol import AppendBatch, OutboxPosition
 
 pytestmark = pytest.mark.anyio
 
@@ -102,7 +102,7 @@ def test_a_kill_between_the_journal_and_the_log_loses_no_event(tmp_path: Path, b
     async def restart() -> None:
         async with open_node(data_dir) as node:
             await eventually(lambda: len(events_of(data_dir)) >= 50 + 10 * 3)
-            await node.log.ask(OutboxPosition())  # whatever it took is written
+            await node.log.ask(Flush())  # whatever it took is written
 
     for _ in range(2):  # the second start finds nothing missing: nothing twice
         anyio.run(restart, backend=backend)
@@ -164,7 +164,7 @@ def test_an_origin_key_in_a_payload_never_makes_recovery_send_events_twice(
 
     async def restart() -> None:
         async with open_node(data_dir) as node:
-            await node.log.ask(OutboxPosition())
+            await node.log.ask(Flush())
 
     anyio.run(restart, backend=backend)
     events = events_of(data_dir)
@@ -178,7 +178,7 @@ async def test_tasks_requeued_after_a_dead_process_are_logged(tmp_path: Path) ->
         await node.supervisor.ask(Submit([AgentTask(id="t1", type="w")]))
         await node.supervisor.ask(Claim("gone", "w"))  # then the "process" stops mid-task
     async with open_node(tmp_path) as node:
-        await node.log.ask(OutboxPosition())
+        await node.log.ask(Flush())
     requeued = [e for e in events_of(tmp_path) if e.task_id == "t1" and e.payload.get("status") == "PENDING"]
     assert len(requeued) == 2  # submitted, and queued again at the second start
     assert requeued[-1].origin is not None
@@ -192,7 +192,7 @@ async def test_no_event_is_dropped_when_the_log_mailbox_is_full(tmp_path: Path) 
         await node.supervisor.ask(
             Submit([AgentTask(id=f"t{i}", type="w") for i in range(12_000)]), timeout=60
         )
-        await node.log.ask(OutboxPosition())
+        await node.log.ask(Flush())
     assert len(count(events_of(tmp_path), TASK_SUBMITTED)) == 12_000
 
 
@@ -217,75 +217,115 @@ async def test_a_failed_log_write_is_sent_again_and_stored_once(
         assert task is not None
         await runtime.complete_task(task.id, AgentResult(task_id=task.id, outcome="done"))
         await eventually(lambda: count(events_of(tmp_path), AGENT_RESULT))
-        await node.log.ask(OutboxPosition())
+        await node.log.ask(Flush())
     assert failing.is_set()
     events = events_of(tmp_path)
     assert count(events, TASK_SUBMITTED) == {f"t{i}": 1 for i in range(20)}
     assert count(events, AGENT_RESULT) == {task.id: 1}
 
 
-async def test_a_batch_that_does_not_follow_what_the_log_has_is_refused(tmp_path: Path) -> None:
+def journal_event(name: str, seq: int, index: int) -> Event:
+    return Event(0, 1.0, name, origin=(seq, index))
+
+
+async def test_a_journal_batch_after_a_lost_one_is_preceded_by_it_and_each_is_stored_once(
+    tmp_path: Path,
+) -> None:
+    """The event store keeps the log whole: a write whose first journal event comes after
+    events the log lacks (a batch lost in a failed write of the log's) writes those first,
+    from the outbox; an event it has already is skipped (``seq`` 0) and stored once."""
+    store = FileEventStore(tmp_path)
+    await store.open(log="the log")  # type: ignore[arg-type]  # the store writes; nobody is told
+    outbox = outbox_for(tmp_path)
+    try:
+        for seq, names in ((1, ["a", "b"]), (2, ["c"]), (4, ["d", "e"])):
+            assert outbox.committed(seq, [ev(n) for n in names]) is not None
+        written = await store.write([journal_event("d", 4, 0), journal_event("e", 4, 1)])
+        assert [e.seq for e in written if isinstance(e, Event)] == [4, 5]  # after a, b, c
+        again = await store.write([journal_event("c", 2, 0), journal_event("e", 4, 1)])
+        assert [e.seq for e in again if isinstance(e, Event)] == [0, 0]  # the log had them
+        assert outbox.unconfirmed() == [] and outbox.position == (4, 1)
+    finally:
+        await store.close()
+    stored = events_of(tmp_path)
+    assert [(e.type, e.origin, e.visibility) for e in stored] == [
+        ("a", (1, 0), "internal"),
+        ("b", (1, 1), "internal"),
+        ("c", (2, 0), "internal"),
+        ("d", (4, 0), "internal"),
+        ("e", (4, 1), "internal"),
+    ]
+
+
+async def test_a_log_that_opens_writes_the_committed_events_it_lacks(tmp_path: Path) -> None:
+    outbox = outbox_for(tmp_path)
+    outbox.attach("an earlier log", None)  # type: ignore[arg-type]
+    outbox.committed(7, [ev("x"), ev("y")])
+    outbox.detach()  # it stopped before writing them
+    store = FileEventStore(tmp_path)
+    await store.open(log="the next log")  # type: ignore[arg-type]
+    try:
+        assert outbox.log == "the next log" and outbox.position == (7, 1)
+    finally:
+        await store.close()
+    assert outbox.log is None
+    assert [(e.type, e.origin) for e in events_of(tmp_path)] == [("x", (7, 0)), ("y", (7, 1))]
+
+
+async def test_a_journal_batch_with_a_bad_origin_is_refused_naming_it(tmp_path: Path) -> None:
     async with open_node(tmp_path) as node:
-        told: list[Any] = []
-
-        class Recorder(Actor):
-            async def receive(self, message: Any) -> None:
-                told.append(message)
-
-        recorder = await node.system.spawn(Recorder)
-        event = OutboxEvent("X", "t", None, {})
-        node.log.tell(AppendBatch(900, (event,), 0, recorder, after=(899, 0)))  # a gap
-        await eventually(lambda: told)
-        position = told[0].position
-        assert type(told[0]).__name__ == "OutboxLost"
-        assert not any(e.origin == (900, 0) for e in events_of(tmp_path))
-        node.log.tell(AppendBatch(900, (event, event), 0, recorder, after=position))
-        await eventually(lambda: len(told) == 2)
-        node.log.tell(AppendBatch(900, (event, event), 0, recorder, after=position))  # again: a resend
-        await eventually(lambda: len(told) == 3)
-    mine = [e.origin for e in events_of(tmp_path) if e.type == "X"]
-    assert mine == [(900, 0), (900, 1)]  # stored once each
-    assert [type(m).__name__ for m in told[1:]] == ["OutboxDelivered", "OutboxDelivered"]
+        with pytest.raises(ValueError, match=r"origin.*must be \(seq, first\)"):
+            await node.log.ask(AppendMany([Append("X")], origin=(1, -1)))
+        await node.log.ask(Flush())
+    assert not any(e.type == "X" for e in events_of(tmp_path))
 
 
 # -- the outbox's bookkeeping, and compaction --------------------------------------------
 
 
-def ev(name: str) -> OutboxEvent:
-    return OutboxEvent(name)
+def ev(name: str) -> GraphEvent:
+    return GraphEvent(name)
 
 
-def test_the_outbox_chains_batches_and_drops_what_the_log_confirmed() -> None:
-    outbox = Outbox(ack="me")
-    first = outbox.send(1, [ev("a"), ev("b")])
-    second = outbox.send(3, [ev("c")])
-    assert (first.after, second.after) == (None, (1, 1))
-    outbox.confirmed((1, 0))  # part of batch 1
+def test_the_outbox_keeps_what_the_log_has_not_confirmed_and_nothing_before_a_log() -> None:
+    outbox = Outbox()
+    assert outbox.committed(1, [ev("a")]) is None and outbox.unconfirmed() == []  # no log yet
+    outbox.attach("log", None)  # type: ignore[arg-type]
+    first = outbox.committed(1, [ev("a"), ev("b")])
+    second = outbox.committed(3, [ev("c")])
+    assert first is not None and second is not None
+    assert (first.origin, [a.type for a in first.appends], second.origin) == ((1, 0), ["a", "b"], (3, 0))
+    outbox.delivered((1, 0))  # part of batch 1
     assert [(b.seq, b.first, len(b.events)) for b in outbox.unconfirmed()] == [(1, 1, 1), (3, 0, 1)]
-    outbox.confirmed((3, 0))
+    outbox.delivered((3, 0))
     assert outbox.unconfirmed() == []
+    outbox.detach()  # the log restarts: what is committed meanwhile is kept for its open
+    assert outbox.committed(5, [ev("d")]) is not None and len(outbox) == 1
 
 
-def test_the_outbox_resends_after_a_gap_once_per_gap() -> None:
-    outbox = Outbox(ack="me")
+def test_the_outbox_finds_what_comes_between_two_origins() -> None:
+    outbox = Outbox()
+    outbox.attach("log", None)  # type: ignore[arg-type]
     for seq in (1, 2, 3):
-        outbox.send(seq, [ev("x"), ev("y")])
-    resend = outbox.lost((1, 1))
-    assert [(m.seq, m.first_index, m.after) for m in resend] == [(2, 0, (1, 1)), (3, 0, (2, 1))]
-    assert outbox.lost((1, 1)) == []  # the same gap reported by the next dropped batch
-    outbox.confirmed((3, 1))
-    assert outbox.lost((3, 1)) == []  # nothing left to send
+        outbox.committed(seq, [ev(f"{seq}x"), ev(f"{seq}y")])
+    missing = outbox.between((1, 0), (3, 0))
+    assert [(b.seq, b.first, [e.type for e in b.events]) for b in missing] == [
+        (1, 1, ["1y"]),
+        (2, 0, ["2x", "2y"]),
+    ]
+    assert outbox.between((2, 1), (3, 0)) == []  # the head is its own: nothing between
+    assert [(b.seq, b.first) for b in outbox.between(None, (3, 1))][-1] == (3, 0)
 
 
 def test_restore_sends_only_what_the_log_lacks() -> None:
-    outbox = Outbox(ack="me")
+    outbox = Outbox()
+    assert outbox.restore([OutboxBatch(4, 0, [ev("a")])]) == []  # no log: it waits in the journal
+    outbox.attach("log", (4, 1))  # type: ignore[arg-type]
     batches = [OutboxBatch(4, 0, [ev("a"), ev("b"), ev("c")]), OutboxBatch(6, 0, [ev("d")])]
-    sends = outbox.restore((4, 1), batches)
-    assert [(m.seq, m.first_index, [e.type for e in m.events], m.after) for m in sends] == [
-        (4, 2, ["c"], (4, 1)),
-        (6, 0, ["d"], (4, 2)),
-    ]
-    assert outbox.restore((6, 0), batches) == []
+    sends = outbox.restore(batches)
+    assert [(b.seq, b.first, [e.type for e in b.events]) for b in sends] == [(4, 2, ["c"]), (6, 0, ["d"])]
+    outbox.delivered((6, 0))
+    assert outbox.restore(batches) == []
 
 
 def test_compaction_keeps_the_events_the_log_has_not_confirmed(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from greenroom._errors import InvalidInput
 from greenroom.embedded import read_events
 from greenroom.harness import RiskLevel
 from greenroom.llm import ScriptedModel
-from greenroom.messages._protocol import OutboxPosition
+from greenroom.messages import Flush
 from greenroom.pipeline import (
     AGENT_COMPLETED,
     AGENT_STARTED,
@@ -222,7 +222,7 @@ async def test_llm_mode_parses_json_checks_fields_routes_and_logs(tmp_path: Path
 
         agent.pre_process, agent.post_process = pre, post
         env = await agent.process(Envelope(raw_input="Analyze authentication flow"))
-        await log.ask(OutboxPosition())
+        await log.ask(Flush())
     assert env.get_output("plan") == {"steps": [{"tool": "read"}], "reasoning": "r", "needs_review": True}
     assert (env.outcome, env.next_stage, env.hop_count) == (AgentOutcome.SUCCESS, "critic", 1)
     assert order == ["pre", "post:['needs_review', 'reasoning', 'steps']"] and env.metadata["enhanced"]

@@ -190,7 +190,7 @@ async def _http(
             async with open_assistant(tmp, model=model, timeout=600) as assistant:
                 backend = assistant.backend
                 supervisor = await assistant.system.spawn(
-                    lambda: SupervisorActor(backend.task_store(log=None)), name="supervisor"
+                    lambda: SupervisorActor(backend.task_store()), name="supervisor"
                 )
                 extra = []
                 items = []

@@ -106,7 +106,7 @@ async def _on_node(target: Target, fn: Callable[[ActorRef], Awaitable[T]]) -> T:
 
     async with target.backend(create=True) as store, ActorSystem() as system:
         log = await system.spawn(lambda: LogActor(store.event_store()), name="log")
-        supervisor = await system.spawn(lambda: SupervisorActor(store.task_store(log=log)), name="supervisor")
+        supervisor = await system.spawn(lambda: SupervisorActor(store.task_store()), name="supervisor")
         try:
             return await fn(supervisor)
         finally:

@@ -123,13 +123,11 @@ class AgentHost:
         self.log = await self.system.spawn(
             lambda: LogActor(store.event_store(retention=config.retention), narrator=narrator), name="log"
         )
-        log = self.log
         self.journal = await self.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
         self.ledger = await self.system.spawn(lambda: BudgetLedgerActor(store.budget_store()), name="budgets")
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
                 store.task_store(
-                    log=log,
                     lease_seconds=config.lease_seconds,
                     limits=config.limits,
                     instance=instance,

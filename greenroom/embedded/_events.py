@@ -11,6 +11,10 @@ once it holds ``events_per_segment`` events it is renamed whole into
 newline: an append a crash cut short, never acknowledged) is cut off and reported, never
 parsed as data; a complete line that is not a valid event stops the open with an error
 naming it, and nothing is cut. The OS lock is held from :meth:`open` to :meth:`close`.
+
+The task graph's events reach it from the journal through the data dir's outbox
+(:mod:`._outbox`): each kept once by its ``origin``, in commit order, the log completed
+from the outbox when it opens and before a write that follows a lost one.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -32,7 +37,11 @@ from ..messages import Event, RecordError
 from ..messages._codec import decode_json
 from ..store import Origin, Retention, over_budget
 from ._archive import history_parts
+from ._outbox import Outbox, OutboxBatch, outbox_for
 from ._reader import EVENTS_DIR, EVENTS_FILE, EventLogError, _first_seq, segment_name, segments
+
+if TYPE_CHECKING:
+    from ..actors import ActorRef
 
 logger = logging.getLogger("greenroom.log")
 
@@ -154,8 +163,13 @@ class FileEventStore:
         """Bytes cut off the end at open: a write a crash interrupted."""
         self._fd: int | None = None
         self._lock: OwnerLock | None = None
+        self.position: Origin | None = None
+        """The origin of the last journal event in the log (``None``: none)."""
+        self._outbox: Outbox | None = None
 
-    async def open(self) -> Origin | None:
+    async def open(self, log: ActorRef | None = None) -> None:
+        """Take the log; with ``log``, attach the data dir's outbox to it and write the
+        task graph's committed events the log lacks."""
         data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
         self.path = data_dir / EVENTS_FILE
         lock = OwnerLock(data_dir / "events.lock", "the event log")
@@ -180,11 +194,27 @@ class FileEventStore:
                     break
                 position = await anyio.to_thread.run_sync(last_origin, segment)
             self._fd = await anyio.to_thread.run_sync(open_for_append, self.path)
+            self.position = position
+            if log is not None:
+                outbox = self._outbox = await anyio.to_thread.run_sync(outbox_for, data_dir)
+                missing = outbox.attach(log, position)
+                if missing:
+                    logger.warning(
+                        "%s: the log lacks %d committed event(s) of the task graph; appending them",
+                        self.path,
+                        sum(len(batch.events) for batch in missing),
+                    )
+                    await self.write([])
         except BaseException:
+            if self._outbox is not None:
+                self._outbox.detach()
+                self._outbox = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             lock.release()
             self._lock = None
             raise
-        return position
 
     async def write(
         self, events: Sequence[Event], encoded: Sequence[bytes] | None = None
@@ -192,11 +222,29 @@ class FileEventStore:
         """Number and encode the batch, then append it with one ``fsync`` (in a worker
         thread; a cancelled caller does not abandon it). A payload that cannot be encoded
         as JSON keeps its event out and takes no number; a payload given ``encoded`` is
-        written as those bytes."""
+        written as those bytes. A journal event the log has is skipped (returned with
+        ``seq`` 0); the outbox's events that must come before the first journal event of
+        the batch are written first (and so are, with no events, those the log lacks)."""
         out: list[Event | ValueError] = []
         rows: list[_Line] = []
         seq = self.seq
+        position = self.position
+        outbox = self._outbox
+        filled = outbox is None
+        if not events and outbox is not None:  # complete the log from the outbox
+            seq, position = self._fill(rows, seq, position, outbox.between(position, (2**62, 0)))
+            filled = True
         for index, event in enumerate(events):
+            origin = event.origin
+            if origin is not None:
+                if position is not None and origin <= position:
+                    out.append(event)  # the log has it: kept once
+                    continue
+                if not filled:
+                    assert outbox is not None
+                    seq, position = self._fill(rows, seq, position, outbox.between(position, origin))
+                    filled = True
+                position = origin
             if encoded is not None:
                 payload = encoded[index]
             else:
@@ -233,6 +281,10 @@ class FileEventStore:
 
             await run_blocking(append)
             self.seq = seq
+            if position != self.position and position is not None:
+                self.position = position
+                if outbox is not None:
+                    outbox.delivered(position)
             retention = self.retention
             if retention is not None:
                 if seq - self.first + 1 >= retention.events_per_segment:
@@ -242,6 +294,39 @@ class FileEventStore:
                     self._next_prune = time.monotonic() + retention.check_every
                     await run_blocking(self._prune)
         return out
+
+    def _fill(
+        self, rows: list[_Line], seq: int, position: Origin | None, batches: list[OutboxBatch]
+    ) -> tuple[int, Origin | None]:
+        """Add the outbox's ``batches`` (events the log lacks before the next one) to
+        ``rows``, stored as the log stores a journal's events (internal, each with its
+        origin); returns the last ``seq`` and origin."""
+        ts = time.time()
+        for batch in batches:
+            for index, event in enumerate(batch.events, batch.first):
+                try:
+                    payload = _encoder.encode(event.payload)
+                except (TypeError, msgspec.EncodeError) as error:
+                    logger.warning(
+                        "event log: left out event %d of journal batch %d: %s", index, batch.seq, error
+                    )
+                    continue
+                seq += 1
+                origin = (batch.seq, index)
+                rows.append(
+                    _Line(
+                        seq,
+                        ts,
+                        event.type,
+                        "internal",
+                        event.task_id,
+                        event.agent_id,
+                        msgspec.Raw(payload),
+                        origin,
+                    )
+                )
+            position = batch.last
+        return seq, position
 
     def _roll(self) -> None:
         """Close the open segment: rename it whole into ``events/`` and begin a new one.
@@ -291,6 +376,9 @@ class FileEventStore:
             logger.info("event log: retention dropped the events through seq %d", gone)
 
     async def close(self) -> None:
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
+            outbox.detach()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)

@@ -35,7 +35,7 @@ from .._files import (
 )
 from ..messages import AgentTask, RecordError, TaskStatus
 from ..messages._codec import decode_json, prepare_types
-from ..messages._events import OutboxEvent
+from ..messages._events import GraphEvent
 from ..store import find_cycle
 from ._outbox import OutboxBatch
 
@@ -60,7 +60,7 @@ class PendingEvents(msgspec.Struct, forbid_unknown_fields=True):
 
     seq: int
     first: int
-    events: list[OutboxEvent]
+    events: list[GraphEvent]
 
 
 class GraphFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,7 +73,7 @@ class GraphFile(msgspec.Struct, forbid_unknown_fields=True):
 class JournalBatch(msgspec.Struct, forbid_unknown_fields=True):
     seq: int
     tasks: list[AgentTask]
-    events: list[OutboxEvent] = []
+    events: list[GraphEvent] = []
     """The events these transitions caused (the outbox): the event log follows the
     journal, so a transition and its events are one durable fact."""
     archived: list[str] = []
@@ -197,7 +197,7 @@ class GraphFiles:
     def append(
         self,
         changed: list[AgentTask],
-        events: list[OutboxEvent] | None = None,
+        events: list[GraphEvent] | None = None,
         archived: list[str] | None = None,
     ) -> int:
         """Write one batch of changed tasks, and the events they caused (or the ids of

@@ -21,7 +21,6 @@ from typing import Self
 import anyio
 
 from .._files import OwnerLock, resolve_data_dir
-from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import (
     BudgetStore,
@@ -86,7 +85,6 @@ class EmbeddedStore:
     def task_store(
         self,
         *,
-        log: ActorRef | None,
         lease_seconds: float = 30.0,
         limits: TaskLimits | None = None,
         instance: str | None = None,
@@ -95,7 +93,6 @@ class EmbeddedStore:
     ) -> TaskStore:
         return FileTaskStore(
             self.data_dir,
-            log=log,
             lease_seconds=lease_seconds,
             limits=limits,
             compact_min_bytes=self.compact_min_bytes,

@@ -10,10 +10,10 @@ and the store is broken: the supervisor fails, and its restart reloads what is o
 
 The outbox: the events a batch's transitions cause (``TASK_*``, and the ``AGENT_RESULT``
 of a ``Complete`` or ``Fail``) are written in the same journal line, then sent to the log
-actor (``AppendBatch``, waiting for mailbox room, never dropped), each tagged with its
-origin. The journal is the source of truth: on open the store asks the log how far it got
-and sends what it lacks, so after any crash every committed transition has exactly one
-event. The journal is compacted only once the log has every event in it.
+actor the data dir's event store opened (an ``AppendMany`` with the batch's origin,
+waiting for mailbox room, never dropped). The journal is the source of truth: on open the
+store sends what the log lacks, so after any crash every committed transition has exactly
+one event (:mod:`._outbox`). A compaction keeps the events the log has not confirmed.
 
 The OS lock on the data dir is held from :meth:`open` to :meth:`close`; on a clean close
 the journal is folded into ``tasks.graph.json``.
@@ -35,14 +35,17 @@ from .._checks import check_int, check_seconds
 from .._commit import GroupCommit
 from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
-from ..actors import ActorRef, ActorStopped, MailboxFull
+from ..actors import ActorStopped, MailboxFull
 from ..messages import (
+    AppendMany,
     Cancel,
     Claim,
     Complete,
     Decide,
     Fail,
+    Flush,
     GetTask,
+    GraphEvent,
     GraphStats,
     Heartbeat,
     ListTasks,
@@ -53,8 +56,6 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ..messages._events import OutboxEvent
-from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
 from ..store import (
     ExpireLeases,
     GraphOwner,
@@ -71,7 +72,7 @@ from ..store import (
 from ._archive import TaskArchive
 from ._graph import TaskGraph
 from ._journal import GraphFiles
-from ._outbox import Outbox
+from ._outbox import Outbox, OutboxBatch, outbox_for
 
 logger = logging.getLogger("greenroom.supervisor")
 
@@ -80,8 +81,8 @@ class FileTaskStore:
     """The task graph of ``data_dir`` (default ``$STREAMING_LLM_DATA_DIR`` or
     ``~/.local/share/greenroom``).
 
-    ``log``: the log actor the outbox's events go to (it must be running before the
-    store opens; ``None``: events are kept in the journal only). ``recover_orphans``: on
+    The events go to the log actor open on the same data dir (see :mod:`._outbox`; with
+    none, they wait in the journal). ``recover_orphans``: on
     open, end every attempt left IN_PROGRESS (agents talk to the supervisor in its own
     process, and the lock proves the previous one is gone) instead of waiting for their
     leases: the death is not charged as an attempt, and a task that was running each time
@@ -94,7 +95,6 @@ class FileTaskStore:
         self,
         data_dir: str | os.PathLike[str] | None = None,
         *,
-        log: ActorRef | None = None,
         lease_seconds: float = 30.0,
         limits: TaskLimits | None = None,
         max_batch: int = 4096,
@@ -108,7 +108,6 @@ class FileTaskStore:
         self.steps = steps
         """The step journal archived tasks' steps are dropped through (a new one per pass,
         closed after; ``None``: the data dir's own)."""
-        self.log = log
         self.lease_seconds = check_seconds("FileTaskStore", "lease_seconds", lease_seconds)
         self.limits = limits or TaskLimits()
         self.max_batch = check_int("FileTaskStore", "max_batch", max_batch)
@@ -118,11 +117,10 @@ class FileTaskStore:
         self.graph = TaskGraph(limits=self.limits)
         self._owner: GraphOwner | None = None
         self._commits: GroupCommit[Any] = GroupCommit(self.max_batch)
-        self._outbox: list[OutboxEvent] = []
+        self._outbox: list[GraphEvent] = []
         """The events of the batch being built (written with it)."""
         self._sending: Outbox | None = None
-        """The committed events on their way to the log (with a log only)."""
-        self._resend: list[AppendBatch] = []
+        """The committed events on their way to the log (the data dir's outbox)."""
         self._lock: OwnerLock | None = None
         self._files: GraphFiles | None = None
         self._broken = False
@@ -153,9 +151,8 @@ class FileTaskStore:
                 tasks, now=self.clock(), lease=self.lease_seconds, limits=self.limits,
                 archived=files.archived_deps,
             )  # fmt: skip
-            if self.log is not None:
-                self._sending = Outbox(owner.context.ref)
-                await self._redeliver(files)
+            self._sending = await anyio.to_thread.run_sync(outbox_for, data_dir)
+            await self._redeliver(files)
             if self.recover_orphans:
                 self._recover(graph)
                 self._take_events(None)
@@ -192,21 +189,16 @@ class FileTaskStore:
 
     async def _redeliver(self, files: GraphFiles) -> None:
         """Send the log the committed events it lacks (a crash came between a commit and
-        the log's write): it says how far it got, so nothing is sent twice."""
-        assert self.log is not None and self._sending is not None
-        try:
-            position = await self.log.ask(OutboxPosition(), timeout=None)
-        except ActorStopped:
-            logger.warning("supervisor: the log actor is stopped; the events wait in the journal")
-            return
-        sends = self._sending.restore(position, files.outbox)
+        the log's write): the event store knows how far it got, so nothing is sent twice."""
+        assert self._sending is not None
+        sends = self._sending.restore(files.outbox)
         if sends:
             logger.warning(
                 "supervisor: the event log lacks %d committed event(s); appending them",
-                sum(len(message.events) for message in sends),
+                sum(len(batch.events) for batch in sends),
             )
-        for message in sends:
-            await self._send_to_log(message)
+        for batch in sends:
+            await self._send_to_log(batch.seq, batch.message())
 
     async def close(self) -> None:
         files = self._files
@@ -238,19 +230,18 @@ class FileTaskStore:
             self._lock.release()
             self._lock = None
 
-    def _unconfirmed(self) -> list[Any]:
+    def _unconfirmed(self) -> list[OutboxBatch]:
         return self._sending.unconfirmed() if self._sending is not None else []
 
     async def _wait_for_log(self) -> None:
-        """Before folding the journal: let the log confirm what it was sent (what it has
+        """Before folding the journal: let the log write what it was sent (what it has
         not is kept in the snapshot's outbox, so this is only tidiness)."""
-        if self.log is None or self._sending is None or not len(self._sending):
+        sending = self._sending
+        if sending is None or sending.log is None or not len(sending):
             return
         try:
             with anyio.move_on_after(5):
-                position = await self.log.ask(OutboxPosition(), timeout=None)
-                if position is not None:
-                    self._sending.confirmed(position)
+                await sending.log.ask(Flush(), timeout=None)
         except ActorStopped:
             pass
 
@@ -335,21 +326,6 @@ class FileTaskStore:
             for task in graph.expire_leases(now):
                 logger.warning(lease_report(task), task.id, task.status.value)
             return None
-        if kind is OutboxDelivered:
-            if self._sending is not None:
-                self._sending.confirmed(message.origin)
-            return None
-        if kind is OutboxLost:
-            if self._sending is not None:
-                resend = self._sending.lost(message.position)
-                if resend:
-                    logger.warning(
-                        "supervisor: the event log lost %d batch(es) of events in a failed write; sending "
-                        "them again",
-                        len(resend),
-                    )
-                self._resend.extend(resend)
-            return None
         raise TaskGraphError(f"the supervisor does not handle {kind.__name__} messages")
 
     def _take_events(self, message: Any) -> None:
@@ -357,7 +333,7 @@ class FileTaskStore:
         the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
         outbox = self._outbox
         for kind, task in self.graph.take_events():
-            outbox.append(OutboxEvent(kind, task.id, task.owner, transition_payload(task, kind)))
+            outbox.append(GraphEvent(kind, task.id, task.owner, transition_payload(task, kind)))
         if isinstance(message, Complete):
             outbox.append(result_event(message.task_id, message.agent_id, message.result))
         elif isinstance(message, Fail):
@@ -392,10 +368,6 @@ class FileTaskStore:
             raise  # the owner fails; its restart reloads the graph from disk
         if events and written:
             await self._deliver(written[0], events)
-        if self._resend:
-            resend, self._resend = self._resend, []
-            for message in resend:
-                await self._send_to_log(message)
         if files.wants_compaction:
             try:
                 await run_blocking(files.compact, list(self.graph.tasks.values()), self._unconfirmed())
@@ -506,29 +478,33 @@ class FileTaskStore:
         if events:
             await self._deliver(seq, events)
 
-    async def _deliver(self, seq: int, events: list[OutboxEvent]) -> None:
-        """Send a durable batch's events to the log (kept until it confirms them)."""
+    async def _deliver(self, seq: int, events: list[GraphEvent]) -> None:
+        """Send a durable batch's events to the log (kept until it has them)."""
         if self._sending is not None:
-            await self._send_to_log(self._sending.send(seq, events))
+            message = self._sending.committed(seq, events)
+            if message is not None:
+                await self._send_to_log(seq, message)
 
-    async def _send_to_log(self, message: AppendBatch) -> None:
+    async def _send_to_log(self, seq: int, message: AppendMany) -> None:
         """Wait for room in the log's mailbox: an event is never dropped. A stopped log
-        leaves the events in the journal (or the snapshot) for the next start.
+        leaves the events in the outbox, the journal or the snapshot for the next one.
 
         With room, the batch is enqueued before this task yields (``tell``; ``send`` is a
         checkpoint): the replies this commit answered wake their askers only after their
         events are on the way, so an agent's next event never overtakes its own result."""
-        assert self.log is not None
+        log = self._sending.log if self._sending is not None else None
+        if log is None:
+            return
         try:
             try:
-                self.log.tell(message)
+                log.tell(message)
             except MailboxFull:
-                await self.log.send(message)
+                await log.send(message)
         except ActorStopped:
             logger.warning(
-                "supervisor: the log actor is stopped; %d event(s) of batch %d wait in the journal",
-                len(message.events),
-                message.seq,
+                "supervisor: the log actor is stopped; %d event(s) of batch %d wait for the next one",
+                len(message.appends),
+                seq,
             )
 
 

@@ -13,13 +13,14 @@ then, before anything is stored); the store writes those bytes.
 ``Subscribe(ref)`` tells ``ref`` each event after it is durable (a stopped subscriber is
 dropped; a full one misses the event, with a warning).
 
-``AppendBatch`` carries an embedded task graph's outbox (the events of one journal batch,
-each stored with its ``origin``); ``OutboxPosition`` answers the origin of the last one
-held durably, so the graph can send what a crash kept from the log, and nothing twice.
+An ``AppendMany`` with an ``origin`` carries events from a durable journal (the files'
+task graph sends its committed events so): each is stored with its own origin, and the
+store keeps each once. ``Flush()`` answers once everything taken before it is durable.
 
 If a write fails, the batch's askers get the error: a store out of reach
 (``StoreUnavailable``) leaves the actor serving (the askers retry); any other failure (the
-disk) fails the actor, and its restart opens the store again from what is durable.
+disk) fails the actor, and its restart opens the store again from what is durable (a
+journal's events the failed write lost are the store's to complete: see ``EventStore``).
 
 Messages sent before ``stop()`` are written and answered; messages sent after are
 refused by the kernel.
@@ -38,10 +39,8 @@ import msgspec
 from .._checks import check_int, check_seconds
 from .._errors import InvalidInput, StoreUnavailable
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply, Timer
-from ..messages import Append, AppendMany, Event, RecordError, Subscribe, Unsubscribe, Visibility
-from ..messages._protocol import AppendBatch, OutboxDelivered, OutboxLost, OutboxPosition
+from ..messages import Append, AppendMany, Event, Flush, RecordError, Subscribe, Unsubscribe, Visibility
 from ..store import EventStore
-from ..store._events import Origin
 from ._policy import NarratorCapability, apply_policy
 
 logger = logging.getLogger("greenroom.log")
@@ -130,8 +129,8 @@ class LogActor(Actor):
 
     ``linger``: seconds a batch holding only *told* appends (nobody waits for them) may
     wait for more before it is written — one ``fsync`` for a request's several events
-    instead of one each (Kafka's ``linger.ms``). A batch with an asked append, an outbox
-    batch or ``linger=0`` is written as soon as the mailbox is empty, as before; a full
+    instead of one each (Kafka's ``linger.ms``). A batch with an asked append, a flush
+    or ``linger=0`` is written as soon as the mailbox is empty, as before; a full
     batch at once; a stop writes what is held. A told event is therefore durable (and
     seen by subscribers) at most ``linger`` after the log took it.
     """
@@ -160,18 +159,16 @@ class LogActor(Actor):
         self._batch: list[tuple[PendingReply | _Gathered | None, Event]] = []
         self._encoded: list[bytes] = []
         """Each batched event's payload, encoded once as it was admitted."""
-        self._acks: list[tuple[ActorRef, Origin]] = []
+        self._flushes: list[PendingReply] = []
+        """``Flush`` asks answered by the next write."""
         self._subscribers: list[ActorRef] = []
-        self.outbox_position: Origin | None = None
-        """The origin of the last outbox event durable in the log."""
-        self._pending_position: Origin | None = None
 
     async def on_start(self) -> None:
-        self.outbox_position = await self.store.open()
+        await self.store.open(self.context.ref)
 
     async def on_stop(self) -> None:
         try:
-            if self._batch or self._acks:
+            if self._batch or self._flushes:
                 try:
                     await self._flush()
                 except Exception:
@@ -194,8 +191,8 @@ class LogActor(Actor):
                 await self._other(message, pending)
             if len(self._batch) >= self.max_batch:
                 await self._flush()
-        if (self._batch or self._acks or self._pending_position is not None) and self.context.queued == 0:
-            if self._asked or self._acks or self._pending_position is not None or not self.linger:
+        if (self._batch or self._flushes) and self.context.queued == 0:
+            if self._asked or self._flushes or not self.linger:
                 await self._flush()
             elif self._linger_timer is None:  # only told events: let more join them
                 self._linger_timer = self.context.schedule_once(self.linger, _LINGERED)
@@ -221,14 +218,11 @@ class LogActor(Actor):
         if isinstance(message, AppendMany):
             await self._add_many(message, pending)
             return
-        answer = None
-        if isinstance(message, AppendBatch):
-            self._add_batch(message)
-        elif isinstance(message, OutboxPosition):
-            if self._batch or self._acks:
-                await self._flush()
-            answer = self.outbox_position
-        elif isinstance(message, Subscribe):
+        if isinstance(message, Flush):
+            if pending is not None:
+                self._flushes.append(pending)
+            return
+        if isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
         elif isinstance(message, Unsubscribe):
             self._subscribers = [ref for ref in self._subscribers if ref != message.ref]
@@ -239,7 +233,7 @@ class LogActor(Actor):
                 pending.fail(error)
             return
         if pending is not None:
-            pending.succeed(answer)
+            pending.succeed(None)
 
     def _add(
         self,
@@ -250,7 +244,6 @@ class LogActor(Actor):
         agent_id: str | None,
         payload: dict[str, Any],
         encoded: bytes,
-        origin: Origin | None = None,
     ) -> None:
         event = Event(
             seq=0,
@@ -260,7 +253,6 @@ class LogActor(Actor):
             task_id=task_id,
             agent_id=agent_id,
             payload=payload,
-            origin=origin,
         )
         self._batch.append((pending, event))
         self._encoded.append(encoded)
@@ -269,8 +261,12 @@ class LogActor(Actor):
 
     async def _add_many(self, message: AppendMany, pending: PendingReply | None) -> None:
         """Check every append of ``message`` (nothing is added if one is refused), then add
-        them all to one batch, answered together once written."""
+        them all to one batch, answered together once written. With an ``origin``, each is
+        admitted on its own instead (see :class:`AppendMany`)."""
         appends = message.appends
+        if message.origin is not None:
+            await self._add_journaled(message, pending)
+            return
         try:
             if not isinstance(appends, (list, tuple)):
                 raise RecordError("event batch", "appends", appends, "must be a list of Append messages")
@@ -314,46 +310,43 @@ class LogActor(Actor):
             batch.append((gathered, event))
             self._encoded.append(encoded)
 
-    def _add_batch(self, batch: AppendBatch) -> None:
-        """The outbox of one journal batch: each event stored once, with its origin.
-
-        It must follow what this log has (``batch.after``); a gap means a batch before
-        it was lost (a failed write): it is dropped and the sender told where to resume.
-        """
-        known = self._pending_position or self.outbox_position
-        if batch.after is not None and (known is None or batch.after > known):
-            if batch.ack is not None:
-                try:
-                    batch.ack.tell(OutboxLost(known))
-                except (ActorStopped, MailboxFull):
-                    logger.error("log: could not ask %r to resend the events after %s", batch.ack.name, known)
+    async def _add_journaled(self, message: AppendMany, pending: PendingReply | None) -> None:
+        """Events of a durable journal (a task graph's own): each checked on its own and
+        stored internal with its origin — as PostgreSQL stores the graph's events in its
+        transactions, with no visibility check (they are facts already, and nobody is left
+        to refuse them to); one of a bad shape is logged and left out. Over as many batches
+        as they fill."""
+        origin = message.origin
+        appends = message.appends
+        if (
+            not isinstance(origin, tuple)
+            or len(origin) != 2
+            or not all(type(part) is int and part >= 0 for part in origin)
+            or not isinstance(appends, (list, tuple))
+        ):
+            error = RecordError("event batch", "origin", origin, "must be (seq, first): two ints >= 0")
+            _refuse(pending, "journal batch of", error)
             return
-        for index, outboxed in enumerate(batch.events, batch.first_index):
-            origin = (batch.seq, index)
-            if known is not None and origin <= known:
-                continue  # already here (sent again after a crash): stored once
-            append = Append(outboxed.type, outboxed.payload, outboxed.task_id, outboxed.agent_id)
+        seq, first = origin
+        ts = self.clock()
+        for index, append in enumerate(appends, first):
+            if len(self._batch) >= self.max_batch:
+                await self._flush()
             try:
-                visibility, encoded = admitted(append, None)
+                if not isinstance(append, Append):
+                    raise RecordError("event batch", f"appends[{index - first}]", append, "must be an Append")
+                check_append(append)
+                encoded = encode_payload(append.payload)
             except ValueError as error:
-                logger.warning("log: refused outbox event %s of batch %d: %s", append.type, batch.seq, error)
+                logger.warning("log: left out event %d of journal batch %d: %s", index, seq, error)
                 continue
-            self._add(
-                None,
-                append.type,
-                visibility,
-                append.task_id,
-                append.agent_id,
-                append.payload,
-                encoded,
-                origin,
+            event = Event(
+                0, ts, append.type, "internal", append.task_id, append.agent_id, append.payload, (seq, index)
             )
-        if batch.events:
-            last = (batch.seq, batch.first_index + len(batch.events) - 1)
-            if known is None or last > known:
-                self._pending_position = last
-            if batch.ack is not None:
-                self._acks.append((batch.ack, last))
+            self._batch.append((None, event))
+            self._encoded.append(encoded)
+        if pending is not None:
+            self._flushes.append(pending)  # answered (None) once they are durable
 
     async def _flush(self) -> None:
         batch, self._batch = self._batch, []
@@ -362,8 +355,7 @@ class LogActor(Actor):
         timer, self._linger_timer = self._linger_timer, None
         if timer is not None:
             timer.cancel()
-        acks, self._acks = self._acks, []
-        position, self._pending_position = self._pending_position, None
+        flushes, self._flushes = self._flushes, []
         try:
             outcomes = await self.store.write([event for _, event in batch], encoded) if batch else []
         except BaseException as error:
@@ -371,11 +363,8 @@ class LogActor(Actor):
             for pending, _ in batch:
                 if pending is not None:
                     pending.fail(failure)
-            for ref in {ref for ref, _ in acks}:  # the senders keep the events: they resend
-                try:
-                    ref.tell(OutboxLost(self.outbox_position))
-                except (ActorStopped, MailboxFull):
-                    logger.error("log: could not tell %r that outbox events were lost", ref.name)
+            for flush in flushes:
+                flush.fail(failure)
             if isinstance(error, StoreUnavailable):
                 logger.error("log: %d event(s) not stored: %s", len(batch), error)
                 return  # the store is away: the askers retry, the actor keeps serving
@@ -383,18 +372,14 @@ class LogActor(Actor):
         stored: list[Event] = []
         for (pending, event), outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Event):
-                stored.append(outcome)
+                if outcome.seq:  # 0: a journal's event the store had already
+                    stored.append(outcome)
                 if pending is not None:
                     pending.succeed(outcome)
             else:
                 _refuse(pending, event.type, outcome)
-        if position is not None and (self.outbox_position is None or position > self.outbox_position):
-            self.outbox_position = position
-        for ref, origin in acks:
-            try:
-                ref.tell(OutboxDelivered(origin))
-            except (ActorStopped, MailboxFull):
-                pass  # the next acknowledgement covers this one
+        for flush in flushes:
+            flush.succeed(None)
         if self._subscribers and stored:
             self._publish(stored)
 

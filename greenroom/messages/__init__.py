@@ -36,6 +36,7 @@ from ._events import (
     TASK_SUBMITTED,
     TASK_WAITING,
     Event,
+    GraphEvent,
     Visibility,
 )
 from ._harness import GetHistory, RunBounded
@@ -47,6 +48,7 @@ from ._protocol import (
     Complete,
     Decide,
     Fail,
+    Flush,
     GetTask,
     Granted,
     GraphStats,
@@ -96,9 +98,11 @@ __all__ = [
     "Decide",
     "Event",
     "Fail",
+    "Flush",
     "GetHistory",
     "GetTask",
     "Granted",
+    "GraphEvent",
     "GraphStats",
     "Heartbeat",
     "ListTasks",
@@ -122,7 +126,7 @@ __all__ = [
     "convert",
 ]
 
-# every message type, the private ones too (the outbox's), prepared for decoding before
+# every message type, the private ones too, prepared for decoding before
 # any worker thread decodes one (see prepare_types): the stores convert rows and read
 # files in worker threads
 prepare_types(

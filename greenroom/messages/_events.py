@@ -36,9 +36,9 @@ AGENT_EVENTS = frozenset({AGENT_UPDATE, AGENT_RESULT})
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One appended event. ``seq`` starts at 1 and has no gaps; ``ts`` is wall-clock.
 
-    ``origin`` is set on the events a task-graph transition caused: ``(journal batch
-    seq, position in the batch)``. The graph's journal is their source of truth (an
-    outbox); the origin lets the event log be completed after a crash, idempotently.
+    ``origin`` is set on events appended from a durable journal (``AppendMany`` with an
+    ``origin``): ``(journal batch seq, position in the batch)``. The journal is their
+    source of truth; the origin lets a store keep each once, however often it is sent.
     """
 
     seq: int
@@ -51,9 +51,9 @@ class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     origin: tuple[int, int] | None = None
 
 
-class OutboxEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An event a journal batch carries: written with the transition that caused it,
-    appended to the event log once the batch is durable (the outbox)."""
+class GraphEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An event a task-graph transition causes (``TASK_*``, an agent's ``AGENT_RESULT``):
+    made durable with the transition, by the backend that stores the graph."""
 
     type: str
     task_id: str | None = None

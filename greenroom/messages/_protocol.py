@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from .._request import Request
-from ._events import Event, OutboxEvent, Visibility
+from ._events import Event, Visibility
 from ._tasks import AgentError, AgentResult, AgentTask, TaskStatus
 
 # -- to the supervisor ----------------------------------------------------------------
@@ -176,9 +176,23 @@ class AppendMany(msgspec.Struct, Request[list[Event]], frozen=True):
     naming its index (``appends[i]``), and nothing is appended. They are written in one
     batch of the log (one ``fsync`` on the files, one transaction on PostgreSQL), in
     order. At most the log's ``max_batch`` (4,096 by default) per message.
+
+    ``origin``: the events come from a durable journal — batch ``origin[0]``, the first
+    at position ``origin[1]`` — and each is stored with its own origin (``(origin[0],
+    origin[1] + i)``), so a store can keep each once however often it is sent. Such events
+    are facts already (refusing them cannot undo them): each is checked on its own and
+    stored internal (one of a bad shape is logged and left out; no visibility refusal,
+    as PostgreSQL stores the graph's events), any number per message, over as many
+    batches of the log as they fill.
     """
 
     appends: list[Append]
+    origin: tuple[int, int] | None = None
+
+
+class Flush(msgspec.Struct, Request[None], frozen=True):
+    """Reply once every append the log took before this message is durable (a barrier:
+    what a reader of the store sees next includes them)."""
 
 
 class Subscribe(msgspec.Struct, frozen=True):
@@ -189,39 +203,3 @@ class Subscribe(msgspec.Struct, frozen=True):
 
 class Unsubscribe(msgspec.Struct, frozen=True):
     ref: Any
-
-
-class AppendBatch(msgspec.Struct, frozen=True):
-    """Append the events of journal batch ``seq`` (the outbox), in order, each with
-    ``origin=(seq, first_index + i)``. Sent, not asked. ``after`` is the origin of the
-    event sent just before (``None``: the first): the log appends the batch only if it
-    has everything up to ``after``, skips events it already has, and otherwise tells
-    ``ack`` ``OutboxLost`` with its position. Once the events are durable it tells ``ack``
-    ``OutboxDelivered`` with the last one's origin. An event the visibility policy
-    refuses is skipped and logged (the journal keeps it)."""
-
-    seq: int
-    events: tuple[OutboxEvent, ...]
-    first_index: int = 0
-    ack: Any = None
-    after: tuple[int, int] | None = None
-
-
-class OutboxDelivered(msgspec.Struct, frozen=True):
-    """From the log to the supervisor: every outbox event up to ``origin`` (journal
-    batch seq, position) is durable in the event log."""
-
-    origin: tuple[int, int]
-
-
-class OutboxLost(msgspec.Struct, frozen=True):
-    """From the log to the supervisor: an outbox batch did not follow what the log has
-    (one before it was lost in a failed write). The log has every event up to
-    ``position`` (``None``: none): send what follows it again."""
-
-    position: tuple[int, int] | None
-
-
-class OutboxPosition(msgspec.Struct, Request[tuple[int, int] | None], frozen=True):
-    """Ask the log: the ``origin`` of the last outbox event it holds durably (``None``:
-    none). Whatever it had accepted before is written first."""

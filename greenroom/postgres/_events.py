@@ -13,15 +13,18 @@ import re
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from ..messages import Event, Visibility
-from ..store import EventsGone, HistoryPart, Origin, Retention, over_budget
+from ..store import EventsGone, HistoryPart, Retention, over_budget
 from ._db import Database, DataRefused
 from ._schema import check
+
+if TYPE_CHECKING:
+    from ..actors import ActorRef
 
 _encode = msgspec.json.encode
 encode_payload = _encode
@@ -365,10 +368,11 @@ class PostgresEventStore:
         self.retention = retention or Retention()
         self._next_check = 0.0
 
-    async def open(self) -> Origin | None:
+    async def open(self, log: ActorRef | None = None) -> None:
+        """The task graph writes its own events, in each transition's transaction:
+        nothing reaches the log from elsewhere, so ``log`` is not needed."""
         await self.db.run(check)
         await self._ensure()
-        return None  # the task graph writes its own events: no outbox to follow
 
     async def _ensure(self) -> None:
         self._next_check = time.monotonic() + self.retention.check_every

@@ -23,7 +23,6 @@ from typing import Any, Self
 import anyio
 
 from .._files import replace_durably, resolve_data_dir
-from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ..store import (
     BudgetStore,
@@ -119,16 +118,15 @@ class PostgresStore:
     def task_store(
         self,
         *,
-        log: ActorRef | None,
         lease_seconds: float = 30.0,
         limits: TaskLimits | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
     ) -> TaskStore:
-        """The graph writes its own events, in each transition's transaction: ``log`` is
-        not needed. With ``instance`` (see :meth:`instance`), the tasks this node's
-        previous process was running are recovered at open."""
+        """The graph writes its own events, in each transition's transaction. With
+        ``instance`` (see :meth:`instance`), the tasks this node's previous process was
+        running are recovered at open."""
         if retention is not None:
             self.event_width = retention.events_per_segment
         return PostgresTaskStore(

@@ -27,7 +27,7 @@ from ..messages import (
     TaskLimits,
     TaskStatus,
 )
-from ..messages._events import OutboxEvent
+from ..messages._events import GraphEvent
 from ._errors import InvalidSubmission
 
 FINAL = frozenset(status for status in TaskStatus if status.final)
@@ -221,9 +221,9 @@ def transition_payload(task: AgentTask, kind: str = "") -> dict[str, Any]:
     return payload
 
 
-def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> OutboxEvent:
+def result_event(task_id: str, agent_id: str, result: AgentResult | AgentError) -> GraphEvent:
     """The ``AGENT_RESULT`` event of an agent's report."""
-    return OutboxEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))
+    return GraphEvent(AGENT_RESULT, task_id, agent_id, result_payload(result))
 
 
 # -- approvals ---------------------------------------------------------------------------

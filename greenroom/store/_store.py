@@ -16,7 +16,6 @@ from typing import Protocol, Self, runtime_checkable
 
 import msgspec
 
-from ..actors import ActorRef
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._budgets import BudgetStore
 from ._chat import ChatStore
@@ -68,15 +67,14 @@ class Store(Protocol):
     def task_store(
         self,
         *,
-        log: ActorRef | None,
         lease_seconds: float = 30.0,
         limits: TaskLimits | None = None,
         instance: str | None = None,
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
     ) -> TaskStore:
-        """The task graph's storage for a supervisor actor. ``log``: the log actor the
-        graph's events reach when the store does not write them itself. ``instance``:
+        """The task graph's storage for a supervisor actor; each transition and the events
+        it causes become one durable fact, the backend's own way. ``instance``:
         this process's name (see :meth:`instance`), so a restart recognises the tasks its
         previous process was running. ``retention``: when finished tasks leave the live
         graph for the archive (``None``: never)."""

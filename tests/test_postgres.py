@@ -774,7 +774,7 @@ async def test_claims_gather_behind_the_claim_in_flight_and_other_requests_do_no
                 await eventually(entered.is_set)
                 for i in range(1, 11):
                     tg.start_soon(claim, f"a{i}")
-                await eventually(lambda: len(store._queued.get(("claim", "w"), ())) == 10)
+                await eventually(lambda: len(store._lanes) == 10)  # all in the claims lane, gathering
                 # another kind of request runs now, beside the claim in flight
                 assert (await supervisor.ask(GetTask("t11"), timeout=10)).status is TaskStatus.PENDING
                 assert not release.is_set() and len(sizes) == 1

@@ -48,7 +48,7 @@ class _MeasuredLog(LogActor):
     batches: list[int]
 
     async def _flush(self) -> None:
-        self.batches.append(len(self._batch))
+        self.batches.append(len(self._commits))
         await super()._flush()
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 
 from .._checks import check_int, check_seconds
-from .._commit import GroupCommit
+from .._commit import Batcher
 from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import ActorStopped, MailboxFull
@@ -116,7 +116,7 @@ class FileTaskStore:
         self.clock = clock
         self.graph = TaskGraph(limits=self.limits)
         self._owner: GraphOwner | None = None
-        self._commits: GroupCommit[Any] = GroupCommit(self.max_batch)
+        self._commits: Batcher[Any] = Batcher(max_batch=self.max_batch, owner="FileTaskStore")
         self._outbox: list[GraphEvent] = []
         """The events of the batch being built (written with it)."""
         self._sending: Outbox | None = None
@@ -356,13 +356,19 @@ class FileTaskStore:
         def write() -> None:
             written.append(files.append(changed, events))
 
+        async def write_batch(_: object) -> None:
+            await run_blocking(write)
+
         owner = self._owner
         assert owner is not None
+        commits = self._commits
+        stopped = lambda: ActorStopped(owner.context.ref, "stopped")  # noqa: E731
         try:
-            await self._commits.commit(
-                write if changed or events else None,
-                stopped=lambda: ActorStopped(owner.context.ref, "stopped"),
-            )
+            taken = await commits.commit(write_batch if changed or events else None, stopped=stopped)
+            if taken is None and (changed or events):
+                await write_batch(None)
+            while commits:  # more than a batch's worth (requests that waited for the archive)
+                await commits.commit(None, stopped=stopped)  # their changes were in the write
         except BaseException:
             self._broken = True
             raise  # the owner fails; its restart reloads the graph from disk

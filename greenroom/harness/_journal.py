@@ -38,6 +38,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from .._commit import Batch, Batcher
 from .._errors import DataError, GreenroomError
 from .._process import alive, boot_id
 from .._request import Request
@@ -83,6 +84,20 @@ class _Batch:
         self.done = anyio.Event()
         """Set once the batch is durable (or could not be written: ``error``)."""
         self.error: BaseException | None = None
+
+    def succeed(self, value: object) -> None:
+        """Durable: every waiter goes on."""
+        self._end(None)
+
+    def fail(self, error: BaseException) -> None:
+        """Not written (or not synced): every waiter gets ``error``."""
+        self._end(error)
+
+    def _end(self, error: BaseException | None) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.handed.set()
+            self.done.set()
 
 
 class _Flush:
@@ -189,23 +204,27 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(_encoder.encode(value)).hexdigest()[:32]
 
 
-class _Synced(msgspec.Struct, frozen=True):
-    """The syncer's answer: every write up to ``upto`` (a count of writes) is durable, or
-    ``error`` says why it could not be made so."""
+class _Synced:
+    """The syncer's answer: every write before ``batch`` was taken for the sync lane is
+    durable, or ``error`` says why it could not be made so."""
 
-    upto: int
-    error: BaseException | None = None
+    __slots__ = ("batch", "error")
+
+    def __init__(self, batch: Batch[None], error: BaseException | None = None) -> None:
+        self.batch = batch
+        self.error = error
 
 
 class _WalSyncer(Actor):
     """The journal's second lane: ``sync`` the store while the journal goes on committing.
-    Told the journal's write count, it answers (told) once every write up to it is durable."""
+    Told a batch of the sync lane (the waiters of writes already handed to the store), it
+    answers (told) once they are durable."""
 
     def __init__(self, store: StepStore) -> None:
         self.store = store
 
     async def receive(self, message: Any) -> None:
-        assert isinstance(message, int)
+        assert isinstance(message, Batch)
         parent = self.context.parent
         assert parent is not None
         try:
@@ -231,15 +250,17 @@ class StepJournalActor(Actor):
     def __init__(self, store: StepStore, *, max_batch: int = 1024) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._batch: list[Step] = []
-        self._owed: list[PendingReply | _Batch | None] = []
+        self._writes: Batcher[tuple[Sequence[Step], bool]] = Batcher(
+            max_batch=max_batch, owner="StepJournalActor"
+        )
+        """The write lane: steps (and whether to write them durably) and who waits for them."""
+        self._syncs: Batcher[None] = Batcher(max_batch=2**62, owner="StepJournalActor")
+        """The sync lane: who waits for a write handed to the store to be synced; one sync
+        in flight, what is handed meanwhile goes with the next."""
+        self._syncing: Batch[None] | None = None
         self._reads: list[tuple[str, PendingReply | None, bool]] = []
         self._sink: StepSink | None = None
         self._syncer: ActorRef | None = None
-        self._unsynced: list[tuple[int, list[PendingReply | _Batch | None]]] = []
-        self._writes = 0  # batches handed to the store so far
-        self._durable = False  # the batch being gathered is to be written durably
-        self._syncing = False
         self.written = 0
 
     async def on_start(self) -> None:
@@ -253,9 +274,7 @@ class StepJournalActor(Actor):
         if message is _FLUSH:
             self._take_sink()
         elif isinstance(message, RecordSteps):
-            self._batch.extend(message.steps)
-            self._owed.append(self.context.reply_later())
-            self._durable = self._durable or message.at_once
+            self._writes.add(self.context.reply_later(), (message.steps, message.at_once))
         elif isinstance(message, ReadSteps):
             self._reads.append((message.task_id, self.context.reply_later(), False))
         elif isinstance(message, OpenTaskJournal):
@@ -267,7 +286,7 @@ class StepJournalActor(Actor):
             return await self.store.drop(message.task_ids)
         else:
             raise TypeError(f"StepJournalActor does not handle {type(message).__name__} messages")
-        if self.context.queued == 0 or len(self._batch) + len(self._reads) >= self.max_batch:
+        if self.context.queued == 0 or len(self._writes) + len(self._reads) >= self.max_batch:
             await self._settle()
         return None
 
@@ -275,12 +294,11 @@ class StepJournalActor(Actor):
         sink = self._sink
         if sink is not None and sink._open.steps:
             batch = sink._take()
-            self._batch.extend(batch.steps)
-            self._owed.append(batch)
+            self._writes.add(batch, (batch.steps, False))
 
     async def _settle(self) -> None:
         self._take_sink()  # what harnesses put since: in this batch too
-        if self._batch:
+        while self._writes:
             await self._flush()
         if self._reads:
             await self._read()
@@ -299,49 +317,57 @@ class StepJournalActor(Actor):
                 pending.succeed((found[task_id], self._sink) if with_sink else found[task_id])
 
     async def _flush(self) -> None:
-        batch, owed, durable = self._batch, self._owed, self._durable
-        self._batch, self._owed, self._durable = [], [], False
-        try:
-            await self.store.write(batch, durable=durable)
-        except BaseException as error:
-            _answer(owed, error)
-            raise
-        self.written += len(batch)
-        self._writes += 1
-        for pending in owed:
+        """Hand the write lane's batch to the store; its waiters go to the sync lane (or, a
+        durable write, are answered at once)."""
+
+        async def write(values: list[tuple[Sequence[Step], bool]]) -> None:
+            steps = [step for batch_steps, _ in values for step in batch_steps]
+            durable = any(at_once for _, at_once in values)
+            await self.store.write(steps, durable=durable)
+            self.written += len(steps)
+
+        batch = await self._writes.commit(write, stopped=lambda: ActorStopped(self.context.ref), answer=False)
+        if batch is None:
+            return
+        for pending in batch.owed:
             if isinstance(pending, _Batch):
                 pending.handed.set()
-        if durable:  # durable, and so is every write before it: nobody waits for a sync
-            for _, earlier in self._unsynced:
-                _answer(earlier, None)
-            self._unsynced.clear()
-            _answer(owed, None)
+        if any(at_once for _, at_once in batch.values):
+            # durable, and so is every write before it: their waiters need no sync
+            for waiting in self._syncs.drain():
+                self._syncs.done(waiting)
+                waiting.answer()
+            batch.answer([None] * len(batch))
             return
-        self._unsynced.append((self._writes, owed))
+        for pending in batch.owed:
+            self._syncs.add(pending, None)
         self._sync_soon()
 
     def _sync_soon(self) -> None:
-        """Ask the syncer to make what was written durable, unless a sync is in flight
-        (its answer asks for the rest)."""
-        if not self._syncing and self._unsynced and self._syncer is not None:
-            try:
-                self._syncer.tell(self._writes)
-            except ActorStopped:  # stopping: on_stop syncs what is left
-                self._syncer = None
-                return
-            self._syncing = True
+        """Ask the syncer to make what was handed to the store durable, unless a sync is in
+        flight (its answer asks for the rest)."""
+        if self._syncing is not None or self._syncer is None:
+            return
+        batch = self._syncs.take()
+        if batch is None:
+            return
+        try:
+            self._syncer.tell(batch)
+        except ActorStopped:  # stopping: on_stop syncs what is left
+            self._syncer = None
+            self._syncs.put_back(batch)
+            return
+        self._syncing = batch
 
     def _synced(self, message: _Synced) -> None:
-        self._syncing = False  # (batches a durable write answered meanwhile are gone from the list)
-        done = 0
-        for upto, owed in self._unsynced:
-            if upto > message.upto:
-                break
-            _answer(owed, message.error)
-            done += 1
-        del self._unsynced[:done]
-        if message.error is not None:
+        batch = message.batch
+        self._syncing = None
+        self._syncs.done(batch)
+        if message.error is None:
+            batch.answer()
+        else:
             logger.error("journal: steps written could not be synced: %s", message.error)
+            batch.fail(message.error)
         self._sync_soon()
 
     async def on_stop(self) -> None:
@@ -352,35 +378,34 @@ class StepJournalActor(Actor):
         if self._sink is not None:
             self._sink.closed = True
         self._syncer = None  # stopped before its parent: the last sync is made here
+        outcome: BaseException | None = ActorStopped(self.context.ref)  # cancelled on the way
+        waiting: list[Batch[None]] = []
         try:
             await self._settle()
+            waiting = self._unsynced()
             await self.store.sync()
-            for _, owed in self._unsynced:
-                _answer(owed, None)
+            outcome = None
         except (DataError, OSError) as error:
             logger.error("journal: the last steps taken were not written: %s", error)
-            for _, owed in self._unsynced:
-                _answer(owed, error)
+            outcome = error
         finally:
-            for _, owed in self._unsynced:  # cancelled on the way: nobody is told it is durable
-                _answer(owed, ActorStopped(self.context.ref))
-            self._unsynced.clear()
+            for batch in waiting + self._unsynced():  # nobody is told durable what is not
+                if outcome is None:
+                    batch.answer()
+                else:
+                    batch.fail(outcome)
+            if self._writes:
+                self._writes.fail_all(outcome or ActorStopped(self.context.ref))
             await self.store.aclose()
 
-
-def _answer(owed: list[PendingReply | _Batch | None], error: BaseException | None) -> None:
-    """Answer every waiter of a batch: durable (``error`` ``None``) or failed with ``error``."""
-    for pending in owed:
-        if isinstance(pending, _Batch):
-            if not pending.done.is_set():
-                pending.error = error
-                pending.handed.set()
-                pending.done.set()
-        elif pending is not None:
-            if error is None:
-                pending.succeed(None)
-            else:
-                pending.fail(error)
+    def _unsynced(self) -> list[Batch[None]]:
+        """Every batch of the sync lane not answered yet (the one in flight too: its sync
+        will not answer now), taken."""
+        batches = self._syncs.drain()
+        if self._syncing is not None:
+            batches.insert(0, self._syncing)
+            self._syncing = None
+        return batches
 
 
 class TaskJournal:

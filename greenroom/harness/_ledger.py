@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._checks import check_seconds
+from .._commit import Batcher
 from .._errors import DataError, InvalidInput
 from .._request import Request
 from ..actors import Actor
@@ -55,9 +57,11 @@ class BudgetLedgerActor(Actor):
 
     def __init__(self, store: BudgetStore, *, refresh_every: float = 5.0) -> None:
         self.store = store
-        self.refresh_every = refresh_every
+        self.refresh_every = check_seconds("BudgetLedgerActor", "refresh_every", refresh_every)
         self.budgets: dict[str, list[TokenBudget]] = {}
-        self._dirty = False
+        self._spent: Batcher[None] = Batcher(owner="BudgetLedgerActor")
+        """Told that a budget spent (each wake-up, nothing to answer): written together once
+        the mailbox is drained."""
         self.writes = 0
 
     async def on_start(self) -> None:
@@ -65,15 +69,15 @@ class BudgetLedgerActor(Actor):
 
     async def receive(self, message: Any) -> Any:
         if message is WRITE_SPEND:
-            self._dirty = True
+            self._spent.add(None, None)
         elif message is _REFRESH:
-            if not self._dirty:
+            if not self._spent:
                 await self._refresh()
         elif isinstance(message, TrackBudget):
             return await self._track(message.budget)
         else:
             raise TypeError(f"BudgetLedgerActor does not handle {type(message).__name__} messages")
-        if self._dirty and self.context.queued == 0:
+        if self._spent.due(self.context.queued):
             await self._write()
         return None
 
@@ -90,7 +94,10 @@ class BudgetLedgerActor(Actor):
         return total
 
     async def _write(self) -> None:
-        self._dirty = False
+        """Add what every budget spent since the last write, in one transaction (the wake-ups
+        waiting are all answered by it: the spend is read from the budgets, not from them)."""
+        for woken in self._spent.drain():
+            self._spent.done(woken)
         spends: dict[str, Spent] = {}
         taken: list[tuple[TokenBudget, Spent]] = []
         for name, budgets in self.budgets.items():

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from .._checks import check_int, check_seconds
+from .._commit import Batch, Batcher, Owed
 from .._errors import InvalidInput, StoreUnavailable
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply, Timer
 from ..messages import Append, AppendMany, Event, Flush, RecordError, Subscribe, Unsubscribe, Visibility
@@ -70,7 +70,7 @@ def admitted(append: Append, narrator: NarratorCapability | None) -> tuple[Visib
     return apply_policy(append, narrator), encode_payload(append.payload)
 
 
-def _refuse(pending: PendingReply | _Gathered | None, kind: str, error: ValueError) -> None:
+def _refuse(pending: Owed | None, kind: str, error: ValueError) -> None:
     if pending is None:
         logger.warning("log: refused a told %s event: %s", kind, error)
     else:
@@ -150,17 +150,15 @@ class LogActor(Actor):
             raise TypeError(f"LogActor narrator must be a NarratorCapability, got {narrator!r}")
         self.store = store
         self._narrator = narrator
-        self.max_batch = check_int("LogActor", "max_batch", max_batch)
-        self.linger = check_seconds("LogActor", "linger", linger, zero_ok=True)
-        self._asked = 0
-        """Appends in the batch someone waits for (asked, not told)."""
+        self._commits: Batcher[tuple[Event, bytes] | None] = Batcher(
+            max_batch=max_batch, linger=linger, owner="LogActor"
+        )
+        """The events waiting for their write, each with its payload encoded once as it was
+        admitted (``None``: a ``Flush``), and the replies they owe."""
+        self.max_batch = self._commits.max_batch
+        self.linger = self._commits.linger
         self._linger_timer: Timer | None = None
         self.clock = clock
-        self._batch: list[tuple[PendingReply | _Gathered | None, Event]] = []
-        self._encoded: list[bytes] = []
-        """Each batched event's payload, encoded once as it was admitted."""
-        self._flushes: list[PendingReply] = []
-        """``Flush`` asks answered by the next write."""
         self._subscribers: list[ActorRef] = []
 
     async def on_start(self) -> None:
@@ -168,7 +166,7 @@ class LogActor(Actor):
 
     async def on_stop(self) -> None:
         try:
-            if self._batch or self._flushes:
+            if self._commits:
                 try:
                     await self._flush()
                 except Exception:
@@ -185,17 +183,17 @@ class LogActor(Actor):
                 self._append(message, pending)
             elif message is _LINGERED:
                 self._linger_timer = None
-                if self._batch:
+                if self._commits:
                     await self._flush()
             else:
                 await self._other(message, pending)
-            if len(self._batch) >= self.max_batch:
+            if self._commits.full:
                 await self._flush()
-        if (self._batch or self._flushes) and self.context.queued == 0:
-            if self._asked or self._flushes or not self.linger:
-                await self._flush()
-            elif self._linger_timer is None:  # only told events: let more join them
-                self._linger_timer = self.context.schedule_once(self.linger, _LINGERED)
+        commits, queued = self._commits, self.context.queued
+        if commits.due(queued):
+            await self._flush()
+        elif self._linger_timer is None and commits.lingering(queued):  # told only: let more join them
+            self._linger_timer = self.context.schedule_once(self.linger, _LINGERED)
 
     async def receive(self, message: Any) -> Any:
         """One message, the way :meth:`receive_many` takes it (the kernel calls that)."""
@@ -220,7 +218,7 @@ class LogActor(Actor):
             return
         if isinstance(message, Flush):
             if pending is not None:
-                self._flushes.append(pending)
+                self._commits.add(pending, None)
             return
         if isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
@@ -254,10 +252,7 @@ class LogActor(Actor):
             agent_id=agent_id,
             payload=payload,
         )
-        self._batch.append((pending, event))
-        self._encoded.append(encoded)
-        if pending is not None:
-            self._asked += 1
+        self._commits.add(pending, (event, encoded))
 
     async def _add_many(self, message: AppendMany, pending: PendingReply | None) -> None:
         """Check every append of ``message`` (nothing is added if one is refused), then add
@@ -298,17 +293,14 @@ class LogActor(Actor):
             if pending is not None:
                 pending.succeed([])
             return
-        if len(self._batch) + len(checked) > self.max_batch:
+        commits = self._commits
+        if len(commits) + len(checked) > self.max_batch:
             await self._flush()  # one message, one write: its events are never split
         gathered = None if pending is None else _Gathered(pending, len(checked))
-        if gathered is not None:
-            self._asked += 1
         ts = self.clock()  # one source, one moment: the events share their stamp
-        batch = self._batch
         for append, visibility, encoded in checked:
             event = Event(0, ts, append.type, visibility, append.task_id, append.agent_id, append.payload)
-            batch.append((gathered, event))
-            self._encoded.append(encoded)
+            commits.add(gathered, (event, encoded))
 
     async def _add_journaled(self, message: AppendMany, pending: PendingReply | None) -> None:
         """Events of a durable journal (a task graph's own): each checked on its own and
@@ -329,8 +321,9 @@ class LogActor(Actor):
             return
         seq, first = origin
         ts = self.clock()
+        commits = self._commits
         for index, append in enumerate(appends, first):
-            if len(self._batch) >= self.max_batch:
+            if commits.full:
                 await self._flush()
             try:
                 if not isinstance(append, Append):
@@ -343,43 +336,53 @@ class LogActor(Actor):
             event = Event(
                 0, ts, append.type, "internal", append.task_id, append.agent_id, append.payload, (seq, index)
             )
-            self._batch.append((None, event))
-            self._encoded.append(encoded)
+            commits.add(None, (event, encoded))
         if pending is not None:
-            self._flushes.append(pending)  # answered (None) once they are durable
+            commits.add(pending, None)  # answered (None) once they are durable
 
     async def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        encoded, self._encoded = self._encoded, []
-        self._asked = 0
+        """Write what waits (a batch at a time) and answer it; a ``Flush`` is answered
+        ``None`` with the events before it."""
         timer, self._linger_timer = self._linger_timer, None
         if timer is not None:
             timer.cancel()
-        flushes, self._flushes = self._flushes, []
+        commits = self._commits
+        while commits:
+            batch = commits.take()
+            assert batch is not None  # one lane, never left in flight
+            try:
+                await self._write(batch)
+            finally:
+                commits.done(batch)
+
+    async def _write(self, batch: Batch[tuple[Event, bytes] | None]) -> None:
+        values = batch.values
+        entries = [value for value in values if value is not None]
         try:
-            outcomes = await self.store.write([event for _, event in batch], encoded) if batch else []
+            outcomes = (
+                await self.store.write([e for e, _ in entries], [b for _, b in entries]) if entries else []
+            )
         except BaseException as error:
-            failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
-            for pending, _ in batch:
-                if pending is not None:
-                    pending.fail(failure)
-            for flush in flushes:
-                flush.fail(failure)
+            batch.fail(error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped"))
             if isinstance(error, StoreUnavailable):
-                logger.error("log: %d event(s) not stored: %s", len(batch), error)
+                logger.error("log: %d event(s) not stored: %s", len(entries), error)
                 return  # the store is away: the askers retry, the actor keeps serving
             raise  # the restart opens the store again from what is durable
         stored: list[Event] = []
-        for (pending, event), outcome in zip(batch, outcomes, strict=True):
+        results = iter(outcomes)
+        for pending, value in batch:
+            if value is None:  # a Flush: everything before it is durable
+                if pending is not None:
+                    pending.succeed(None)
+                continue
+            outcome = next(results)
             if isinstance(outcome, Event):
                 if outcome.seq:  # 0: a journal's event the store had already
                     stored.append(outcome)
                 if pending is not None:
                     pending.succeed(outcome)
             else:
-                _refuse(pending, event.type, outcome)
-        for flush in flushes:
-            flush.succeed(None)
+                _refuse(pending, value[0].type, outcome)
         if self._subscribers and stored:
             self._publish(stored)
 

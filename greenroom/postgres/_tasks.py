@@ -32,14 +32,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 
 from .._checks import check_int, check_seconds
+from .._commit import Batch, Batcher
 from .._errors import GreenroomError, InternalError, InvalidInput
 from ..actors import Actor, ActorRef, ActorStopped
 from ..messages import (
@@ -77,15 +77,10 @@ class _Job:
         self.reply = reply
 
 
-class _Batch:
-    """For a worker: claims of one type, or completions, or one other request (``key``:
-    which queue it came from)."""
-
-    __slots__ = ("jobs", "key")
-
-    def __init__(self, key: Any, jobs: list[_Job]) -> None:
-        self.key = key
-        self.jobs = jobs
+def _jobs(batch: Batch[Any]) -> list[_Job]:
+    """A worker's batch as jobs: claims of one type, or completions, or one other request
+    (``batch.key``: which lane it came from)."""
+    return [_Job(message, cast(Reply, reply)) for reply, message in batch]
 
 
 _LISTEN = object()
@@ -151,10 +146,9 @@ class PostgresTaskStore:
         self.instance = instance
         self.owner: GraphOwner | None = None
         self._idle: list[ActorRef] = []
-        self._queued: dict[Any, deque[_Job]] = {}
-        """Requests waiting for a worker, by batch key, the oldest key first."""
-        self._running: dict[Any, int] = {}
-        """Batch keys with a transaction in flight: how many."""
+        self._lanes: Batcher[Any] = Batcher(max_batch=self.batch_size, owner="PostgresTaskStore")
+        """Requests waiting for a worker, by lane (claims of one type, completions, each
+        other request alone), the oldest lane first; one transaction in flight per lane."""
         self._away_since: float | None = None
         """When PostgreSQL stopped answering (``None``: it answers)."""
 
@@ -203,13 +197,14 @@ class PostgresTaskStore:
     async def close(self) -> None:
         """The workers have stopped: run what is still queued here (a claim is answered
         ``None``: nothing is handed out while stopping)."""
-        queued, self._queued = list(self._queued.values()), {}
-        for jobs in queued:
+        for batch in self._lanes.drain():
+            self._lanes.done(batch)
+            jobs = _jobs(batch)
             if isinstance(jobs[0].message, Claim):
                 for job in jobs:
                     job.reply.succeed(None)
             elif not isinstance(jobs[0].message, ExpireLeases):
-                await _run(self, list(jobs))
+                await _run(self, jobs)
 
     def announce(self) -> None:
         """Unless the transactions announced them (``notify = "commit"``): tell this
@@ -247,52 +242,35 @@ class PostgresTaskStore:
             else Complete if isinstance(message, Complete)
             else object()
         )  # fmt: skip
-        self._queued.setdefault(key, deque()).append(_Job(message, reply))
+        self._lanes.add(reply, message, key)
         self._dispatch()
 
-    def _take(self) -> _Batch | None:
-        """The oldest key's waiting requests (up to ``batch_size``), or ``None``. A key
-        with a transaction in flight is passed over until that one ends, unless a full
-        batch waits: its requests gather meanwhile, so one statement and one commit serve
-        them all (group commit), where a worker each would have run them one by one."""
-        running = self._running
-        for key, waiting in self._queued.items():
-            if key in running and len(waiting) < self.batch_size:
-                continue
-            del self._queued[key]  # (the loop ends here)
-            jobs = [waiting.popleft() for _ in range(min(len(waiting), self.batch_size))]
-            if waiting:
-                self._queued[key] = waiting  # behind the other keys: each kind gets its turn
-            running[key] = running.get(key, 0) + 1
-            return _Batch(key, jobs)
-        return None
-
-    def batch_ended(self, batch: _Batch) -> None:
-        """``batch``'s transaction is over (its key may run again)."""
-        left = self._running.pop(batch.key) - 1
-        if left:
-            self._running[batch.key] = left
+    def batch_ended(self, batch: Batch[Any]) -> None:
+        """``batch``'s transaction is over (its lane may run again)."""
+        self._lanes.done(batch)
 
     def _dispatch(self) -> None:
-        """Give each idle worker a batch."""
-        while self._idle and self._queued:
-            batch = self._take()
+        """Give each idle worker a batch: the oldest lane's requests (up to ``batch_size``).
+        A lane with a transaction in flight is passed over until that one ends, unless a
+        full batch waits: its requests gather meanwhile, so one statement and one commit
+        serve them all (group commit), where a worker each would have run them one by one."""
+        while self._idle and self._lanes:
+            batch = self._lanes.take()
             if batch is None:  # what waits gathers behind a transaction in flight
                 return
             worker = self._idle.pop()
             try:
                 worker.tell(batch)
             except ActorStopped:  # a worker stopped by itself (a bug): its batch goes to another
-                self.batch_ended(batch)
-                self._queued = {object(): deque(batch.jobs), **self._queued}
+                self._lanes.put_back(batch)
 
-    def worker_free(self, worker: ActorRef, done: _Batch) -> _Batch | None:
+    def worker_free(self, worker: ActorRef, done: Batch[Any]) -> Batch[Any] | None:
         """Called by a worker that finished ``done``, synchronously (the workers are the
         supervisor's hands, on its event loop, and nothing awaits in between): the next
         batch, so that a busy daemon never waits a mailbox hop between transactions, or
         ``None`` with the worker marked idle (and the others given what became free)."""
         self.batch_ended(done)
-        batch = self._take()
+        batch = self._lanes.take()
         if batch is None:
             self._idle.append(worker)
         else:
@@ -322,12 +300,12 @@ class _GraphWorker(Actor):
     def __init__(self, store: PostgresTaskStore) -> None:
         self.store = store
 
-    async def receive(self, batch: _Batch) -> None:
-        next_batch: _Batch | None = batch
+    async def receive(self, batch: Batch[Any]) -> None:
+        next_batch: Batch[Any] | None = batch
         while next_batch is not None:
             done = next_batch
             try:
-                await _run(self.store, done.jobs)  # answers every job, whatever happens
+                await _run(self.store, _jobs(done))  # answers every job, whatever happens
                 self.store.announce()
             except BaseException:  # stopping: the key is free for whoever runs the rest
                 self.store.batch_ended(done)

@@ -280,6 +280,23 @@ async def test_a_journal_batch_with_a_bad_origin_is_refused_naming_it(tmp_path: 
     assert not any(e.type == "X" for e in events_of(tmp_path))
 
 
+async def test_a_journals_events_are_written_at_once_never_held_for_the_linger(tmp_path: Path) -> None:
+    """Told, but not lingering: a reader right after a transition's answer sees its events
+    (the API's submit, then its event stream), as on PostgreSQL."""
+    from _support import file_log
+
+    from greenroom import ActorSystem
+
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: file_log(tmp_path, linger=60.0))
+        log.tell(AppendMany([Append("X", {"i": 1})], origin=(3, 0)))
+        await eventually(lambda: any(e.type == "X" for e in events_of(tmp_path)))
+        log.tell(Append("TOLD"))  # an ordinary told append does linger
+        log.tell(AppendMany([Append("Y")], origin=(4, 0)))  # ... unless a journal's joins it
+        await eventually(lambda: [e.type for e in events_of(tmp_path)] == ["X", "TOLD", "Y"])
+        assert [e.origin for e in events_of(tmp_path)] == [(3, 0), None, (4, 0)]
+
+
 # -- the outbox's bookkeeping, and compaction --------------------------------------------
 
 

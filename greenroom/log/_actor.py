@@ -98,6 +98,23 @@ _LINGERED = object()
 """The linger timer's message: write the told events held."""
 
 
+class _Journaled:
+    """What a journal's events owe: nobody waits for them, yet they are written as soon as
+    the mailbox is drained, never held for the linger — a reader of the log right after a
+    transition's answer sees its events, as on PostgreSQL."""
+
+    __slots__ = ()
+
+    def succeed(self, value: object) -> None:
+        return None
+
+    def fail(self, error: BaseException) -> None:
+        logger.warning("log: a journal's event was not stored: %s", error)
+
+
+_JOURNALED = _Journaled()
+
+
 class _Gathered:
     """The one reply of an ``AppendMany``: its events' outcomes, answered once all are in
     (all stored: the list; one refused by the store as it wrote: that error)."""
@@ -336,7 +353,7 @@ class LogActor(Actor):
             event = Event(
                 0, ts, append.type, "internal", append.task_id, append.agent_id, append.payload, (seq, index)
             )
-            commits.add(None, (event, encoded))
+            commits.add(_JOURNALED, (event, encoded))
         if pending is not None:
             commits.add(pending, None)  # answered (None) once they are durable
 

@@ -183,7 +183,8 @@ class AppendMany(msgspec.Struct, Request[list[Event]], frozen=True):
     are facts already (refusing them cannot undo them): each is checked on its own and
     stored internal (one of a bad shape is logged and left out; no visibility refusal,
     as PostgreSQL stores the graph's events), any number per message, over as many
-    batches of the log as they fill.
+    batches of the log as they fill, as soon as the mailbox is drained (never held for
+    the log's linger: a reader right after the transition's answer sees them).
     """
 
     appends: list[Append]

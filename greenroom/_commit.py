@@ -125,18 +125,35 @@ class Batcher(Generic[T]):
     def add(self, pending: Owed | None, value: T, key: Hashable = None) -> None:
         """Owe ``pending`` (``None``: a told value, nothing to answer, but part of the
         batch) an answer once ``value``'s batch is written; in lane ``key``."""
-        lane = self._default if key is None else None
+        lane = self._default if key is None else self._lanes.get(key)
         if lane is None:
-            lane = self._lanes.get(key)
-            if lane is None:
-                lane = self._lanes[key] = _Lane()
-                if key is None:
-                    self._default = lane
+            lane = self._lane(key)
         lane.owed.append(pending)
         lane.values.append(value)
         self._count += 1
         if pending is not None:
             self._asked += 1
+
+    def add_many(self, pending: Owed | None, values: Sequence[T], key: Hashable = None) -> None:
+        """:meth:`add` each of ``values``, owing ``pending`` each time (one source's values,
+        answered together: a ``pending`` that counts its answers)."""
+        lane = self._default if key is None else self._lanes.get(key)
+        if lane is None:
+            lane = self._lane(key)
+        count = len(values)
+        lane.owed.extend([pending] * count)
+        lane.values.extend(values)
+        self._count += count
+        if pending is not None:
+            self._asked += count
+
+    def _lane(self, key: Hashable) -> _Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        if key is None:
+            self._default = lane
+        return lane
 
     @property
     def full(self) -> bool:

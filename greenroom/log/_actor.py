@@ -167,11 +167,13 @@ class LogActor(Actor):
             raise TypeError(f"LogActor narrator must be a NarratorCapability, got {narrator!r}")
         self.store = store
         self._narrator = narrator
-        self._commits: Batcher[tuple[Event, bytes] | None] = Batcher(
+        self._commits: Batcher[tuple[Event, bytes]] = Batcher(
             max_batch=max_batch, linger=linger, owner="LogActor"
         )
         """The events waiting for their write, each with its payload encoded once as it was
-        admitted (``None``: a ``Flush``), and the replies they owe."""
+        admitted, and the replies they owe."""
+        self._flushes: list[PendingReply] = []
+        """``Flush`` asks (and asked journal batches), answered once what waits is written."""
         self.max_batch = self._commits.max_batch
         self.linger = self._commits.linger
         self._linger_timer: Timer | None = None
@@ -183,7 +185,7 @@ class LogActor(Actor):
 
     async def on_stop(self) -> None:
         try:
-            if self._commits:
+            if self._commits or self._flushes:
                 try:
                     await self._flush()
                 except Exception:
@@ -207,7 +209,7 @@ class LogActor(Actor):
             if self._commits.full:
                 await self._flush()
         commits, queued = self._commits, self.context.queued
-        if commits.due(queued):
+        if commits.due(queued) or (self._flushes and not queued):
             await self._flush()
         elif self._linger_timer is None and commits.lingering(queued):  # told only: let more join them
             self._linger_timer = self.context.schedule_once(self.linger, _LINGERED)
@@ -235,7 +237,7 @@ class LogActor(Actor):
             return
         if isinstance(message, Flush):
             if pending is not None:
-                self._commits.add(pending, None)
+                self._flushes.append(pending)
             return
         if isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
@@ -315,9 +317,16 @@ class LogActor(Actor):
             await self._flush()  # one message, one write: its events are never split
         gathered = None if pending is None else _Gathered(pending, len(checked))
         ts = self.clock()  # one source, one moment: the events share their stamp
-        for append, visibility, encoded in checked:
-            event = Event(0, ts, append.type, visibility, append.task_id, append.agent_id, append.payload)
-            commits.add(gathered, (event, encoded))
+        commits.add_many(
+            gathered,
+            [
+                (
+                    Event(0, ts, append.type, visibility, append.task_id, append.agent_id, append.payload),
+                    encoded,
+                )
+                for append, visibility, encoded in checked
+            ],
+        )
 
     async def _add_journaled(self, message: AppendMany, pending: PendingReply | None) -> None:
         """Events of a durable journal (a task graph's own): each checked on its own and
@@ -355,53 +364,61 @@ class LogActor(Actor):
             )
             commits.add(_JOURNALED, (event, encoded))
         if pending is not None:
-            commits.add(pending, None)  # answered (None) once they are durable
+            self._flushes.append(pending)  # answered (None) once they are durable
 
     async def _flush(self) -> None:
-        """Write what waits (a batch at a time) and answer it; a ``Flush`` is answered
-        ``None`` with the events before it."""
+        """Write what waits (a batch at a time) and answer it; then the ``Flush`` asks."""
         timer, self._linger_timer = self._linger_timer, None
         if timer is not None:
             timer.cancel()
         commits = self._commits
-        while commits:
-            batch = commits.take()
-            assert batch is not None  # one lane, never left in flight
-            try:
-                await self._write(batch)
-            finally:
-                commits.done(batch)
-
-    async def _write(self, batch: Batch[tuple[Event, bytes] | None]) -> None:
-        values = batch.values
-        entries = [value for value in values if value is not None]
+        flushes, self._flushes = self._flushes, []
+        away: StoreUnavailable | None = None
         try:
-            outcomes = (
-                await self.store.write([e for e, _ in entries], [b for _, b in entries]) if entries else []
+            while commits:
+                batch = commits.take()
+                assert batch is not None  # one lane, never left in flight
+                try:
+                    away = await self._write(batch) or away
+                finally:
+                    commits.done(batch)
+        except BaseException as error:
+            failure = error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped")
+            for flush in flushes:
+                flush.fail(failure)
+            raise
+        for flush in flushes:
+            if away is None:
+                flush.succeed(None)
+            else:
+                flush.fail(away)
+
+    async def _write(self, batch: Batch[tuple[Event, bytes]]) -> StoreUnavailable | None:
+        """Write ``batch`` and answer it; the store's ``StoreUnavailable`` is returned (its
+        askers got it; the actor keeps serving), any other failure raised."""
+        values = batch.values
+        try:
+            outcomes = await self.store.write(
+                [event for event, _ in values], [encoded for _, encoded in values]
             )
         except BaseException as error:
             batch.fail(error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped"))
             if isinstance(error, StoreUnavailable):
-                logger.error("log: %d event(s) not stored: %s", len(entries), error)
-                return  # the store is away: the askers retry, the actor keeps serving
+                logger.error("log: %d event(s) not stored: %s", len(values), error)
+                return error  # the store is away: the askers retry, the actor keeps serving
             raise  # the restart opens the store again from what is durable
         stored: list[Event] = []
-        results = iter(outcomes)
-        for pending, value in batch:
-            if value is None:  # a Flush: everything before it is durable
-                if pending is not None:
-                    pending.succeed(None)
-                continue
-            outcome = next(results)
+        for pending, outcome, (event, _) in zip(batch.owed, outcomes, values, strict=True):
             if isinstance(outcome, Event):
                 if outcome.seq:  # 0: a journal's event the store had already
                     stored.append(outcome)
                 if pending is not None:
                     pending.succeed(outcome)
             else:
-                _refuse(pending, value[0].type, outcome)
+                _refuse(pending, event.type, outcome)
         if self._subscribers and stored:
             self._publish(stored)
+        return None
 
     def _publish(self, events: list[Event]) -> None:
         for ref in list(self._subscribers):

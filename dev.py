@@ -96,15 +96,15 @@ def main(argv: list[str]) -> int:
     chosen = [word for word in rest if word in SUITES]
     rest = [word for word in rest if word not in SUITES]
     for suite in chosen or SUITES:
-        code = run("-m", "greenroom", "bench", suite, "--backend", "both", *rest)
+        code = run("-m", "benchmarks", suite, "--backend", "both", *rest)
         if code:
             return code
     return 0
 
 
 SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream")
-"""Every suite ``greenroom bench`` has (a test keeps the two lists equal); soak loads a real
-daemon for 10 minutes per event loop."""
+"""Every suite ``python -m benchmarks`` has (a test keeps the two lists equal); soak loads a
+real daemon for 10 minutes per event loop."""
 
 
 if __name__ == "__main__":

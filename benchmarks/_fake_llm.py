@@ -32,6 +32,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _chunk(payload: dict[str, object]) -> bytes:
@@ -67,7 +68,7 @@ class Replies:
             len(body),
             body,
         )
-        call = {"index": 0, "id": "call-1", "type": "function",
+        call: dict[str, Any] = {"index": 0, "id": "call-1", "type": "function",
                 "function": {"name": "", "arguments": '{"query": "w1 w2 w3"}'}}  # fmt: skip
         self.call_head, self.call = head, call
         self.call_tail = _chunk(_delta({}, "tool_calls")) + self.tail[len(_chunk(_delta({}, "stop"))) :]

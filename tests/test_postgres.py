@@ -674,9 +674,9 @@ async def test_claims_queued_behind_a_busy_worker_share_one_transaction(pg_url: 
 def test_the_graph_benchmark_on_a_given_server_reports_each_process_count(
     pg_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from greenroom.cli import main
+    from benchmarks.__main__ import main
 
-    argv = ["bench", "graph", "--store", pg_server.get_uri(), "--processes", "1,2", "--agents", "4",
+    argv = ["graph", "--store", pg_server.get_uri(), "--processes", "1,2", "--agents", "4",
             "--cycles", "2000", "--backend", "trio", "--kills", "1", "--kill-interval", "0.05",
             "--json"]  # fmt: skip
     assert main(argv) == 0

@@ -464,9 +464,9 @@ async def test_tokens_are_stored_hashed_owner_only_and_a_damaged_file_is_named(t
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_a_short_soak_loses_nothing_and_answers_no_5xx(backend: str) -> None:
-    """``greenroom bench soak`` for a few seconds against a real daemon process: chat,
+    """``python -m benchmarks soak`` for a few seconds against a real daemon process: chat,
     task batches, an event reader and 1 % malformed requests."""
-    from greenroom.bench import soak
+    from benchmarks import soak
 
     figures = anyio.run(soak._run, 6.0, backend, 11)
     assert figures["tasks_acknowledged"] > 0 and figures["events_seen"] > 0

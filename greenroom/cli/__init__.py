@@ -12,7 +12,6 @@ greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url U
                [--max-tokens N] [--temperature T] [--context-window N] [--backend B]
 greenroom mcp serve                                         (the task tools, MCP over stdio)
 greenroom pipeline run (PIPELINE.toml | --example) (--input TEXT ... | --inputs FILE) [--json]
-greenroom bench actors|graph|log|harness|chat|pipeline|soak ...
 
 The data dir defaults to $STREAMING_LLM_DATA_DIR, else ~/.local/share/greenroom. The
 tasks, events, status and stop commands go through the API of the daemon serving the data
@@ -32,7 +31,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _cmd_bench, _cmd_budgets, _cmd_chat, _cmd_load, _cmd_pipeline, _cmd_run, _cmd_tasks, _cmd_tokens
+from . import _cmd_budgets, _cmd_chat, _cmd_load, _cmd_pipeline, _cmd_run, _cmd_tasks, _cmd_tokens
 from ._errors import report_error
 
 __all__ = ["main", "report_error"]
@@ -42,9 +41,9 @@ GROUPS = (_cmd_run, _cmd_tasks, _cmd_budgets, _cmd_tokens, _cmd_chat, _cmd_pipel
 and sets each one's ``handler``; a handler imports what it needs when it runs."""
 
 
-def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The command line's parser. The benchmark suites are only described when the command
-    is ``bench``: every other command starts without importing them."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line's parser: every command group's (greenroom's own benchmarks are not
+    a command: they are ``python -m benchmarks`` in the repository)."""
     parser = argparse.ArgumentParser(
         prog="greenroom", description=__doc__.split("\n")[0] if __doc__ else None
     )
@@ -56,20 +55,13 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         group.add_parsers(commands)
-    _cmd_bench.add_parsers(commands, described=_command_of(argv) == "bench")
     return parser
-
-
-def _command_of(argv: Sequence[str]) -> str | None:
-    """The command ``argv`` names: its first word that is not an option (the global
-    options take no value)."""
-    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` names (default: ``sys.argv[1:]``); return its exit code."""
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(words)
+    parser = _parser()
     args = parser.parse_args(words)
     if args.handler is None:
         parser.print_help(sys.stderr)

@@ -317,7 +317,7 @@ class OpenAIChatModel(ClosingModel):
     client's per-request work from growing with the number of requests waiting.
     ``pools``: split those connections over this many HTTP clients, used in turn (a
     pool's bookkeeping per request grows with its size; 8 pools of 8 cost less than one
-    of 64 — measured on trio in ``greenroom bench chat``). ``price``: what its tokens cost
+    of 64 — measured on trio in ``python -m benchmarks chat``). ``price``: what its tokens cost
     (:class:`Price`), so harnesses and the chat engine count spend in money too.
 
     ``keep_alive``: idle connections kept open (per pool) for the next calls (default:

@@ -1,9 +1,9 @@
 """PgQueuer as a peer of the PostgreSQL graph benchmark, run with the peers' own Python
-(``greenroom bench graph --store postgresql --peers`` installs it in a venv of its own):
+(``python -m benchmarks graph --store postgresql --peers`` installs it in a venv of its own):
 
-- ``python -m greenroom.bench._peer_pgqueuer seed URL JOBS``: its schema, then ``JOBS``
+- ``python -m benchmarks._peer_pgqueuer seed URL JOBS``: its schema, then ``JOBS``
   no-op jobs enqueued in batches;
-- ``python -m greenroom.bench._peer_pgqueuer work URL BATCH``: one worker process — prints
+- ``python -m benchmarks._peer_pgqueuer work URL BATCH``: one worker process — prints
   ``ready``, waits for a line on stdin, drains the queue (``mode=drain``) with its own
   defaults but ``batch_size``, prints ``{"started", "finished", "cycles", "cpu"}`` as JSON.
 

@@ -1,4 +1,4 @@
-"""``greenroom bench graph --store postgresql``: claim+complete cycles/s with 1, 2 and 4
+"""``python -m benchmarks graph --store postgresql``: claim+complete cycles/s with 1, 2 and 4
 daemon processes of 100 agents each on one PostgreSQL database, against a raw loop in the
 same run: threads doing ``SELECT ... FOR UPDATE SKIP LOCKED`` + ``UPDATE`` (the claim) and
 an ``UPDATE`` (the completion) with psycopg directly, as many threads as greenroom's
@@ -83,10 +83,10 @@ def _swap_path(url: str, name: str) -> str:
 
 
 def _seed(url: str, cycles: int) -> None:
-    from ..messages import AgentTask
-    from ..postgres import Database, upgrade
-    from ..postgres._events import ensure_event_parts
-    from ..postgres._graph import PostgresGraph
+    from greenroom.messages import AgentTask
+    from greenroom.postgres import Database, upgrade
+    from greenroom.postgres._events import ensure_event_parts
+    from greenroom.postgres._graph import PostgresGraph
 
     db = Database(url, max_size=2)
     db._open()
@@ -113,7 +113,7 @@ def _greenroom(url: str, processes: int, agents: int, cycles: int, backend: str,
     node = [
         sys.executable,
         "-m",
-        "greenroom.bench._pg_node",
+        "benchmarks._pg_node",
         url,
         str(agents),
         str(share),
@@ -256,7 +256,7 @@ def _go(node: subprocess.Popen[str]) -> None:
 
 
 def _died(index: int, processes: int, status: int) -> NoReturn:
-    from .._errors import InvalidInput as CommandError
+    from greenroom._errors import InvalidInput as CommandError
 
     raise CommandError(
         f"benchmark daemon process {index + 1} of {processes} exited with status {status} "
@@ -316,7 +316,7 @@ def _node(url: str, agents: int, jobs: int, backend: str, slot: int, runs: Path)
     """A daemon process of ``slot`` (node ``bench<slot>``, noting each task it runs in
     ``runs``), once it is ready and told to go."""
     command = [
-        sys.executable, "-m", "greenroom.bench._pg_node", url, str(agents), str(jobs), backend,
+        sys.executable, "-m", "benchmarks._pg_node", url, str(agents), str(jobs), backend,
         str(BATCH), f"bench{slot}", str(runs),
     ]  # fmt: skip
     node = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -1,10 +1,10 @@
 """Procrastinate as a peer of the PostgreSQL graph benchmark, run with the peers' own
-Python (``greenroom bench graph --store postgresql --peers`` installs it in a venv of its
+Python (``python -m benchmarks graph --store postgresql --peers`` installs it in a venv of its
 own):
 
-- ``python -m greenroom.bench._peer_procrastinate seed URL JOBS``: its schema, then
+- ``python -m benchmarks._peer_procrastinate seed URL JOBS``: its schema, then
   ``JOBS`` no-op jobs deferred in batches;
-- ``python -m greenroom.bench._peer_procrastinate work URL CONCURRENCY``: one worker
+- ``python -m benchmarks._peer_procrastinate work URL CONCURRENCY``: one worker
   process — prints ``ready``, waits for a line on stdin, runs a worker with
   ``concurrency`` until it has caught up with the queue (``wait=False``), prints
   ``{"started", "finished", "cycles", "cpu"}`` as JSON.

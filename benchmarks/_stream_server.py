@@ -1,6 +1,6 @@
 """A chat-completions server that streams, for the streaming benchmark.
 
-Run in its own process (``python -m greenroom.bench._stream_server TOKENS FIRST_MS
+Run in its own process (``python -m benchmarks._stream_server TOKENS FIRST_MS
 TOKEN_MS``): it prints its port, then answers ``POST /v1/chat/completions`` over HTTP/1.1
 keep-alive with a reply of ``TOKENS`` words — whole, or, when asked to ``stream``, as
 Server-Sent Events (one chunk a word, the usage chunk, ``[DONE]``), its first word after

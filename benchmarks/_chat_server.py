@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible chat-completions server for the chat benchmark.
 
-Run in its own process (``python -m greenroom.bench._chat_server LATENCY_MS``): it prints
+Run in its own process (``python -m benchmarks._chat_server LATENCY_MS``): it prints
 its port, then answers ``POST /v1/chat/completions`` over HTTP/1.1 keep-alive. A request
 whose last message is a tool result gets a text answer; any other gets one ``add_task``
 tool call. Every answer waits ``LATENCY_MS`` first (a model's latency). Written directly

@@ -1,5 +1,5 @@
 """One "daemon" of the PostgreSQL graph benchmark, in its own process:
-``python -m greenroom.bench._pg_node URL AGENTS CYCLES BACKEND BATCH [NODE RUNS]``.
+``python -m benchmarks._pg_node URL AGENTS CYCLES BACKEND BATCH [NODE RUNS]``.
 
 It opens a pool, starts a supervisor on a ``PostgresTaskStore`` (``batch_size=BATCH``) and ``AGENTS``
 agent loops (claim, complete), prints ``ready``, waits for a line on stdin, runs until its agents have done
@@ -21,10 +21,10 @@ import time
 
 import anyio
 
-from ..actors import ActorSystem
-from ..messages import AgentResult, Claim, Complete, Granted
-from ..postgres import Database, PostgresTaskStore
-from ..supervisor import SupervisorActor
+from greenroom.actors import ActorSystem
+from greenroom.messages import AgentResult, Claim, Complete, Granted
+from greenroom.postgres import Database, PostgresTaskStore
+from greenroom.supervisor import SupervisorActor
 
 
 async def main(

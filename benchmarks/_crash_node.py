@@ -1,6 +1,6 @@
-"""One process of the harness benchmark's crash run (``greenroom bench harness --kills``).
+"""One process of the harness benchmark's crash run (``python -m benchmarks harness --kills``).
 
-``python -m greenroom.bench._crash_node MODE DATA_DIR RUN TASKS STEPS LATENCY BACKEND [STORE]``
+``python -m benchmarks._crash_node MODE DATA_DIR RUN TASKS STEPS LATENCY BACKEND [STORE]``
 
 ``run`` starts ``TASKS`` durable tasks at once, each one phase of ``STEPS`` model calls
 that each ask for one call of ``write`` — a tool that writes and takes no
@@ -28,10 +28,10 @@ from typing import Any
 
 import anyio
 
-from ..harness import ApprovalNeeded, Harness, RiskLevel, StepJournalActor, Tool
-from ..harness._journal import TaskJournal
-from ..llm import ClosingModel
-from ..messages import ChatReply, ChatRequest, ModelToolCall, Usage
+from greenroom.harness import ApprovalNeeded, Harness, RiskLevel, StepJournalActor, Tool
+from greenroom.harness._journal import TaskJournal
+from greenroom.llm import ClosingModel
+from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
 
 
 def _append(path: Path, line: str) -> None:
@@ -78,16 +78,16 @@ async def main(argv: list[str]) -> None:
     tool = Tool("write", write, risk=RiskLevel.WRITES)
     model = _Model(requests, turns, float(latency))
     if store_url:
-        from ..postgres import PostgresStore
+        from greenroom.postgres import PostgresStore
 
         opened: Any = PostgresStore(store_url)
     else:
-        from ..embedded import EmbeddedStore
+        from greenroom.embedded import EmbeddedStore
 
         opened = EmbeddedStore(data_dir / "store")
     questions: list[str] = []
     completed = 0
-    from ..actors import ActorSystem
+    from greenroom.actors import ActorSystem
 
     async with opened as store, ActorSystem() as system:
         writer = await system.spawn(lambda: StepJournalActor(store.step_store()))

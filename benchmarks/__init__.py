@@ -1,6 +1,12 @@
-"""Benchmarks shipped with greenroom (``greenroom bench ...``); each compares against
-baselines measured in the same run, so the ratios survive a noisy machine."""
+"""greenroom's own benchmarks (``python -m benchmarks SUITE``, ``python dev.py bench``):
+each compares against baselines measured in the same run, so the ratios survive a noisy
+machine. They live beside the package, never in it (as pgbench ships beside its server):
+the installed greenroom holds what users run.
 
+The suites start helper processes with ``python -m benchmarks._...``: this package's
+parent is put on ``PYTHONPATH`` for them, so they find it from any working directory."""
+
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +56,11 @@ def report_per_backend(
         print(msgspec.json.encode(results).decode())
     return 0
 
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The repository's root: where ``benchmarks`` is importable from."""
+if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # the helper processes find us
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
 
 from . import chat, graph, harness, log, pipeline, soak, stream  # noqa: E402 -- they import the helpers above
 

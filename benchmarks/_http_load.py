@@ -1,5 +1,5 @@
 """A load generator in its own process (so its CPU is not charged to the server):
-``python -m greenroom.bench._http_load JOB.json`` posts each job item to the API with
+``python -m benchmarks._http_load JOB.json`` posts each job item to the API with
 keep-alive connections, all at once or one after another, and prints the figures as JSON.
 
 ``JOB.json``: ``{"url", "sequential": bool, "items": [{"token", "path", "body"}]}``.

@@ -142,6 +142,8 @@ def chat_figure(results: dict[str, dict[str, Any]]) -> Figure:
                 marker="o",
                 label=f"{who} {p}",
             )
+        if min(concurrency) > 0 and max(concurrency) >= 50 * min(concurrency):
+            axes.set_xscale("log")  # 1, 100, 1,000 at once: each step visible
         axes.set_title(f"{backend}, model latency {latency} ms")
         axes.set_ylabel("latency (ms)")
         axes.set_xlabel("concurrent conversations")

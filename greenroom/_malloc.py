@@ -27,6 +27,8 @@ import gc
 import os
 import sys
 
+from ._errors import InvalidInput
+
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
 DAEMON_ARENAS = 2
 DAEMON_GC_THRESHOLDS = (10_000, 20, 20)
@@ -37,7 +39,7 @@ def limit_arenas(count: int = DAEMON_ARENAS) -> bool:
     """Ask glibc to use at most ``count`` arenas from now on; whether it did (``False``:
     not glibc, or ``MALLOC_ARENA_MAX`` set)."""
     if count < 1:
-        raise ValueError(f"count must be at least 1, not {count!r}")
+        raise InvalidInput(f"count must be at least 1, not {count!r}", field="count", value=count)
     if not sys.platform.startswith("linux") or os.environ.get("MALLOC_ARENA_MAX"):
         return False
     try:

@@ -435,7 +435,7 @@ def _paused(admin: Any) -> bool:
 
 async def test_read_events_refuses_a_connection_inside_a_transaction(pg_url: str) -> None:
     async with _ready(pg_url) as db:
-        with pytest.raises(ValueError, match="read_events needs a connection outside a transaction"):
+        with pytest.raises(RuntimeError, match="read_events needs a connection outside a transaction"):
             await db.run(read_events)  # (a hole met there could never be passed)
         assert await db.run(read_events, single=True) == []
 

@@ -460,3 +460,35 @@ def test_handles_over_actors_outside_the_kernel_have_no_public_constructor() -> 
         with pytest.raises(TypeError, match="has no public constructor") as refused:
             cls(None, None)  # type: ignore[call-arg]
         assert how in str(refused.value)
+
+
+def test_a_bad_setting_is_invalid_input_naming_its_field_across_the_layers() -> None:
+    """One convention (docs/architecture.md, Errors): a value that cannot be used is an
+    ``InvalidInput`` (a ``ValueError``) naming the field and the value — the kernel's
+    settings, the harness's, the model's and the files' alike (issue 39 converted the bare
+    ``ValueError``s that remained)."""
+    from greenroom._errors import InvalidInput
+    from greenroom.actors import Backoff, SupervisorStrategy
+    from greenroom.embedded._sqlite import SQLiteFile
+    from greenroom.harness import HarnessSetup, PhaseResult, TokenBudget
+    from greenroom.llm import Price, ScriptedModel
+
+    cases = [
+        (lambda: Backoff(initial=1.0, maximum=0.5), "Backoff.maximum", 0.5),
+        (lambda: SupervisorStrategy(max_restarts=-1), "SupervisorStrategy.max_restarts", -1),
+        (lambda: TokenBudget(cost_limit=-2), "cost_limit", -2),
+        (lambda: PhaseResult("", [], "bored"), "stop_reason", "bored"),  # type: ignore[arg-type]
+        (lambda: Price(input=-1, output=0), "input", -1),
+        (lambda: SQLiteFile(":memory:", "", synchronous="OFF"), "synchronous", "OFF"),
+        (
+            lambda: HarnessSetup(ScriptedModel([]), budget=TokenBudget(10), tokens_per_run=5),
+            "budget",
+            None,
+        ),
+    ]
+    for make, field, value in cases:
+        with pytest.raises(InvalidInput) as refused:
+            make()
+        assert refused.value.field == field, (field, refused.value)
+        if value is not None:
+            assert refused.value.value == value

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, final
 
+from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from ._defaults import DEFAULT_MAILBOX_SIZE
 from ._exceptions import Interrupted
@@ -212,8 +213,10 @@ class ActorContext(metaclass=NoPublicConstructor):
             return
         cell = child._cell
         if cell.parent is not self._cell:
-            raise ValueError(
-                f"actor {self._cell.name!r} can stop itself and its children, not {child.name!r}"
+            raise InvalidInput(
+                f"actor {self._cell.name!r} can stop itself and its children, not {child.name!r}",
+                field="child",
+                value=child.name,
             )
         cell.stop_soon(now=now)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _tracing
-from .._errors import expected
+from .._errors import InvalidInput, expected
 from .._tracing import Traced
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
@@ -289,7 +289,7 @@ class ActorCell:
 
     def watch(self, target: ActorCell) -> None:
         if target is self:
-            raise ValueError(f"actor {self.name!r} cannot watch itself")
+            raise InvalidInput(f"actor {self.name!r} cannot watch itself", field="target", value=self.name)
         if target.dead:
             self.deliver_system(Terminated(target.ref, target.reason))
             return
@@ -318,8 +318,10 @@ class ActorCell:
                 or (strict and value == 0)
             ):
                 relation = "> 0" if strict else ">= 0"
-                raise ValueError(
-                    f"timer {field} must be a finite number of seconds {relation}, got {value!r}"
+                raise InvalidInput(
+                    f"timer {field} must be a finite number of seconds {relation}, got {value!r}",
+                    field=field,
+                    value=value,
                 )
         if not self.accepting:
             raise ActorStopped(self.ref, "is stopping and cannot schedule timers")

@@ -16,6 +16,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 from .. import _tracing
+from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from .._request import Request
 from ._defaults import DEFAULT_ASK_TIMEOUT
@@ -142,7 +143,11 @@ class ActorRef(metaclass=NoPublicConstructor):
         """
         cell = self._cell
         if timeout is not None and not (timeout > 0):
-            raise ValueError(f"ask timeout must be a positive number of seconds or None, got {timeout!r}")
+            raise InvalidInput(
+                f"ask timeout must be a positive number of seconds or None, got {timeout!r}",
+                field="timeout",
+                value=timeout,
+            )
         if not cell.accepting:
             raise cell.refuse(message)
         if cell.runner is not None:

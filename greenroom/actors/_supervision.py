@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._errors import InvalidInput
+
 
 class Directive(enum.Enum):
     """What happens to a child whose ``receive`` (or ``on_start``) raised."""
@@ -29,10 +31,10 @@ class Directive(enum.Enum):
 
 def _check_number(name: str, value: object, *, minimum: float, strict: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise InvalidInput(f"{name} must be a number, got {value!r}", field=name, value=value)
     if value < minimum or (strict and value == minimum):
         relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be {relation} {minimum:g}, got {value!r}")
+        raise InvalidInput(f"{name} must be {relation} {minimum:g}, got {value!r}", field=name, value=value)
     return float(value)
 
 
@@ -55,8 +57,10 @@ class Backoff:
         _check_number("Backoff.maximum", self.maximum, minimum=0.0, strict=False)
         _check_number("Backoff.multiplier", self.multiplier, minimum=1.0, strict=False)
         if self.maximum < self.initial:
-            raise ValueError(
-                f"Backoff.maximum must be >= Backoff.initial ({self.initial!r}), got {self.maximum!r}"
+            raise InvalidInput(
+                f"Backoff.maximum must be >= Backoff.initial ({self.initial!r}), got {self.maximum!r}",
+                field="Backoff.maximum",
+                value=self.maximum,
             )
 
     def delay(self, restarts: int) -> float:
@@ -90,8 +94,10 @@ class SupervisorStrategy:
             or not isinstance(self.max_restarts, int)
             or self.max_restarts < 0
         ):
-            raise ValueError(
-                f"SupervisorStrategy.max_restarts must be an int >= 0 or None, got {self.max_restarts!r}"
+            raise InvalidInput(
+                f"SupervisorStrategy.max_restarts must be an int >= 0 or None, got {self.max_restarts!r}",
+                field="SupervisorStrategy.max_restarts",
+                value=self.max_restarts,
             )
         _check_number("SupervisorStrategy.within", self.within, minimum=0.0, strict=True)
         if self.backoff is not None and not isinstance(self.backoff, Backoff):

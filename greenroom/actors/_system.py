@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from .._checks import check_int, check_seconds
-from .._errors import expected
+from .._errors import InvalidInput, expected
 from ._actor import Actor
 from ._backend import primitives
 from ._cell import ActorCell, _Start
@@ -235,15 +235,23 @@ class ActorSystem:
         if mailbox_size is not None and (
             isinstance(mailbox_size, bool) or not isinstance(mailbox_size, int) or mailbox_size < 1
         ):
-            raise ValueError(f"spawn mailbox_size must be an int >= 1 or None, got {mailbox_size!r}")
+            raise InvalidInput(
+                f"spawn mailbox_size must be an int >= 1 or None, got {mailbox_size!r}",
+                field="mailbox_size",
+                value=mailbox_size,
+            )
         if name is not None:
             if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise ValueError(
+                raise InvalidInput(
                     f"spawn name must be 1-200 characters without whitespace or '/', "
-                    f"not starting with '$', got {name!r}"
+                    f"not starting with '$', got {name!r}",
+                    field="name",
+                    value=name,
                 )
             if name in self._registry:
-                raise ValueError(f"spawn name {name!r} is already taken by a live actor")
+                raise InvalidInput(
+                    f"spawn name {name!r} is already taken by a live actor", field="name", value=name
+                )
         cell = ActorCell(self, factory, name or "", parent, mailbox_size)
         actor = cell.make_actor()
         if name is None:

@@ -44,7 +44,9 @@ def ensure_agent_workspace(name: str, agents_folder: Path) -> Path:
     # resolved, the root must still sit directly in the agents folder (a symlinked
     # agent directory pointing elsewhere is refused, too)
     if root.resolve().parent != agents_folder.resolve():
-        raise ValueError(f"agent workspace {root} resolves outside {agents_folder}")
+        raise InvalidInput(
+            f"agent workspace {root} resolves outside {agents_folder}", field="workspace", value=str(root)
+        )
     for sub in WORKSPACE_DIRS:
         (root / sub).mkdir(parents=True, exist_ok=True)
     return root

@@ -29,7 +29,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from .._errors import DataError
+from .._errors import DataError, InternalError
 from .._files import replace_durably
 from ..messages import AgentTask, TaskStatus
 from ..store import FIXED_PART, HistoryPart, over_budget
@@ -94,7 +94,7 @@ class TaskArchive:
             return 0
         for task in tasks:
             if not task.status.final:
-                raise ValueError(f"archive: task {task.id!r} is {task.status.value}, not finished")
+                raise InternalError(f"archive: task {task.id!r} is {task.status.value}, not finished")
         seq = await self._index.run(_next_segment, write=False)
         data = gzip.compress(b"".join(_encoder.encode(task) + b"\n" for task in tasks), compresslevel=6)
         path = self.segment_path(seq)

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import anyio
 
-from .._errors import StorageError, storage_error
+from .._errors import InvalidInput, StorageError, storage_error
 from .._threads import run_blocking
 
 T = TypeVar("T")
@@ -37,7 +37,11 @@ class SQLiteFile:
         self, path: str | Path, schema: str, *, foreign_keys: bool = False, synchronous: str = "FULL"
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
+            raise InvalidInput(
+                f"synchronous must be FULL or NORMAL, got {synchronous!r}",
+                field="synchronous",
+                value=synchronous,
+            )
         self.path = Path(path)
         self._schema = schema
         self._foreign_keys = foreign_keys

@@ -107,12 +107,16 @@ def _check_run_bounded(message: RunBounded) -> None:
     if message.tool_names is not None and (
         not isinstance(message.tool_names, tuple) or not all(isinstance(n, str) for n in message.tool_names)
     ):
-        raise ValueError(
-            f"RunBounded tool_names must be a list of tool names or None, got {message.tool_names!r}"
+        raise InvalidInput(
+            f"RunBounded tool_names must be a list of tool names or None, got {message.tool_names!r}",
+            field="tool_names",
+            value=message.tool_names,
         )
     if message.direct_tool_calls is not None and not isinstance(message.direct_tool_calls, tuple):
-        raise ValueError(
-            f"RunBounded direct_tool_calls must be a list or None, got {message.direct_tool_calls!r}"
+        raise InvalidInput(
+            f"RunBounded direct_tool_calls must be a list or None, got {message.direct_tool_calls!r}",
+            field="direct_tool_calls",
+            value=message.direct_tool_calls,
         )
 
 

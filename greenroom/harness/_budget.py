@@ -27,6 +27,7 @@ from types import TracebackType
 import anyio
 
 from .._checks import check_int
+from .._errors import InvalidInput
 from ..actors import ActorRef, ActorStopped, MailboxFull
 from ..store._budgets import Spent, check_budget_name
 
@@ -77,7 +78,9 @@ def _check_cost(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValueError(f"TokenBudget cost_limit must be a number >= 0, got {value!r}")
+        raise InvalidInput(
+            f"TokenBudget cost_limit must be a number >= 0, got {value!r}", field="cost_limit", value=value
+        )
     return float(value)
 
 
@@ -128,9 +131,11 @@ class TokenBudget:
         """Refuse (``ValueError``) to count calls without a price against a cost limit:
         they would all cost 0 and the limit would never bind."""
         if self.cost_limit is not None and price is None:
-            raise ValueError(
+            raise InvalidInput(
                 f"{where}: the budget has a cost_limit, but the model has no price "
-                "(give a greenroom.llm.Price, or [llm.prices] in the daemon's config)"
+                "(give a greenroom.llm.Price, or [llm.prices] in the daemon's config)",
+                field="price",
+                value=None,
             )
 
     @property

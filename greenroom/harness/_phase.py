@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
+from .._errors import InvalidInput
+
 StopReason = Literal["done", "max_iterations", "budget_exhausted", "stop_requested"]
 """Why a phase ended (a closed set: mypy checks every comparison against it)."""
 
@@ -31,6 +33,8 @@ class PhaseResult:
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:
-            raise ValueError(
-                f"PhaseResult stop_reason must be one of {sorted(STOP_REASONS)}, got {self.stop_reason!r}"
+            raise InvalidInput(
+                f"PhaseResult stop_reason must be one of {sorted(STOP_REASONS)}, got {self.stop_reason!r}",
+                field="stop_reason",
+                value=self.stop_reason,
             )

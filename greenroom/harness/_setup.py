@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from .._errors import InvalidInput
 from ..actors import ActorContext, ActorRef, ActorSystem
 from ..llm import ChatModel, Price
 from ..llm._price import price_of
@@ -46,8 +47,10 @@ class HarnessSetup:
         price: Price | None = None,
     ) -> None:
         if budget is not None and (tokens_per_run is not None or cost_per_run is not None):
-            raise ValueError(
-                "HarnessSetup takes budget (shared) or tokens_per_run / cost_per_run (per run), not both"
+            raise InvalidInput(
+                "HarnessSetup takes budget (shared) or tokens_per_run / cost_per_run (per run), not both",
+                field="budget",
+                value=budget,
             )
         self.model = model
         self.tools = tuple(tools)

@@ -32,6 +32,8 @@ import anyio
 import anyio.abc
 import h11
 
+from .._errors import InvalidInput
+
 _READ = 1 << 16
 _CUT = "the server closed the connection before the answer was whole"
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
@@ -318,7 +320,11 @@ class OriginClient:
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"OriginClient base_url must be an http(s) URL with a host, got {base_url!r}")
+            raise InvalidInput(
+                f"OriginClient base_url must be an http(s) URL with a host, got {base_url!r}",
+                field="base_url",
+                value=base_url,
+            )
         self.tls = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.tls else 80)

@@ -353,8 +353,10 @@ class OpenAIChatModel(ClosingModel):
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
-            raise ValueError(
-                f"OpenAIChatModel model must be a non-empty string (or set {MODEL_ENV}), got {model!r}"
+            raise InvalidInput(
+                f"OpenAIChatModel model must be a non-empty string (or set {MODEL_ENV}), got {model!r}",
+                field="model",
+                value=model,
             )
         base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV) or None
         if base_url is not None and (
@@ -408,8 +410,10 @@ class OpenAIChatModel(ClosingModel):
             None if keep_alive is None else check_int("OpenAIChatModel", "keep_alive", keep_alive)
         )
         if self.pools > 1 and (self.max_in_flight is None or self.max_in_flight < self.pools):
-            raise ValueError(
-                f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}"
+            raise InvalidInput(
+                f"OpenAIChatModel pools={pools} needs max_in_flight >= pools, got {max_in_flight!r}",
+                field="max_in_flight",
+                value=max_in_flight,
             )
         self._no_stream_options = False  # the server refused stream_options
         self._whole_shapes: set[tuple[bool, str]] = set()  # request shapes the server does not stream

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._errors import InvalidInput
 from ..messages import Usage
 
 
@@ -22,7 +23,11 @@ class Price:
     def __init__(self, input: float, output: float) -> None:
         for name, value in (("input", input), ("output", output)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"Price {name} must be a number >= 0 (per million tokens), got {value!r}")
+                raise InvalidInput(
+                    f"Price {name} must be a number >= 0 (per million tokens), got {value!r}",
+                    field=name,
+                    value=value,
+                )
         self.input = float(input)
         self.output = float(output)
 

@@ -58,7 +58,7 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
     try:
         return _encode_payload(payload)
     except (TypeError, msgspec.EncodeError) as error:
-        raise ValueError(f"event payload cannot be stored as JSON: {error}") from None
+        raise InvalidInput(f"event payload cannot be stored as JSON: {error}", field="payload") from None
 
 
 def admitted(append: Append, narrator: NarratorCapability | None) -> tuple[Visibility, bytes]:

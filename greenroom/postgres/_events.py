@@ -159,7 +159,7 @@ def read_events(connection: Any, after: int = 0, limit: int = 10_000) -> list[Ev
     from psycopg.pq import TransactionStatus
 
     if connection.info.transaction_status != TransactionStatus.IDLE or not connection.autocommit:
-        raise ValueError("read_events needs a connection outside a transaction: db.run(..., single=True)")
+        raise RuntimeError("read_events needs a connection outside a transaction: db.run(..., single=True)")
     cursor = EventCursor(after)
     events: list[Event] = []
     while len(events) < limit:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from greenroom._errors import InvalidInput
-from greenroom.cli import report_error
+from greenroom.cli import run
 from greenroom.cli._args import positive_int
 
 
@@ -59,20 +58,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite ``argv`` names; its exit code (2: a bad flag; 1: an error the user can
-    act on, in one line; 70: a bug)."""
-    words = sys.argv[1:] if argv is None else list(argv)
-    top = parser()
-    args = top.parse_args(words)
-    if args.handler is None:
-        top.print_help(sys.stderr)
-        return 2
-    try:
-        code: int = args.handler(args)
-        return code
-    except KeyboardInterrupt:
-        return 130
-    except Exception as error:
-        return report_error(error, debug=bool(os.environ.get("GREENROOM_DEBUG")))
+    act on, in one line; 70: a bug), as the ``greenroom`` command does."""
+    return run(parser(), sys.argv[1:] if argv is None else list(argv))
 
 
 def run_plot(args: argparse.Namespace) -> int:

@@ -60,8 +60,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` names (default: ``sys.argv[1:]``); return its exit code."""
-    words = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser()
+    return run(_parser(), sys.argv[1:] if argv is None else list(argv))
+
+
+def run(parser: argparse.ArgumentParser, words: list[str]) -> int:
+    """Parse ``words`` with ``parser`` and run the ``handler`` it set; its exit code: 2 for a
+    bad flag or no command, 130 interrupted, else what :func:`report_error` says of an
+    error (``--debug`` or ``$GREENROOM_DEBUG``: with the traceback of a bug)."""
     args = parser.parse_args(words)
     if args.handler is None:
         parser.print_help(sys.stderr)
@@ -72,4 +77,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # the one place an error becomes an exit code (nothing awaits here)
-        return report_error(error, debug=args.debug or bool(os.environ.get("GREENROOM_DEBUG")))
+        debug = getattr(args, "debug", False) or bool(os.environ.get("GREENROOM_DEBUG"))
+        return report_error(error, debug=debug)

@@ -451,7 +451,7 @@ async def test_tokens_are_stored_hashed_owner_only_and_a_damaged_file_is_named(t
     assert token not in text and record.sha256 in text
     assert stat.S_IMODE((tmp_path / "tokens.json").stat().st_mode) == 0o600
     assert store.authenticate(token) is not None and store.authenticate(token + "x") is None
-    with pytest.raises(ValueError, match="scope must be one of chat, tasks, admin"):
+    with pytest.raises(ValueError, match="scope must be one of chat, tasks, admin, metrics"):
         store.add("carol", "root")
     with pytest.raises(ValueError, match="user must be"):
         store.add("carol smith", "chat")

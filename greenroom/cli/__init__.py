@@ -7,7 +7,7 @@ greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON]
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
 greenroom tasks cancel ID [--reason TEXT]                  greenroom status [--json]    greenroom stop
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
-greenroom tokens add --user U --scope chat|tasks|admin     greenroom tokens list | revoke ID
+greenroom tokens add --user U --scope chat|tasks|metrics|admin   greenroom tokens list | revoke ID
 greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M] [--store URL]
                [--max-tokens N] [--temperature T] [--context-window N] [--backend B]
 greenroom mcp serve                                         (the task tools, MCP over stdio)

@@ -16,7 +16,7 @@ def add_parsers(commands: Any) -> None:
     token_add = token_commands.add_parser("add", help="make a token; it is printed once")
     _args.data_dir(token_add)
     token_add.add_argument("--user", required=True, help="the user id the token acts as")
-    token_add.add_argument("--scope", required=True, choices=["chat", "tasks", "admin"])
+    token_add.add_argument("--scope", required=True, choices=["chat", "tasks", "metrics", "admin"])
     token_add.add_argument("--note", default="", help="what it is for")
     token_add.set_defaults(handler=add)
     token_list = token_commands.add_parser("list", help="the tokens (ids, users, scopes; never the tokens)")

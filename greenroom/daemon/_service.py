@@ -262,6 +262,7 @@ class DaemonService:
             "stopping": self.stop.is_set(),
             "tasks": {
                 "total": stats.total,
+                "completed_here": stats.completed_here,
                 "by_status": stats.by_status,
                 "runnable_types": stats.runnable_types,
             },

@@ -429,6 +429,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/chat/conversations/{conversation_id:path}", "chat", chat.conversation),
             route("/v1/chat/tasks", "chat", chat.chat_tasks),
             route("/v1/stop", "admin", tasks.stop, "POST"),
+            route("/metrics", "metrics", tasks.metrics),
             *page_routes(),
         ],
     )
@@ -463,6 +464,12 @@ class _TaskEndpoints:
 
     async def status(self, request: Request, principal: Principal | None) -> Response:
         return _json(await self.parts.status())
+
+    async def metrics(self, request: Request, principal: Principal | None) -> Response:
+        """Prometheus's text format, from the same snapshot ``/v1/status`` answers."""
+        from ._metrics import CONTENT_TYPE, exposition
+
+        return Response(exposition(await self.parts.status()), media_type=CONTENT_TYPE)
 
     async def stop(self, request: Request, principal: Principal | None) -> Response:
         assert principal is not None

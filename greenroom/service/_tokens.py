@@ -6,6 +6,7 @@ stored nowhere. Each record maps to a user id and a scope:
 
 - ``chat``: the chat endpoints, for that user's own conversations and tasks only;
 - ``tasks``: the task graph (submit, list, show, cancel), the event stream and status;
+- ``metrics``: ``GET /metrics`` only (a Prometheus scraper's; ``tasks`` may read it too);
 - ``admin``: everything, and the only scope that may stop the daemon.
 
 The file is written whole (temp file, fsync, rename) with mode 0600; a damaged file is an
@@ -31,8 +32,8 @@ from .._files import replace_durably
 TOKENS_FILE = "tokens.json"
 FORMAT = "greenroom.tokens/1"
 
-Scope = Literal["chat", "tasks", "admin"]
-SCOPES: tuple[Scope, ...] = ("chat", "tasks", "admin")
+Scope = Literal["chat", "tasks", "admin", "metrics"]
+SCOPES: tuple[Scope, ...] = ("chat", "tasks", "admin", "metrics")
 UserId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.@:-]{1,128}$")]
 
 _TOKEN = re.compile(r"^grt_([0-9a-f]{12})_[A-Za-z0-9_-]{20,100}$")
@@ -64,7 +65,9 @@ class Principal(msgspec.Struct, frozen=True):
     token_id: str
 
     def allows(self, scope: Scope) -> bool:
-        return self.scope == "admin" or self.scope == scope
+        """``admin`` allows everything; ``tasks`` also reads ``metrics`` (an operator's
+        token scrapes what it can read through the API anyway)."""
+        return self.scope == "admin" or self.scope == scope or (scope == "metrics" and self.scope == "tasks")
 
 
 def _digest(token: str) -> str:

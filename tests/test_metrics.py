@@ -1,0 +1,128 @@
+"""``GET /metrics``: the daemon's figures in Prometheus's text format, read back by
+``prometheus_client``'s own parser after a seeded run, against what ``/v1/status`` says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _support import eventually
+from prometheus_client.parser import text_string_to_metric_families
+from test_service import running
+
+from greenroom.daemon._config import AgentPoolConfig
+from greenroom.messages import AgentTask, TaskStatus
+from greenroom.service import TokenStore
+
+pytestmark = pytest.mark.anyio
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape: (name, sorted labels) -> value, as Prometheus reads it."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_a_scrape_after_a_seeded_run_has_the_counts_the_api_reports(tmp_path: Path) -> None:
+    pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=2)}
+    scraper = TokenStore(tmp_path).add("prometheus", "metrics")[0]
+    async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(5)])
+        await ops.submit([AgentTask(id=f"p{i}", type="nobody") for i in range(3)])
+        await ops.cancel("p0")
+
+        async def written() -> bool:
+            return all(t.status is TaskStatus.COMPLETED for t in await ops.list_tasks(agent_type="write"))
+
+        await eventually(written, timeout=20)
+        status = await ops.status()
+        daemon.tokens["prometheus"] = scraper
+        async with daemon.http("prometheus") as http:
+            response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    figures = samples(response.text)
+    by_status = status["tasks"]["by_status"]
+    assert {name: count for name, count in by_status.items() if count} == {
+        "COMPLETED": 5,
+        "PENDING": 2,
+        "CANCELLED": 1,
+    }
+    for name, count in by_status.items():
+        assert figures[("greenroom_tasks", (("status", name),))] == count
+    assert figures[("greenroom_tasks_live", ())] == status["tasks"]["total"] == 8
+    assert figures[("greenroom_tasks_completed_here_total", ())] == 5
+    assert figures[("greenroom_approvals_waiting", ())] == 0
+    assert figures[("greenroom_runnable_types", (("type", "nobody"),))] == 1
+    assert figures[("greenroom_agents", (("type", "write"),))] == 2
+    assert figures[("greenroom_agents_alive", (("type", "write"),))] == 2
+    assert ("greenroom_mailbox_depth", (("actor", "supervisor"),)) in figures
+    assert figures[("greenroom_info", (("version", status["version"]),))] == 1
+    assert figures[("greenroom_store_bytes_total", ())] == status["storage"]["bytes"]
+
+
+@pytest.mark.parametrize(("who", "code"), [(None, 401), ("alice", 403), ("ops", 200), ("root", 200)])
+async def test_metrics_need_a_metrics_tasks_or_admin_token(
+    tmp_path: Path, who: str | None, code: int
+) -> None:
+    async with running(tmp_path) as daemon, daemon.http(who) as http:
+        response = await http.get("/metrics")
+    assert response.status_code == code, response.text
+    if code != 200:
+        assert response.json()["error"]["code"] in ("unauthenticated", "forbidden")
+
+
+async def test_a_metrics_token_reads_metrics_and_nothing_else(tmp_path: Path) -> None:
+    scraper = TokenStore(tmp_path).add("prometheus", "metrics")[0]
+    async with running(tmp_path) as daemon:
+        daemon.tokens["prometheus"] = scraper
+        async with daemon.http("prometheus") as http:
+            assert (await http.get("/metrics")).status_code == 200
+            for method, path in [("GET", "/v1/tasks"), ("GET", "/v1/status"), ("POST", "/v1/stop")]:
+                refused = await http.request(method, path)
+                assert refused.status_code == 403, path
+                assert refused.json()["error"]["code"] == "forbidden"
+
+
+def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot() -> None:
+    """Budgets, the chat's spend, agents' timings and the store's parts as families; a
+    figure the status lacks (no limit, no timing yet) is absent, never a made-up 0."""
+    from greenroom.service._metrics import exposition
+
+    status: dict[str, Any] = {
+        "version": "9.9",
+        "uptime": 12.5,
+        "tasks": {"total": 1, "completed_here": 0, "by_status": {"WAITING": 1}, "runnable_types": []},
+        "agents": {
+            "research": {
+                "configured": 1, "alive": 1, "busy": 0, "queued": 3, "restarts": 2, "tokens_spent": 40,
+                "model_calls": 4, "cost": 0.5,
+                "model_timing": {"calls": 4, "first_token_ms": {"p50": 120.0, "p99": 300.0},
+                                 "tokens_per_second": {"p50": None, "p99": None}},
+            }
+        },
+        "mailboxes": {"supervisor": 0, "log": 7},
+        "budgets": {"team": {"tokens": 90, "cost": 1.25, "limit": 1000, "cost_limit": None,
+                             "exhausted": False}},
+        "chat": {"llm_calls": 2, "total_tokens": 30, "cost": 0.0},
+        "storage": {"bytes": 4096, "by_part": {"tasks": 4096}, "archived_tasks": 0, "archive_parts": 0,
+                    "event_segments": 1, "events_dropped_through": 0},
+    }  # fmt: skip
+    figures = samples(exposition(status).decode())
+    assert figures[("greenroom_approvals_waiting", ())] == 1
+    assert figures[("greenroom_agent_queue_depth", (("type", "research"),))] == 3
+    assert figures[("greenroom_agent_restarts_total", (("type", "research"),))] == 2
+    assert figures[("greenroom_model_tokens_total", (("type", "research"),))] == 40
+    assert (
+        figures[("greenroom_model_first_token_seconds", (("quantile", "0.99"), ("type", "research")))] == 0.3
+    )
+    assert not any(name == "greenroom_model_tokens_per_second" for name, _ in figures)  # no timing yet
+    assert figures[("greenroom_mailbox_depth", (("actor", "log"),))] == 7
+    assert figures[("greenroom_budget_limit_tokens", (("budget", "team"),))] == 1000
+    assert not any(name == "greenroom_budget_limit_cost" for name, _ in figures)  # no cost limit
+    assert figures[("greenroom_chat_tokens_total", ())] == 30
+    assert figures[("greenroom_store_bytes", (("part", "tasks"),))] == 4096

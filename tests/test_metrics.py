@@ -126,3 +126,32 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
     assert not any(name == "greenroom_budget_limit_cost" for name, _ in figures)  # no cost limit
     assert figures[("greenroom_chat_tokens_total", ())] == 30
     assert figures[("greenroom_store_bytes", (("part", "tasks"),))] == 4096
+
+
+def test_time_to_first_token_is_a_histogram_of_every_call_merged_over_a_types_setups() -> None:
+    """Every streamed call lands in a bucket (the quantiles keep only the last 1,024); the
+    exposition is a Prometheus histogram: cumulative buckets, ``_count`` and ``_sum``."""
+    from greenroom.harness._timings import CallTimings, merged
+    from greenroom.messages import CallTiming
+    from greenroom.service._metrics import exposition
+
+    one, other = CallTimings(keep=2), CallTimings()
+    for seconds in (0.01, 0.07, 0.07, 0.3):  # the first two fall out of what `one` keeps
+        one.add(CallTiming(first_token=seconds, duration=seconds + 1))
+    other.add(CallTiming(first_token=45.0, duration=46.0))
+    summary = merged([one, other]).summary()
+    buckets = dict((str(bound), count) for bound, count in summary["first_token_histogram"]["buckets"])
+    assert (buckets["0.025"], buckets["0.1"], buckets["0.5"], buckets["30.0"], buckets["+Inf"]) == (
+        1,
+        3,
+        4,
+        4,
+        5,
+    )
+    status: dict[str, Any] = {"agents": {"write": {"model_timing": summary}}}
+    figures = samples(exposition(status).decode())
+    name = "greenroom_model_first_token_histogram_seconds"
+    assert figures[(f"{name}_bucket", (("le", "0.1"), ("type", "write")))] == 3
+    assert figures[(f"{name}_bucket", (("le", "+Inf"), ("type", "write")))] == 5
+    assert figures[(f"{name}_count", (("type", "write"),))] == 5
+    assert figures[(f"{name}_sum", (("type", "write"),))] == pytest.approx(45.45)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -10,6 +11,9 @@ from ..messages import CallTiming
 
 KEPT = 1024
 """Calls a ``CallTimings`` keeps (the most recent)."""
+
+FIRST_TOKEN_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""The upper bounds (seconds) of the time-to-first-token histogram (``+Inf`` beyond)."""
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -24,28 +28,41 @@ class CallTimings:
     model calls (``calls``: how many were counted in all). Not thread safe: one event
     loop."""
 
-    __slots__ = ("calls", "first_token", "tokens_per_second")
+    __slots__ = ("calls", "first_token", "first_token_counts", "first_token_sum", "tokens_per_second")
 
     def __init__(self, keep: int = KEPT) -> None:
         self.calls = 0
         self.first_token: deque[float] = deque(maxlen=keep)
         self.tokens_per_second: deque[float] = deque(maxlen=keep)
+        self.first_token_counts = [0] * (len(FIRST_TOKEN_BUCKETS) + 1)
+        """Every call counted (not only the kept ones), per bucket of
+        :data:`FIRST_TOKEN_BUCKETS` (the last: beyond them)."""
+        self.first_token_sum = 0.0
 
     def add(self, timing: CallTiming) -> None:
         self.calls += 1
         self.first_token.append(timing.first_token)
+        self.first_token_counts[bisect_left(FIRST_TOKEN_BUCKETS, timing.first_token)] += 1
+        self.first_token_sum += timing.first_token
         if timing.tokens_per_second is not None:
             self.tokens_per_second.append(timing.tokens_per_second)
 
     def summary(self) -> dict[str, Any]:
         """``{"calls", "first_token_ms": {"p50", "p99"}, "tokens_per_second": {"p50",
-        "p99"}}`` over the calls kept (a figure is ``None`` with no call to count)."""
+        "p99"}}`` over the calls kept (a figure is ``None`` with no call to count), and
+        ``first_token_histogram``: ``{"buckets": [[le, calls at or below], ...], "sum"}``
+        (seconds, cumulative, every call counted; the last bound ``"+Inf"``)."""
         first = [seconds * 1000 for seconds in self.first_token]
         rates = list(self.tokens_per_second)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*FIRST_TOKEN_BUCKETS, "+Inf"), self.first_token_counts, strict=True):
+            cumulative += count
+            buckets.append([bound, cumulative])
         return {
             "calls": self.calls,
             "first_token_ms": _quantiles(first),
             "tokens_per_second": _quantiles(rates),
+            "first_token_histogram": {"buckets": buckets, "sum": round(self.first_token_sum, 6)},
         }
 
 
@@ -62,4 +79,7 @@ def merged(timings: Iterable[CallTimings]) -> CallTimings:
         together.calls += each.calls
         together.first_token.extend(each.first_token)
         together.tokens_per_second.extend(each.tokens_per_second)
+        together.first_token_sum += each.first_token_sum
+        for index, count in enumerate(each.first_token_counts):
+            together.first_token_counts[index] += count
     return together

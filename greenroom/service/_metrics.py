@@ -114,9 +114,25 @@ def _agents(agents: dict[str, dict[str, Any]], gauge: Any, counter: Any) -> Iter
             per_second = (timing.get("tokens_per_second") or {}).get(quantile)
             if per_second is not None:
                 rate.add_metric([agent_type, label], per_second)
+    from prometheus_client.core import HistogramMetricFamily
+
+    histogram = HistogramMetricFamily(
+        "greenroom_model_first_token_histogram_seconds",
+        "Time to first token of every streamed call since start",
+        labels=["type"],
+    )
+    for agent_type, entry in sorted(agents.items()):
+        counted = (entry.get("model_timing") or {}).get("first_token_histogram")
+        if counted:
+            buckets = [
+                (str(float(bound)) if bound != "+Inf" else "+Inf", count)
+                for bound, count in counted["buckets"]
+            ]
+            histogram.add_metric([agent_type], buckets, sum_value=counted["sum"])
     yield from families.values()
     yield first_token
     yield rate
+    yield histogram
 
 
 def _budgets(budgets: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:

@@ -322,3 +322,46 @@ def test_reading_the_files_starts_no_event_loop_and_reads_what_is_stored(
         assert {k: v for k, v in document["tasks"]["by_status"].items() if v} == {"PENDING": 1}
     else:
         assert [task["id"] for task in json.loads(said)] == ["t1"]
+
+
+def test_tasks_retry_runs_a_failed_task_again_on_the_files_and_refuses_one_that_is_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``greenroom tasks retry ID`` with no daemon: as this machine's user, a fresh attempt
+    budget; a task that is not FAILED is refused in one line, nothing changed."""
+    import getpass
+
+    import anyio
+
+    from greenroom.embedded import EmbeddedStore
+    from greenroom.messages import AgentError, AgentTask, Claim, Fail, GetTask, Submit
+
+    data_dir = tmp_path / "data"
+
+    async def seed() -> None:
+        from _stores import open_node
+
+        async with EmbeddedStore(data_dir) as store, open_node(store) as node:
+            await node.supervisor.ask(
+                Submit([AgentTask(id="f", type="w", max_attempts=1), AgentTask(id="p", type="v")])
+            )
+            await node.supervisor.ask(Claim("a", "w"))
+            await node.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+
+    async def show(task_id: str) -> AgentTask:
+        from _stores import open_node
+
+        async with EmbeddedStore(data_dir) as store, open_node(store) as node:
+            return await node.supervisor.ask(GetTask(task_id))
+
+    anyio.run(seed)
+    where = ["--data-dir", str(data_dir)]
+    assert main(["tasks", "retry", "f", "--reason", "it is back", *where]) == 0
+    assert capsys.readouterr().out.strip() == "retried f: PENDING"
+    retried = anyio.run(show, "f")
+    assert (retried.status.value, retried.attempt) == ("PENDING", 0)
+    assert retried.retries[0]["by"] == f"{getpass.getuser()} (command line)"
+    assert retried.retries[0]["reason"] == "it is back"
+    assert main(["tasks", "retry", "p", *where]) == 1
+    assert "cannot retry task 'p': it is PENDING" in capsys.readouterr().err
+    assert anyio.run(show, "p").retries == []

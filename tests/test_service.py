@@ -816,3 +816,30 @@ async def test_a_client_hanging_up_on_the_events_stream_closes_its_reader(tmp_pa
         assert b"200" in seen.split(b"\r\n", 1)[0]
         with anyio.fail_after(10):  # the hang-up closed the reader, at once
             await closed.wait()
+
+
+async def test_a_failed_task_is_retried_through_the_api_as_the_tokens_user(tmp_path: Path) -> None:
+    """``POST /v1/tasks/{id}/retry`` (tasks scope): PENDING with a fresh attempt budget, who
+    retried is the token's user; a second retry is 409, a bad body 400 naming the field, a
+    chat token 403 — each changing nothing."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id="f", type="nobody", max_attempts=1)])
+        await daemon.host.supervisor.ask(Claim("a", "nobody"))
+        await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+        async with daemon.http("alice") as chat_user:
+            assert (await chat_user.post("/v1/tasks/f/retry")).status_code == 403
+        async with daemon.http("ops") as http:
+            bad = await http.post("/v1/tasks/f/retry", json={"reason": 5})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "reason"
+            assert (await ops.get_task("f")).status is TaskStatus.FAILED
+        again = await ops.retry("f", "the API is back")
+        assert (again.status, again.attempt) == (TaskStatus.PENDING, 0)
+        assert (again.retries[0]["by"], again.retries[0]["reason"]) == ("ops", "the API is back")
+        with pytest.raises(ServiceError) as refused:
+            await ops.retry("f")
+        assert refused.value.status == 409
+        with pytest.raises(ServiceError) as missing:
+            await ops.retry("nope")
+        assert missing.value.status == 404

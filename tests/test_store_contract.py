@@ -48,6 +48,7 @@ from greenroom.messages import (
     Park,
     RecordError,
     Release,
+    Retry,
     Stats,
     StopGranting,
     Submit,
@@ -599,6 +600,84 @@ async def test_cancel_cascades_to_dependents_and_a_final_task_cannot_be_cancelle
         with pytest.raises(InvalidTransition, match="cannot cancel task 'p': it is CANCELLED"):
             await sup.ask(Cancel("p"))
         assert await sup.ask(Claim("a", "w")) == NoWork()
+
+
+async def test_a_retry_runs_a_failed_task_again_with_a_fresh_budget_and_revives_its_dependents(
+    backend: Store,
+) -> None:
+    """Issue 40: a person retries a FAILED task — PENDING, attempt 0, the retry kept on it
+    (who, when, why, what it was) — and the dependents that failed because of it wait for
+    it again; one that also depends on a CANCELLED task stays failed."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("a", max_attempts=1), task("x"), task("b", depends_on=["a"]),
+                              task("c", depends_on=["b"]), task("d", depends_on=["a", "x"])]))  # fmt: skip
+        await sup.ask(Cancel("x"))
+        assert (await sup.ask(Claim("w1", "w"))).task.id == "a"
+        failed = await sup.ask(Fail("a", "w1", AgentError(reason="the API was down")))
+        assert failed.status is TaskStatus.FAILED
+        again = await sup.ask(Retry("a", by="alice", reason="the API is back"))
+        assert (again.status, again.attempt, again.owner, again.error) == (TaskStatus.PENDING, 0, None, None)
+        (kept,) = again.retries
+        assert (kept["by"], kept["reason"], kept["status"], kept["attempt"]) == (
+            "alice",
+            "the API is back",
+            "FAILED",
+            1,
+        )
+        assert kept["error"] == "the API was down" and kept["at"] > 0
+        b, c, d = [await sup.ask(GetTask(t)) for t in "bcd"]
+        assert (b.status, c.status, b.error) == (TaskStatus.PENDING, TaskStatus.PENDING, None)
+        assert d.status is TaskStatus.DEPENDENCY_FAILED  # x is still CANCELLED
+        assert (await sup.ask(Claim("w2", "w"))).task.id == "a"  # b and c wait for it
+        assert await sup.ask(Claim("w3", "w")) == NoWork()
+        await sup.ask(Complete("a", "w2", done("a")))
+        assert (await sup.ask(Claim("w3", "w"))).task.id == "b"
+        with pytest.raises(InvalidTransition, match="cannot retry task 'a': it is COMPLETED"):
+            await sup.ask(Retry("a", by="alice"))
+    retried_events = [e.task_id for e in await stored_events(backend) if e.type == "TASK_RETRIED"]
+    assert sorted(retried_events) == ["a", "b", "c"]
+
+
+async def test_a_dependency_failed_task_is_retried_through_the_failed_task_it_failed_because_of(
+    backend: Store,
+) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("root", max_attempts=1), task("mid", depends_on=["root"]),
+                              task("leaf", depends_on=["mid"])]))  # fmt: skip
+        await sup.ask(Claim("w1", "w"))
+        await sup.ask(Fail("root", "w1", AgentError(reason="boom")))
+        leaf = await sup.ask(Retry("leaf", by="bob"))
+        assert leaf.status is TaskStatus.PENDING and leaf.retries == []  # revived, not retried itself
+        root = await sup.ask(GetTask("root"))
+        assert root.status is TaskStatus.PENDING and root.retries[0]["by"] == "bob"
+        assert (await sup.ask(GetTask("mid"))).status is TaskStatus.PENDING
+
+
+async def test_a_retry_is_refused_by_name_and_changes_nothing(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("gone"), task("after", depends_on=["gone"]), task("f", max_attempts=1),
+                              task("open")]))  # fmt: skip
+        await sup.ask(Cancel("gone"))
+        with pytest.raises(InvalidTransition, match=r"its dependency 'gone' is CANCELLED"):
+            await sup.ask(Retry("after", by="alice"))
+        with pytest.raises(InvalidTransition, match="cannot retry task 'open': it is PENDING"):
+            await sup.ask(Retry("open", by="alice"))
+        with pytest.raises(UnknownTask):
+            await sup.ask(Retry("nope", by="alice"))
+        await sup.ask(Claim("w", "w"))
+        await sup.ask(Fail("f", "w", AgentError(reason="no")))
+        for bad, field in (("", "by"), ("x" * 201, "by")):
+            with pytest.raises(InvalidSubmission) as refused:
+                await sup.ask(Retry("f", by=bad))
+            assert refused.value.field == field
+        with pytest.raises(InvalidSubmission) as refused:
+            await sup.ask(Retry("f", by="alice", reason="r" * 2001))
+        assert refused.value.field == "reason"
+        f, after = await sup.ask(GetTask("f")), await sup.ask(GetTask("after"))
+        assert (f.status, f.retries, after.status) == (TaskStatus.FAILED, [], TaskStatus.DEPENDENCY_FAILED)
 
 
 async def test_reports_are_bounded_by_the_limits(backend: Store) -> None:

@@ -6,6 +6,7 @@ greenroom run [--data-dir D] [--config F] [--until-idle] [--seed-example [N]] [-
 greenroom tasks add (--file F | --type T [--id ID] [--priority N] [--input JSON] [--depends-on ID ...])
 greenroom tasks list [--status S] [--type T] [--json]      greenroom tasks show ID [--json]
 greenroom tasks cancel ID [--reason TEXT]                  greenroom status [--json]    greenroom stop
+greenroom tasks retry ID [--reason TEXT]
 greenroom events tail [--follow] [--after SEQ] [--last N] [--json]
 greenroom tokens add --user U --scope chat|tasks|metrics|admin   greenroom tokens list | revoke ID
 greenroom chat [--user U] [--conversation ID] [--message TEXT ...] [--base-url URL --model M] [--store URL]

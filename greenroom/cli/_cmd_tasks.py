@@ -1,4 +1,4 @@
-"""The operator's commands: ``tasks add|list|show|cancel``, ``events tail``, ``status``,
+"""The operator's commands: ``tasks add|list|show|cancel|retry``, ``events tail``, ``status``,
 ``stop`` — through the daemon serving the data dir, else on the backend (``_operate``)."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from . import _args
 
 
 def add_parsers(commands: Any) -> None:
-    tasks = commands.add_parser("tasks", help="add, list, show and cancel tasks (through a running daemon)")
+    tasks = commands.add_parser(
+        "tasks", help="add, list, show, cancel and retry tasks (through a running daemon)"
+    )
     task_commands = _args.actions(tasks)
     add = task_commands.add_parser("add", help="submit tasks (all or none)")
     _args.remote(add)
@@ -45,6 +47,14 @@ def add_parsers(commands: Any) -> None:
     cancel.add_argument("--reason")
     cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(handler=_async(_tasks_cancel))
+    retry = task_commands.add_parser(
+        "retry", help="run a FAILED task again: a fresh attempt budget, its dependents waiting for it again"
+    )
+    _args.remote(retry)
+    retry.add_argument("task_id", metavar="ID")
+    retry.add_argument("--reason", default="")
+    retry.add_argument("--json", action="store_true")
+    retry.set_defaults(handler=_async(_tasks_retry))
     for action, help_text in (
         ("approve", "approve the tool call a WAITING task waits on (it runs once, then the task goes on)"),
         ("deny", "deny the tool call a WAITING task waits on (the agent is told why)"),
@@ -183,6 +193,14 @@ async def _tasks_show(args: argparse.Namespace) -> int:
     from . import _format, _operate
 
     print(_format.to_json(await _operate.show_task(await _target(args), args.task_id)))
+    return 0
+
+
+async def _tasks_retry(args: argparse.Namespace) -> int:
+    from . import _format, _operate
+
+    task = await _operate.retry_task(await _target(args), args.task_id, args.reason)
+    print(_format.to_json(task) if args.json else f"retried {task.id}: {task.status.value}")
     return 0
 
 

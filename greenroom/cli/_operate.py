@@ -24,7 +24,7 @@ import msgspec
 
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
-from ..messages import AgentTask, Cancel, Decide, Submit, TaskStatus
+from ..messages import AgentTask, Cancel, Decide, Retry, Submit, TaskStatus
 from ..service._client import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
 from . import _format as files
 
@@ -174,6 +174,21 @@ async def cancel_task(target: Target, task_id: str, reason: str | None) -> Agent
     async with target.client() as api:
         try:
             return await api.cancel(task_id, reason)
+        except ServiceError as error:
+            raise _refused(error) from None
+
+
+async def retry_task(target: Target, task_id: str, reason: str | None) -> AgentTask:
+    """Run a FAILED (or DEPENDENCY_FAILED) task again: through the daemon (as the token's
+    user), or on the backend with no daemon (as this machine's user)."""
+    if not target.remote:
+        import getpass
+
+        message = Retry(task_id, f"{getpass.getuser()} (command line)", reason or "")
+        return await _on_node(target, lambda supervisor: supervisor.ask(message, timeout=None))
+    async with target.client() as api:
+        try:
+            return await api.retry(task_id, reason or "")
         except ServiceError as error:
             raise _refused(error) from None
 

@@ -38,10 +38,12 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Decide,
+    Retry,
     TaskLimits,
     TaskStatus,
 )
 from ..store import (
+    FAILED_STATES,
     DuplicateTask,
     InvalidSubmission,
     InvalidTransition,
@@ -57,6 +59,8 @@ from ..store import (
     parked,
     poison_reason,
     requeued_after_death,
+    retried,
+    revived,
 )
 
 PENDING = TaskStatus.PENDING
@@ -263,6 +267,12 @@ class TaskGraph:
         task = self.tasks.get(task_id)
         return task.status if task is not None else self.archived[task_id]
 
+    def _known_status(self, task_id: str) -> TaskStatus:
+        """As :meth:`_status_of`; an archived task the graph was not told of is FAILED
+        (unknown: nothing is made runnable on it)."""
+        task = self.tasks.get(task_id)
+        return task.status if task is not None else self.archived.get(task_id, FAILED)
+
     def _make_runnable(self, task: AgentTask) -> None:
         self._unmet.pop(task.id, None)
         if task.crashes >= self.limits.isolate_after_crashes:  # in a random order: not always the same first
@@ -434,6 +444,75 @@ class TaskGraph:
         task = self._put(task, TASK_APPROVED if approved else TASK_DENIED)
         self._make_runnable(task)
         return task
+
+    def retry(self, retry: Retry, now: float) -> AgentTask:
+        """A person runs a FAILED task again (``retried``), or a DEPENDENCY_FAILED one
+        through the FAILED tasks upstream it failed because of; then every dependent none of
+        whose dependencies is failed any more is PENDING again (``revived``). Refused,
+        changing nothing, for any other status, or when a cause upstream was CANCELLED or is
+        archived."""
+        task = self.get(retry.task_id)
+        if task.status is FAILED:
+            roots = [task]
+        elif task.status is DEPENDENCY_FAILED:
+            roots = self._failed_roots(task)
+        else:
+            raise InvalidTransition(task.id, task.status.value, "retry")
+        again = [retried(root, retry, now) for root in roots]  # every check before any change
+        for root in again:
+            if root.id in self._finished:
+                self._finished.remove(root.id)
+            self._put(root, TASK_RETRIED)
+            self._make_runnable(root)  # it ran before: its dependencies were all COMPLETED
+        for root in again:
+            self._revive(root.id, now)
+        return self.tasks[retry.task_id]
+
+    def _failed_roots(self, task: AgentTask) -> list[AgentTask]:
+        """The FAILED tasks upstream that ``task`` (DEPENDENCY_FAILED) failed because of,
+        through the DEPENDENCY_FAILED ones between; ``InvalidTransition`` when a cause is
+        CANCELLED or archived (a retry cannot revive it)."""
+        roots: dict[str, AgentTask] = {}
+        seen: set[str] = set()
+        stack = [task]
+        while stack:
+            for dep in stack.pop().depends_on:
+                if dep in seen:
+                    continue
+                seen.add(dep)
+                upstream = self.tasks.get(dep)
+                if upstream is None:
+                    if self.archived.get(dep) is COMPLETED:
+                        continue
+                    raise InvalidTransition(
+                        task.id, f"DEPENDENCY_FAILED (its dependency {dep!r} is archived)", "retry"
+                    )
+                if upstream.status is FAILED:
+                    roots[dep] = upstream
+                elif upstream.status is DEPENDENCY_FAILED:
+                    stack.append(upstream)
+                elif upstream.status is CANCELLED:
+                    raise InvalidTransition(
+                        task.id, f"DEPENDENCY_FAILED (its dependency {dep!r} is CANCELLED)", "retry"
+                    )
+        return list(roots.values())
+
+    def _revive(self, task_id: str, now: float) -> None:
+        """Every DEPENDENCY_FAILED task downstream of ``task_id`` none of whose dependencies
+        is failed any more: PENDING again, waiting for them (or runnable)."""
+        queue = deque([task_id])
+        while queue:
+            for dependent_id in self._dependents.get(queue.popleft(), ()):
+                dependent = self.tasks.get(dependent_id)
+                if dependent is None or dependent.status is not DEPENDENCY_FAILED:
+                    continue
+                if any(self._known_status(dep) in FAILED_STATES for dep in dependent.depends_on):
+                    continue  # another cause remains (or one archived, unknown): it stays failed
+                if dependent_id in self._finished:
+                    self._finished.remove(dependent_id)
+                dependent = self._put(revived(dependent, now), TASK_RETRIED)
+                self._index_pending(dependent, now)
+                queue.append(dependent_id)
 
     def cancel(self, task_id: str, reason: str, now: float) -> AgentTask:
         task = self.get(task_id)

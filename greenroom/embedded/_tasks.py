@@ -51,6 +51,7 @@ from ..messages import (
     ListTasks,
     Park,
     Release,
+    Retry,
     Stats,
     Submit,
     TaskLimits,
@@ -318,6 +319,8 @@ class FileTaskStore:
             return graph.park(message.task_id, message.agent_id, message.call, now)
         if kind is Decide:
             return graph.decide(message, now)
+        if kind is Retry:
+            return graph.retry(message, now)
         if kind is Stats:
             return GraphStats(
                 by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
@@ -516,5 +519,5 @@ class FileTaskStore:
 
 _NOTHING_READY: Any = object()
 
-_BY_ID: dict[type, str] = {GetTask: "get", Cancel: "cancel", Decide: "decide"}
+_BY_ID: dict[type, str] = {GetTask: "get", Cancel: "cancel", Decide: "decide", Retry: "retry"}
 """Requests about one task (and what they do), answered from the archive when it is there."""

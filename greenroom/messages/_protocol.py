@@ -100,6 +100,19 @@ class Decide(msgspec.Struct, Request[AgentTask], frozen=True):
     as_done: bool = False
 
 
+class Retry(msgspec.Struct, Request[AgentTask], frozen=True):
+    """A person runs a FAILED task again: PENDING with a fresh attempt budget, the retry
+    kept on the task (``by``, when, ``reason``), and its dependents that failed because of
+    it PENDING again (waiting for it). A DEPENDENCY_FAILED task is retried through the
+    FAILED tasks upstream that it failed because of (refused, changing nothing, when one of
+    them was CANCELLED or is archived). Any other status is refused
+    (``InvalidTransition``). Replies with the task."""
+
+    task_id: str
+    by: str
+    reason: str = ""
+
+
 class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
 

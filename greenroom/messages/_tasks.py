@@ -92,6 +92,9 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     decisions: dict[str, dict[str, Any]] = {}
     """The approvals and denials given, by step (``approved``, ``by``, ``at``, ``reason``):
     a resumed attempt runs exactly the approved call, once, and shows a denial to the model."""
+    retries: list[dict[str, Any]] = []
+    """The retries people asked for, oldest first, the last 20 (``by``, ``at``,
+    ``reason``, and what it was: ``status``, ``attempt``, ``error``)."""
 
 
 class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

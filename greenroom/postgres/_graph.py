@@ -45,10 +45,12 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Decide,
+    Retry,
     TaskLimits,
     TaskStatus,
 )
 from ..store import (
+    FAILED_STATES,
     DuplicateTask,
     InvalidSubmission,
     InvalidTransition,
@@ -65,10 +67,14 @@ from ..store import (
     poison_reason,
     requeued_after_death,
     result_payload,
+    retried,
+    revived,
     transition_payload,
 )
 from ._events import EventItem, encode_payload, insert_events
 from ._steps import drop_steps
+
+FAILED_NAMES = frozenset(status.value for status in FAILED_STATES)
 
 CHANNEL = "greenroom_runnable"
 
@@ -89,7 +95,17 @@ _COLUMNS = (
     "id, type, status, owner, priority, ord, attempt, max_attempts, crashes, created_at, updated_at, "
     "lease_expires_at, last_heartbeat_at, doc"
 )
-_DOC_FIELDS = ("input", "context", "metadata", "depends_on", "result", "error", "waiting", "decisions")
+_DOC_FIELDS = (
+    "input",
+    "context",
+    "metadata",
+    "depends_on",
+    "result",
+    "error",
+    "waiting",
+    "decisions",
+    "retries",
+)
 _encode = msgspec.json.encode
 EventRow = tuple[str, str | None, str | None, dict[str, Any]]
 """An event to write: ``(type, task_id, agent_id, payload)``."""
@@ -717,6 +733,99 @@ class PostgresGraph:
         self._emit(connection, [self._transition_event(TASK_APPROVED if approved else TASK_DENIED, task)])
         self._notify(connection, {task.type})
         return task
+
+    def retry(self, connection: Any, retry: Retry) -> AgentTask:
+        """A person runs a FAILED task again (``retried``), or a DEPENDENCY_FAILED one
+        through the FAILED tasks upstream it failed because of; then every dependent none of
+        whose dependencies is failed any more is PENDING again (``revived``), its ``unmet``
+        counted anew — in one transaction, the rows locked first (of two retries at once, on
+        any daemons, the second finds the task PENDING and is refused)."""
+        task = self._locked(connection, retry.task_id, "retry")
+        if task.status is TaskStatus.FAILED:
+            roots = [task]
+        elif task.status is TaskStatus.DEPENDENCY_FAILED:
+            roots = [self._locked(connection, root, "retry") for root in self._failed_roots(connection, task)]
+            if any(root.status is not TaskStatus.FAILED for root in roots):  # changed before the lock
+                raise InvalidTransition(task.id, task.status.value, "retry")
+        else:
+            raise InvalidTransition(task.id, task.status.value, "retry")
+        now = self.clock()
+        again = [retried(root, retry, now) for root in roots]  # every check before any change
+        events: list[EventRow] = []
+        ready: set[str] = set()
+        for root in again:
+            self._write(connection, root)
+            connection.execute("UPDATE gr_tasks SET unmet = 0 WHERE id = %s", (root.id,))  # it ran before
+            events.append(self._transition_event(TASK_RETRIED, root))
+            ready.add(root.type)
+        frontier = [root.id for root in again]
+        while frontier:
+            candidates = connection.execute(
+                "SELECT DISTINCT d.task_id FROM gr_deps d JOIN gr_tasks t ON t.id = d.task_id "
+                "WHERE d.dep_id = ANY(%s) AND t.status = 'DEPENDENCY_FAILED' ORDER BY d.task_id",
+                (frontier,),
+            ).fetchall()
+            frontier = []
+            for (dependent_id,) in candidates:
+                statuses = self._dependency_statuses(connection, dependent_id)
+                if any(status is None or status in FAILED_NAMES for status in statuses):
+                    continue  # another cause remains: it stays failed
+                dependent = revived(self._locked(connection, dependent_id), now)
+                self._write(connection, dependent)
+                unmet = sum(1 for status in statuses if status != "COMPLETED")
+                connection.execute("UPDATE gr_tasks SET unmet = %s WHERE id = %s", (unmet, dependent_id))
+                events.append(self._transition_event(TASK_RETRIED, dependent))
+                if not unmet:
+                    ready.add(dependent.type)
+                frontier.append(dependent_id)
+        self._emit(connection, events)
+        self._notify(connection, ready)
+        return self.get(connection, retry.task_id)
+
+    def _failed_roots(self, connection: Any, task: AgentTask) -> list[str]:
+        """The FAILED tasks upstream that ``task`` (DEPENDENCY_FAILED) failed because of,
+        through the DEPENDENCY_FAILED ones between; ``InvalidTransition`` when a cause is
+        CANCELLED or archived (a retry cannot revive it)."""
+        roots: list[str] = []
+        seen: set[str] = set()
+        frontier = [task.id]
+        while frontier:
+            rows = connection.execute(
+                "SELECT d.dep_id, t.status, a.status FROM gr_deps d LEFT JOIN gr_tasks t ON t.id = d.dep_id "
+                "LEFT JOIN gr_archive a ON a.id = d.dep_id WHERE d.task_id = ANY(%s) ORDER BY d.dep_id",
+                (frontier,),
+            ).fetchall()
+            frontier = []
+            for dep, live, archived in rows:
+                if dep in seen:
+                    continue
+                seen.add(dep)
+                if live is None:
+                    if archived == "COMPLETED":
+                        continue
+                    raise InvalidTransition(
+                        task.id, f"DEPENDENCY_FAILED (its dependency {dep!r} is archived)", "retry"
+                    )
+                if live == "FAILED":
+                    roots.append(dep)
+                elif live == "DEPENDENCY_FAILED":
+                    frontier.append(dep)
+                elif live == "CANCELLED":
+                    raise InvalidTransition(
+                        task.id, f"DEPENDENCY_FAILED (its dependency {dep!r} is CANCELLED)", "retry"
+                    )
+        return roots
+
+    @staticmethod
+    def _dependency_statuses(connection: Any, task_id: str) -> list[str | None]:
+        """The status of each of ``task_id``'s dependencies, live or archived (``None``:
+        neither)."""
+        rows = connection.execute(
+            "SELECT coalesce(t.status, a.status) FROM gr_deps d LEFT JOIN gr_tasks t ON t.id = d.dep_id "
+            "LEFT JOIN gr_archive a ON a.id = d.dep_id WHERE d.task_id = %s",
+            (task_id,),
+        ).fetchall()
+        return [status for (status,) in rows]
 
     def cancel(self, connection: Any, task_id: str, reason: str) -> AgentTask:
         task = self._locked(connection, task_id, "cancel")

@@ -54,6 +54,7 @@ from ..messages import (
     ListTasks,
     Park,
     Release,
+    Retry,
     Stats,
     Submit,
     TaskLimits,
@@ -88,6 +89,7 @@ _HANDLED = (
     Claim,
     Park,
     Decide,
+    Retry,
     Heartbeat,
     Complete,
     Fail,
@@ -429,6 +431,8 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
         return await db.run(lambda c: graph.park(c, message.task_id, message.agent_id, message.call))
     if isinstance(message, Decide):
         return await db.run(lambda c: graph.decide(c, message))
+    if isinstance(message, Retry):
+        return await db.run(lambda c: graph.retry(c, message))
     if isinstance(message, Submit):
         return await db.run(lambda c: graph.submit(c, message.tasks))
     if isinstance(message, GetTask):

@@ -49,7 +49,18 @@ from starlette.routing import Route
 from .. import _tracing
 from .._errors import MISSING, GreenroomError, InvalidInput, StoreUnavailable, shown
 from ..actors import ActorRef, ActorStopped
-from ..messages import AgentTask, Cancel, Decide, Event, GetTask, ListTasks, Submit, TaskStatus, convert
+from ..messages import (
+    AgentTask,
+    Cancel,
+    Decide,
+    Event,
+    GetTask,
+    ListTasks,
+    Retry,
+    Submit,
+    TaskStatus,
+    convert,
+)
 from ._page import page_routes
 from ._tokens import Principal, Scope, TokenStore
 
@@ -422,6 +433,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/tasks/{task_id}", "tasks", tasks.show_task),
             route("/v1/tasks/{task_id}/steps", "tasks", tasks.task_steps),
             route("/v1/tasks/{task_id}/cancel", "tasks", tasks.cancel_task, "POST"),
+            route("/v1/tasks/{task_id}/retry", "tasks", tasks.retry_task, "POST"),
             route("/v1/tasks/{task_id}/approve", "tasks", tasks.decide_task, "POST"),
             route("/v1/tasks/{task_id}/deny", "tasks", tasks.decide_task, "POST"),
             route("/v1/events", "tasks", tasks.events),
@@ -529,6 +541,23 @@ class _TaskEndpoints:
                 raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
             reason = raw.get("reason") or reason
         task = await self.supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
+        return _json(task)
+
+    async def retry_task(self, request: Request, principal: Principal | None) -> Response:
+        """Run a FAILED (or DEPENDENCY_FAILED) task again: a fresh attempt budget, its
+        dependents waiting for it again; who retried is the token's user."""
+        raw = await _body(request, self.parts, required=False)
+        reason = ""
+        if raw is not _NO_BODY:
+            if not isinstance(raw, dict):
+                raise ApiError(
+                    400, "invalid_input", 'the body must be {"reason": "..."}', field="body", value=raw
+                )
+            if not isinstance(raw.get("reason", ""), str):
+                raise ApiError(400, "invalid_input", "reason must be a string", field="reason")
+            reason = raw.get("reason", "")
+        by = principal.user if principal is not None else "api"
+        task = await self.supervisor.ask(Retry(request.path_params["task_id"], by, reason), timeout=None)
         return _json(task)
 
     async def decide_task(self, request: Request, principal: Principal | None) -> Response:

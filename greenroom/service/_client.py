@@ -192,6 +192,13 @@ class ServiceClient:
         )
         return msgspec.convert(answer, AgentTask)
 
+    async def retry(self, task_id: str, reason: str = "") -> AgentTask:
+        """Run a FAILED (or DEPENDENCY_FAILED) task again, as the token's user (see
+        ``messages.Retry``)."""
+        body = msgspec.json.encode({"reason": reason} if reason else {})
+        answer = await self._call("POST", f"/v1/tasks/{_segment(task_id)}/retry", content=body, headers=_JSON)
+        return msgspec.convert(answer, AgentTask)
+
     async def decide(
         self,
         task_id: str,

@@ -13,7 +13,8 @@
   records together: :class:`LoadEntry`).
 - The task rules, the same on every backend: what a submission must be
   (:func:`check_submission`, :func:`find_cycle`, :func:`in_dependency_order`), the task a
-  transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`,
+  transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`, :func:`retried`,
+  :func:`revived`,
   :func:`requeued_after_death`, :func:`death_counted`), the reasons a task carries
   (:func:`lease_expired`, :func:`dependency_failed`, :func:`poison_reason`,
   :func:`lease_report`, :func:`bound_report`) and the payloads of its events
@@ -54,6 +55,7 @@ from ._events import EventStore, Origin
 from ._load import LoadEntry, LoadRecordStore, check_entries, check_prefix, check_run
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
 from ._rules import (
+    FAILED_STATES,
     bound_report,
     check_submission,
     death_counted,
@@ -69,6 +71,8 @@ from ._rules import (
     requeued_after_death,
     result_event,
     result_payload,
+    retried,
+    revived,
     transition_payload,
 )
 from ._steps import Step, StepStore, check_step, encoded_body, step_from_row
@@ -76,6 +80,7 @@ from ._store import Store, StoreSizes
 from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 
 __all__ = [
+    "FAILED_STATES",
     "FIXED_PART",
     "BudgetStore",
     "ChatStore",
@@ -130,6 +135,8 @@ __all__ = [
     "requeued_after_death",
     "result_event",
     "result_payload",
+    "retried",
+    "revived",
     "spend_rows",
     "step_from_row",
     "transition_payload",

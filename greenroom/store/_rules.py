@@ -24,6 +24,7 @@ from ..messages import (
     Complete,
     Decide,
     Fail,
+    Retry,
     TaskLimits,
     TaskStatus,
 )
@@ -294,6 +295,51 @@ def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
         task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: kept},
         lease_expires_at=None, updated_at=now,
     )  # fmt: skip
+
+
+# -- retries -------------------------------------------------------------------------------
+
+RETRIES_KEPT = 20
+"""The retries a task remembers (the newest)."""
+
+
+def retried(task: AgentTask, retry: Retry, now: float) -> AgentTask:
+    """``task`` (FAILED, checked by the store) run again by a person: PENDING with a fresh
+    attempt budget (``attempt`` and ``crashes`` 0), no owner, lease or error; the retry kept
+    in ``retries`` (``by``, ``at``, ``reason``, and the status, attempt and error it had).
+    ``InvalidSubmission`` naming the field for a bad ``by`` or ``reason`` (nothing changes)."""
+    by, reason = retry.by, retry.reason
+    if not isinstance(by, str) or not by or len(by) > MAX_DECIDER:
+        raise InvalidSubmission(task.id, "by", by, f"must be 1 to {MAX_DECIDER} characters")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise InvalidSubmission(
+            task.id, "reason", f"{reason!s:.40}", f"must be at most {MAX_REASON} characters"
+        )
+    kept = {
+        "by": by,
+        "at": now,
+        "reason": reason,
+        "status": task.status.value,
+        "attempt": task.attempt,
+        "error": None if task.error is None else task.error.reason,
+    }
+    return replace(
+        task, status=TaskStatus.PENDING, owner=None, attempt=0, crashes=0, lease_expires_at=None,
+        last_heartbeat_at=None, error=None, result=None, waiting=None, updated_at=now,
+        retries=[*task.retries, kept][-RETRIES_KEPT:],
+    )  # fmt: skip
+
+
+def revived(task: AgentTask, now: float) -> AgentTask:
+    """A DEPENDENCY_FAILED ``task`` none of whose dependencies is failed any more (one was
+    retried): PENDING again, waiting for them; its attempts untouched (it never ran)."""
+    return replace(
+        task, status=TaskStatus.PENDING, owner=None, lease_expires_at=None, error=None, updated_at=now
+    )
+
+
+FAILED_STATES = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.DEPENDENCY_FAILED})
+"""The final states that fail a task's dependents."""
 
 
 EXPIRY = "expiry"

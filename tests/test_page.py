@@ -314,3 +314,88 @@ async def test_many_waiting_calls_are_previewed_then_decided_on_the_page(tmp_pat
                 and decided.decisions[rerun["step"]]["as_done"]
             )
         assert (await ops.get_task("plain")).status is TaskStatus.WAITING
+
+
+FIND = (
+    "document.getElementById('find-id').value = arguments[0]; document.querySelector('#find button').click()"
+)
+"""Open the task ``arguments[0]`` through the page's search by id."""
+NOTICE = (
+    "return !document.getElementById('notice').hidden && document.getElementById('notice-text').textContent"
+)
+"""The notice on screen once there is one."""
+
+
+async def test_a_failed_task_is_found_by_id_retried_then_cancelled_on_the_page(tmp_path: Path) -> None:
+    """Issue 40's actions: a task opened by its id shows its state in colour; Retry (after a
+    confirmation) runs it again and its dependent waits for it again; Cancel takes both;
+    a refused action stays on screen."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id="flaky", type="idle", max_attempts=1),
+                          AgentTask(id="after", type="idle", depends_on=["flaky"])])  # fmt: skip
+        supervisor = daemon.host.supervisor
+        await supervisor.ask(Claim("agent", "idle"))
+        await supervisor.ask(Fail("flaky", "agent", AgentError(reason="the API was down")))
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until(COUNT, "FAILED", 1)
+        await browser.js(FIND, "nope")
+        assert "No task with id nope" in await browser.until(NOTICE)
+        await browser.click("#notice-close")
+        await browser.js(FIND, "flaky")
+        await browser.until("return document.getElementById('task-id').textContent === 'flaky'")
+        colour = await browser.until(
+            "const s = document.getElementById('task-state'); return s && s.textContent === 'FAILED' && "
+            "getComputedStyle(s).color"
+        )
+        assert colour == "rgb(198, 40, 40)"  # red, beside the word
+        assert await browser.shown("task-retry") and await browser.shown("task-cancel") is False
+        await browser.js("window.confirm = () => false; document.getElementById('task-retry').click()")
+        assert (await ops.get_task("flaky")).status is TaskStatus.FAILED  # not confirmed: nothing sent
+        await browser.js("window.confirm = () => true; document.getElementById('task-retry').click()")
+        await browser.until(COUNT, "FAILED", 0)
+        retried = await ops.get_task("flaky")
+        assert retried.status is TaskStatus.PENDING and retried.retries[0]["by"] == "ops"
+        assert (await ops.get_task("after")).status is TaskStatus.PENDING
+        await browser.until("return document.querySelectorAll('#task-retries li').length === 1")
+        await browser.until("return !document.getElementById('task-cancel').hidden")
+        await browser.js("act('retry')")  # a stale page's retry of a task that is PENDING now
+        said = await browser.until(NOTICE)
+        assert "Could not retry flaky" in said and "PENDING" in said
+        await browser.js("window.confirm = () => true; document.getElementById('task-cancel').click()")
+        await browser.until(COUNT, "CANCELLED", 1)
+        assert (await ops.get_task("after")).status is TaskStatus.DEPENDENCY_FAILED
+        assert await browser.js("return document.getElementById('notice-text').textContent") == said
+
+
+async def test_the_task_view_links_upstream_shows_times_with_dates_and_explains_an_empty_page(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit(
+            [AgentTask(id="up", type="idle"), AgentTask(id="down", type="idle", depends_on=["up"])]
+        )
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until("return document.querySelector('#tasks tr[data-task=\"down\"]') !== null")
+        updated = await browser.js(
+            "return document.querySelector('#tasks tr[data-task=\"down\"] td:last-child').title"
+        )
+        assert __import__("re").fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", updated), updated
+        assert await browser.js("return document.getElementById('page-count').textContent") == "page 1 of 1"
+        await browser.click('#tasks tr[data-task="down"]')
+        await browser.until("return document.querySelector('#task-upstream a[data-task=\"up\"]') !== null")
+        await browser.click('#task-upstream a[data-task="up"]')
+        await browser.until("return document.getElementById('task-id').textContent === 'up'")
+        assert await browser.shown("no-upstream")
+        await browser.js(
+            "document.getElementById('filter-status').value = arguments[0];"
+            "document.querySelector('#filter button').click()",
+            "FAILED",
+        )
+        empty = await browser.until(
+            "const c = document.querySelector('#tasks td.empty'); return c && c.textContent"
+        )
+        assert empty == "No task matches this filter."

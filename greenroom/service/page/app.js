@@ -8,6 +8,8 @@ const $ = (id) => document.getElementById(id);
 let token = sessionStorage.getItem("greenroom-token");
 let refreshing = false;
 let pageAfter = 0;        // the tasks table's page: tasks after this order
+let pageIndex = 1;        // which page that is (1: the first)
+let lastStatus = null;    // the last /v1/status document (its counts give the page count)
 let nextAfter = null;     // the next page's start, when there is one
 let shownTask = null;     // the task whose details are open (set at the click: a late answer about another is dropped)
 let bulkPreview = null;   // the bulk decision last previewed: what Apply sends
@@ -41,12 +43,44 @@ function el(tag, text, attributes = {}) {
 
 function row(cells) {
   const tr = el("tr");
-  for (const cell of cells) tr.append(el("td", cell));
+  for (const cell of cells) tr.append(cell instanceof Node ? cell : el("td", cell));
   return tr;
 }
 
+// Times: how long ago (what a person reads), the date and time on hover (what they check).
+function ago(seconds) {
+  if (!seconds) return "";
+  const past = Math.max(0, Date.now() / 1000 - seconds);
+  if (past < 5) return "just now";
+  return `${duration(past)} ago`;
+}
+
+function duration(seconds) {
+  if (seconds < 60) return `${Math.round(seconds)} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+  return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
+}
+
+function dateOf(seconds) {
+  const at = new Date(seconds * 1000);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} ` +
+    `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
+}
+
 function when(seconds) {
-  return seconds ? new Date(seconds * 1000).toLocaleTimeString() : "";
+  return seconds ? `${ago(seconds)} (${dateOf(seconds)})` : "";
+}
+
+function timeCell(seconds, tag = "td") {
+  const cell = el(tag, ago(seconds));
+  if (seconds) { cell.title = dateOf(seconds); cell.dataset.at = String(seconds); }
+  return cell;
+}
+
+function stateCell(status) {
+  return el("td", status, { class: "state", "data-status": status });
 }
 
 // -- logging in and out ------------------------------------------------------------------
@@ -61,10 +95,15 @@ function showLogin(message) {
   shownTask = null;
   bulkPreview = null;
   $("task-fields").replaceChildren();
-  for (const id of ["task-input", "task-id", "about", "problem", "notice-text", "bulk-shown"]) $(id).textContent = "";
+  for (const id of ["task-input", "task-id", "about", "problem", "notice-text", "bulk-shown", "task-result-summary",
+    "task-result-json", "page-count", "find-id"]) {
+    if ($(id).value !== undefined) $(id).value = ""; else $(id).textContent = "";
+  }
+  lastStatus = null;
   $("notice").hidden = true;
   $("bulk-apply").hidden = true;
-  for (const body of document.querySelectorAll("#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps"))
+  for (const body of document.querySelectorAll(
+    "#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps, #task-upstream, #task-retries"))
     body.replaceChildren();
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -112,6 +151,7 @@ async function refresh() {
 }
 
 function showStatus(status) {
+  lastStatus = status;
   $("about").textContent = `version ${status.version} · up ${Math.round(status.uptime)} s` +
     (status.stopping ? " · stopping" : "");
   const counts = $("counts");
@@ -137,9 +177,10 @@ function showStatus(status) {
   for (const a of Object.values(status.agents)) { tokens += a.tokens_spent; cost += a.cost; }
   spend.append(row(["agents' tokens", tokens]), row(["agents' cost", cost.toFixed(4)]));
   for (const [name, b] of Object.entries(status.budgets || {})) {
-    const limit = [b.limit !== null ? `${b.limit} tokens` : null, b.cost_limit !== null ? `${b.cost_limit}` : null]
-      .filter(Boolean).join(", ") || "no limit";
-    const tr = row([`budget ${name}`, `${b.tokens} tokens, ${b.cost} spent of ${limit}${b.exhausted ? " (exhausted)" : ""}`]);
+    const limits = [b.limit !== null ? `${b.limit} tokens` : null, b.cost_limit !== null ? `a cost of ${b.cost_limit}` : null]
+      .filter(Boolean).join(" and ");
+    const spent = `${b.tokens} tokens and a cost of ${b.cost} spent` + (limits ? ` of ${limits}` : " (no limit set)");
+    const tr = row([`budget ${name}`, spent + (b.exhausted ? " — exhausted" : "")]);
     tr.dataset.budget = name;
     spend.append(tr);
   }
@@ -245,13 +286,30 @@ async function showTasks() {
   const body = $("tasks").tBodies[0];
   body.replaceChildren();
   for (const task of page.tasks) {
-    const tr = row([task.id, task.type, task.status, task.attempt, task.owner || "", when(task.updated_at)]);
+    const tr = row([task.id, task.type, stateCell(task.status), task.attempt, task.owner || "", timeCell(task.updated_at)]);
     tr.dataset.task = task.id;
+    tr.tabIndex = 0;   // reachable from the keyboard: Enter opens it
     tr.addEventListener("click", () => showTask(task.id, true));
+    tr.addEventListener("keydown", (event) => { if (event.key === "Enter") showTask(task.id, true); });
     body.append(tr);
+  }
+  if (!page.tasks.length) {
+    const empty = $("filter-status").value || $("filter-type").value.trim() || $("filter-archived").checked
+      ? "No task matches this filter." : "No tasks yet: submit some (greenroom tasks add, or POST /v1/tasks).";
+    body.append(row([el("td", empty, { colspan: "6", class: "empty" })]));
   }
   nextAfter = page.next;
   $("next-page").disabled = nextAfter === null;
+  $("page-count").textContent = pageCount();
+}
+
+// "page N of M" where the status counts say how many tasks the filter has (not by type,
+// not archived: those counts are not at hand); "page N" otherwise.
+function pageCount() {
+  const status = $("filter-status").value;
+  if (!lastStatus || $("filter-type").value.trim() || $("filter-archived").checked) return `page ${pageIndex}`;
+  const total = status ? (lastStatus.tasks.by_status[status] || 0) : lastStatus.tasks.total;
+  return `page ${pageIndex} of ${Math.max(1, Math.ceil(total / 20))}`;
 }
 
 async function showTask(taskId, withEvents) {
@@ -262,15 +320,41 @@ async function showTask(taskId, withEvents) {
   $("task-id").textContent = task.id;
   const fields = $("task-fields");
   fields.replaceChildren();
+  const final = ["COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"].includes(task.status);
   const shown = {
-    type: task.type, state: task.status, owner: task.owner || "—",
-    attempt: `${task.attempt} of ${task.max_attempts}`, "depends on": (task.depends_on || []).join(", ") || "—",
+    type: task.type, owner: task.owner || "—",
+    attempt: `${task.attempt} of ${task.max_attempts}`,
     created: when(task.created_at), updated: when(task.updated_at),
-    result: task.result ? JSON.stringify(task.result.output ?? task.result) : "—",
-    error: task.error ? task.error.message || JSON.stringify(task.error) : "—",
+    [final ? "took" : "age"]: task.created_at
+      ? duration(Math.max(0, (final ? task.updated_at : Date.now() / 1000) - task.created_at)) : "—",
+    error: task.error ? task.error.reason || JSON.stringify(task.error) : "—",
   };
-  if (task.waiting) shown["waiting on"] = `${task.waiting.tool} ${JSON.stringify(task.waiting.arguments)}`;
+  if (task.waiting) {
+    shown["waiting on"] = `${task.waiting.tool} ${JSON.stringify(task.waiting.arguments)}`;
+    if (task.waiting.since) shown["waiting for a person"] = duration(Math.max(0, Date.now() / 1000 - task.waiting.since));
+  }
+  fields.append(el("dt", "state"), el("dd", task.status, { "data-status": task.status, id: "task-state" }));
   for (const [name, value] of Object.entries(shown)) fields.append(el("dt", name), el("dd", value));
+  $("task-retry").hidden = !["FAILED", "DEPENDENCY_FAILED"].includes(task.status);
+  $("task-cancel").hidden = final;
+  const upstream = $("task-upstream");
+  upstream.replaceChildren();
+  $("no-upstream").hidden = (task.depends_on || []).length > 0;
+  for (const dep of task.depends_on || []) {
+    const link = el("a", dep, { href: `#task=${encodeURIComponent(dep)}`, "data-task": dep });
+    link.addEventListener("click", (event) => { event.preventDefault(); showTask(dep, true); });
+    const item = el("li");
+    item.append(link);
+    upstream.append(item);
+  }
+  $("task-result-summary").textContent = task.result ? `${task.result.outcome} (show the whole result)` : "no result";
+  $("task-result-json").textContent = task.result ? JSON.stringify(task.result, null, 2) : "";
+  const retries = $("task-retries");
+  retries.replaceChildren();
+  $("no-retries").hidden = (task.retries || []).length > 0;
+  for (const r of task.retries || []) {
+    retries.append(el("li", `${when(r.at)} by ${r.by}${r.reason ? `: ${r.reason}` : ""} (was ${r.status}, attempt ${r.attempt})`));
+  }
   $("task-input").textContent = JSON.stringify(task.input, null, 2);
   if (withEvents) await Promise.all([showTaskEvents(taskId), showTaskSteps(taskId)]);
 }
@@ -305,8 +389,36 @@ async function showTaskEvents(taskId) {
 }
 
 function eventItem(event) {
-  const text = `#${event.seq} ${when(event.ts)} ${event.type} ${event.task_id || ""} ${event.agent_id || ""}`;
+  const text = `#${event.seq} ${dateOf(event.ts)} ${event.type} ${event.task_id || ""} ${event.agent_id || ""}`;
   return el("li", text, { "data-type": event.type, "data-task": event.task_id || "" });
+}
+
+// Cancel and retry: each asks for a confirmation; a refusal stays on screen until read.
+async function act(verb) {
+  const taskId = shownTask;
+  if (!taskId) return;
+  const question = verb === "retry"
+    ? `Retry ${taskId}? It runs again with a fresh attempt budget, and its dependents wait for it again.`
+    : `Cancel ${taskId}? Its dependents can never run either.`;
+  if (!window.confirm(question)) return;
+  const body = verb === "cancel" ? { reason: "cancelled on the status page" } : { reason: "retried on the status page" };
+  try {
+    await api(`/v1/tasks/${encodeURIComponent(taskId)}/${verb}`, { method: "POST", body: JSON.stringify(body) });
+  } catch (failure) {
+    if (failure.status === 401) { showLogin("The token is no longer valid."); return; }
+    notice(`Could not ${verb} ${taskId}: ${failure.message}`);
+  }
+  await refresh();
+}
+
+async function find(taskId) {
+  try {
+    await api(`/v1/tasks/${encodeURIComponent(taskId)}`);   // there is one: only then is it the task shown
+    await showTask(taskId, true);
+  } catch (failure) {
+    if (failure.status === 401) { showLogin("The token is no longer valid."); return; }
+    notice(failure.status === 404 ? `No task with id ${taskId}.` : `Could not open ${taskId}: ${failure.message}`);
+  }
 }
 
 // Server-Sent Events, read with fetch (EventSource cannot send the Authorization header).
@@ -381,9 +493,14 @@ document.addEventListener("DOMContentLoaded", () => {
   $("bulk-apply").addEventListener("click", bulkApplied);
   for (const id of ["bulk-type", "bulk-tool", "bulk-may-have-run", "bulk-verdict", "bulk-reason"])
     $(id).addEventListener("change", () => { bulkPreview = null; $("bulk-apply").hidden = true; });
-  $("filter").addEventListener("submit", (event) => { event.preventDefault(); pageAfter = 0; refresh(); });
-  $("first-page").addEventListener("click", () => { pageAfter = 0; refresh(); });
-  $("next-page").addEventListener("click", () => { if (nextAfter !== null) { pageAfter = nextAfter; refresh(); } });
+  $("filter").addEventListener("submit", (event) => { event.preventDefault(); pageAfter = 0; pageIndex = 1; refresh(); });
+  $("first-page").addEventListener("click", () => { pageAfter = 0; pageIndex = 1; refresh(); });
+  $("next-page").addEventListener("click", () => {
+    if (nextAfter !== null) { pageAfter = nextAfter; pageIndex += 1; refresh(); }
+  });
+  $("find").addEventListener("submit", (event) => { event.preventDefault(); find($("find-id").value.trim()); });
+  $("task-retry").addEventListener("click", () => act("retry"));
+  $("task-cancel").addEventListener("click", () => act("cancel"));
   setInterval(refresh, 1000);
   if (token) logIn(token); else showLogin("");
 });

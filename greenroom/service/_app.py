@@ -411,6 +411,20 @@ def _status_filter(text: str | None) -> TaskStatus | None:
         ) from None
 
 
+async def _reason(request: Request, parts: ServiceParts) -> str:
+    """The ``{"reason": "..."}`` an action may carry (no body: ``""``); 400 naming the field
+    for anything else."""
+    raw = await _body(request, parts, required=False)
+    if raw is _NO_BODY:
+        return ""
+    if not isinstance(raw, dict):
+        raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="body", value=raw)
+    reason = raw.get("reason", "")
+    if not isinstance(reason, str):
+        raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
+    return reason
+
+
 def create_app(parts: ServiceParts) -> Starlette:
     """The API over ``parts``. Serve it with :func:`greenroom.service.serve` (Hypercorn,
     on asyncio or trio) or any ASGI server."""
@@ -530,32 +544,14 @@ class _TaskEndpoints:
         return _json({"task_id": task.id, "steps": shown_steps})
 
     async def cancel_task(self, request: Request, principal: Principal | None) -> Response:
-        raw = await _body(request, self.parts, required=False)
-        reason = "cancelled through the API"
-        if raw is not _NO_BODY:
-            if not isinstance(raw, dict):
-                raise ApiError(
-                    400, "invalid_input", 'the body must be {"reason": "..."}', field="body", value=raw
-                )
-            if not isinstance(raw.get("reason", ""), str):
-                raise ApiError(400, "invalid_input", 'the body must be {"reason": "..."}', field="reason")
-            reason = raw.get("reason") or reason
+        reason = await _reason(request, self.parts) or "cancelled through the API"
         task = await self.supervisor.ask(Cancel(request.path_params["task_id"], reason), timeout=None)
         return _json(task)
 
     async def retry_task(self, request: Request, principal: Principal | None) -> Response:
         """Run a FAILED (or DEPENDENCY_FAILED) task again: a fresh attempt budget, its
         dependents waiting for it again; who retried is the token's user."""
-        raw = await _body(request, self.parts, required=False)
-        reason = ""
-        if raw is not _NO_BODY:
-            if not isinstance(raw, dict):
-                raise ApiError(
-                    400, "invalid_input", 'the body must be {"reason": "..."}', field="body", value=raw
-                )
-            if not isinstance(raw.get("reason", ""), str):
-                raise ApiError(400, "invalid_input", "reason must be a string", field="reason")
-            reason = raw.get("reason", "")
+        reason = await _reason(request, self.parts)
         by = principal.user if principal is not None else "api"
         task = await self.supervisor.ask(Retry(request.path_params["task_id"], by, reason), timeout=None)
         return _json(task)

@@ -38,6 +38,7 @@ from greenroom.messages import (
     Claim,
     Complete,
     Decide,
+    Dependents,
     Event,
     Fail,
     GetTask,
@@ -653,6 +654,20 @@ async def test_a_dependency_failed_task_is_retried_through_the_failed_task_it_fa
         root = await sup.ask(GetTask("root"))
         assert root.status is TaskStatus.PENDING and root.retries[0]["by"] == "bob"
         assert (await sup.ask(GetTask("mid"))).status is TaskStatus.PENDING
+
+
+async def test_a_tasks_dependents_are_the_live_tasks_that_depend_on_it_in_submission_order(
+    backend: Store,
+) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("a"), task("c", depends_on=["a"]), task("b", depends_on=["a"]),
+                              task("d", depends_on=["b", "c"])]))  # fmt: skip
+        assert await sup.ask(Dependents("a")) == ["c", "b"]
+        assert await sup.ask(Dependents("b")) == ["d"]
+        assert await sup.ask(Dependents("d")) == []
+        with pytest.raises(UnknownTask):
+            await sup.ask(Dependents("nope"))
 
 
 async def test_a_retry_is_refused_by_name_and_changes_nothing(backend: Store) -> None:

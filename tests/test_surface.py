@@ -89,6 +89,7 @@ PUBLIC: dict[str, list[str]] = {
         "Claim",
         "Complete",
         "Decide",
+        "Dependents",
         "Event",
         "Fail",
         "Flush",

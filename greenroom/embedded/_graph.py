@@ -141,6 +141,12 @@ class TaskGraph:
             raise UnknownTask(task_id)
         return task
 
+    def dependents(self, task_id: str) -> list[str]:
+        """The live tasks that depend on ``task_id`` directly, in submission order."""
+        self.get(task_id)
+        live = [self.tasks[d] for d in self._dependents.get(task_id, ()) if d in self.tasks]
+        return [task.id for task in sorted(live, key=lambda task: task.order)]
+
     def page(
         self, status: TaskStatus | None, agent_type: str | None, after: int, limit: int | None
     ) -> list[AgentTask]:

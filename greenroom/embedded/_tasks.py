@@ -42,6 +42,7 @@ from ..messages import (
     Claim,
     Complete,
     Decide,
+    Dependents,
     Fail,
     Flush,
     GetTask,
@@ -309,6 +310,8 @@ class FileTaskStore:
             return graph.submit(message.tasks, now)
         if kind is GetTask:
             return graph.get(message.task_id)
+        if kind is Dependents:
+            return graph.dependents(message.task_id)
         if kind is ListTasks:
             return graph.page(message.status, message.type, message.after, message.limit)
         if kind is Release:

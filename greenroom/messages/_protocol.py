@@ -113,6 +113,13 @@ class Retry(msgspec.Struct, Request[AgentTask], frozen=True):
     reason: str = ""
 
 
+class Dependents(msgspec.Struct, Request[list[str]], frozen=True):
+    """The ids of the live tasks that depend on ``task_id`` directly, in submission order
+    (``UnknownTask`` if it is not in the live graph)."""
+
+    task_id: str
+
+
 class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
 

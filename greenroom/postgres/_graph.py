@@ -204,6 +204,18 @@ class PostgresGraph:
             raise UnknownTask(task_id)
         return _archived_task(archived[0])
 
+    def dependents(self, connection: Any, task_id: str) -> list[str]:
+        """The live tasks that depend on ``task_id`` directly, in submission order
+        (``UnknownTask`` if it is not live)."""
+        if connection.execute("SELECT 1 FROM gr_tasks WHERE id = %s", (task_id,)).fetchone() is None:
+            raise UnknownTask(task_id)
+        rows = connection.execute(
+            "SELECT t.id FROM gr_deps d JOIN gr_tasks t ON t.id = d.task_id "
+            "WHERE d.dep_id = %s ORDER BY t.ord",
+            (task_id,),
+        ).fetchall()
+        return [dependent for (dependent,) in rows]
+
     @staticmethod
     def archived_statuses(connection: Any, ids: list[str]) -> dict[str, str]:
         """The archived ones among ``ids``, with their final status."""

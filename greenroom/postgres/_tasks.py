@@ -47,6 +47,7 @@ from ..messages import (
     Claim,
     Complete,
     Decide,
+    Dependents,
     Fail,
     GetTask,
     GraphStats,
@@ -89,6 +90,7 @@ _HANDLED = (
     Claim,
     Park,
     Decide,
+    Dependents,
     Retry,
     Heartbeat,
     Complete,
@@ -437,6 +439,8 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
         return await db.run(lambda c: graph.submit(c, message.tasks))
     if isinstance(message, GetTask):
         return await db.run(lambda c: graph.get(c, message.task_id))
+    if isinstance(message, Dependents):
+        return await db.run(lambda c: graph.dependents(c, message.task_id))
     if isinstance(message, ListTasks):
         wanted = (message.status, message.type, message.after, message.limit, message.archived)
         return await db.run(lambda c: graph.list_tasks(c, *wanted))

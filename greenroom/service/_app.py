@@ -53,6 +53,7 @@ from ..messages import (
     AgentTask,
     Cancel,
     Decide,
+    Dependents,
     Event,
     GetTask,
     ListTasks,
@@ -446,6 +447,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/tasks/decide", "tasks", tasks.decide_many, "POST"),
             route("/v1/tasks/{task_id}", "tasks", tasks.show_task),
             route("/v1/tasks/{task_id}/steps", "tasks", tasks.task_steps),
+            route("/v1/tasks/{task_id}/dependents", "tasks", tasks.task_dependents),
             route("/v1/tasks/{task_id}/cancel", "tasks", tasks.cancel_task, "POST"),
             route("/v1/tasks/{task_id}/retry", "tasks", tasks.retry_task, "POST"),
             route("/v1/tasks/{task_id}/approve", "tasks", tasks.decide_task, "POST"),
@@ -531,6 +533,12 @@ class _TaskEndpoints:
 
     async def show_task(self, request: Request, principal: Principal | None) -> Response:
         return _json(await self.supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
+
+    async def task_dependents(self, request: Request, principal: Principal | None) -> Response:
+        """The live tasks that depend on this one directly (the other way of ``depends_on``)."""
+        task_id = request.path_params["task_id"]
+        dependents = await self.supervisor.ask(Dependents(task_id), timeout=None)
+        return _json({"task_id": task_id, "dependents": dependents})
 
     async def task_steps(self, request: Request, principal: Principal | None) -> Response:
         """A task's step journal, in the order recorded (its model replies and tool calls)."""

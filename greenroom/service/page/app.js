@@ -103,7 +103,8 @@ function showLogin(message) {
   $("notice").hidden = true;
   $("bulk-apply").hidden = true;
   for (const body of document.querySelectorAll(
-    "#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps, #task-upstream, #task-retries"))
+    "#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps, #task-upstream, #task-downstream, " +
+    "#task-retries"))
     body.replaceChildren();
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -337,16 +338,7 @@ async function showTask(taskId, withEvents) {
   for (const [name, value] of Object.entries(shown)) fields.append(el("dt", name), el("dd", value));
   $("task-retry").hidden = !["FAILED", "DEPENDENCY_FAILED"].includes(task.status);
   $("task-cancel").hidden = final;
-  const upstream = $("task-upstream");
-  upstream.replaceChildren();
-  $("no-upstream").hidden = (task.depends_on || []).length > 0;
-  for (const dep of task.depends_on || []) {
-    const link = el("a", dep, { href: `#task=${encodeURIComponent(dep)}`, "data-task": dep });
-    link.addEventListener("click", (event) => { event.preventDefault(); showTask(dep, true); });
-    const item = el("li");
-    item.append(link);
-    upstream.append(item);
-  }
+  taskLinks($("task-upstream"), $("no-upstream"), task.depends_on || []);
   $("task-result-summary").textContent = task.result ? `${task.result.outcome} (show the whole result)` : "no result";
   $("task-result-json").textContent = task.result ? JSON.stringify(task.result, null, 2) : "";
   const retries = $("task-retries");
@@ -356,7 +348,31 @@ async function showTask(taskId, withEvents) {
     retries.append(el("li", `${when(r.at)} by ${r.by}${r.reason ? `: ${r.reason}` : ""} (was ${r.status}, attempt ${r.attempt})`));
   }
   $("task-input").textContent = JSON.stringify(task.input, null, 2);
-  if (withEvents) await Promise.all([showTaskEvents(taskId), showTaskSteps(taskId)]);
+  if (withEvents) await Promise.all([showTaskEvents(taskId), showTaskSteps(taskId), showDependents(taskId)]);
+}
+
+// A task's neighbours in the graph, each a link that opens it.
+function taskLinks(list, none, ids) {
+  list.replaceChildren();
+  none.hidden = ids.length > 0;
+  for (const id of ids) {
+    const link = el("a", id, { href: `#task=${encodeURIComponent(id)}`, "data-task": id });
+    link.addEventListener("click", (event) => { event.preventDefault(); showTask(id, true); });
+    const item = el("li");
+    item.append(link);
+    list.append(item);
+  }
+}
+
+async function showDependents(taskId) {
+  let dependents = [];
+  try {
+    dependents = (await api(`/v1/tasks/${encodeURIComponent(taskId)}/dependents`)).dependents;
+  } catch (failure) {
+    if (failure.status !== 404) throw failure;   // an archived task: no live dependents
+  }
+  if (shownTask !== taskId) return;
+  taskLinks($("task-downstream"), $("no-downstream"), dependents);
 }
 
 async function showTaskSteps(taskId) {

@@ -250,6 +250,8 @@ def test_run_until_idle_on_the_seeded_example(tmp_path: Path) -> None:
          "field 'retention.disk_budget' expected `int | null`"),
         ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[retention]\nchat_for = 0\n",
          "field 'retention.chat_for' expected `float` > 0.0"),
+        ("[agents.step]\nagent = 'crash_agents:StepAgent'\n[api]\nhistory_every = 0\n",
+         "field 'api.history_every' expected `float` > 0.0"),
     ],
 )  # fmt: skip
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:

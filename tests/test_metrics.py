@@ -155,3 +155,25 @@ def test_time_to_first_token_is_a_histogram_of_every_call_merged_over_a_types_se
     assert figures[(f"{name}_bucket", (("le", "+Inf"), ("type", "write")))] == 5
     assert figures[(f"{name}_count", (("type", "write"),))] == 5
     assert figures[(f"{name}_sum", (("type", "write"),))] == pytest.approx(45.45)
+
+
+def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() -> None:
+    from greenroom.service._history import History
+
+    status: dict[str, Any] = {
+        "tasks": {"completed_here": 7, "by_status": {"PENDING": 3, "FAILED": 1, "DEPENDENCY_FAILED": 2}},
+        "agents": {
+            "a": {"model_timing": {"first_token_ms": {"p99": 120.0}, "tokens_per_second": {"p50": 40.0}}},
+            "b": {"model_timing": {"first_token_ms": {"p99": 300.0}, "tokens_per_second": {"p50": None}}},
+        },
+        "budgets": {"team": {"tokens": 90, "limit": 1000}},
+    }
+    history = History(every=2.0, keep=3)
+    for at in range(5):
+        history.add(status, at=float(at))
+    document = history.document()
+    assert document["every"] == 2.0 and [s["at"] for s in document["samples"]] == [2.0, 3.0, 4.0]
+    last = document["samples"][-1]
+    assert (last["completed"], last["failed"], last["pending"], last["in_progress"]) == (7, 3, 3, 0)
+    assert (last["first_token_p99_ms"], last["tokens_per_second_p50"]) == (300.0, 40.0)  # the worst of each
+    assert last["budgets"] == {"team": {"tokens": 90, "limit": 1000}}

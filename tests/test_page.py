@@ -405,3 +405,37 @@ async def test_the_task_view_links_upstream_shows_times_with_dates_and_explains_
             "const c = document.querySelector('#tasks td.empty'); return c && c.textContent"
         )
         assert empty == "No task matches this filter."
+
+
+POINTS = (
+    "const l = document.querySelector(`#${arguments[0]} polyline[data-series='${arguments[1]}']`); "
+    "const n = l ? l.getAttribute('points').split(' ').length : 0; return n > arguments[2] ? n : 0"
+)
+"""The points of chart ``arguments[0]``'s line ``arguments[1]``, once more than ``arguments[2]``."""
+
+
+async def test_the_charts_over_time_fill_in_and_move_while_tasks_run(tmp_path: Path) -> None:
+    """Issue 40's "over time": the daemon samples its figures (here every 0.1 s); the page
+    draws them and redraws as samples come — the queue while tasks wait, the finished rate
+    once they complete."""
+    from test_service import _api
+
+    pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=1)}
+    async with (
+        running(tmp_path, agents=pools, api=_api(history_every=0.1)) as daemon,
+        chromium(tmp_path) as browser,
+        daemon.client("ops") as ops,
+    ):
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        first = await browser.until(POINTS, "chart-queue", "pending", 1)
+        assert not await browser.shown("no-history")
+        await browser.until(POINTS, "chart-queue", "pending", first)  # redrawn with newer samples
+        await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(5)])
+        await browser.until(
+            "return Array.from(document.querySelectorAll('#chart-finished polyline[data-series=completed]'))"
+            ".some((l) => l.getAttribute('points').split(' ').some((p) => Number(p.split(',')[1]) < 105))"
+        )  # a completion rate above zero drawn
+        async with daemon.http("ops") as http:
+            history = (await http.get("/v1/history")).json()
+        assert history["every"] == 0.1 and max(s["completed"] for s in history["samples"]) == 5

@@ -118,6 +118,8 @@ class ApiConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     )
     """``HOST:PORT``; port 0 picks a free one (the CLI finds it through the data dir)."""
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 << 20
+    history_every: Seconds = 5.0
+    """Seconds between the samples the status page charts (the last 720 are kept)."""
 
 
 class ChatConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -60,6 +60,10 @@ class DaemonService:
         self._owned_files = False
         self._chat_store: Any = None
         self.stopped_by_api = False
+        from ..service._history import History
+
+        self.history = History(self.config.api.history_every)
+        """The figures over time the status page charts (sampled while the API serves)."""
         """``POST /v1/stop`` asked for the stop."""
 
     async def __aenter__(self) -> DaemonService:
@@ -97,6 +101,7 @@ class DaemonService:
             chat=runner,
             steps=self._steps,
             max_body_bytes=self.config.api.max_body_bytes,
+            history=self.history.document,
         )
         info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
         await anyio.to_thread.run_sync(self._write_files, info, token)
@@ -207,6 +212,13 @@ class DaemonService:
                     await self._forget_idle_chats()
 
             tg.start_soon(forget_idle_chats)
+            sampling = anyio.CancelScope()
+
+            async def sample_history() -> None:
+                with sampling:
+                    await self.history.run(self.status)
+
+            tg.start_soon(sample_history)
             try:
                 await done.wait()
             finally:
@@ -215,6 +227,7 @@ class DaemonService:
                     await done.wait()
                 shield.cancel()  # past the bound: close it hard
                 forgetting.cancel()
+                sampling.cancel()
 
     async def status(self) -> dict[str, Any]:
         host = self.host

@@ -93,6 +93,8 @@ class ServiceParts:
     chat: AgentRunner | None = None
     steps: Callable[[str], Awaitable[list[Any]]] | None = None
     """A task's step journal (``Step`` records), or ``None``: ``/steps`` answers 404."""
+    history: Callable[[], dict[str, Any]] | None = None
+    """The figures over time the status page charts (``None``: ``/v1/history`` is 404)."""
     max_body_bytes: int = 4 << 20
     started: float = field(default_factory=time.time)
 
@@ -458,6 +460,7 @@ def create_app(parts: ServiceParts) -> Starlette:
             route("/v1/chat/tasks", "chat", chat.chat_tasks),
             route("/v1/stop", "admin", tasks.stop, "POST"),
             route("/metrics", "metrics", tasks.metrics),
+            route("/v1/history", "tasks", tasks.history),
             *page_routes(),
         ],
     )
@@ -492,6 +495,12 @@ class _TaskEndpoints:
 
     async def status(self, request: Request, principal: Principal | None) -> Response:
         return _json(await self.parts.status())
+
+    async def history(self, request: Request, principal: Principal | None) -> Response:
+        """The samples the status page charts (``service._history``), oldest first."""
+        if self.parts.history is None:
+            raise ApiError(404, "not_found", "this daemon keeps no history")
+        return _json(self.parts.history())
 
     async def metrics(self, request: Request, principal: Principal | None) -> Response:
         """Prometheus's text format, from the same snapshot ``/v1/status`` answers."""

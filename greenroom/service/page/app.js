@@ -104,7 +104,7 @@ function showLogin(message) {
   $("bulk-apply").hidden = true;
   for (const body of document.querySelectorAll(
     "#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps, #task-upstream, #task-downstream, " +
-    "#task-retries"))
+    "#task-retries, .charts svg"))
     body.replaceChildren();
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -140,6 +140,7 @@ async function refresh() {
     ]);
     showStatus(status);
     showApprovals(approvals.tasks);
+    await showHistory();
     await showTasks();
     if (shownTask) await showTask(shownTask, false);
     $("problem").textContent = "";
@@ -276,6 +277,79 @@ async function bulkApplied() {
     notice(`Could not decide: ${failure.message}`);
   }
   await refresh();
+}
+
+// -- over time: the daemon's samples (GET /v1/history) as small SVG line charts ----------
+
+const SVG = "http://www.w3.org/2000/svg";
+const COLOURS = { completed: "#1f63b4", failed: "#c62828", pending: "#d66818", in_progress: "#1f63b4",
+  waiting: "#9a6700", first_token_p99_ms: "#1f63b4", tokens_per_second_p50: "#d66818" };
+const PALETTE = ["#1f63b4", "#d66818", "#2c963c", "#8246aa", "#c62828"];
+
+async function showHistory() {
+  let history;
+  try {
+    history = await api("/v1/history");
+  } catch (failure) {
+    if (failure.status === 404) { $("history-section").hidden = true; return; }
+    throw failure;
+  }
+  const samples = history.samples;
+  $("no-history").hidden = samples.length >= 2;
+  const rates = [];
+  for (let i = 1; i < samples.length; i++) {
+    const minutes = Math.max(1e-9, (samples[i].at - samples[i - 1].at) / 60);
+    rates.push({ at: samples[i].at,
+      completed: Math.max(0, samples[i].completed - samples[i - 1].completed) / minutes,
+      failed: Math.max(0, samples[i].failed - samples[i - 1].failed) / minutes });
+  }
+  chart($("chart-finished"), rates, ["completed", "failed"]);
+  chart($("chart-queue"), samples, ["pending", "in_progress", "waiting"]);
+  chart($("chart-latency"), samples, ["first_token_p99_ms", "tokens_per_second_p50"]);
+  const names = [...new Set(samples.flatMap((s) => Object.keys(s.budgets || {})))];
+  const spent = samples.map((s) => {
+    const point = { at: s.at };
+    for (const name of names) {
+      const b = (s.budgets || {})[name];
+      point[name] = b ? (b.limit ? (100 * b.tokens) / b.limit : b.tokens) : null;
+    }
+    return point;
+  });
+  chart($("chart-budgets"), spent, names);
+}
+
+// One line per series over the samples' time (x), from 0 to the largest value (y).
+function chart(svg, points, series) {
+  svg.replaceChildren();
+  const values = points.flatMap((p) => series.map((name) => p[name])).filter((v) => typeof v === "number");
+  if (points.length < 2 || !values.length) return;
+  const top = Math.max(...values, 1), first = points[0].at, span = Math.max(1e-9, points[points.length - 1].at - first);
+  const axis = document.createElementNS(SVG, "path");
+  axis.setAttribute("d", "M30 5 V105 H295");
+  axis.setAttribute("stroke", "#bbb");
+  axis.setAttribute("fill", "none");
+  svg.append(axis);
+  const label = document.createElementNS(SVG, "text");
+  label.setAttribute("x", "2");
+  label.setAttribute("y", "12");
+  label.setAttribute("font-size", "9");
+  label.textContent = top >= 100 ? String(Math.round(top)) : top.toPrecision(2);
+  svg.append(label);
+  series.forEach((name, index) => {
+    const coords = points.filter((p) => typeof p[name] === "number")
+      .map((p) => `${(30 + (265 * (p.at - first)) / span).toFixed(1)},${(105 - (100 * p[name]) / top).toFixed(1)}`);
+    if (!coords.length) return;
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", coords.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke-width", "1.5");
+    line.setAttribute("stroke", COLOURS[name] || PALETTE[index % PALETTE.length]);
+    line.dataset.series = name;
+    const title = document.createElementNS(SVG, "title");
+    title.textContent = name;
+    line.append(title);
+    svg.append(line);
+  });
 }
 
 async function showTasks() {

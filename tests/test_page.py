@@ -389,13 +389,14 @@ async def test_the_task_view_links_upstream_shows_times_with_dates_and_explains_
         await browser.until("return document.querySelector('#task-upstream a[data-task=\"up\"]') !== null")
         await browser.click('#task-upstream a[data-task="up"]')
         await browser.until("return document.getElementById('task-id').textContent === 'up'")
-        assert await browser.shown("no-upstream")
+        await browser.until("return !document.getElementById('no-upstream').hidden")
         await browser.until(
             "return document.querySelector('#task-downstream a[data-task=\"down\"]') !== null"
         )
         await browser.click('#task-downstream a[data-task="down"]')  # and back, the other way
         await browser.until("return document.getElementById('task-id').textContent === 'down'")
-        assert await browser.shown("no-downstream")
+        await browser.until("return !document.getElementById('no-downstream').hidden")  # drawn after the task
+        assert await browser.js("return document.querySelectorAll('#task-downstream li').length") == 0
         await browser.js(
             "document.getElementById('filter-status').value = arguments[0];"
             "document.querySelector('#filter button').click()",

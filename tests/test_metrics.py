@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_service import running
 
 from greenroom.daemon._config import AgentPoolConfig
-from greenroom.messages import AgentTask, TaskStatus
+from greenroom.messages import AgentError, AgentTask, Claim, Fail, TaskStatus
 from greenroom.service import TokenStore
 
 pytestmark = pytest.mark.anyio
@@ -34,6 +34,10 @@ async def test_a_scrape_after_a_seeded_run_has_the_counts_the_api_reports(tmp_pa
         await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(5)])
         await ops.submit([AgentTask(id=f"p{i}", type="nobody") for i in range(3)])
         await ops.cancel("p0")
+        await ops.submit([AgentTask(id="f", type="flaky", max_attempts=2)])
+        for _ in range(2):  # one failed attempt retried, then the last one failed
+            await daemon.host.supervisor.ask(Claim("agent", "flaky"))
+            await daemon.host.supervisor.ask(Fail("f", "agent", AgentError(reason="no", retryable=True)))
 
         async def written() -> bool:
             return all(t.status is TaskStatus.COMPLETED for t in await ops.list_tasks(agent_type="write"))
@@ -51,11 +55,14 @@ async def test_a_scrape_after_a_seeded_run_has_the_counts_the_api_reports(tmp_pa
         "COMPLETED": 5,
         "PENDING": 2,
         "CANCELLED": 1,
+        "FAILED": 1,
     }
     for name, count in by_status.items():
         assert figures[("greenroom_tasks", (("status", name),))] == count
-    assert figures[("greenroom_tasks_live", ())] == status["tasks"]["total"] == 8
-    assert figures[("greenroom_tasks_completed_here_total", ())] == 5
+    assert figures[("greenroom_tasks_live", ())] == status["tasks"]["total"] == 9
+    assert figures[("greenroom_tasks_completed_here_total", ())] == status["tasks"]["completed_here"] == 5
+    assert figures[("greenroom_claims_granted_here_total", ())] == status["tasks"]["granted_here"] == 7
+    assert figures[("greenroom_attempts_failed_here_total", ())] == status["tasks"]["failures_here"] == 2
     assert figures[("greenroom_approvals_waiting", ())] == 0
     assert figures[("greenroom_runnable_types", (("type", "nobody"),))] == 1
     assert figures[("greenroom_agents", (("type", "write"),))] == 2

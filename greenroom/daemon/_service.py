@@ -276,6 +276,8 @@ class DaemonService:
             "tasks": {
                 "total": stats.total,
                 "completed_here": stats.completed_here,
+                "granted_here": stats.granted_here,
+                "failures_here": stats.failures_here,
                 "by_status": stats.by_status,
                 "runnable_types": stats.runnable_types,
             },

@@ -165,6 +165,10 @@ class GraphStats(msgspec.Struct, frozen=True):
     completed_here: int = 0
     """Tasks the answering supervisor completed since it started: what this run did (the
     counts above are the graph's, which archiving and other daemons change too)."""
+    granted_here: int = 0
+    """Claims it granted since it started (attempts begun here)."""
+    failures_here: int = 0
+    """Failed attempts agents reported to it since it started (retried or final)."""
 
 
 # -- to the log actor ------------------------------------------------------------------

@@ -70,6 +70,14 @@ class _StatusCollector:
         completed = counter("tasks_completed_here", "Tasks this daemon completed since it started")
         completed.add_metric([], tasks.get("completed_here", 0))
         yield completed
+        granted = counter(
+            "claims_granted_here", "Claims this daemon granted since it started (attempts begun)"
+        )
+        granted.add_metric([], tasks.get("granted_here", 0))
+        yield granted
+        failures = counter("attempts_failed_here", "Failed attempts reported to this daemon since it started")
+        failures.add_metric([], tasks.get("failures_here", 0))
+        yield failures
 
         yield from _agents(status.get("agents") or {}, gauge, counter)
 

@@ -90,23 +90,33 @@ class _Told:
 
 class _Counted:
     """A reply passed on as it is, counting in its supervisor what it answers: a
-    completion (``completed``), or the ``Stats`` answer given that count."""
+    completion (``completed``), a failed attempt (``failures``), or the ``Stats`` answer
+    given those counts."""
 
-    __slots__ = ("inner", "owner")
+    __slots__ = ("failure", "inner", "owner")
 
-    def __init__(self, owner: SupervisorActor, inner: Any) -> None:
+    def __init__(self, owner: SupervisorActor, inner: Any, *, failure: bool = False) -> None:
         self.owner = owner
         self.inner = inner
+        self.failure = failure
 
     @property
     def wanted(self) -> bool:
         return bool(getattr(self.inner, "wanted", True))
 
     def succeed(self, value: Any) -> None:
+        owner = self.owner
         if isinstance(value, GraphStats):
-            value = msgspec.structs.replace(value, completed_here=self.owner.completed)
+            value = msgspec.structs.replace(
+                value,
+                completed_here=owner.completed,
+                granted_here=owner.granted,
+                failures_here=owner.failures,
+            )
+        elif self.failure:
+            owner.failures += 1
         elif isinstance(value, AgentTask) and value.status is TaskStatus.COMPLETED:
-            self.owner.completed += 1
+            owner.completed += 1
         self.inner.succeed(value)
 
     def fail(self, error: BaseException) -> None:
@@ -135,6 +145,7 @@ class _ClaimReply:
         owner, pending = self.owner, self.pending
         if task is not None:
             if pending.wanted:
+                owner.granted += 1
                 pending.succeed(Granted(task), if_lost=owner._hand_back_later(task))
             else:  # the asker gave up while the grant was made durable
                 owner._hand_back(task)
@@ -173,6 +184,10 @@ class SupervisorActor(Actor):
         )
         self.closing = False
         self.completed = 0
+        self.granted = 0
+        """Claims granted through this actor since it started (``GraphStats.granted_here``)."""
+        self.failures = 0
+        """Failed attempts reported to it since it started (``GraphStats.failures_here``)."""
         """Tasks completed through this actor since it started (``GraphStats.completed_here``)."""
         self._parked: dict[str, deque[_ClaimReply]] = {}
 
@@ -204,9 +219,8 @@ class SupervisorActor(Actor):
         elif kind is Complete or kind is Fail:
             pending = context.reply_later()
             reply: Any = pending or _Told(kind.__name__)
-            store.request(
-                bound_report(message, self.limits), _Counted(self, reply) if kind is Complete else reply
-            )
+            report = bound_report(message, self.limits)  # (an oversized result is a failed attempt)
+            store.request(report, _Counted(self, reply, failure=type(report) is Fail))
         elif message is _CHECK_LEASES:
             store.request(ExpireLeases(), _Told("lease check"))
         elif kind is TasksRunnable:

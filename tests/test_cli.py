@@ -365,3 +365,28 @@ def test_tasks_retry_runs_a_failed_task_again_on_the_files_and_refuses_one_that_
     assert main(["tasks", "retry", "p", *where]) == 1
     assert "cannot retry task 'p': it is PENDING" in capsys.readouterr().err
     assert anyio.run(show, "p").retries == []
+
+
+def test_tasks_list_filters_by_owner_text_and_time_newest_first_on_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``greenroom tasks list --owner --text --within --newest`` with no daemon: the files
+    read here and filtered by the rule the API uses; a bad ``--within`` is refused by name."""
+    (tmp_path / "tasks.json").write_text(
+        json.dumps([{"id": f"t{i}", "type": "w", "input": {"note": f"Batch {i % 2}"}} for i in range(4)])
+    )
+    data_dir = str(tmp_path / "d")
+    assert main(["tasks", "add", "--file", str(tmp_path / "tasks.json"), "--data-dir", data_dir]) == 0
+    capsys.readouterr()
+
+    def ids(*flags: str) -> list[str]:
+        assert main(["tasks", "list", "--json", "--data-dir", data_dir, *flags]) == 0
+        return [task["id"] for task in json.loads(capsys.readouterr().out)]
+
+    assert ids("--text", "batch 1") == ["t1", "t3"]
+    assert ids("--text", "batch 1", "--newest") == ["t3", "t1"]
+    assert ids("--within", "1h", "--newest") == ["t3", "t2", "t1", "t0"]
+    assert ids("--owner", "nobody") == []
+    with pytest.raises(SystemExit):
+        main(["tasks", "list", "--data-dir", data_dir, "--within", "soon"])
+    assert "--within: must be a duration such as 90s, 15m, 1h or 2d, got 'soon'" in capsys.readouterr().err

@@ -165,6 +165,47 @@ async def test_tasks_submit_all_or_none_list_page_show_cancel(tmp_path: Path) ->
         assert [t.id for t in await api.list_tasks(status="cancelled")] == ["t2"]
 
 
+async def test_tasks_are_found_by_owner_text_and_time_newest_first_and_bad_filters_are_named(
+    tmp_path: Path,
+) -> None:
+    """``GET /v1/tasks``'s issue-40 filters through the API and its client: ``owner``,
+    ``q`` (the id or a string of the input), ``updated_within`` (by the daemon's clock),
+    ``order=newest`` paged through ``next`` as ``before``; each bad value a 400 naming it."""
+    from greenroom.messages import AgentTask, Claim
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as api:
+        await api.submit(
+            [AgentTask(id=f"t{i}", type="idle", input={"note": f"batch {i % 2}"}) for i in range(5)]
+        )
+        await daemon.host.supervisor.ask(Claim("worker-9", "idle"))  # t0
+        assert [t.id for t in await api.list_tasks(owner="worker-9")] == ["t0"]
+        assert [t.id for t in await api.list_tasks(text="BATCH 1")] == ["t1", "t3"]
+        assert [t.id for t in await api.list_tasks(text="t4")] == ["t4"]
+        assert [t.id for t in await api.list_tasks(updated_within=3600, newest_first=True)] == [
+            "t4", "t3", "t2", "t1", "t0"
+        ]  # fmt: skip
+        async with daemon.http("ops") as http:
+            page = (await http.get("/v1/tasks", params={"order": "newest", "limit": 2})).json()
+            assert [t["id"] for t in page["tasks"]] == ["t4", "t3"]
+            page = (
+                await http.get("/v1/tasks", params={"order": "newest", "limit": 2, "before": page["next"]})
+            ).json()
+            assert [t["id"] for t in page["tasks"]] == ["t2", "t1"]
+            for params, field in (
+                ({"order": "sideways"}, "order"),
+                ({"updated_within": "soon"}, "updated_within"),
+                ({"updated_within": "-5"}, "updated_within"),
+                ({"updated_since": "nan"}, "updated_since"),
+                ({"updated_since": "1", "updated_within": "1"}, "updated_within"),
+                ({"before": "0"}, "before"),
+                ({"archived": "maybe"}, "archived"),
+                ({"q": "x" * 201}, "q"),
+            ):
+                refused = await http.get("/v1/tasks", params=params)
+                assert refused.status_code == 400, params
+                assert refused.json()["error"]["field"] == field, refused.json()
+
+
 async def test_a_waiting_call_is_approved_once_through_the_api_by_the_token_s_user(tmp_path: Path) -> None:
     """The example publish task parks on its tool call; a chat token may not decide it; of
     two approvals sent at once exactly one wins (the other is a 409); the task then runs

@@ -338,6 +338,61 @@ async def test_tasks_are_listed_a_page_at_a_time_in_submission_order(backend: St
         assert await sup.ask(ListTasks(status=TaskStatus.COMPLETED, limit=3)) == []
 
 
+async def test_a_listing_filters_by_owner_time_and_text_and_pages_newest_first(backend: Store) -> None:
+    """Issue 40's filters, one meaning on every backend (``store.listed``): the owner (who
+    holds or last held it), changed since a time, a text in the id or in a string anywhere
+    in the input (case ignored, keys and numbers not searched, quotes and backslashes taken
+    as they are); newest first, paged with ``before``; the same on the archived listing."""
+    from greenroom.store._retention import Retention
+
+    now = [1_000_000.0]
+    options: dict[str, Any] = {
+        "retention": Retention(archive_after=60, keep_finished=None, check_every=0.01),
+        "clock": lambda: now[0],
+    }
+    async with open_node(backend, **options) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([
+            task("alpha", input={"prompt": "Summarise the Quarterly report"}),
+            task("beta", input={"notes": [{"deep": 'a "quoted" back\\slash'}], "count": 42}),
+            task("gamma", input={"report": "nothing here"}),
+            task("delta-report"),
+        ]))  # fmt: skip
+        assert (await sup.ask(Claim("agent-1", "w"))).task.id == "alpha"
+        now[0] += 10
+        assert (await sup.ask(Claim("agent-2", "w"))).task.id == "beta"
+
+        async def ids(**filters: Any) -> list[str]:
+            return [t.id for t in await sup.ask(ListTasks(**filters))]
+
+        assert await ids(owner="agent-2") == ["beta"]
+        assert await ids(owner="nobody") == []
+        assert await ids(updated_since=now[0]) == ["beta"]
+        assert await ids(text="REPORT") == ["alpha", "delta-report"]  # a key ("report") is not searched
+        assert await ids(text='"quoted" back\\') == ["beta"]
+        assert await ids(text="42") == []  # a number is not text
+        assert await ids(text="report", owner="agent-1") == ["alpha"]
+        assert await ids(newest_first=True) == ["delta-report", "gamma", "beta", "alpha"]
+        first = await sup.ask(ListTasks(newest_first=True, limit=3))
+        assert [t.id for t in first] == ["delta-report", "gamma", "beta"]
+        assert await ids(newest_first=True, before=first[-1].order) == ["alpha"]
+        assert await ids(newest_first=True, status=TaskStatus.PENDING, limit=1) == ["delta-report"]
+        for task_id, agent in (("alpha", "agent-1"), ("beta", "agent-2")):
+            await sup.ask(Complete(task_id, agent, done(task_id)))
+        await sup.ask(Cancel("delta-report"))
+        now[0] += 120
+
+        async def archived() -> bool:
+            return await ids(archived=True) == ["alpha", "beta", "delta-report"]
+
+        await eventually(archived, timeout=10)
+        assert await ids(archived=True, owner="agent-2") == ["beta"]
+        assert await ids(archived=True, text="report") == ["alpha", "delta-report"]
+        assert await ids(archived=True, newest_first=True, limit=2) == ["delta-report", "beta"]
+        assert await ids(archived=True, updated_since=now[0]) == []
+        assert await ids(text="report") == []  # gamma's "report" is a key
+
+
 async def test_tasks_are_listed_and_counted_in_submission_order(backend: Store) -> None:
     async with open_node(backend) as node:
         await node.supervisor.ask(Submit([task("b"), task("a", type_="v"), task("c", depends_on=["b"])]))

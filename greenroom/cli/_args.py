@@ -54,6 +54,22 @@ seconds_or_zero = _number("a number of seconds >= 0", None, 0.0, 1e6)
 positive_float = _number("a number > 0", 0.0, None, 1e12)
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """A span of time: seconds (``90``), or with a unit (``90s``, ``15m``, ``1h``, ``2d``)."""
+    wanted = f"must be a duration such as 90s, 15m, 1h or 2d, got {text!r:.40}"
+    unit = _UNITS.get(text[-1:].lower())
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(wanted) from None
+    if not 0 < value < 1e10:
+        raise argparse.ArgumentTypeError(wanted)
+    return value
+
+
 def temperature(text: str) -> float:
     try:
         value = float(text)

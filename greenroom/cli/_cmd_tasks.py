@@ -27,10 +27,19 @@ def add_parsers(commands: Any) -> None:
     add.add_argument("--max-attempts", type=_args.int_between(1, 1000), default=3)
     add.add_argument("--json", action="store_true")
     add.set_defaults(handler=tasks_add)
-    listing = task_commands.add_parser("list", help="tasks in submission order")
+    listing = task_commands.add_parser("list", help="tasks in submission order (--newest: the other way)")
     _args.remote(listing)
     listing.add_argument("--status")
     listing.add_argument("--type", dest="task_type")
+    listing.add_argument("--owner", help="only the tasks this agent holds or last held")
+    listing.add_argument("--text", help="only the tasks with this text in their id or input (case ignored)")
+    listing.add_argument(
+        "--within",
+        type=_args.duration,
+        metavar="DURATION",
+        help="only the tasks changed in the last 90s, 15m, 1h, 2d",
+    )
+    listing.add_argument("--newest", action="store_true", help="newest first")
     listing.add_argument("--json", action="store_true")
     listing.add_argument(
         "--archived", action="store_true", help="the finished tasks that left the live graph for the archive"
@@ -174,16 +183,25 @@ def tasks_list(args: argparse.Namespace) -> int:
     if target.remote or target.store is not None or args.archived:
         code: int = anyio.run(_tasks_list, args)
         return code
-    found = _operate.list_live_tasks_on_files(target, args.status, args.task_type)
+    found = _operate.list_live_tasks_on_files(target, args.status, args.task_type, **_filters(args))
     print(_format.to_json(found) if args.json else _format.task_table(found))
     return 0
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "owner": args.owner,
+        "text": args.text,
+        "updated_within": args.within,
+        "newest_first": args.newest,
+    }
 
 
 async def _tasks_list(args: argparse.Namespace) -> int:
     from . import _format, _operate
 
     found = await _operate.list_tasks(
-        await _target(args), args.status, args.task_type, archived=args.archived
+        await _target(args), args.status, args.task_type, archived=args.archived, **_filters(args)
     )
     print(_format.to_json(found) if args.json else _format.task_table(found))
     return 0

@@ -24,8 +24,9 @@ import msgspec
 
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
-from ..messages import AgentTask, Cancel, Decide, Retry, Submit, TaskStatus
+from ..messages import AgentTask, Cancel, Decide, ListTasks, Retry, Submit, TaskStatus
 from ..service._client import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
+from ..store import listed
 from . import _format as files
 
 if TYPE_CHECKING:
@@ -133,25 +134,54 @@ async def add_tasks(target: Target, tasks: list[AgentTask]) -> list[AgentTask]:
             raise _refused(error) from None
 
 
-def list_live_tasks_on_files(target: Target, status: str | None, agent_type: str | None) -> list[AgentTask]:
+def list_live_tasks_on_files(
+    target: Target, status: str | None, agent_type: str | None, **filters: Any
+) -> list[AgentTask]:
     """The live graph's tasks on the files of ``target`` (no daemon serves them), read in
-    the calling thread."""
+    the calling thread; ``filters`` as :func:`list_tasks`'s."""
     from ..embedded import EmbeddedStore
 
     wanted = files.decode_status(status) if status is not None else None
-    return EmbeddedStore(target.data_dir, create=False).read_tasks_blocking(wanted, agent_type)
+    found = EmbeddedStore(target.data_dir, create=False).read_tasks_blocking(wanted, agent_type)
+    return _filtered(found, **filters)
+
+
+def _filtered(
+    found: list[AgentTask],
+    *,
+    owner: str | None = None,
+    text: str | None = None,
+    updated_within: float | None = None,
+    newest_first: bool = False,
+) -> list[AgentTask]:
+    """What the API's filters keep of ``found`` (read from a store, in submission order),
+    by the same rule (``store.listed``)."""
+    since = None if updated_within is None else time.time() - updated_within
+    where = ListTasks(owner=owner, text=text, updated_since=since)
+    kept = [task for task in found if listed(task, where)]
+    return kept[::-1] if newest_first else kept
 
 
 async def list_tasks(
-    target: Target, status: str | None, agent_type: str | None, *, archived: bool = False
+    target: Target,
+    status: str | None,
+    agent_type: str | None,
+    *,
+    archived: bool = False,
+    **filters: Any,
 ) -> list[AgentTask]:
+    """The matching tasks, from the daemon's API or (no daemon) read from the store;
+    ``filters``: ``owner``, ``text`` (in the id or a string of the input),
+    ``updated_within`` (seconds), ``newest_first``."""
     wanted = files.decode_status(status) if status is not None else None
     if not target.remote:
         async with target.backend() as store:
-            return await store.read_tasks(wanted, agent_type, archived=archived)
+            return _filtered(await store.read_tasks(wanted, agent_type, archived=archived), **filters)
     async with target.client() as api:
         try:
-            return await api.list_tasks(wanted.value if wanted else None, agent_type, archived=archived)
+            return await api.list_tasks(
+                wanted.value if wanted else None, agent_type, archived=archived, **filters
+            )
         except ServiceError as error:
             raise _refused(error) from None
 

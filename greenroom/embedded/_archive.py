@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -31,8 +32,8 @@ import msgspec
 
 from .._errors import DataError, InternalError
 from .._files import replace_durably
-from ..messages import AgentTask, TaskStatus
-from ..store import FIXED_PART, HistoryPart, over_budget
+from ..messages import AgentTask, ListTasks, TaskStatus
+from ..store import FIXED_PART, HistoryPart, listed, over_budget
 from ._sqlite import SQLiteFile
 
 ARCHIVE_DIR = "archive"
@@ -186,28 +187,31 @@ class TaskArchive:
             return None
         return (await self._segment(int(found[0]))).get(task_id)
 
-    async def page(
-        self, status: TaskStatus | None, agent_type: str | None, after: int, limit: int | None
-    ) -> list[AgentTask]:
-        """Archived tasks (of ``status``, of ``agent_type``) with ``order > after``, in
-        submission order, at most ``limit``."""
+    async def page(self, listing: ListTasks) -> list[AgentTask]:
+        """The archived tasks ``listing`` keeps, from its bound on, in submission order (or
+        the other way), at most its ``limit``. The index narrows by state and type; the
+        other filters read the tasks, a chunk of the index at a time."""
         if not await self._exists():
             return []
-
-        def fetch(db: sqlite3.Connection) -> list[tuple[str, int]]:
-            return db.execute(
-                "SELECT id, segment FROM tasks WHERE ord > ? AND (? IS NULL OR status = ?) "
-                "AND (? IS NULL OR type = ?) ORDER BY ord LIMIT ?",
-                (after, status and status.value, status and status.value, agent_type, agent_type,
-                 -1 if limit is None else limit),
-            ).fetchall()  # fmt: skip
-
+        status = listing.status and listing.status.value
+        newest = listing.newest_first
+        bound = listing.after if not newest else (2**63 - 1 if listing.before is None else listing.before)
+        plain = listing.owner is None and listing.text is None and listing.updated_since is None
+        chunk = -1 if listing.limit is None else (listing.limit if plain else max(listing.limit, 256))
         found: list[AgentTask] = []
-        for task_id, seq in await self._index.run(fetch, write=False):
-            task = (await self._segment(seq)).get(task_id)
-            if task is not None:
-                found.append(task)
-        return found
+        while True:
+            rows = await self._index.run(
+                partial(_page_rows, status, listing.type, bound, newest, chunk), write=False
+            )
+            for task_id, seq, order in rows:
+                bound = order
+                task = (await self._segment(seq)).get(task_id)
+                if task is not None and (plain or listed(task, listing)):
+                    found.append(task)
+                    if listing.limit is not None and len(found) >= listing.limit:
+                        return found
+            if chunk < 0 or len(rows) < chunk:
+                return found
 
     async def used(self) -> bool:
         """Whether anything was ever archived (cheap: no count)."""
@@ -322,3 +326,15 @@ def _count_sizes(db: sqlite3.Connection) -> tuple[int, int, int]:
         "SELECT (SELECT COUNT(*) FROM tasks), COUNT(*), COALESCE(SUM(bytes), 0) FROM segments"
     ).fetchone()
     return int(row[0]), int(row[1]), int(row[2])
+
+
+def _page_rows(
+    status: str | None, agent_type: str | None, bound: int, newest: bool, limit: int, db: sqlite3.Connection
+) -> list[tuple[str, int, int]]:
+    """Up to ``limit`` (``-1``: all) archived tasks' id, segment and order past ``bound``."""
+    direction = "ord < ? ORDER BY ord DESC" if newest else "ord > ? ORDER BY ord"
+    return db.execute(
+        "SELECT id, segment, ord FROM tasks WHERE (? IS NULL OR status = ?) AND (? IS NULL OR type = ?) "
+        f"AND {direction} LIMIT ?",
+        (status, status, agent_type, agent_type, bound, limit),
+    ).fetchall()

@@ -38,6 +38,7 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Decide,
+    ListTasks,
     Retry,
     TaskLimits,
     TaskStatus,
@@ -56,6 +57,7 @@ from ..store import (
     expired_decision,
     in_dependency_order,
     lease_expired,
+    listed,
     parked,
     poison_reason,
     requeued_after_death,
@@ -147,21 +149,33 @@ class TaskGraph:
         live = [self.tasks[d] for d in self._dependents.get(task_id, ()) if d in self.tasks]
         return [task.id for task in sorted(live, key=lambda task: task.order)]
 
-    def page(
-        self, status: TaskStatus | None, agent_type: str | None, after: int, limit: int | None
-    ) -> list[AgentTask]:
-        """The tasks (of ``status``, of ``agent_type``) with ``order > after``, in
-        submission order, at most ``limit``: found by bisection, filtered as they come."""
+    def page(self, listing: ListTasks) -> list[AgentTask]:
+        """The tasks ``listing`` keeps, from its bound on, in submission order (or the
+        other way), at most its ``limit``: the start found by bisection, filtered as they
+        come (nothing copied or sorted)."""
         found: list[AgentTask] = []
-        tasks = self.tasks
-        for task_id in itertools.islice(self._ordered_ids, bisect.bisect_right(self._orders, after), None):
+        tasks, ids, limit = self.tasks, self._ordered_ids, listing.limit
+        if listing.newest_first:
+            end = len(ids) if listing.before is None else bisect.bisect_left(self._orders, listing.before)
+            walk: Iterable[str] = (ids[i] for i in range(end - 1, -1, -1))
+        else:
+            walk = itertools.islice(ids, bisect.bisect_right(self._orders, listing.after), None)
+        plain = listing.owner is None and listing.text is None and listing.updated_since is None
+        status, agent_type = listing.status, listing.type
+        for task_id in walk:
             task = tasks.get(task_id)
             if task is None:
                 continue  # archived
-            if (status is None or task.status is status) and (agent_type is None or task.type == agent_type):
-                found.append(task)
-                if limit is not None and len(found) >= limit:
-                    break
+            if plain:  # the usual listing, without a call per task
+                if (status is not None and task.status is not status) or (
+                    agent_type is not None and task.type != agent_type
+                ):
+                    continue
+            elif not listed(task, listing):
+                continue
+            found.append(task)
+            if limit is not None and len(found) >= limit:
+                break
         return found
 
     # -- leaving for the archive --------------------------------------------------------

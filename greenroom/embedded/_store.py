@@ -21,7 +21,7 @@ from typing import Self
 import anyio
 
 from .._files import OwnerLock, resolve_data_dir
-from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
     BudgetStore,
     ChatStore,
@@ -166,7 +166,7 @@ class EmbeddedStore:
         if archived:
             archive = TaskArchive(self.data_dir)
             try:
-                return await archive.page(status, agent_type, 0, None)
+                return await archive.page(ListTasks(status, agent_type))
             finally:
                 await archive.aclose()
         return await anyio.to_thread.run_sync(self.read_tasks_blocking, status, agent_type)

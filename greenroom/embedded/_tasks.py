@@ -313,7 +313,7 @@ class FileTaskStore:
         if kind is Dependents:
             return graph.dependents(message.task_id)
         if kind is ListTasks:
-            return graph.page(message.status, message.type, message.after, message.limit)
+            return graph.page(message)
         if kind is Release:
             return graph.release(message.task_id, message.agent_id, now, message.attempt)
         if kind is Cancel:
@@ -414,8 +414,7 @@ class FileTaskStore:
             for message, reply in deferred:
                 kind = type(message)
                 if kind is ListTasks and message.archived:
-                    wanted_page = (message.status, message.type, message.after, message.limit)
-                    reply.succeed(await archive.page(*wanted_page))
+                    reply.succeed(await archive.page(message))
                     continue
                 task_id = getattr(message, "task_id", None)
                 if kind not in _BY_ID or task_id in graph.tasks or task_id not in graph.archived:

@@ -125,9 +125,11 @@ class GetTask(msgspec.Struct, Request[AgentTask], frozen=True):
 
 
 class ListTasks(msgspec.Struct, Request[list[AgentTask]], frozen=True):
-    """The tasks (of ``status``, of ``type``) submitted after the one whose ``order`` is
-    ``after``, in submission order, at most ``limit`` (``None``: all): a page, found by
-    the store without copying or sorting the graph."""
+    """The tasks that match every filter given, in submission order (``newest_first``:
+    the other way), at most ``limit`` (``None``: all): a page, found by the store without
+    copying or sorting the graph. A page starts after the task whose ``order`` is
+    ``after`` (oldest first) or before the one whose ``order`` is ``before`` (newest
+    first); the other bound is ignored."""
 
     status: TaskStatus | None = None
     type: str | None = None
@@ -135,6 +137,16 @@ class ListTasks(msgspec.Struct, Request[list[AgentTask]], frozen=True):
     limit: int | None = None
     archived: bool = False
     """The archived tasks instead (finished ones that left the live graph)."""
+    owner: str | None = None
+    """Only the tasks this agent holds or last held."""
+    text: str | None = None
+    """Only the tasks with this text (case ignored) in their id or in a string anywhere in
+    their input (a value, not a key)."""
+    updated_since: float | None = None
+    """Only the tasks that changed at or after this time (seconds since the epoch)."""
+    newest_first: bool = False
+    before: int | None = None
+    """With ``newest_first``: the page starts before this ``order`` (``None``: the newest)."""
 
 
 class Stats(msgspec.Struct, Request["GraphStats"], frozen=True):

@@ -45,6 +45,7 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Decide,
+    ListTasks,
     Retry,
     TaskLimits,
     TaskStatus,
@@ -224,27 +225,14 @@ class PostgresGraph:
         rows = connection.execute("SELECT id, status FROM gr_archive WHERE id = ANY(%s)", (ids,))
         return {task_id: status for task_id, status in rows}
 
-    def list_tasks(
-        self,
-        connection: Any,
-        status: TaskStatus | None = None,
-        agent_type: str | None = None,
-        after: int = 0,
-        limit: int | None = None,
-        archived: bool = False,
-    ) -> list[AgentTask]:
-        if archived:
-            found = connection.execute(
-                "SELECT task::text FROM gr_archive WHERE (%(s)s::text IS NULL OR status = %(s)s) "
-                "AND (%(t)s::text IS NULL OR type = %(t)s) AND ord > %(after)s ORDER BY ord LIMIT %(limit)s",
-                {"s": status.value if status else None, "t": agent_type, "after": after, "limit": limit},
-            ).fetchall()
+    def list_tasks(self, connection: Any, listing: ListTasks) -> list[AgentTask]:
+        """The tasks ``listing`` keeps (the archived ones with ``archived``): every filter
+        in the query, with the meaning ``store.listed`` gives it."""
+        where, values = _listing_where(listing, archived=listing.archived)
+        if listing.archived:
+            found = connection.execute(f"SELECT task::text FROM gr_archive WHERE {where}", values).fetchall()
             return [_archived_task(text) for (text,) in found]
-        rows = connection.execute(
-            f"SELECT {_COLUMNS} FROM gr_tasks WHERE (%(s)s::text IS NULL OR status = %(s)s) "
-            "AND (%(t)s::text IS NULL OR type = %(t)s) AND ord > %(after)s ORDER BY ord LIMIT %(limit)s",
-            {"s": status.value if status else None, "t": agent_type, "after": after, "limit": limit},
-        ).fetchall()
+        rows = connection.execute(f"SELECT {_COLUMNS} FROM gr_tasks WHERE {where}", values).fetchall()
         return [_task(row) for row in rows]
 
     def stats(self, connection: Any) -> tuple[dict[str, int], list[str], int]:
@@ -938,3 +926,41 @@ def _like(text: str) -> str:
 
 def _prefixed(alias: str) -> str:
     return ", ".join(f"{alias}.{name.strip()}" for name in _COLUMNS.split(","))
+
+
+def _listing_where(listing: ListTasks, *, archived: bool) -> tuple[str, dict[str, Any]]:
+    """The ``WHERE`` (with its order and limit) of ``listing``'s page, and its values; the
+    archive keeps owner, time and input in its ``task`` document only."""
+    owner, updated, doc = (
+        ("task->>'owner'", "(task->>'updated_at')::float8", "task")
+        if archived
+        else ("owner", "updated_at", "doc")
+    )
+    text = listing.text.lower() if listing.text else None
+    # the text in a jsonpath string literal (JSON's escapes), matched as is ("q"), case ignored ("i")
+    path = None if text is None else f'$.** ? (@ like_regex {msgspec.json.encode(text).decode()} flag "iq")'
+    if listing.newest_first:
+        bound, values_bound = (
+            "(%(before)s::bigint IS NULL OR ord < %(before)s) ORDER BY ord DESC",
+            listing.before,
+        )
+    else:
+        bound, values_bound = "ord > %(after)s ORDER BY ord", listing.after
+    where = (
+        "(%(s)s::text IS NULL OR status = %(s)s) AND (%(t)s::text IS NULL OR type = %(t)s) "
+        f"AND (%(o)s::text IS NULL OR {owner} = %(o)s) AND (%(u)s::float8 IS NULL OR {updated} >= %(u)s) "
+        f"AND (%(q)s::text IS NULL OR strpos(lower(id), %(q)s) > 0 "
+        f"OR jsonb_path_exists({doc}->'input', %(p)s::jsonpath)) AND {bound} LIMIT %(limit)s"
+    )
+    values = {
+        "s": listing.status.value if listing.status else None,
+        "t": listing.type,
+        "o": listing.owner,
+        "u": listing.updated_since,
+        "q": text,
+        "p": path,
+        "limit": listing.limit,
+        "after": values_bound,
+        "before": values_bound,
+    }
+    return where, values

@@ -23,7 +23,7 @@ from typing import Any, Self
 import anyio
 
 from .._files import replace_durably, resolve_data_dir
-from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
+from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
     BudgetStore,
     ChatStore,
@@ -181,7 +181,8 @@ class PostgresStore:
     ) -> list[AgentTask]:
         graph = PostgresGraph()
         await self.db.run(check)
-        return await self.db.run(lambda c: graph.list_tasks(c, status, agent_type, archived=archived))
+        listing = ListTasks(status, agent_type, archived=archived)
+        return await self.db.run(lambda c: graph.list_tasks(c, listing))
 
     async def read_task(self, task_id: str) -> AgentTask:
         graph = PostgresGraph()

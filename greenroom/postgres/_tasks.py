@@ -442,8 +442,7 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
     if isinstance(message, Dependents):
         return await db.run(lambda c: graph.dependents(c, message.task_id))
     if isinstance(message, ListTasks):
-        wanted = (message.status, message.type, message.after, message.limit, message.archived)
-        return await db.run(lambda c: graph.list_tasks(c, *wanted))
+        return await db.run(lambda c: graph.list_tasks(c, message))
     counts, runnable, total = await db.run(graph.stats)
     return GraphStats(by_status=counts, runnable_types=runnable, total=total)
 

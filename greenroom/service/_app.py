@@ -97,6 +97,8 @@ class ServiceParts:
     """The figures over time the status page charts (``None``: ``/v1/history`` is 404)."""
     max_body_bytes: int = 4 << 20
     started: float = field(default_factory=time.time)
+    clock: Callable[[], float] = time.time
+    """The graph's clock: ``updated_within`` counts back from it."""
 
 
 class ApiError(GreenroomError):
@@ -402,6 +404,34 @@ def _query_int(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
+def _query_flag(query: Any, name: str) -> bool:
+    text = query.get(name, "0")
+    if text not in ("0", "1", "true", "false"):
+        raise ApiError(400, "invalid_input", f"{name} must be 0 or 1", field=name, value=text)
+    return bool(text in ("1", "true"))
+
+
+def _updated_since(query: Any, now: float) -> float | None:
+    """``updated_since`` (seconds since the epoch) or ``updated_within`` (seconds before
+    now, by the daemon's clock: a browser's clock may be off), not both."""
+    since, within = query.get("updated_since"), query.get("updated_within")
+    if since is not None and within is not None:
+        raise ApiError(400, "invalid_input", "give updated_since or updated_within, not both",
+                       field="updated_within", value=within)  # fmt: skip
+    name, text = ("updated_since", since) if since is not None else ("updated_within", within)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < 1e12) or value != value:
+        raise ApiError(
+            400, "invalid_input", f"{name} must be a number of seconds, 0 or more", field=name, value=text
+        )
+    return value if name == "updated_since" else now - value
+
+
 def _status_filter(text: str | None) -> TaskStatus | None:
     if text is None:
         return None
@@ -526,15 +556,30 @@ class _TaskEndpoints:
         return _json({"tasks": stored}, 201)
 
     async def list_tasks(self, request: Request, principal: Principal | None) -> Response:
-        wanted = _status_filter(request.query_params.get("status"))
-        agent_type = request.query_params.get("type")
-        after = _query_int(request, "after", 0, 0, 2**62)
+        """A page of tasks: filtered (``status``, ``type``, ``owner``, ``q`` — text in the
+        id or the input —, ``updated_within`` seconds or ``updated_since`` a time), in
+        submission order or ``order=newest`` first; ``next`` is the ``after`` (or, newest
+        first, the ``before``) of the page that follows, ``null`` after the last."""
+        query = request.query_params
+        wanted = _status_filter(query.get("status"))
         limit = _query_int(request, "limit", 100, 1, MAX_PAGE)
-        archived = request.query_params.get("archived", "0")
-        if archived not in ("0", "1", "true", "false"):
-            raise ApiError(400, "invalid_input", "archived must be 0 or 1", field="archived", value=archived)
-        # one more than a page: whether there is a next one (the store pages; nothing is sorted here)
-        listing = ListTasks(wanted, agent_type, after, limit + 1, archived=archived in ("1", "true"))
+        archived = _query_flag(query, "archived")
+        order = query.get("order", "oldest")
+        if order not in ("oldest", "newest"):
+            raise ApiError(400, "invalid_input", "order must be oldest or newest", field="order", value=order)
+        newest = order == "newest"
+        after = _query_int(request, "after", 0, 0, 2**62)
+        before = _query_int(request, "before", 2**62, 1, 2**62) if "before" in query else None
+        text = query.get("q") or None
+        if text is not None and len(text) > 200:
+            raise ApiError(
+                400, "invalid_input", "q must be at most 200 characters", field="q", value=text[:40]
+            )
+        listing = ListTasks(
+            wanted, query.get("type") or None, after, limit + 1,  # one more: whether a next page exists
+            archived=archived, owner=query.get("owner") or None, text=text,
+            updated_since=_updated_since(query, self.parts.clock()), newest_first=newest, before=before,
+        )  # fmt: skip
         found = await self.supervisor.ask(listing, timeout=None)
         page = found[:limit]
         more = len(found) > limit

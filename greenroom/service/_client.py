@@ -163,24 +163,33 @@ class ServiceClient:
         return msgspec.convert(answer["tasks"], list[AgentTask])
 
     async def list_tasks(
-        self, status: str | None = None, agent_type: str | None = None, *, archived: bool = False
+        self,
+        status: str | None = None,
+        agent_type: str | None = None,
+        *,
+        archived: bool = False,
+        owner: str | None = None,
+        text: str | None = None,
+        updated_within: float | None = None,
+        newest_first: bool = False,
     ) -> list[AgentTask]:
-        """Every matching task (``archived``: of the archive), page by page, in submission order."""
+        """Every matching task (``archived``: of the archive), page by page, in submission
+        order or newest first; the filters are ``GET /v1/tasks``'s."""
         found: list[AgentTask] = []
-        after = 0
+        params: dict[str, Any] = {"limit": 1000, "order": "newest" if newest_first else "oldest"}
+        for name, value in (("status", status), ("type", agent_type), ("owner", owner), ("q", text)):
+            if value:
+                params[name] = value
+        if archived:
+            params["archived"] = "1"
+        if updated_within is not None:
+            params["updated_within"] = repr(float(updated_within))
         while True:
-            params: dict[str, Any] = {"after": after, "limit": 1000}
-            if archived:
-                params["archived"] = "1"
-            if status:
-                params["status"] = status
-            if agent_type:
-                params["type"] = agent_type
             page = await self._call("GET", "/v1/tasks", params=params)
             found.extend(msgspec.convert(page["tasks"], list[AgentTask]))
             if page["next"] is None:
                 return found
-            after = page["next"]
+            params["before" if newest_first else "after"] = page["next"]
 
     async def get_task(self, task_id: str) -> AgentTask:
         return msgspec.convert(await self._call("GET", f"/v1/tasks/{_segment(task_id)}"), AgentTask)

@@ -18,7 +18,8 @@
   :func:`requeued_after_death`, :func:`death_counted`), the reasons a task carries
   (:func:`lease_expired`, :func:`dependency_failed`, :func:`poison_reason`,
   :func:`lease_report`, :func:`bound_report`) and the payloads of its events
-  (:func:`transition_payload`, :func:`result_payload`, :func:`result_event`); refusals
+  (:func:`transition_payload`, :func:`result_payload`, :func:`result_event`), what a listing
+  keeps (:func:`listed`); refusals
   (:class:`TaskGraphError` and its kinds).
 - What every backend checks and decodes alike: step journals (:func:`check_step`,
   :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
@@ -66,6 +67,7 @@ from ._rules import (
     in_dependency_order,
     lease_expired,
     lease_report,
+    listed,
     parked,
     poison_reason,
     requeued_after_death,
@@ -127,6 +129,7 @@ __all__ = [
     "in_dependency_order",
     "lease_expired",
     "lease_report",
+    "listed",
     "messages_from_rows",
     "over_budget",
     "parked",

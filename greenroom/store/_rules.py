@@ -24,6 +24,7 @@ from ..messages import (
     Complete,
     Decide,
     Fail,
+    ListTasks,
     Retry,
     TaskLimits,
     TaskStatus,
@@ -359,3 +360,32 @@ def lease_report(task: AgentTask) -> str:
     if task.status is TaskStatus.PENDING and any(d.get("by") == EXPIRY for d in task.decisions.values()):
         return "supervisor: task %r: nobody decided the call it waited on in time; denied, now %s"
     return "supervisor: task %r lost its lease; now %s"
+
+
+def _has_text(value: Any, needle: str) -> bool:
+    """Whether ``needle`` (lower case) is in a string anywhere in ``value`` (not its keys)."""
+    if isinstance(value, str):
+        return needle in value.lower()
+    if isinstance(value, dict):
+        return any(_has_text(item, needle) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_text(item, needle) for item in value)
+    return False
+
+
+def listed(task: AgentTask, listing: ListTasks) -> bool:
+    """Whether ``task`` matches every filter of ``listing`` (its page bounds aside): the
+    one meaning of each filter, which a backend that filters in its queries matches
+    exactly (``text``: case ignored, in the id or in a string of the input)."""
+    if listing.status is not None and task.status is not listing.status:
+        return False
+    if listing.type is not None and task.type != listing.type:
+        return False
+    if listing.owner is not None and task.owner != listing.owner:
+        return False
+    if listing.updated_since is not None and task.updated_at < listing.updated_since:
+        return False
+    if listing.text:
+        needle = listing.text.lower()
+        return needle in task.id.lower() or _has_text(task.input, needle)
+    return True

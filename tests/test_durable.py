@@ -131,6 +131,36 @@ async def test_a_second_attempt_replays_every_step_without_asking_the_model_or_r
         await harness.aclose()
 
 
+async def test_each_model_step_keeps_what_the_call_cost_and_replays_as_before(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Issue 40's step journal: a model reply is recorded with its cost by the harness's
+    price (what the status page shows per call), and a replay reads it as the reply."""
+    from greenroom.llm import Price
+
+    price = Price(input=3.0, output=15.0)
+    effects = Effects()
+    async with journal_on(store_url, tmp_path / "data") as (system, writer):
+        journal = await TaskJournal.load("t1", 1, writer, None)
+        harness = await Harness.spawn(
+            system, model_for_two_turns(), tools=effects.tools(), price=price,
+            sandbox=Sandbox(max_risk=RiskLevel.WRITES), journal=journal,
+        )  # fmt: skip
+        first = await harness.run_bounded("write it down", max_iterations=5)
+        await harness.aclose()
+        again, _, harness = await run_attempt(system, writer, model_for_two_turns(), effects.tools(), 2)
+        await harness.aclose()
+        assert again.final_text == first.final_text
+    async with await make_store(store_url, tmp_path / "data") as store:
+        steps = store.step_store()
+        models = [step for step in await steps.read("t1") if step.kind == "model"]
+        await steps.aclose()
+    assert len(models) == 2
+    for step in models:
+        usage = Usage(**step.body["usage"])
+        assert step.body["cost"] == pytest.approx(price.cost(usage)) and step.body["cost"] > 0
+
+
 async def test_a_call_that_changed_things_is_the_stores_before_the_phase_goes_on(
     store_url: str | None, tmp_path: Path
 ) -> None:

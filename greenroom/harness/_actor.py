@@ -66,6 +66,14 @@ _MAY_HAVE_RUN = (
 )
 
 
+class RecordedReply(ChatReply, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A model reply as the step journal keeps it: the reply, and what it cost (by the
+    harness's price when it was made; ``None``: the model had no price). A reply recorded
+    before this field existed reads with ``cost=None``."""
+
+    cost: float | None = None
+
+
 def _request_digest(request: ChatRequest, tools: tuple[str, ...]) -> str:
     """What a model call asks, for the journal's divergence check, in time independent of
     the history's length: the messages since the last reply (the user's message, or the
@@ -365,13 +373,15 @@ class HarnessActor(Actor):
         asked = _request_digest(request, offered)
         step = journal.get(key, "model", asked, f"a model request with digest {asked}")
         if step is not None:
-            recorded: ChatReply = convert(step.body, ChatReply, f"journal step {key!r}")
+            recorded: ChatReply = convert(step.body, RecordedReply, f"journal step {key!r}")
             return loop.replayed(recorded)
         reply = await loop.call(request)
         if reply is not None and reply.timing is not None:
             phase.timings.append(reply.timing)
         if reply is not None:  # durable before anything acts on it (see ``receive``)
-            encoded = _encoder.encode(reply)
+            price = self.price
+            cost = None if price is None else round(price.cost(reply.usage), 10)
+            encoded = _encoder.encode(RecordedReply(**msgspec.structs.asdict(reply), cost=cost))
             if not journal.record_soon(key, "model", asked, encoded):
                 await journal.record(key, "model", asked, msgspec.json.decode(encoded))
         return reply

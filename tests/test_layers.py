@@ -24,6 +24,7 @@ LAYERS = [
     "_files",
     "_threads",
     "_commit",
+    "_durations",
     "store",
     "supervisor",
     "log",

@@ -44,6 +44,24 @@ async def test_concurrent_appends_get_gapless_seqs_in_file_order(tmp_path: Path)
     assert all(json.loads(line)["seq"] for line in lines)
 
 
+async def test_log_stats_count_the_events_made_durable_and_time_each_write(tmp_path: Path) -> None:
+    """``LogStats``: what ``/metrics`` reads of the log — events stored (a refused one not
+    counted) and every write in the histogram, one write per batch."""
+    from greenroom.messages import AppendMany, LogStats
+
+    async with ActorSystem() as system:
+        log = await system.spawn(lambda: file_log(tmp_path))
+        assert (await log.ask(LogStats())).appended == 0
+        await log.ask(Append(type=AGENT_UPDATE, payload={"i": 1}))
+        await log.ask(AppendMany([Append(type=AGENT_UPDATE, payload={"i": i}) for i in range(5)]))
+        with pytest.raises(PolicyError):
+            await log.ask(Append(type=NARRATION, visibility="user"))
+        figures = await log.ask(LogStats())
+    assert figures.appended == 6 == len(read_events(tmp_path / "events.jsonl"))
+    assert figures.writes.count == 2 and figures.writes.sum > 0
+    assert len(figures.writes.counts) == len(figures.writes.bounds) + 1
+
+
 async def test_only_the_narrators_capability_may_show_text_to_users(tmp_path: Path) -> None:
     narrator = NarratorCapability()
     async with ActorSystem() as system:

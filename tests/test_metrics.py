@@ -60,6 +60,26 @@ async def test_a_scrape_after_a_seeded_run_has_the_counts_the_api_reports(tmp_pa
     for name, count in by_status.items():
         assert figures[("greenroom_tasks", (("status", name),))] == count
     assert figures[("greenroom_tasks_live", ())] == status["tasks"]["total"] == 9
+    assert status["tasks"]["by_type"] == {
+        "write": {"COMPLETED": 5}, "nobody": {"PENDING": 2, "CANCELLED": 1}, "flaky": {"FAILED": 1}
+    }  # fmt: skip
+    for agent_type, counts in status["tasks"]["by_type"].items():
+        for name, count in counts.items():
+            assert figures[("greenroom_tasks_by_type", (("status", name), ("type", agent_type)))] == count
+    assert len([key for key in figures if key[0] == "greenroom_tasks_by_type"]) == 4
+    appended = status["log"]["appended_here"]
+    assert appended >= 9 and figures[("greenroom_events_appended_here_total", ())] == appended  # 9 submitted
+    writes = status["tasks"]["writes"]
+    assert sum(writes["counts"]) > 0
+    assert figures[("greenroom_store_write_seconds_count", (("part", "tasks"),))] == sum(writes["counts"])
+    assert figures[("greenroom_store_write_seconds_sum", (("part", "tasks"),))] == writes["sum"]
+    assert figures[("greenroom_store_write_seconds_count", (("part", "events"),))] > 0
+    assert figures[("greenroom_tasks_archived_here_total", ())] == status["tasks"]["archived_here"] == 0
+    model = status["agents"]["write"]["model"] or "own"
+    assert (
+        figures[("greenroom_model_calls_total", (("model", model), ("type", "write")))]
+        == (status["agents"]["write"]["model_calls"])
+    )
     assert figures[("greenroom_tasks_completed_here_total", ())] == status["tasks"]["completed_here"] == 5
     assert figures[("greenroom_claims_granted_here_total", ())] == status["tasks"]["granted_here"] == 7
     assert figures[("greenroom_attempts_failed_here_total", ())] == status["tasks"]["failures_here"] == 2
@@ -103,11 +123,12 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
     status: dict[str, Any] = {
         "version": "9.9",
         "uptime": 12.5,
-        "tasks": {"total": 1, "completed_here": 0, "by_status": {"WAITING": 1}, "runnable_types": []},
+        "tasks": {"total": 1, "completed_here": 0, "by_status": {"WAITING": 1}, "runnable_types": [],
+                  "by_type": {"research": {"WAITING": 1}}},
         "agents": {
             "research": {
                 "configured": 1, "alive": 1, "busy": 0, "queued": 3, "restarts": 2, "tokens_spent": 40,
-                "model_calls": 4, "cost": 0.5,
+                "model_calls": 4, "cost": 0.5, "model": "gpt-x",
                 "model_timing": {"calls": 4, "first_token_ms": {"p50": 120.0, "p99": 300.0},
                                  "tokens_per_second": {"p50": None, "p99": None}},
             }
@@ -123,7 +144,21 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
     assert figures[("greenroom_approvals_waiting", ())] == 1
     assert figures[("greenroom_agent_queue_depth", (("type", "research"),))] == 3
     assert figures[("greenroom_agent_restarts_total", (("type", "research"),))] == 2
-    assert figures[("greenroom_model_tokens_total", (("type", "research"),))] == 40
+    assert figures[("greenroom_model_tokens_total", (("model", "gpt-x"), ("type", "research")))] == 40
+    assert figures[("greenroom_model_cost_total", (("model", "gpt-x"), ("type", "research")))] == 0.5
+    assert figures[("greenroom_tasks_by_type", (("status", "WAITING"), ("type", "research")))] == 1
+    assert not any(name.startswith("greenroom_store_write_seconds") for name, _ in figures)  # none given
+    status["tasks"]["writes"] = {"bounds": [0.001, 0.01], "counts": [2, 0, 1], "sum": 0.5}
+    status["tasks"]["archived_here"] = 7
+    figures = samples(exposition(status).decode())
+    bucket = "greenroom_store_write_seconds_bucket"
+    assert [figures[(bucket, (("le", le), ("part", "tasks")))] for le in ("0.001", "0.01", "+Inf")] == [
+        2,
+        2,
+        3,
+    ]
+    assert figures[("greenroom_store_write_seconds_count", (("part", "tasks"),))] == 3
+    assert figures[("greenroom_tasks_archived_here_total", ())] == 7
     assert (
         figures[("greenroom_model_first_token_seconds", (("quantile", "0.99"), ("type", "research")))] == 0.3
     )
@@ -168,7 +203,16 @@ def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() ->
     from greenroom.service._history import History
 
     status: dict[str, Any] = {
-        "tasks": {"completed_here": 7, "by_status": {"PENDING": 3, "FAILED": 1, "DEPENDENCY_FAILED": 2}},
+        "tasks": {
+            "completed_here": 7,
+            "by_status": {"PENDING": 3, "FAILED": 1, "DEPENDENCY_FAILED": 2},
+            "by_type": {
+                "a": {"PENDING": 2, "FAILED": 1},
+                "b": {"PENDING": 1},
+                "c": {"COMPLETED": 4},
+                **{f"z{i:02}": {"PENDING": 1} for i in range(30)},
+            },
+        },
         "agents": {
             "a": {"model_timing": {"first_token_ms": {"p99": 120.0}, "tokens_per_second": {"p50": 40.0}}},
             "b": {"model_timing": {"first_token_ms": {"p99": 300.0}, "tokens_per_second": {"p50": None}}},
@@ -184,3 +228,5 @@ def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() ->
     assert (last["completed"], last["failed"], last["pending"], last["in_progress"]) == (7, 3, 3, 0)
     assert (last["first_token_p99_ms"], last["tokens_per_second_p50"]) == (300.0, 40.0)  # the worst of each
     assert last["budgets"] == {"team": {"tokens": 90, "limit": 1000}}
+    queued = last["queued_by_type"]  # each type's PENDING tasks, 0 for a type with none; 20 types at most
+    assert len(queued) == 20 and (queued["a"], queued["b"], queued["c"], queued["z00"]) == (2, 1, 0, 1)

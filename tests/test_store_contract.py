@@ -391,6 +391,7 @@ async def test_a_listing_filters_by_owner_time_and_text_and_pages_newest_first(b
         assert await ids(archived=True, newest_first=True, limit=2) == ["delta-report", "beta"]
         assert await ids(archived=True, updated_since=now[0]) == []
         assert await ids(text="report") == []  # gamma's "report" is a key
+        assert (await sup.ask(Stats())).by_type == {"w": {"PENDING": 1}}  # the archived are not counted
 
 
 async def test_tasks_are_listed_and_counted_in_submission_order(backend: Store) -> None:
@@ -403,11 +404,18 @@ async def test_tasks_are_listed_and_counted_in_submission_order(backend: Store) 
         assert [t.id for t in await node.supervisor.ask(ListTasks(type="v"))] == ["a"]
         stats = await node.supervisor.ask(Stats())
         assert (stats.total, stats.by_status["PENDING"], stats.runnable_types) == (4, 4, ["v", "w"])
+        assert stats.by_type == {"v": {"PENDING": 1}, "w": {"PENDING": 3}}
+        await node.supervisor.ask(Claim("agent", "v"))
+        await node.supervisor.ask(Cancel("b"))  # and c, which depends on it
+        assert (await node.supervisor.ask(Stats())).by_type == {
+            "v": {"IN_PROGRESS": 1}, "w": {"CANCELLED": 1, "DEPENDENCY_FAILED": 1, "PENDING": 1}
+        }  # fmt: skip
         with pytest.raises(UnknownTask, match="no task with id 'nope'"):
             await node.supervisor.ask(GetTask("nope"))
     assert [t.id for t in await backend.read_tasks(agent_type="w")] == ["b", "c", "d"]
     assert (await backend.read_task("c")).depends_on == ["b"]
-    assert (await backend.read_stats()).total == 4
+    read = await backend.read_stats()  # no daemon
+    assert read.total == 4 and read.by_type["w"] == {"CANCELLED": 1, "DEPENDENCY_FAILED": 1, "PENDING": 1}
     with pytest.raises(UnknownTask):
         await backend.read_task("nope")
 
@@ -1789,7 +1797,9 @@ async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(b
 
         await eventually(archived, timeout=10)
         assert [t.id for t in await sup.ask(ListTasks())] == ["c"]
-        assert (await sup.ask(Stats())).total == 1
+        stats = await sup.ask(Stats())
+        assert (stats.total, stats.archived_here, stats.archive_dropped_here) == (1, 3, 0)
+        assert stats.writes is not None and stats.writes.count >= 4  # a submission, two claims...
         assert await journal.read("a") == []  # its step journal went with it
         await journal.aclose()
         found = await sup.ask(GetTask("a"))

@@ -25,19 +25,20 @@ import msgspec
 from .. import __version__
 from .._errors import DataError
 from .._files import replace_durably
+from ..actors import ActorStopped
 from ..harness import CallTimings, TokenBudget
 from ..harness._journal import ReadSteps
 from ..harness._ledger import TrackBudget
 from ..harness._timings import merged
 from ..llm import ChatModel, RuleBasedModel
-from ..messages import Event, GraphStats
+from ..messages import Event, GraphStats, LogFigures, LogStats
 from ..service import DaemonInfo, Principal, TokenStore, create_app, parse_address
 from ..service._app import ServiceParts
 from ..service._client import ADMIN_TOKEN_FILE, DAEMON_FILE
 from ..service._serve import bind, serve
 from ..service._tokens import new_token
 from ..store import Step
-from ._config import SCRIPTED, price_for
+from ._config import SCRIPTED, model_for, price_for
 from ._host import AgentHost
 
 logger = logging.getLogger("greenroom.daemon")
@@ -232,6 +233,11 @@ class DaemonService:
     async def status(self) -> dict[str, Any]:
         host = self.host
         stats: GraphStats = await host.stats()
+        log: LogFigures | None
+        try:
+            log = await host.log.ask(LogStats(), timeout=None)
+        except ActorStopped:  # stopping: the rest of the snapshot still says something
+            log = None
         agents: dict[str, dict[str, Any]] = {}
         setups: dict[str, dict[int, CallTimings]] = {}  # per type, each setup's timings once
         for agent, ref in host.agents:
@@ -261,6 +267,7 @@ class DaemonService:
                 timings = agent.llm.timings
                 setups.setdefault(agent.agent_type or type(agent).__name__, {})[id(timings)] = timings
         for agent_type, entry in agents.items():
+            entry["model"] = model_for(host.config, agent_type) if agent_type in host.config.agents else None
             entry["cost"] = round(entry["cost"], 6)
             entry["model_timing"] = merged(setups.get(agent_type, {}).values()).summary()
         mailboxes = {"supervisor": host.supervisor.queued, "log": host.log.queued}
@@ -279,8 +286,15 @@ class DaemonService:
                 "granted_here": stats.granted_here,
                 "failures_here": stats.failures_here,
                 "by_status": stats.by_status,
+                "by_type": stats.by_type,
                 "runnable_types": stats.runnable_types,
+                "archived_here": stats.archived_here,
+                "archive_dropped_here": stats.archive_dropped_here,
+                "writes": None if stats.writes is None else msgspec.to_builtins(stats.writes),
             },
+            "log": None
+            if log is None
+            else {"appended_here": log.appended, "writes": msgspec.to_builtins(log.writes)},
             "agents": agents,
             "chat": None if runner is None else _chat_status(runner.engine),
             "mailboxes": mailboxes,

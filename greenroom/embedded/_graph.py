@@ -105,10 +105,15 @@ class TaskGraph:
         self._events: list[tuple[str, AgentTask]] = []
         self.became_runnable: set[str] = set()
         self.counts: dict[TaskStatus, int] = dict.fromkeys(TaskStatus, 0)
+        self._type_counts: defaultdict[str, defaultdict[TaskStatus, int]] = defaultdict(
+            lambda: defaultdict(int)
+        )
+        """``counts`` per agent type (``GraphStats.by_type``)."""
         self.next_order = 1
         for task in tasks:
             self.tasks[task.id] = task
             self.counts[task.status] += 1
+            self._type_counts[task.type][task.status] += 1
             self.next_order = max(self.next_order, task.order + 1)
         for task in self.tasks.values():
             for dep in task.depends_on:
@@ -207,6 +212,7 @@ class TaskGraph:
                 continue
             del tasks[task_id]
             self.counts[task.status] -= 1
+            self._type_counts[task.type][task.status] -= 1
             self._changes.pop(task_id, None)
             self._dependents.pop(task_id, None)
             for dep in task.depends_on:
@@ -256,11 +262,14 @@ class TaskGraph:
 
     def _put(self, task: AgentTask, event: str | None) -> AgentTask:
         old = self.tasks.get(task.id)
+        by_type = self._type_counts[task.type]
         if old is not None:
             self.counts[old.status] -= 1
+            by_type[old.status] -= 1
         if task.status.final and (old is None or not old.status.final):
             self._finished.append(task.id)
         self.counts[task.status] += 1
+        by_type[task.status] += 1
         self.tasks[task.id] = task
         self._changes[task.id] = task
         if event is not None:
@@ -616,6 +625,15 @@ class TaskGraph:
 
     def stats(self) -> dict[str, int]:
         return {status.value: count for status, count in self.counts.items()}
+
+    def stats_by_type(self) -> dict[str, dict[str, int]]:
+        """Per agent type, its tasks in each state (none: left out)."""
+        found = {}
+        for agent_type, counts in sorted(self._type_counts.items()):
+            kept = {status.value: count for status, count in counts.items() if count}
+            if kept:
+                found[agent_type] = kept
+        return found
 
 
 def _random_rank() -> int:

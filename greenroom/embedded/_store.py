@@ -235,7 +235,10 @@ class EmbeddedStore:
         tasks, archived = self._load()
         graph = TaskGraph(tasks, now=time.time(), archived=archived)
         return GraphStats(
-            by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
+            by_status=graph.stats(),
+            runnable_types=graph.runnable_types(),
+            total=len(graph.tasks),
+            by_type=graph.stats_by_type(),
         )
 
     def _resolve(self) -> None:

@@ -33,6 +33,7 @@ import anyio
 
 from .._checks import check_int, check_seconds
 from .._commit import Batcher
+from .._durations import DurationCounter
 from .._files import OwnerLock, resolve_data_dir
 from .._threads import run_blocking
 from ..actors import ActorStopped, MailboxFull
@@ -119,6 +120,11 @@ class FileTaskStore:
         self.graph = TaskGraph(limits=self.limits)
         self._owner: GraphOwner | None = None
         self._commits: Batcher[Any] = Batcher(max_batch=self.max_batch, owner="FileTaskStore")
+        self.writes = DurationCounter()
+        """Each durable write (the journal's append and fsync) since it opened."""
+        self.archived = 0
+        self.archive_dropped = 0
+        """Tasks it moved to the archive, and archived tasks it dropped, since it opened."""
         self._outbox: list[GraphEvent] = []
         """The events of the batch being built (written with it)."""
         self._sending: Outbox | None = None
@@ -326,7 +332,13 @@ class FileTaskStore:
             return graph.retry(message, now)
         if kind is Stats:
             return GraphStats(
-                by_status=graph.stats(), runnable_types=graph.runnable_types(), total=len(graph.tasks)
+                by_status=graph.stats(),
+                runnable_types=graph.runnable_types(),
+                total=len(graph.tasks),
+                by_type=graph.stats_by_type(),
+                writes=self.writes.figures(),
+                archived_here=self.archived,
+                archive_dropped_here=self.archive_dropped,
             )
         if kind is ExpireLeases:
             for task in graph.expire_leases(now):
@@ -363,7 +375,9 @@ class FileTaskStore:
             written.append(files.append(changed, events))
 
         async def write_batch(_: object) -> None:
+            started = time.perf_counter()
             await run_blocking(write)
+            self.writes.add(time.perf_counter() - started)
 
         owner = self._owner
         assert owner is not None
@@ -467,13 +481,16 @@ class FileTaskStore:
                     self._broken = True  # memory is ahead of the disk: the restart reloads it
                     raise
                 self._archive_used = True
+                self.archived += len(ids)
                 await self._drop_steps(ids)
                 logger.info("supervisor: archived %d finished task(s)", len(ids))
         if retention.archive_for is not None:
             dropped = await archive.drop_finished_before(now - retention.archive_for)
+            self.archive_dropped += dropped
             if dropped:
                 logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
         dropped = await archive.drop_over_budget(retention.disk_budget)
+        self.archive_dropped += dropped
         if dropped:
             logger.info("supervisor: dropped %d archived task(s) past the disk budget", dropped)
 

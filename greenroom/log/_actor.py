@@ -16,6 +16,8 @@ dropped; a full one misses the event, with a warning).
 An ``AppendMany`` with an ``origin`` carries events from a durable journal (the files'
 task graph sends its committed events so): each is stored with its own origin, and the
 store keeps each once. ``Flush()`` answers once everything taken before it is durable.
+``LogStats()`` answers ``LogFigures``: the events made durable since it started and how
+long each write took (``/metrics``).
 
 If a write fails, the batch's askers get the error: a store out of reach
 (``StoreUnavailable``) leaves the actor serving (the askers retry); any other failure (the
@@ -37,9 +39,21 @@ from typing import Any
 import msgspec
 
 from .._commit import Batch, Batcher, Owed
+from .._durations import DurationCounter
 from .._errors import InvalidInput, StoreUnavailable
 from ..actors import Actor, ActorRef, ActorStopped, MailboxFull, PendingReply, Timer
-from ..messages import Append, AppendMany, Event, Flush, RecordError, Subscribe, Unsubscribe, Visibility
+from ..messages import (
+    Append,
+    AppendMany,
+    Event,
+    Flush,
+    LogFigures,
+    LogStats,
+    RecordError,
+    Subscribe,
+    Unsubscribe,
+    Visibility,
+)
 from ..store import EventStore
 from ._policy import NarratorCapability, apply_policy
 
@@ -179,6 +193,9 @@ class LogActor(Actor):
         self._linger_timer: Timer | None = None
         self.clock = clock
         self._subscribers: list[ActorRef] = []
+        self.appended = 0
+        self.writes = DurationCounter()
+        """Events made durable, and each write's time, since it started (``LogStats``)."""
 
     async def on_start(self) -> None:
         await self.store.open(self.context.ref)
@@ -238,6 +255,10 @@ class LogActor(Actor):
         if isinstance(message, Flush):
             if pending is not None:
                 self._flushes.append(pending)
+            return
+        if isinstance(message, LogStats):
+            if pending is not None:
+                pending.succeed(LogFigures(self.appended, self.writes.figures()))
             return
         if isinstance(message, Subscribe):
             self._subscribers.append(message.ref)
@@ -397,10 +418,12 @@ class LogActor(Actor):
         """Write ``batch`` and answer it; the store's ``StoreUnavailable`` is returned (its
         askers got it; the actor keeps serving), any other failure raised."""
         values = batch.values
+        started = time.perf_counter()
         try:
             outcomes = await self.store.write(
                 [event for event, _ in values], [encoded for _, encoded in values]
             )
+            self.writes.add(time.perf_counter() - started)
         except BaseException as error:
             batch.fail(error if isinstance(error, Exception) else ActorStopped(self.context.ref, "stopped"))
             if isinstance(error, StoreUnavailable):
@@ -412,6 +435,7 @@ class LogActor(Actor):
             if isinstance(outcome, Event):
                 if outcome.seq:  # 0: a journal's event the store had already
                     stored.append(outcome)
+                    self.appended += 1
                 if pending is not None:
                     pending.succeed(outcome)
             else:

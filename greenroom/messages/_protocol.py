@@ -169,6 +169,20 @@ class NoWork(msgspec.Struct, frozen=True):
     """``True`` once the supervisor stopped granting (shutdown): do not ask again."""
 
 
+class Durations(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How long something took, counted into fixed buckets (a histogram): ``counts[i]``
+    took at most ``bounds[i]`` seconds and more than the bound before it; the last count
+    took longer than every bound. ``sum``: all the seconds together."""
+
+    bounds: list[float]
+    counts: list[int]
+    sum: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
 class GraphStats(msgspec.Struct, frozen=True):
     by_status: dict[str, int]
     runnable_types: list[str]
@@ -181,6 +195,16 @@ class GraphStats(msgspec.Struct, frozen=True):
     """Claims it granted since it started (attempts begun here)."""
     failures_here: int = 0
     """Failed attempts agents reported to it since it started (retried or final)."""
+    by_type: dict[str, dict[str, int]] = {}
+    """Per agent type, its tasks in each state (a state with none is left out): the
+    queue of each type, and ``by_status`` split by type."""
+    writes: Durations | None = None
+    """The answering store's trips to its durable storage since it opened: a group
+    commit's write and fsync on the files, a statement's transaction on PostgreSQL."""
+    archived_here: int = 0
+    """Finished tasks the answering store moved to the archive since it opened."""
+    archive_dropped_here: int = 0
+    """Archived tasks it dropped since it opened (past ``archive_for`` or the disk budget)."""
 
 
 # -- to the log actor ------------------------------------------------------------------
@@ -230,6 +254,17 @@ class AppendMany(msgspec.Struct, Request[list[Event]], frozen=True):
 class Flush(msgspec.Struct, Request[None], frozen=True):
     """Reply once every append the log took before this message is durable (a barrier:
     what a reader of the store sees next includes them)."""
+
+
+class LogStats(msgspec.Struct, Request["LogFigures"], frozen=True):
+    """Replies with ``LogFigures``: what the log actor wrote since it started."""
+
+
+class LogFigures(msgspec.Struct, frozen=True):
+    appended: int
+    """Events this log actor made durable since it started (every kind)."""
+    writes: Durations
+    """Its writes (a batch of events each) and how long each took."""
 
 
 class Subscribe(msgspec.Struct, frozen=True):

@@ -45,6 +45,7 @@ from ..messages import (
     AgentResult,
     AgentTask,
     Decide,
+    GraphStats,
     ListTasks,
     Retry,
     TaskLimits,
@@ -235,17 +236,21 @@ class PostgresGraph:
         rows = connection.execute(f"SELECT {_COLUMNS} FROM gr_tasks WHERE {where}", values).fetchall()
         return [_task(row) for row in rows]
 
-    def stats(self, connection: Any) -> tuple[dict[str, int], list[str], int]:
+    def stats(self, connection: Any) -> GraphStats:
         counts = dict.fromkeys((s.value for s in TaskStatus), 0)
-        for status, count in connection.execute("SELECT status, count(*) FROM gr_tasks GROUP BY status"):
-            counts[status] = int(count)
+        by_type: dict[str, dict[str, int]] = {}
+        for agent_type, status, count in connection.execute(
+            "SELECT type, status, count(*) FROM gr_tasks GROUP BY type, status ORDER BY type, status"
+        ):
+            counts[status] += int(count)
+            by_type.setdefault(agent_type, {})[status] = int(count)
         types = [
             row[0]
             for row in connection.execute(
                 "SELECT DISTINCT type FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 ORDER BY type"
             )
         ]
-        return counts, types, sum(counts.values())
+        return GraphStats(by_status=counts, runnable_types=types, total=sum(counts.values()), by_type=by_type)
 
     # -- submitting -----------------------------------------------------------------
 

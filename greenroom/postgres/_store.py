@@ -217,5 +217,4 @@ class PostgresStore:
     async def read_stats(self) -> GraphStats:
         graph = PostgresGraph()
         await self.db.run(check)
-        counts, runnable, total = await self.db.run(graph.stats)
-        return GraphStats(by_status=counts, runnable_types=runnable, total=total)
+        return await self.db.run(graph.stats)

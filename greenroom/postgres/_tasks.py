@@ -37,9 +37,11 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 import anyio
+import msgspec
 
 from .._checks import check_int, check_seconds
 from .._commit import Batch, Batcher
+from .._durations import DurationCounter
 from .._errors import GreenroomError, InternalError, InvalidInput
 from ..actors import Actor, ActorRef, ActorStopped
 from ..messages import (
@@ -50,7 +52,6 @@ from ..messages import (
     Dependents,
     Fail,
     GetTask,
-    GraphStats,
     Heartbeat,
     ListTasks,
     Park,
@@ -153,6 +154,11 @@ class PostgresTaskStore:
         self._lanes: Batcher[Any] = Batcher(max_batch=self.batch_size, owner="PostgresTaskStore")
         """Requests waiting for a worker, by lane (claims of one type, completions, each
         other request alone), the oldest lane first; one transaction in flight per lane."""
+        self.writes = DurationCounter()
+        """Each transaction that changed the graph (a batch or one request) since it opened."""
+        self.archived = 0
+        self.archive_dropped = 0
+        """Tasks its retention passes moved to the archive, and archived tasks they dropped."""
         self._away_since: float | None = None
         """When PostgreSQL stopped answering (``None``: it answers)."""
 
@@ -367,7 +373,8 @@ async def _run_jobs(store: PostgresTaskStore, jobs: list[_Job]) -> None:
         await _completions(store, jobs)
     else:
         for job in jobs:
-            await _answer(store, job.reply, partial(_call, store, job.message))
+            timed = not isinstance(job.message, _READS)
+            await _answer(store, job.reply, partial(_call, store, job.message), timed=timed)
 
 
 async def _archive_pass(store: PostgresTaskStore, retention: Retention) -> None:
@@ -382,30 +389,43 @@ async def _archive_pass(store: PostgresTaskStore, retention: Retention) -> None:
             moved = await store.db.run(
                 lambda c: graph.archive(c, before, retention.keep_finished, retention.batch)
             )
+            store.archived += moved
             if moved:
                 logger.info("supervisor: archived %d finished task(s)", moved)
         if retention.archive_for is not None:
             horizon = now - retention.archive_for
             dropped = await store.db.run(lambda c: graph.drop_archive(c, horizon))
+            store.archive_dropped += dropped
             if dropped:
                 logger.info("supervisor: dropped %d archived task(s) past archive_for", dropped)
         through, dropped = await store.db.run(lambda c: maintain(c, retention, now))
         if through:
             logger.info("supervisor: retention dropped the events through seq %d", through)
+        store.archive_dropped += dropped
         if dropped:
             logger.info("supervisor: dropped %d archived task(s) past the disk budget", dropped)
     except DatabaseError as error:  # the next pass tries again
         logger.warning("supervisor: archiving failed: %s", error)
 
 
-async def _answer(store: PostgresTaskStore, reply: Reply, call: Callable[[], Awaitable[Any]]) -> None:
-    """``reply`` with what ``await call()`` returns, or the refusal it raises."""
+_READS = (GetTask, ListTasks, Dependents, Stats)
+"""Requests that change nothing: not counted as writes."""
+
+
+async def _answer(
+    store: PostgresTaskStore, reply: Reply, call: Callable[[], Awaitable[Any]], *, timed: bool = True
+) -> None:
+    """``reply`` with what ``await call()`` returns, or the refusal it raises; ``timed``:
+    counted in ``store.writes`` (a change, not a read)."""
+    started = time.perf_counter()
     try:
         value = await call()
     except (InvalidInput, DatabaseError) as error:
         _failed(store, [reply], error)
         return
     store.database_answered()
+    if timed:
+        store.writes.add(time.perf_counter() - started)
     reply.succeed(value)
 
 
@@ -443,8 +463,13 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
         return await db.run(lambda c: graph.dependents(c, message.task_id))
     if isinstance(message, ListTasks):
         return await db.run(lambda c: graph.list_tasks(c, message))
-    counts, runnable, total = await db.run(graph.stats)
-    return GraphStats(by_status=counts, runnable_types=runnable, total=total)
+    stats = await db.run(graph.stats)
+    return msgspec.structs.replace(
+        stats,
+        writes=store.writes.figures(),
+        archived_here=store.archived,
+        archive_dropped_here=store.archive_dropped,
+    )
 
 
 async def _batch(
@@ -457,6 +482,7 @@ async def _batch(
     answered otherwise: after a conflict (a deadlock with another node's batch) or a value
     PostgreSQL refused, each runs alone through ``one_by_one``, so it fails one request
     only; after any other failure all fail (their askers retry)."""
+    started = time.perf_counter()
     try:
         result = await store.db.run(statement, single=True)
     except (ConflictError, DataRefused) as error:
@@ -470,6 +496,7 @@ async def _batch(
         _failed(store, [job.reply for job in jobs], error)
         return None
     store.database_answered()
+    store.writes.add(time.perf_counter() - started)
     return result
 
 

@@ -3,7 +3,7 @@
 Every ``every`` seconds a sample of the status snapshot (the document ``/v1/status``
 answers) is kept, the last ``keep`` of them (an hour at the default 5 s): what this daemon
 completed and the graph's failures so far (the page turns them into rates), the tasks
-waiting and running, the model's time to first token and tokens per second, and each
+waiting and running, each agent type's queue (its PENDING tasks), the model's time to first token and tokens per second, and each
 named budget's spend against its limit. In memory only: a restart starts a new history
 (Prometheus, scraping ``/metrics``, is where figures are kept for months).
 """
@@ -19,6 +19,9 @@ from typing import Any
 import anyio
 
 logger = logging.getLogger("greenroom.service")
+
+MAX_TYPES = 20
+"""Agent types a sample keeps the queue of (the first by name): a chart stays readable."""
 
 
 def sample(status: dict[str, Any], at: float) -> dict[str, Any]:
@@ -42,6 +45,10 @@ def sample(status: dict[str, Any], at: float) -> dict[str, Any]:
         "pending": by_status.get("PENDING", 0),
         "in_progress": by_status.get("IN_PROGRESS", 0),
         "waiting": by_status.get("WAITING", 0),
+        "queued_by_type": {  # the queue of each agent type: its PENDING tasks (at most 20 types)
+            agent_type: counts.get("PENDING", 0)
+            for agent_type, counts in sorted((tasks.get("by_type") or {}).items())[:MAX_TYPES]
+        },
         "first_token_p99_ms": max(first_token) if first_token else None,
         "tokens_per_second_p50": min(rates) if rates else None,
         "budgets": {

@@ -57,6 +57,13 @@ class _StatusCollector:
         for name, count in sorted((tasks.get("by_status") or {}).items()):
             by_status.add_metric([name], count)
         yield by_status
+        by_type = gauge(
+            "tasks_by_type", "Tasks in the live graph by agent type and status", ["type", "status"]
+        )
+        for agent_type, counts in sorted((tasks.get("by_type") or {}).items()):
+            for name, count in sorted(counts.items()):
+                by_type.add_metric([agent_type, name], count)
+        yield by_type
         total = gauge("tasks_live", "Tasks in the live graph (archived ones not counted)")
         total.add_metric([], tasks.get("total", 0))
         yield total
@@ -79,6 +86,20 @@ class _StatusCollector:
         failures.add_metric([], tasks.get("failures_here", 0))
         yield failures
 
+        archived = counter(
+            "tasks_archived_here", "Finished tasks this daemon's retention moved to the archive"
+        )
+        archived.add_metric([], tasks.get("archived_here", 0))
+        yield archived
+        dropped = counter("archive_dropped_here", "Archived tasks this daemon's retention dropped")
+        dropped.add_metric([], tasks.get("archive_dropped_here", 0))
+        yield dropped
+        log = status.get("log") or {}
+        appended = counter("events_appended_here", "Events this daemon's log actor made durable")
+        appended.add_metric([], log.get("appended_here", 0))
+        yield appended
+        yield _writes({"tasks": tasks.get("writes"), "events": log.get("writes")})
+
         yield from _agents(status.get("agents") or {}, gauge, counter)
 
         mailboxes = gauge("mailbox_depth", "Messages queued in an actor's mailbox", ["actor"])
@@ -100,9 +121,13 @@ def _agents(agents: dict[str, dict[str, Any]], gauge: Any, counter: Any) -> Iter
         "busy": gauge("agents_busy", "Agent actors running a task, per type", ["type"]),
         "queued": gauge("agent_queue_depth", "Messages queued for the agent actors of a type", ["type"]),
         "restarts": counter("agent_restarts", "Agent actor restarts since start, per type", ["type"]),
-        "model_calls": counter("model_calls", "Model calls the agents of a type made", ["type"]),
-        "tokens_spent": counter("model_tokens", "Tokens the agents of a type spent", ["type"]),
-        "cost": counter("model_cost", "What the agents of a type spent (the price's unit)", ["type"]),
+    }
+    by_model = {  # "own": the agent type's own model (no [llm] server), e.g. scripted
+        "model_calls": counter("model_calls", "Model calls the agents of a type made", ["type", "model"]),
+        "tokens_spent": counter("model_tokens", "Tokens the agents of a type spent", ["type", "model"]),
+        "cost": counter(
+            "model_cost", "What the agents of a type spent (the price's unit)", ["type", "model"]
+        ),
     }
     first_token = gauge(
         "model_first_token_seconds", "Time to first token of the last streamed calls", ["type", "quantile"]
@@ -113,6 +138,8 @@ def _agents(agents: dict[str, dict[str, Any]], gauge: Any, counter: Any) -> Iter
     for agent_type, entry in sorted(agents.items()):
         for key, family in families.items():
             family.add_metric([agent_type], entry.get(key, 0))
+        for key, family in by_model.items():
+            family.add_metric([agent_type, entry.get("model") or "own"], entry.get(key, 0))
         timing = entry.get("model_timing") or {}
         for quantile in ("p50", "p99"):
             label = "0.5" if quantile == "p50" else "0.99"
@@ -138,9 +165,30 @@ def _agents(agents: dict[str, dict[str, Any]], gauge: Any, counter: Any) -> Iter
             ]
             histogram.add_metric([agent_type], buckets, sum_value=counted["sum"])
     yield from families.values()
+    yield from by_model.values()
     yield first_token
     yield rate
     yield histogram
+
+
+def _writes(parts: dict[str, dict[str, Any] | None]) -> Any:
+    """The store's durable writes per part (``Durations``) as one histogram."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    histogram = HistogramMetricFamily(
+        "greenroom_store_write_seconds",
+        "Durable writes of this daemon's task store (a group commit's write, a transaction) and log",
+        labels=["part"],
+    )
+    for part, durations in parts.items():
+        if not durations:
+            continue
+        cumulative, buckets = 0, []
+        for bound, count in zip([*durations["bounds"], "+Inf"], durations["counts"], strict=True):
+            cumulative += count
+            buckets.append((str(float(bound)) if bound != "+Inf" else "+Inf", cumulative))
+        histogram.add_metric([part], buckets, sum_value=durations["sum"])
+    return histogram
 
 
 def _budgets(budgets: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:

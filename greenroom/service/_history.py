@@ -4,8 +4,9 @@ Every ``every`` seconds a sample of the status snapshot (the document ``/v1/stat
 answers) is kept, the last ``keep`` of them (an hour at the default 5 s): what this daemon
 completed and the graph's failures so far (the page turns them into rates), the tasks
 waiting and running, each agent type's queue (its PENDING tasks), the model's time to
-first token and tokens per second, and each named budget's spend against its limit. In memory only: a restart starts a new history
-(Prometheus, scraping ``/metrics``, is where figures are kept for months).
+first token and tokens per second, and each named budget's spend against its limit. In
+memory only: a restart starts a new history (Prometheus, scraping ``/metrics``, is where
+figures are kept for months).
 """
 
 from __future__ import annotations

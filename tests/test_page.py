@@ -170,6 +170,10 @@ async def test_a_waiting_call_is_approved_on_the_page_and_the_task_finishes(tmp_
         item = "document.querySelector('#approvals li[data-task=\"pub\"]')"
         shown = await browser.until(f"const li = {item}; return li && li.textContent")
         assert "publish" in shown and "notes" in shown  # the exact call: tool and arguments
+        await browser.js("window.confirm = () => false")  # asked first: a "no" sends nothing
+        await browser.click('#approvals li[data-task="pub"] button.approve')
+        assert (await ops.get_task("pub")).status is TaskStatus.WAITING
+        await browser.js("window.confirm = () => true")
         await browser.click('#approvals li[data-task="pub"] button.approve')
         await browser.until(COUNT, "COMPLETED", 1)
         done = await ops.get_task("pub")
@@ -184,6 +188,7 @@ async def test_a_waiting_call_is_approved_on_the_page_and_the_task_finishes(tmp_
         )
         journal = {key: kind for key, kind in steps}
         assert journal["p0/main/m0"] == "model" and journal["p0/main/m0/t0"] == "tool"
+        assert not await browser.shown("notice")  # the unconfirmed click sent nothing (no "already decided")
 
 
 async def test_the_login_form_never_puts_the_token_in_a_url_even_before_its_script_runs(
@@ -253,7 +258,9 @@ async def test_a_refused_approval_stays_on_screen_and_logout_leaves_no_task_behi
         await browser.log_in(daemon.tokens["ops"])
         await browser.until("return document.querySelector('#approvals li[data-task=\"both\"]') !== null")
         await ops.decide("both", approved=True)  # someone else, first
-        await browser.js("decide('both', 'approve')")  # the click this page's person made
+        await browser.js(
+            "window.confirm = () => true; decide('both', 'approve')"
+        )  # this page's person's click
         said = await browser.until("return !document.getElementById('notice').hidden && "
                                    "document.getElementById('notice-text').textContent")  # fmt: skip
         assert "Could not approve both" in said
@@ -437,6 +444,189 @@ async def test_the_charts_over_time_fill_in_and_move_while_tasks_run(tmp_path: P
             "return Array.from(document.querySelectorAll('#chart-finished polyline[data-series=completed]'))"
             ".some((l) => l.getAttribute('points').split(' ').some((p) => Number(p.split(',')[1]) < 105))"
         )  # a completion rate above zero drawn
+        await browser.until(POINTS, "chart-types", "type:write", 1)  # the write type's queue, over time
+        assert await browser.js(
+            "return document.querySelector('#chart-types-key [data-series]').textContent"
+        ) == ("write")
+        said = await browser.js("return document.getElementById('chart-queue').getAttribute('aria-label')")
+        assert said.startswith("tasks waiting and running, now: pending "), said  # what a screen reader hears
         async with daemon.http("ops") as http:
             history = (await http.get("/v1/history")).json()
         assert history["every"] == 0.1 and max(s["completed"] for s in history["samples"]) == 5
+
+
+async def test_a_waiting_call_is_denied_on_the_page_after_a_confirmation(tmp_path: Path) -> None:
+    """Deny: asked first (a "no" sends nothing), then the call is denied as the token's
+    user and the task goes on without it."""
+    from greenroom.messages import Claim, Park
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([AgentTask(id="wire", type="idle")])
+        supervisor = daemon.host.supervisor
+        claimed = (await supervisor.ask(Claim("agent", "idle"))).task
+        await supervisor.ask(
+            Park(
+                claimed.id, "agent", {"step": "p0/main/m0/t0", "tool": "wire_money", "arguments": {"usd": 9}}
+            )
+        )
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        deny = '#approvals li[data-task="wire"] button.deny'
+        await browser.until(f"return document.querySelector('{deny}') !== null")
+        label = await browser.js(f"return document.querySelector('{deny}').getAttribute('aria-label')")
+        assert label == "Deny wire"
+        asked: list[str] = await browser.js(
+            "window.asked = []; window.confirm = (q) => { window.asked.push(q); return false; };"
+            f"document.querySelector('{deny}').click(); return window.asked"
+        )
+        assert len(asked) == 1 and "Deny wire?" in asked[0] and "does not run" in asked[0]
+        await browser.js(f"window.confirm = () => true; document.querySelector('{deny}').click()")
+        await browser.until(COUNT, "WAITING", 0)
+        denied = await ops.get_task("wire")
+        decision = denied.decisions["p0/main/m0/t0"]
+        assert denied.status is TaskStatus.PENDING and (decision["approved"], decision["by"]) == (
+            False,
+            "ops",
+        )
+        assert len(denied.decisions) == 1 and not await browser.shown("notice")
+
+
+FILTER = (
+    "const [fields, button] = arguments; for (const [id, value] of Object.entries(fields)) {"
+    " const e = document.getElementById(id); if (e.type === 'checkbox') e.checked = value; else e.value = value; }"
+    " document.querySelector(button || '#filter button[type=submit]').click()"
+)
+"""Set the filter's fields (``arguments[0]``: id -> value) and press ``arguments[1]``
+(default: Filter)."""
+ROWS = "return [...document.querySelectorAll('#tasks tbody tr[data-task]')].map((tr) => tr.dataset.task)"
+"""The ids in the tasks table, top to bottom."""
+
+
+async def test_tasks_are_searched_filtered_sorted_and_paged_on_the_page(tmp_path: Path) -> None:
+    """Issue 40's task list: text in the id or the input, the owner, newest first with its
+    pages, "failed in the last hour" in one click, and Clear; every field labelled."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        tasks = [AgentTask(id=f"t{i:02}", type="idle", input={"note": "Quarterly report" if i % 5 == 0 else "misc"})
+                 for i in range(25)]  # fmt: skip
+        await ops.submit([*tasks, AgentTask(id="broken", type="flaky", max_attempts=1)])
+        supervisor = daemon.host.supervisor
+        await supervisor.ask(Claim("worker-7", "idle"))  # t00
+        await supervisor.ask(Claim("worker-7", "flaky"))
+        await supervisor.ask(Fail("broken", "worker-7", AgentError(reason="no")))
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until("return document.querySelectorAll('#tasks tbody tr[data-task]').length === 20")
+        unlabelled = await browser.js(
+            "return [...document.querySelectorAll('#dashboard input, #dashboard select')]"
+            ".filter((e) => !e.labels || e.labels.length === 0).map((e) => e.id)"
+        )
+        assert unlabelled == []
+        await browser.js(FILTER, {"filter-text": "QUARTERLY"})
+        await browser.until(ROWS + ".join() === 't00,t05,t10,t15,t20'")
+        assert await browser.js("return document.getElementById('page-count').textContent") == "page 1"
+        await browser.js(FILTER, {"filter-text": "", "filter-owner": "worker-7"})
+        await browser.until(ROWS + ".join() === 't00,broken'")
+        await browser.js(FILTER, {"filter-owner": "", "filter-order": "newest"})
+        first = await browser.until(ROWS + ".length === 20 && " + ROWS[7:])
+        assert first[0] == "broken" and first[1:3] == ["t24", "t23"], first
+        assert await browser.js("return document.getElementById('page-count').textContent") == "page 1 of 2"
+        await browser.click("#next-page")
+        second = await browser.until(ROWS + ".length === 6 && " + ROWS[7:])
+        assert second == ["t05", "t04", "t03", "t02", "t01", "t00"]
+        await browser.click("#failed-hour")
+        await browser.until(ROWS + ".join() === 'broken'")
+        chosen = await browser.js(
+            "return ['filter-status', 'filter-within', 'filter-order'].map((id) => document.getElementById(id).value)"
+        )
+        assert chosen == ["FAILED", "3600", "newest"]
+        await browser.click("#filter-clear")
+        await browser.until(ROWS + ".length === 20 && " + ROWS[7:] + "[0] === 't00'")
+
+
+async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(tmp_path: Path) -> None:
+    """A task's attempts as a timeline (who, how long, how it ended), its step journal
+    with each model call's latency, time to first token, tokens and cost and each tool
+    call folded, and its neighbours drawn as a graph whose nodes open them — from the
+    keyboard too (Enter on a row; the view takes the focus)."""
+    from greenroom.harness._journal import RecordSteps
+    from greenroom.messages import AgentError, AgentResult, Claim, Complete, Fail
+    from greenroom.store import Step
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([
+            AgentTask(id="up-a", type="idle"), AgentTask(id="up-b", type="idle"),
+            AgentTask(id="mid", type="work", depends_on=["up-a", "up-b"]),
+            AgentTask(id="down", type="idle", depends_on=["mid"]),
+        ])  # fmt: skip
+        supervisor = daemon.host.supervisor
+        for task_id in ("up-a", "up-b"):
+            await supervisor.ask(Claim("helper", "idle"))
+            await supervisor.ask(Complete(task_id, "helper", AgentResult(task_id=task_id)))
+        await supervisor.ask(Claim("agent-a", "work"))
+        await supervisor.ask(Fail("mid", "agent-a", AgentError(reason="the API was down", retryable=True)))
+        await supervisor.ask(Claim("agent-b", "work"))
+        model = {
+            "text": "",
+            "tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"q": "sky"}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 10},
+            "finish_reason": "tool_calls",
+            "timing": {"first_token": 0.25, "duration": 1.2, "tokens_per_second": 40.0},
+            "cost": 0.00125,
+        }
+        tool = {"record": {"id": "c1", "name": "lookup", "arguments": {"q": "sky"}, "ok": True,
+                           "result": {"colour": "blue"}}, "content": '{"colour":"blue"}'}  # fmt: skip
+        await daemon.host.journal.ask(RecordSteps((
+            Step(task_id="mid", key="p0/main/m0", kind="model", fingerprint="x", body=model, attempt=2),
+            Step(task_id="mid", key="p0/main/m0/t0", kind="tool", fingerprint="y", body=tool, attempt=2),
+        )))  # fmt: skip
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until("return document.querySelector('#tasks tr[data-task=\"mid\"]') !== null")
+        await browser.js(  # the keyboard: focus the row, press Enter
+            "const row = document.querySelector('#tasks tr[data-task=\"mid\"]'); row.focus();"
+            "row.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', bubbles: true}))"
+        )
+        await browser.until("return document.getElementById('task-id').textContent === 'mid'")
+        assert await browser.js("return document.activeElement.id") == "task-heading"
+        attempts = await browser.until(
+            "const a = [...document.querySelectorAll('#task-attempts li')]"
+            ".map((li) => [li.dataset.agent, li.dataset.outcome, li.textContent]); return a.length === 2 && a"
+        )
+        assert [(agent, outcome) for agent, outcome, _ in attempts] == [
+            ("agent-a", "ended, runs again"), ("agent-b", "running")
+        ]  # fmt: skip
+        assert "the API was down" in attempts[0][2] and "running for" in attempts[1][2]
+        assert await browser.js("return document.querySelectorAll('#task-timeline rect.attempt').length") == 2
+        step = "document.querySelector('#task-steps li[data-kind=\"model\"]')"
+        figures = await browser.until(
+            f"const li = {step}; return li && ['latency', 'first-token', 'tokens', 'cost']"
+            ".map((c) => li.querySelector('.' + c).textContent)"
+        )
+        assert figures == ["1200 ms", "first token 250 ms", "40 tokens (30 in, 10 out)", "cost 0.00125"]
+        folded = await browser.js(
+            "const li = document.querySelector('#task-steps li[data-kind=\"tool\"]');"
+            "const d = li.querySelector('details'); return [d.open, d.querySelector('summary').textContent,"
+            " JSON.parse(d.querySelector('pre').textContent), li.querySelector('.outcome').textContent]"
+        )
+        assert folded == [False, "arguments and result", {"arguments": {"q": "sky"}, "result": {"colour": "blue"}},
+                          "ok"]  # fmt: skip
+        nodes = await browser.until(
+            "const n = [...document.querySelectorAll('#task-graph a[data-task]')]"
+            ".map((a) => [a.dataset.task, a.dataset.status]); return n.length === 3 && n"
+        )
+        assert sorted(nodes) == [["down", "PENDING"], ["up-a", "COMPLETED"], ["up-b", "COMPLETED"]]
+        current = "document.querySelector('#task-graph .current')"
+        assert await browser.js(f"return {current}.dataset.status") == "IN_PROGRESS"
+        assert await browser.js("return document.querySelectorAll('#task-graph path.edge').length") == 3
+        await browser.js(
+            "document.querySelector('#task-graph a[data-task=\"down\"]')"
+            ".dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true}))"
+        )
+        await browser.until("return document.getElementById('task-id').textContent === 'down'")
+        await browser.until(f"return {current} && {current}.textContent.includes('down')")
+        await supervisor.ask(Complete("mid", "agent-b", AgentResult(task_id="mid")))  # redrawn as it changes
+        await browser.until(
+            "return document.querySelector('#task-graph a[data-task=\"mid\"]')?.dataset.status === 'COMPLETED'"
+        )

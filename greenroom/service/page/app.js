@@ -7,11 +7,13 @@ const STATES = ["PENDING", "IN_PROGRESS", "WAITING", "COMPLETED", "FAILED", "CAN
 const $ = (id) => document.getElementById(id);
 let token = sessionStorage.getItem("greenroom-token");
 let refreshing = false;
-let pageAfter = 0;        // the tasks table's page: tasks after this order
+let pageCursor = null;    // where the tasks table's page starts: after this order (oldest first) or before it
 let pageIndex = 1;        // which page that is (1: the first)
 let lastStatus = null;    // the last /v1/status document (its counts give the page count)
-let nextAfter = null;     // the next page's start, when there is one
+let nextCursor = null;    // the next page's start, when there is one
 let shownTask = null;     // the task whose details are open (set at the click: a late answer about another is dropped)
+let drawnTask = null;     // "id@updated_at" of the task whose attempts, steps and neighbours are drawn
+let drawnAt = 0;          // when they were (Date.now()): redrawn every 5 s, for what changes around the task
 let bulkPreview = null;   // the bulk decision last previewed: what Apply sends
 let stream = null;        // the live events' AbortController
 
@@ -93,10 +95,11 @@ function showLogin(message) {
   $("dashboard").hidden = true;
   $("task-section").hidden = true;
   shownTask = null;
+  drawnTask = null;
   bulkPreview = null;
   $("task-fields").replaceChildren();
   for (const id of ["task-input", "task-id", "about", "problem", "notice-text", "bulk-shown", "task-result-summary",
-    "task-result-json", "page-count", "find-id"]) {
+    "task-result-json", "page-count", "find-id", "filter-text", "filter-owner", "chart-types-key"]) {
     if ($(id).value !== undefined) $(id).value = ""; else $(id).textContent = "";
   }
   lastStatus = null;
@@ -104,7 +107,7 @@ function showLogin(message) {
   $("bulk-apply").hidden = true;
   for (const body of document.querySelectorAll(
     "#dashboard tbody, #counts, #approvals, #events, #task-events, #task-steps, #task-upstream, #task-downstream, " +
-    "#task-retries, .charts svg"))
+    "#task-retries, #task-attempts, #task-timeline, #task-graph, .charts svg"))
     body.replaceChildren();
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -159,8 +162,10 @@ function showStatus(status) {
   const counts = $("counts");
   counts.replaceChildren();
   for (const state of STATES) {
-    const box = el("div", null, { class: "count", "data-status": state });
-    box.append(el("span", status.tasks.by_status[state] || 0, { class: "n" }), el("span", state));
+    const n = status.tasks.by_status[state] || 0;
+    const box = el("div", null, { class: "count", "data-status": state, role: "listitem" });
+    box.append(el("span", n, { class: "n" }), el("span", state));
+    box.setAttribute("aria-label", `${n} ${state}`);
     counts.append(box);
   }
   const agents = $("agents").tBodies[0];
@@ -205,8 +210,8 @@ function showApprovals(tasks) {
       el("div", `asks to run ${call.tool} (risk ${call.risk || "?"}) with`),
       el("pre", JSON.stringify(call.arguments, null, 2)),
     );
-    const approve = el("button", "Approve", { type: "button", class: "approve" });
-    const deny = el("button", "Deny", { type: "button", class: "deny" });
+    const approve = el("button", "Approve", { type: "button", class: "approve", "aria-label": `Approve ${task.id}` });
+    const deny = el("button", "Deny", { type: "button", class: "deny", "aria-label": `Deny ${task.id}` });
     approve.addEventListener("click", () => decide(task.id, "approve"));
     deny.addEventListener("click", () => decide(task.id, "deny"));
     item.append(approve, " ", deny);
@@ -220,7 +225,12 @@ function notice(text) {
   $("notice").hidden = false;
 }
 
+// Approve or deny one waiting call, after a confirmation that names it.
 async function decide(taskId, verb) {
+  const question = verb === "approve"
+    ? `Approve ${taskId}? Its call runs, recorded as your decision.`
+    : `Deny ${taskId}? Its call does not run; the agent is told no, recorded as your decision.`;
+  if (!window.confirm(question)) return;
   try {
     const body = verb === "deny" ? { reason: "denied on the status page" } : {};
     await api(`/v1/tasks/${encodeURIComponent(taskId)}/${verb}`, { method: "POST", body: JSON.stringify(body) });
@@ -306,6 +316,30 @@ async function showHistory() {
   chart($("chart-finished"), rates, ["completed", "failed"]);
   chart($("chart-queue"), samples, ["pending", "in_progress", "waiting"]);
   chart($("chart-latency"), samples, ["first_token_p99_ms", "tokens_per_second_p50"]);
+  // each agent type's queue: its series named "type:<name>" (a type may be called anything, "at" too)
+  const types = [...new Set(samples.flatMap((s) => Object.keys(s.queued_by_type || {})))].sort();
+  const queues = samples.map((s) => {
+    const point = { at: s.at };
+    for (const name of types) point[`type:${name}`] = (s.queued_by_type || {})[name] ?? null;
+    return point;
+  });
+  const typeSeries = types.map((name) => `type:${name}`);
+  chart($("chart-types"), queues, typeSeries);
+  const key = $("chart-types-key");
+  key.replaceChildren();
+  typeSeries.forEach((series, index) => {
+    if (index) key.append(", ");
+    const swatch = document.createElementNS(SVG, "svg");
+    swatch.setAttribute("viewBox", "0 0 10 10");
+    swatch.setAttribute("class", "swatch");
+    swatch.setAttribute("aria-hidden", "true");
+    const square = document.createElementNS(SVG, "rect");
+    for (const [name, value] of [["width", "10"], ["height", "10"], ["fill", PALETTE[index % PALETTE.length]]])
+      square.setAttribute(name, value);
+    swatch.append(square);
+    key.append(swatch, el("span", types[index], { "data-series": series }));
+  });
+  if (!types.length) key.textContent = "no tasks yet";
   const names = [...new Set(samples.flatMap((s) => Object.keys(s.budgets || {})))];
   const spent = samples.map((s) => {
     const point = { at: s.at };
@@ -318,9 +352,15 @@ async function showHistory() {
   chart($("chart-budgets"), spent, names);
 }
 
-// One line per series over the samples' time (x), from 0 to the largest value (y).
+// One line per series over the samples' time (x), from 0 to the largest value (y). What a
+// screen reader hears: the chart's name and each series' last value.
 function chart(svg, points, series) {
   svg.replaceChildren();
+  if (!svg.dataset.label) svg.dataset.label = svg.getAttribute("aria-label");
+  const last = points[points.length - 1] || {};
+  const said = series.filter((name) => typeof last[name] === "number")
+    .map((name) => `${name.replace(/^type:/, "")} ${Number(last[name].toPrecision(3))}`);
+  svg.setAttribute("aria-label", svg.dataset.label + (said.length ? `, now: ${said.join(", ")}` : ", no samples yet"));
   const values = points.flatMap((p) => series.map((name) => p[name])).filter((v) => typeof v === "number");
   if (points.length < 2 || !values.length) return;
   const top = Math.max(...values, 1), first = points[0].at, span = Math.max(1e-9, points[points.length - 1].at - first);
@@ -346,56 +386,82 @@ function chart(svg, points, series) {
     line.setAttribute("stroke", COLOURS[name] || PALETTE[index % PALETTE.length]);
     line.dataset.series = name;
     const title = document.createElementNS(SVG, "title");
-    title.textContent = name;
+    title.textContent = name.replace(/^type:/, "");
     line.append(title);
     svg.append(line);
   });
 }
 
-async function showTasks() {
-  const query = new URLSearchParams({ limit: "20", after: String(pageAfter) });
-  if ($("filter-status").value) query.set("status", $("filter-status").value);
-  if ($("filter-type").value.trim()) query.set("type", $("filter-type").value.trim());
+// The tasks table's query: the filter's fields, the order, and where the page starts.
+function listingQuery() {
+  const newest = $("filter-order").value === "newest";
+  const query = new URLSearchParams({ limit: "20", order: newest ? "newest" : "oldest" });
+  if (pageCursor !== null) query.set(newest ? "before" : "after", String(pageCursor));
+  for (const [name, id] of [["status", "filter-status"], ["type", "filter-type"], ["owner", "filter-owner"],
+    ["q", "filter-text"], ["updated_within", "filter-within"]]) {
+    const value = $(id).value.trim();
+    if (value) query.set(name, value);
+  }
   if ($("filter-archived").checked) query.set("archived", "1");
-  const page = await api(`/v1/tasks?${query}`);
+  return query;
+}
+
+// Whether a filter beyond the state is set (the status counts cannot say how many match it).
+function narrowed() {
+  return ["filter-type", "filter-owner", "filter-text", "filter-within"].some((id) => $(id).value.trim())
+    || $("filter-archived").checked;
+}
+
+async function showTasks() {
+  const page = await api(`/v1/tasks?${listingQuery()}`);
   const body = $("tasks").tBodies[0];
   body.replaceChildren();
   for (const task of page.tasks) {
     const tr = row([task.id, task.type, stateCell(task.status), task.attempt, task.owner || "", timeCell(task.updated_at)]);
     tr.dataset.task = task.id;
     tr.tabIndex = 0;   // reachable from the keyboard: Enter opens it
+    tr.setAttribute("aria-label", `${task.id}, ${task.type}, ${task.status}`);
     tr.addEventListener("click", () => showTask(task.id, true));
     tr.addEventListener("keydown", (event) => { if (event.key === "Enter") showTask(task.id, true); });
     body.append(tr);
   }
   if (!page.tasks.length) {
-    const empty = $("filter-status").value || $("filter-type").value.trim() || $("filter-archived").checked
+    const empty = $("filter-status").value || narrowed()
       ? "No task matches this filter." : "No tasks yet: submit some (greenroom tasks add, or POST /v1/tasks).";
     body.append(row([el("td", empty, { colspan: "6", class: "empty" })]));
   }
-  nextAfter = page.next;
-  $("next-page").disabled = nextAfter === null;
+  nextCursor = page.next;
+  $("next-page").disabled = nextCursor === null;
   $("page-count").textContent = pageCount();
 }
 
-// "page N of M" where the status counts say how many tasks the filter has (not by type,
-// not archived: those counts are not at hand); "page N" otherwise.
+// "page N of M" where the status counts say how many tasks the filter has (a state or
+// none: not by type, owner, text or time, not archived); "page N" otherwise.
 function pageCount() {
   const status = $("filter-status").value;
-  if (!lastStatus || $("filter-type").value.trim() || $("filter-archived").checked) return `page ${pageIndex}`;
+  if (!lastStatus || narrowed()) return `page ${pageIndex}`;
   const total = status ? (lastStatus.tasks.by_status[status] || 0) : lastStatus.tasks.total;
   return `page ${pageIndex} of ${Math.max(1, Math.ceil(total / 20))}`;
 }
 
-async function showTask(taskId, withEvents) {
-  if (withEvents) shownTask = taskId;   // a click: from now on only this task's answers are shown
+function firstPage() {
+  pageCursor = null;
+  pageIndex = 1;
+  refresh();
+}
+
+// A task opened (``opened``: by a person's click, a link or a search: the view takes the
+// focus) or redrawn by the refresh. Its attempts, steps and neighbours are fetched again
+// when it is opened, whenever it changed since they were drawn, and every 5 s.
+async function showTask(taskId, opened) {
+  if (opened) shownTask = taskId;   // from now on only this task's answers are shown
   const task = await api(`/v1/tasks/${encodeURIComponent(taskId)}`);
   if (shownTask !== taskId || !token) return;   // another was chosen (or the page logged out) meanwhile
   $("task-section").hidden = false;
   $("task-id").textContent = task.id;
   const fields = $("task-fields");
   fields.replaceChildren();
-  const final = ["COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"].includes(task.status);
+  const final = FINAL.includes(task.status);
   const shown = {
     type: task.type, owner: task.owner || "—",
     attempt: `${task.attempt} of ${task.max_attempts}`,
@@ -412,7 +478,6 @@ async function showTask(taskId, withEvents) {
   for (const [name, value] of Object.entries(shown)) fields.append(el("dt", name), el("dd", value));
   $("task-retry").hidden = !["FAILED", "DEPENDENCY_FAILED"].includes(task.status);
   $("task-cancel").hidden = final;
-  taskLinks($("task-upstream"), $("no-upstream"), task.depends_on || []);
   $("task-result-summary").textContent = task.result ? `${task.result.outcome} (show the whole result)` : "no result";
   $("task-result-json").textContent = task.result ? JSON.stringify(task.result, null, 2) : "";
   const retries = $("task-retries");
@@ -422,31 +487,183 @@ async function showTask(taskId, withEvents) {
     retries.append(el("li", `${when(r.at)} by ${r.by}${r.reason ? `: ${r.reason}` : ""} (was ${r.status}, attempt ${r.attempt})`));
   }
   $("task-input").textContent = JSON.stringify(task.input, null, 2);
-  if (withEvents) await Promise.all([showTaskEvents(taskId), showTaskSteps(taskId), showDependents(taskId)]);
+  const drawn = `${task.id}@${task.updated_at}`;
+  if (opened || drawn !== drawnTask || Date.now() - drawnAt > 5000) {   // its neighbours change too
+    drawnTask = drawn;
+    drawnAt = Date.now();
+    if (opened) $("task-heading").focus();
+    await Promise.all([showTaskEvents(task), showTaskSteps(taskId), showNeighbours(task)]);
+  }
 }
 
-// A task's neighbours in the graph, each a link that opens it.
+const FINAL = ["COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"];
+
+// -- a task's neighbours: links, and a small graph of them (upstream left, downstream right)
+
+function openLink(id, link) {
+  link.addEventListener("click", (event) => { event.preventDefault(); showTask(id, true); });
+  return link;
+}
+
 function taskLinks(list, none, ids) {
   list.replaceChildren();
   none.hidden = ids.length > 0;
   for (const id of ids) {
-    const link = el("a", id, { href: `#task=${encodeURIComponent(id)}`, "data-task": id });
-    link.addEventListener("click", (event) => { event.preventDefault(); showTask(id, true); });
     const item = el("li");
-    item.append(link);
+    item.append(openLink(id, el("a", id, { href: `#task=${encodeURIComponent(id)}`, "data-task": id })));
     list.append(item);
   }
 }
 
-async function showDependents(taskId) {
+const SIDE = 8;   // neighbours drawn each side; the rest are in the lists below the graph
+
+async function showNeighbours(task) {
+  const taskId = task.id;
   let dependents = [];
   try {
     dependents = (await api(`/v1/tasks/${encodeURIComponent(taskId)}/dependents`)).dependents;
   } catch (failure) {
     if (failure.status !== 404) throw failure;   // an archived task: no live dependents
   }
+  const upstream = task.depends_on || [];
+  const drawnIds = [...upstream.slice(0, SIDE), ...dependents.slice(0, SIDE)];
+  const found = await Promise.all(drawnIds.map((id) =>
+    api(`/v1/tasks/${encodeURIComponent(id)}`).then((t) => t.status, () => "unknown")));
   if (shownTask !== taskId) return;
+  const statuses = Object.fromEntries(drawnIds.map((id, i) => [id, found[i]]));
+  taskLinks($("task-upstream"), $("no-upstream"), upstream);
   taskLinks($("task-downstream"), $("no-downstream"), dependents);
+  drawGraph(task, upstream, dependents, statuses);
+}
+
+function svgEl(tag, attributes = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function drawGraph(task, upstream, downstream, statuses) {
+  const svg = $("task-graph");
+  svg.replaceChildren();
+  const rowsOf = (ids) => Math.min(ids.length, SIDE) + (ids.length > SIDE ? 1 : 0);
+  const rows = Math.max(1, rowsOf(upstream), rowsOf(downstream));
+  const height = rows * 30 + 6, middle = (height - 22) / 2;
+  svg.setAttribute("viewBox", `0 0 560 ${height}`);
+  const node = (x, y, id, status, current) => {
+    const short = id.length > 22 ? `${id.slice(0, 21)}…` : id;
+    const group = current
+      ? svgEl("g", { "data-status": status, class: "node current" })
+      : openLink(id, svgEl("a", { href: `#task=${encodeURIComponent(id)}`, "data-task": id, "data-status": status,
+        class: "node", "aria-label": `open ${id} (${status})` }));
+    group.append(svgEl("title", {}, `${id} (${status})`), svgEl("rect", { x, y, width: 180, height: 22, rx: 4 }),
+      svgEl("text", { x: x + 8, y: y + 15 }, short));
+    svg.append(group);
+  };
+  const edge = (x1, y1, x2, y2) => svg.append(svgEl("path", {
+    d: `M${x1} ${y1 + 11} C${x1 + 10} ${y1 + 11} ${x2 - 10} ${y2 + 11} ${x2} ${y2 + 11}`, class: "edge" }));
+  const side = (ids, x, towards) => {
+    ids.slice(0, SIDE).forEach((id, i) => {
+      const y = 3 + i * 30;
+      node(x, y, id, statuses[id] || "unknown", false);
+      if (towards < x) edge(towards + 180, middle, x, y); else edge(x + 180, y, towards, middle);
+    });
+    if (ids.length > SIDE) svg.append(svgEl("text", { x: x + 8, y: 3 + SIDE * 30 + 15, class: "more" },
+      `and ${ids.length - SIDE} more (listed below)`));
+  };
+  side(upstream, 5, 190);
+  side(downstream, 375, 190);
+  node(190, middle, task.id, task.status, true);
+}
+
+// -- a task's attempts, from its events: who claimed it, for how long, how it ended --------
+
+const ENDINGS = { TASK_COMPLETED: "completed", TASK_FAILED: "failed", TASK_CANCELLED: "cancelled",
+  TASK_WAITING: "parked for a person", TASK_RETRIED: "ended" };
+
+function attemptsOf(events) {
+  const attempts = [];
+  let current = null;
+  for (const event of events) {
+    const payload = event.payload || {};
+    if (event.type === "TASK_CLAIMED") {
+      current = { attempt: payload.attempt, agent: event.agent_id || "?", start: event.ts, end: null, outcome: "running" };
+      attempts.push(current);
+    } else if (current && current.end === null && ENDINGS[event.type]) {
+      current.end = event.ts;
+      current.outcome = ENDINGS[event.type];
+      if (event.type === "TASK_RETRIED") current.outcome = payload.reason ? "ended, runs again" : "handed back, runs again";
+      current.reason = event.type === "TASK_COMPLETED" ? "" : payload.reason || "";
+    }
+  }
+  return attempts;
+}
+
+function showAttempts(task, events) {
+  const attempts = attemptsOf(events);
+  const list = $("task-attempts"), svg = $("task-timeline");
+  list.replaceChildren();
+  svg.replaceChildren();
+  $("no-attempts").hidden = attempts.length > 0;
+  if (!attempts.length) return;
+  const now = Date.now() / 1000;
+  const first = Math.min(task.created_at || attempts[0].start, attempts[0].start);
+  const last = Math.max(FINAL.includes(task.status) ? task.updated_at : now, ...attempts.map((a) => a.end || now));
+  const span = Math.max(1e-3, last - first);
+  svg.append(svgEl("line", { x1: 5, x2: 555, y1: 10, y2: 10, class: "life" }));
+  for (const a of attempts) {
+    const took = (a.end || now) - a.start;
+    const said = `attempt ${a.attempt} by ${a.agent}: ${a.outcome}${a.reason ? ` (${a.reason})` : ""}, ` +
+      `${a.end ? "took" : "running for"} ${duration(took)}`;
+    const x = 5 + (550 * (a.start - first)) / span;
+    const bar = svgEl("rect", { x: x.toFixed(1), y: 3, height: 14, width: Math.max(2, (550 * took) / span).toFixed(1),
+      class: "attempt", "data-outcome": a.outcome.split(",")[0] });
+    bar.append(svgEl("title", {}, said));
+    svg.append(bar);
+    const item = el("li", said, { "data-attempt": a.attempt, "data-agent": a.agent, "data-outcome": a.outcome });
+    item.title = `began ${dateOf(a.start)}` + (a.end ? `, ended ${dateOf(a.end)}` : "");
+    list.append(item);
+  }
+}
+
+// -- a task's step journal: each model call's figures, each tool call folded ----------------
+
+function folded(summary, value) {
+  const details = el("details");
+  details.append(el("summary", summary), el("pre", JSON.stringify(value, null, 2)));
+  return details;
+}
+
+function stepItem(step) {
+  const item = el("li", null, { "data-kind": step.kind, "data-key": step.key });
+  const body = step.body || {};
+  const head = el("span", `${step.key} · attempt ${step.attempt} · `, { class: "step-head" });
+  if (step.kind === "model") {
+    const timing = body.timing || {}, usage = body.usage || {};
+    const figures = [
+      ["latency", timing.duration !== undefined ? `${Math.round(timing.duration * 1000)} ms` : "latency not measured"],
+      ["first-token", timing.first_token !== undefined ? `first token ${Math.round(timing.first_token * 1000)} ms` : null],
+      ["tokens", `${(usage.prompt_tokens || 0) + (usage.completion_tokens || 0)} tokens ` +
+        `(${usage.prompt_tokens || 0} in, ${usage.completion_tokens || 0} out)`],
+      ["cost", typeof body.cost === "number" ? `cost ${Number(body.cost.toPrecision(4))}` : "no price"],
+    ].filter(([, text]) => text !== null);
+    head.append("model call");
+    item.append(head);
+    for (const [name, text] of figures) item.append(" · ", el("span", text, { class: name }));
+    const calls = (body.tool_calls || []).map((c) => c.name).join(", ");
+    item.append(folded(calls ? `the reply (asks for ${calls})` : "the reply", { text: body.text, tool_calls: body.tool_calls,
+      finish_reason: body.finish_reason }));
+  } else if (step.kind === "tool") {
+    const record = body.record || {};
+    head.append(`tool ${record.name || "?"} · `);
+    item.append(head, el("span", record.ok ? "ok" : `error: ${record.error || "failed"}`, { class: "outcome" }));
+    item.append(folded("arguments and result", { arguments: record.arguments, result: record.ok ? record.result : undefined,
+      error: record.ok ? undefined : record.error }));
+  } else {
+    head.append(step.kind.replace("_", " "));
+    item.append(head, folded("what was recorded", body));
+  }
+  return item;
 }
 
 async function showTaskSteps(taskId) {
@@ -460,22 +677,21 @@ async function showTaskSteps(taskId) {
   if (shownTask !== taskId) return;
   list.replaceChildren();
   $("no-steps").hidden = steps.length > 0;
-  for (const step of steps) {
-    const summary = JSON.stringify(step.body);
-    const text = `${step.key} ${step.kind} (attempt ${step.attempt}) ${summary.length > 200 ? summary.slice(0, 200) + "…" : summary}`;
-    list.append(el("li", text, { "data-kind": step.kind, "data-key": step.key }));
-  }
+  for (const step of steps) list.append(stepItem(step));
 }
 
-async function showTaskEvents(taskId) {
+async function showTaskEvents(task) {
+  const taskId = task.id;
   const list = $("task-events");
   const query = new URLSearchParams({ task: taskId, follow: "0" });
   const response = await fetch(`/v1/events?${query}`, { headers: { Authorization: `Bearer ${token}` } });
   if (!response.ok) return;
   const text = await response.text();
   if (shownTask !== taskId) return;
+  const events = parseEvents(text).events;
   list.replaceChildren();
-  for (const event of parseEvents(text).events) list.append(eventItem(event));
+  for (const event of events) list.append(eventItem(event));
+  showAttempts(task, events);
 }
 
 function eventItem(event) {
@@ -583,10 +799,17 @@ document.addEventListener("DOMContentLoaded", () => {
   $("bulk-apply").addEventListener("click", bulkApplied);
   for (const id of ["bulk-type", "bulk-tool", "bulk-may-have-run", "bulk-verdict", "bulk-reason"])
     $(id).addEventListener("change", () => { bulkPreview = null; $("bulk-apply").hidden = true; });
-  $("filter").addEventListener("submit", (event) => { event.preventDefault(); pageAfter = 0; pageIndex = 1; refresh(); });
-  $("first-page").addEventListener("click", () => { pageAfter = 0; pageIndex = 1; refresh(); });
+  $("filter").addEventListener("submit", (event) => { event.preventDefault(); firstPage(); });
+  $("failed-hour").addEventListener("click", () => {
+    $("filter-status").value = "FAILED";
+    $("filter-within").value = "3600";
+    $("filter-order").value = "newest";
+    firstPage();
+  });
+  $("filter-clear").addEventListener("click", () => { $("filter").reset(); firstPage(); });
+  $("first-page").addEventListener("click", firstPage);
   $("next-page").addEventListener("click", () => {
-    if (nextAfter !== null) { pageAfter = nextAfter; pageIndex += 1; refresh(); }
+    if (nextCursor !== null) { pageCursor = nextCursor; pageIndex += 1; refresh(); }
   });
   $("find").addEventListener("submit", (event) => { event.preventDefault(); find($("find-id").value.trim()); });
   $("task-retry").addEventListener("click", () => act("retry"));

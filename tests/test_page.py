@@ -493,7 +493,8 @@ async def test_a_waiting_call_is_denied_on_the_page_after_a_confirmation(tmp_pat
 
 FILTER = (
     "const [fields, button] = arguments; for (const [id, value] of Object.entries(fields)) {"
-    " const e = document.getElementById(id); if (e.type === 'checkbox') e.checked = value; else e.value = value; }"
+    " const e = document.getElementById(id);"
+    " if (e.type === 'checkbox') e.checked = value; else e.value = value; }"
     " document.querySelector(button || '#filter button[type=submit]').click()"
 )
 """Set the filter's fields (``arguments[0]``: id -> value) and press ``arguments[1]``
@@ -508,8 +509,8 @@ async def test_tasks_are_searched_filtered_sorted_and_paged_on_the_page(tmp_path
     from greenroom.messages import AgentError, Claim, Fail
 
     async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
-        tasks = [AgentTask(id=f"t{i:02}", type="idle", input={"note": "Quarterly report" if i % 5 == 0 else "misc"})
-                 for i in range(25)]  # fmt: skip
+        notes = ["Quarterly report" if i % 5 == 0 else "misc" for i in range(25)]
+        tasks = [AgentTask(id=f"t{i:02}", type="idle", input={"note": note}) for i, note in enumerate(notes)]
         await ops.submit([*tasks, AgentTask(id="broken", type="flaky", max_attempts=1)])
         supervisor = daemon.host.supervisor
         await supervisor.ask(Claim("worker-7", "idle"))  # t00
@@ -538,7 +539,8 @@ async def test_tasks_are_searched_filtered_sorted_and_paged_on_the_page(tmp_path
         await browser.click("#failed-hour")
         await browser.until(ROWS + ".join() === 'broken'")
         chosen = await browser.js(
-            "return ['filter-status', 'filter-within', 'filter-order'].map((id) => document.getElementById(id).value)"
+            "return ['filter-status', 'filter-within', 'filter-order']"
+            ".map((id) => document.getElementById(id).value)"
         )
         assert chosen == ["FAILED", "3600", "newest"]
         await browser.click("#filter-clear")
@@ -610,8 +612,8 @@ async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(
             "const d = li.querySelector('details'); return [d.open, d.querySelector('summary').textContent,"
             " JSON.parse(d.querySelector('pre').textContent), li.querySelector('.outcome').textContent]"
         )
-        assert folded == [False, "arguments and result", {"arguments": {"q": "sky"}, "result": {"colour": "blue"}},
-                          "ok"]  # fmt: skip
+        call = {"arguments": {"q": "sky"}, "result": {"colour": "blue"}}
+        assert folded == [False, "arguments and result", call, "ok"]
         nodes = await browser.until(
             "const n = [...document.querySelectorAll('#task-graph a[data-task]')]"
             ".map((a) => [a.dataset.task, a.dataset.status]); return n.length === 3 && n"
@@ -628,5 +630,6 @@ async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(
         await browser.until(f"return {current} && {current}.textContent.includes('down')")
         await supervisor.ask(Complete("mid", "agent-b", AgentResult(task_id="mid")))  # redrawn as it changes
         await browser.until(
-            "return document.querySelector('#task-graph a[data-task=\"mid\"]')?.dataset.status === 'COMPLETED'"
+            "const node = document.querySelector('#task-graph a[data-task=\"mid\"]');"
+            "return node && node.dataset.status === 'COMPLETED'"
         )

@@ -448,6 +448,10 @@ async def test_the_charts_over_time_fill_in_and_move_while_tasks_run(tmp_path: P
         assert await browser.js(
             "return document.querySelector('#chart-types-key [data-series]').textContent"
         ) == ("write")
+        swatch = await browser.js(
+            "return document.querySelector('#chart-types-key svg').getBoundingClientRect().width"
+        )
+        assert swatch <= 12  # a square beside the name, not a chart's width
         said = await browser.js("return document.getElementById('chart-queue').getAttribute('aria-label')")
         assert said.startswith("tasks waiting and running, now: pending "), said  # what a screen reader hears
         async with daemon.http("ops") as http:
@@ -545,6 +549,12 @@ async def test_tasks_are_searched_filtered_sorted_and_paged_on_the_page(tmp_path
         assert chosen == ["FAILED", "3600", "newest"]
         await browser.click("#filter-clear")
         await browser.until(ROWS + ".length === 20 && " + ROWS[7:] + "[0] === 't00'")
+        await browser.call(browser.driver.set_window_size, 400, 900)  # a narrow window: nothing runs off
+        await browser.click('#tasks tr[data-task="t00"]')  # the side (a wide table scrolls in its own box)
+        await browser.until("return document.getElementById('task-id').textContent === 't00'")
+        assert await browser.until(
+            "const d = document.documentElement; return d.clientWidth < 420 && d.scrollWidth <= d.clientWidth"
+        )
 
 
 async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(tmp_path: Path) -> None:

@@ -362,7 +362,11 @@ function chart(svg, points, series) {
     .map((name) => `${name.replace(/^type:/, "")} ${Number(last[name].toPrecision(3))}`);
   svg.setAttribute("aria-label", svg.dataset.label + (said.length ? `, now: ${said.join(", ")}` : ", no samples yet"));
   const values = points.flatMap((p) => series.map((name) => p[name])).filter((v) => typeof v === "number");
-  if (points.length < 2 || !values.length) return;
+  if (points.length < 2 || !values.length) {   // an empty chart says why
+    svg.append(svgEl("text", { x: 150, y: 60, "text-anchor": "middle", class: "nothing" },
+      points.length < 2 ? "waiting for samples" : "nothing measured yet"));
+    return;
+  }
   const top = Math.max(...values, 1), first = points[0].at, span = Math.max(1e-9, points[points.length - 1].at - first);
   const axis = document.createElementNS(SVG, "path");
   axis.setAttribute("d", "M30 5 V105 H295");
@@ -516,6 +520,7 @@ function taskLinks(list, none, ids) {
 }
 
 const SIDE = 8;   // neighbours drawn each side; the rest are in the lists below the graph
+const WIDTH = 150;   // a node's width: the columns at 5, 205 and 405 leave room for the edges
 
 async function showNeighbours(task) {
   const taskId = task.id;
@@ -551,12 +556,12 @@ function drawGraph(task, upstream, downstream, statuses) {
   const height = rows * 30 + 6, middle = (height - 22) / 2;
   svg.setAttribute("viewBox", `0 0 560 ${height}`);
   const node = (x, y, id, status, current) => {
-    const short = id.length > 22 ? `${id.slice(0, 21)}…` : id;
+    const short = id.length > 19 ? `${id.slice(0, 18)}…` : id;
     const group = current
       ? svgEl("g", { "data-status": status, class: "node current" })
       : openLink(id, svgEl("a", { href: `#task=${encodeURIComponent(id)}`, "data-task": id, "data-status": status,
         class: "node", "aria-label": `open ${id} (${status})` }));
-    group.append(svgEl("title", {}, `${id} (${status})`), svgEl("rect", { x, y, width: 180, height: 22, rx: 4 }),
+    group.append(svgEl("title", {}, `${id} (${status})`), svgEl("rect", { x, y, width: WIDTH, height: 22, rx: 4 }),
       svgEl("text", { x: x + 8, y: y + 15 }, short));
     svg.append(group);
   };
@@ -566,14 +571,14 @@ function drawGraph(task, upstream, downstream, statuses) {
     ids.slice(0, SIDE).forEach((id, i) => {
       const y = 3 + i * 30;
       node(x, y, id, statuses[id] || "unknown", false);
-      if (towards < x) edge(towards + 180, middle, x, y); else edge(x + 180, y, towards, middle);
+      if (towards < x) edge(towards + WIDTH, middle, x, y); else edge(x + WIDTH, y, towards, middle);
     });
     if (ids.length > SIDE) svg.append(svgEl("text", { x: x + 8, y: 3 + SIDE * 30 + 15, class: "more" },
       `and ${ids.length - SIDE} more (listed below)`));
   };
-  side(upstream, 5, 190);
-  side(downstream, 375, 190);
-  node(190, middle, task.id, task.status, true);
+  side(upstream, 5, 205);
+  side(downstream, 405, 205);
+  node(205, middle, task.id, task.status, true);
 }
 
 // -- a task's attempts, from its events: who claimed it, for how long, how it ended --------

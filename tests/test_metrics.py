@@ -182,6 +182,9 @@ def test_time_to_first_token_is_a_histogram_of_every_call_merged_over_a_types_se
         one.add(CallTiming(first_token=seconds, duration=seconds + 1))
     other.add(CallTiming(first_token=45.0, duration=46.0))
     summary = merged([one, other]).summary()
+    calls = dict((str(bound), count) for bound, count in summary["duration_histogram"]["buckets"])
+    assert (calls["1.0"], calls["2.5"], calls["60.0"], calls["+Inf"]) == (0, 4, 5, 5)  # 1.01-1.3 s, 46 s
+    assert summary["duration_ms"]["p99"] == 46000.0
     buckets = dict((str(bound), count) for bound, count in summary["first_token_histogram"]["buckets"])
     assert (buckets["0.025"], buckets["0.1"], buckets["0.5"], buckets["30.0"], buckets["+Inf"]) == (
         1,
@@ -197,6 +200,8 @@ def test_time_to_first_token_is_a_histogram_of_every_call_merged_over_a_types_se
     assert figures[(f"{name}_bucket", (("le", "+Inf"), ("type", "write")))] == 5
     assert figures[(f"{name}_count", (("type", "write"),))] == 5
     assert figures[(f"{name}_sum", (("type", "write"),))] == pytest.approx(45.45)
+    assert figures[("greenroom_model_call_seconds_bucket", (("le", "2.5"), ("type", "write")))] == 4
+    assert figures[("greenroom_model_call_seconds_count", (("type", "write"),))] == 5
 
 
 def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() -> None:
@@ -227,6 +232,7 @@ def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() ->
     last = document["samples"][-1]
     assert (last["completed"], last["failed"], last["pending"], last["in_progress"]) == (7, 3, 3, 0)
     assert (last["first_token_p99_ms"], last["tokens_per_second_p50"]) == (300.0, 40.0)  # the worst of each
+    assert last["first_token_p50_ms"] is None  # no agent says its median
     assert last["budgets"] == {"team": {"tokens": 90, "limit": 1000}}
     queued = last["queued_by_type"]  # each type's PENDING tasks, 0 for a type with none; 20 types at most
     assert len(queued) == 20 and (queued["a"], queued["b"], queued["c"], queued["z00"]) == (2, 1, 0, 1)

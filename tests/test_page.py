@@ -610,6 +610,8 @@ async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(
             ("agent-a", "ended, runs again"), ("agent-b", "running")
         ]  # fmt: skip
         assert "the API was down" in attempts[0][2] and "running for" in attempts[1][2]
+        queued = await browser.js("return document.getElementById('task-queued').textContent")
+        assert queued.startswith("Queued ") and queued.endswith(" before its first attempt."), queued
         assert await browser.js("return document.querySelectorAll('#task-timeline rect.attempt').length") == 2
         step = "document.querySelector('#task-steps li[data-kind=\"model\"]')"
         figures = await browser.until(

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from .._durations import DurationCounter
 from ..messages import CallTiming
 
 KEPT = 1024
@@ -14,6 +15,9 @@ KEPT = 1024
 
 FIRST_TOKEN_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """The upper bounds (seconds) of the time-to-first-token histogram (``+Inf`` beyond)."""
+
+CALL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""The upper bounds (seconds) of the whole call's histogram (``+Inf`` beyond)."""
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -24,11 +28,14 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 class CallTimings:
-    """The time to first token and the tokens per second of the latest ``keep`` streamed
-    model calls (``calls``: how many were counted in all). Not thread safe: one event
-    loop."""
+    """The time to first token, the whole call's time and the tokens per second of the
+    latest ``keep`` streamed model calls (``calls``: how many were counted in all), and
+    every call's times in histograms. Not thread safe: one event loop."""
 
-    __slots__ = ("calls", "first_token", "first_token_counts", "first_token_sum", "tokens_per_second")
+    __slots__ = (
+        "calls", "duration", "durations", "first_token", "first_token_counts", "first_token_sum",
+        "tokens_per_second",
+    )  # fmt: skip
 
     def __init__(self, keep: int = KEPT) -> None:
         self.calls = 0
@@ -38,9 +45,14 @@ class CallTimings:
         """Every call counted (not only the kept ones), per bucket of
         :data:`FIRST_TOKEN_BUCKETS` (the last: beyond them)."""
         self.first_token_sum = 0.0
+        self.duration: deque[float] = deque(maxlen=keep)
+        self.durations = DurationCounter(CALL_BUCKETS)
+        """Every call's whole time, counted (the histogram of ``model_call_seconds``)."""
 
     def add(self, timing: CallTiming) -> None:
         self.calls += 1
+        self.duration.append(timing.duration)
+        self.durations.add(timing.duration)
         self.first_token.append(timing.first_token)
         self.first_token_counts[bisect_left(FIRST_TOKEN_BUCKETS, timing.first_token)] += 1
         self.first_token_sum += timing.first_token
@@ -51,7 +63,8 @@ class CallTimings:
         """``{"calls", "first_token_ms": {"p50", "p99"}, "tokens_per_second": {"p50",
         "p99"}}`` over the calls kept (a figure is ``None`` with no call to count), and
         ``first_token_histogram``: ``{"buckets": [[le, calls at or below], ...], "sum"}``
-        (seconds, cumulative, every call counted; the last bound ``"+Inf"``)."""
+        (seconds, cumulative, every call counted; the last bound ``"+Inf"``); the same of
+        the whole call: ``duration_ms`` and ``duration_histogram``."""
         first = [seconds * 1000 for seconds in self.first_token]
         rates = list(self.tokens_per_second)
         cumulative, buckets = 0, []
@@ -63,7 +76,17 @@ class CallTimings:
             "first_token_ms": _quantiles(first),
             "tokens_per_second": _quantiles(rates),
             "first_token_histogram": {"buckets": buckets, "sum": round(self.first_token_sum, 6)},
+            "duration_ms": _quantiles([seconds * 1000 for seconds in self.duration]),
+            "duration_histogram": _cumulative(self.durations),
         }
+
+
+def _cumulative(counter: DurationCounter) -> dict[str, Any]:
+    cumulative, buckets = 0, []
+    for bound, count in zip((*counter.bounds, "+Inf"), counter.counts, strict=True):
+        cumulative += count
+        buckets.append([bound, cumulative])
+    return {"buckets": buckets, "sum": round(counter.total, 6)}
 
 
 def _quantiles(values: list[float]) -> dict[str, float | None]:
@@ -82,4 +105,8 @@ def merged(timings: Iterable[CallTimings]) -> CallTimings:
         together.first_token_sum += each.first_token_sum
         for index, count in enumerate(each.first_token_counts):
             together.first_token_counts[index] += count
+        together.duration.extend(each.duration)
+        together.durations.total += each.durations.total
+        for index, count in enumerate(each.durations.counts):
+            together.durations.counts[index] += count
     return together

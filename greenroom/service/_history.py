@@ -30,12 +30,16 @@ def sample(status: dict[str, Any], at: float) -> dict[str, Any]:
     tasks = status.get("tasks") or {}
     by_status = tasks.get("by_status") or {}
     first_token: list[float] = []
+    first_token_p50: list[float] = []
     rates: list[float] = []
     for entry in (status.get("agents") or {}).values():
         timing = entry.get("model_timing") or {}
         p99 = (timing.get("first_token_ms") or {}).get("p99")
         if p99 is not None:
             first_token.append(p99)
+        median = (timing.get("first_token_ms") or {}).get("p50")
+        if median is not None:
+            first_token_p50.append(median)
         p50 = (timing.get("tokens_per_second") or {}).get("p50")
         if p50 is not None:
             rates.append(p50)
@@ -50,6 +54,7 @@ def sample(status: dict[str, Any], at: float) -> dict[str, Any]:
             agent_type: counts.get("PENDING", 0)
             for agent_type, counts in sorted((tasks.get("by_type") or {}).items())[:MAX_TYPES]
         },
+        "first_token_p50_ms": max(first_token_p50) if first_token_p50 else None,
         "first_token_p99_ms": max(first_token) if first_token else None,
         "tokens_per_second_p50": min(rates) if rates else None,
         "budgets": {

@@ -156,14 +156,19 @@ def _agents(agents: dict[str, dict[str, Any]], gauge: Any, counter: Any) -> Iter
         "Time to first token of every streamed call since start",
         labels=["type"],
     )
+    calls = HistogramMetricFamily(
+        "greenroom_model_call_seconds", "The whole time of every streamed call since start", labels=["type"]
+    )
     for agent_type, entry in sorted(agents.items()):
-        counted = (entry.get("model_timing") or {}).get("first_token_histogram")
-        if counted:
-            buckets = [
-                (str(float(bound)) if bound != "+Inf" else "+Inf", count)
-                for bound, count in counted["buckets"]
-            ]
-            histogram.add_metric([agent_type], buckets, sum_value=counted["sum"])
+        for family, key in ((histogram, "first_token_histogram"), (calls, "duration_histogram")):
+            counted = (entry.get("model_timing") or {}).get(key)
+            if counted:
+                buckets = [
+                    (str(float(bound)) if bound != "+Inf" else "+Inf", count)
+                    for bound, count in counted["buckets"]
+                ]
+                family.add_metric([agent_type], buckets, sum_value=counted["sum"])
+    yield calls
     yield from families.values()
     yield from by_model.values()
     yield first_token

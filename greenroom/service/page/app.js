@@ -98,7 +98,7 @@ function showLogin(message) {
   drawnTask = null;
   bulkPreview = null;
   $("task-fields").replaceChildren();
-  for (const id of ["task-input", "task-id", "about", "problem", "notice-text", "bulk-shown", "task-result-summary",
+  for (const id of ["task-input", "task-id", "task-queued", "about", "problem", "notice-text", "bulk-shown", "task-result-summary",
     "task-result-json", "page-count", "find-id", "filter-text", "filter-owner", "chart-types-key"]) {
     if ($(id).value !== undefined) $(id).value = ""; else $(id).textContent = "";
   }
@@ -293,7 +293,7 @@ async function bulkApplied() {
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = { completed: "#1f63b4", failed: "#c62828", pending: "#d66818", in_progress: "#1f63b4",
-  waiting: "#9a6700", first_token_p99_ms: "#1f63b4", tokens_per_second_p50: "#d66818" };
+  waiting: "#9a6700", first_token_p50_ms: "#2c963c", first_token_p99_ms: "#1f63b4", tokens_per_second_p50: "#d66818" };
 const PALETTE = ["#1f63b4", "#d66818", "#2c963c", "#8246aa", "#c62828"];
 
 async function showHistory() {
@@ -315,7 +315,7 @@ async function showHistory() {
   }
   chart($("chart-finished"), rates, ["completed", "failed"]);
   chart($("chart-queue"), samples, ["pending", "in_progress", "waiting"]);
-  chart($("chart-latency"), samples, ["first_token_p99_ms", "tokens_per_second_p50"]);
+  chart($("chart-latency"), samples, ["first_token_p50_ms", "first_token_p99_ms", "tokens_per_second_p50"]);
   // each agent type's queue: its series named "type:<name>" (a type may be called anything, "at" too)
   const types = [...new Set(samples.flatMap((s) => Object.keys(s.queued_by_type || {})))].sort();
   const queues = samples.map((s) => {
@@ -610,8 +610,12 @@ function showAttempts(task, events) {
   list.replaceChildren();
   svg.replaceChildren();
   $("no-attempts").hidden = attempts.length > 0;
-  if (!attempts.length) return;
   const now = Date.now() / 1000;
+  // how long it was queued before its first attempt (or has been, while none began)
+  $("task-queued").textContent = !task.created_at ? ""
+    : attempts.length ? `Queued ${duration(Math.max(0, attempts[0].start - task.created_at))} before its first attempt.`
+    : task.status === "PENDING" ? `Queued for ${duration(Math.max(0, now - task.created_at))} so far.` : "";
+  if (!attempts.length) return;
   const first = Math.min(task.created_at || attempts[0].start, attempts[0].start);
   const last = Math.max(FINAL.includes(task.status) ? task.updated_at : now, ...attempts.map((a) => a.end || now));
   const span = Math.max(1e-3, last - first);

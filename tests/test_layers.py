@@ -28,6 +28,7 @@ LAYERS = [
     "store",
     "supervisor",
     "log",
+    "entities",
     "embedded",
     "postgres",
     "llm",

@@ -232,8 +232,9 @@ async def test_concurrent_claims_from_many_connections_never_share_a_task(pg_url
                 tg.start_soon(agent, f"a{n}")
         assert sorted(claimed) == sorted(f"t{i}" for i in range(300))
         assert all(len(owners) == 1 for owners in claimed.values())
-        counts, runnable, total = await db.run(graph.stats)
-        assert (counts["COMPLETED"], runnable, total) == (300, [], 300)
+        stats = await db.run(graph.stats)
+        assert (stats.by_status["COMPLETED"], stats.runnable_types, stats.total) == (300, [], 300)
+        assert stats.by_type == {"w": {"COMPLETED": 300}}
 
 
 async def test_an_expired_lease_is_reclaimed_by_exactly_one_node_and_the_old_owner_refused(

@@ -1676,6 +1676,59 @@ async def test_a_bad_budget_name_or_spend_is_refused_by_name_and_nothing_is_adde
         await budgets.aclose()
 
 
+async def test_entity_states_are_saved_in_one_write_versioned_loaded_and_forgotten(backend: Store) -> None:
+    """Issue 41's store: saves of several entities in one transaction, each a new version
+    (a key given twice: its last state); loads of several at once, a key never saved
+    absent; kinds apart; a count; a delete. After a restart too."""
+    entities = backend.entity_store()
+    try:
+        assert await entities.save("Counter", [("a", b'{"n":1}'), ("b", b'{"n":2}'), ("a", b'{"n":3}')]) == {
+            "a": 1, "b": 1
+        }  # fmt: skip
+        assert await entities.save("Counter", [("a", b'{"n":4}')]) == {"a": 2}
+        await entities.save("Other", [("a", b"other")])
+        found = await entities.load("Counter", ["a", "b", "never"])
+        assert sorted(found) == ["a", "b"]
+        assert (found["a"].state, found["a"].version, found["b"].state) == (b'{"n":4}', 2, b'{"n":2}')
+        assert found["a"].saved_at > 0
+        assert (await entities.load("Other", ["a"]))["a"].state == b"other"
+        assert (await entities.count("Counter"), await entities.count("Nobody")) == (2, 0)
+        assert await entities.delete("Counter", ["b", "never"]) == 1
+        assert await entities.load("Counter", ["b"]) == {}
+        assert await entities.load("Counter", []) == {}
+    finally:
+        await entities.aclose()
+    entities = backend.entity_store()  # another connection, as after a restart
+    try:
+        assert (await entities.load("Counter", ["a"]))["a"].version == 2
+    finally:
+        await entities.aclose()
+
+
+async def test_a_bad_entity_kind_key_or_state_is_refused_by_name_and_nothing_is_saved(backend: Store) -> None:
+    entities = backend.entity_store()
+    try:
+        await entities.save("Counter", [("a", b"1")])
+        for kind, states, field in (
+            ("", [("a", b"2")], "kind"),
+            ("no spaces", [("a", b"2")], "kind"),
+            ("Counter", [("a", b"2"), ("", b"3")], "key"),
+            ("Counter", [("a", b"2"), ("x" * 513, b"3")], "key"),
+            ("Counter", [("a", b"2"), ("nul\x00", b"3")], "key"),
+            ("Counter", [("a", b"2"), ("b", "text")], "state"),
+            ("Counter", [("a", b"2"), ("b", b"x" * ((16 << 20) + 1))], "state"),
+        ):
+            with pytest.raises(InvalidInput) as refused:
+                await entities.save(kind, states)  # type: ignore[arg-type]
+            assert refused.value.field == field, (kind, field)
+        with pytest.raises(InvalidInput):
+            await entities.load("Counter", [""])
+        stored = await entities.load("Counter", ["a", "b"])
+        assert list(stored) == ["a"] and (stored["a"].state, stored["a"].version) == (b"1", 1)  # nothing saved
+    finally:
+        await entities.aclose()
+
+
 async def test_budget_writers_at_once_never_lose_each_others_spend(
     store_url: str | None, tmp_path: Path
 ) -> None:

@@ -59,6 +59,13 @@ class ActorRef(metaclass=NoPublicConstructor):
         soon as it is read; never a basis for a decision)."""
         return len(self._cell.mailbox)
 
+    @property
+    def idle(self) -> bool:
+        """``True`` while the actor handles no message and has none queued (alive or not):
+        what an owner checks before stopping an actor it would otherwise interrupt."""
+        cell = self._cell
+        return not cell.mailbox and cell.runner is None
+
     def statistics(self) -> ActorStatistics:
         """Its mailbox depth and bound, waiting senders, restarts and dead letters, now
         (a snapshot; valid after the actor stopped too)."""

@@ -25,6 +25,7 @@ from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, Task
 from ..store import (
     BudgetStore,
     ChatStore,
+    EntityStore,
     EventStore,
     LoadRecordStore,
     Retention,
@@ -118,6 +119,11 @@ class EmbeddedStore:
         from ._budgets import BUDGETS_DB, SQLiteBudgetStore
 
         return SQLiteBudgetStore(self.data_dir / BUDGETS_DB)
+
+    def entity_store(self) -> EntityStore:
+        from ._entities import ENTITIES_DB, SQLiteEntityStore
+
+        return SQLiteEntityStore(self.data_dir / ENTITIES_DB)
 
     def load_store(self) -> LoadRecordStore:
         from ._load import LOAD_DB, SQLiteLoadRecordStore

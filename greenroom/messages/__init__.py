@@ -6,7 +6,7 @@ the field and the value when a record from outside does not validate.
 
 import msgspec
 
-from . import _chat, _events, _harness, _protocol, _tasks
+from . import _chat, _entities, _events, _harness, _protocol, _tasks
 from ._chat import (
     CallTiming,
     ChatDelta,
@@ -19,6 +19,7 @@ from ._chat import (
     Usage,
 )
 from ._codec import MISSING, RecordError, convert, prepare_types
+from ._entities import EntityActivated, EntityPassivated, PassivatedBecause
 from ._events import (
     AGENT_EVENTS,
     AGENT_RESULT,
@@ -103,6 +104,8 @@ __all__ = [
     "Decide",
     "Dependents",
     "Durations",
+    "EntityActivated",
+    "EntityPassivated",
     "Event",
     "Fail",
     "Flush",
@@ -118,6 +121,7 @@ __all__ = [
     "ModelToolCall",
     "NoWork",
     "Park",
+    "PassivatedBecause",
     "RecordError",
     "Release",
     "Retry",
@@ -142,7 +146,7 @@ __all__ = [
 prepare_types(
     *(
         value
-        for module in (_chat, _events, _harness, _protocol, _tasks)
+        for module in (_chat, _entities, _events, _harness, _protocol, _tasks)
         for value in list(vars(module).values())
         if isinstance(value, type) and issubclass(value, msgspec.Struct)
     )

@@ -226,9 +226,10 @@ class PostgresGraph:
         rows = connection.execute("SELECT id, status FROM gr_archive WHERE id = ANY(%s)", (ids,))
         return {task_id: status for task_id, status in rows}
 
-    def list_tasks(self, connection: Any, listing: ListTasks) -> list[AgentTask]:
+    def list_tasks(self, connection: Any, listing: ListTasks | None = None) -> list[AgentTask]:
         """The tasks ``listing`` keeps (the archived ones with ``archived``): every filter
-        in the query, with the meaning ``store.listed`` gives it."""
+        in the query, with the meaning ``store.listed`` gives it (``None``: every live task)."""
+        listing = listing if listing is not None else ListTasks()
         where, values = _listing_where(listing, archived=listing.archived)
         if listing.archived:
             found = connection.execute(f"SELECT task::text FROM gr_archive WHERE {where}", values).fetchall()

@@ -182,6 +182,19 @@ MIGRATIONS: list[list[str]] = [
             UNIQUE (run, key)
         )""",
     ],
+    [  # 10: entities' saved states (an actor per key, passivated when idle); ``node`` and
+        # ``lease_until``: which daemon has it active, until when (placement)
+        """CREATE TABLE gr_entities (
+            kind text NOT NULL,
+            key text NOT NULL,
+            state bytea NOT NULL,
+            version bigint NOT NULL,
+            saved_at double precision NOT NULL,
+            node text,
+            lease_until double precision,
+            PRIMARY KEY (kind, key)
+        )""",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -27,6 +27,7 @@ from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, Task
 from ..store import (
     BudgetStore,
     ChatStore,
+    EntityStore,
     EventStore,
     LoadRecordStore,
     Retention,
@@ -156,6 +157,11 @@ class PostgresStore:
 
     def budget_store(self) -> BudgetStore:
         return PostgresBudgetStore(self.db)
+
+    def entity_store(self) -> EntityStore:
+        from ._entities import PostgresEntityStore
+
+        return PostgresEntityStore(self.db)
 
     def load_store(self) -> LoadRecordStore:
         return PostgresLoadRecordStore(self.db)

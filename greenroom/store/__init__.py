@@ -10,7 +10,8 @@
   :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
   agent work: :class:`Step`), :class:`BudgetStore` (what each named budget spent:
   :class:`Spent`), :class:`LoadRecordStore` (what a load run measured, every daemon's
-  records together: :class:`LoadEntry`).
+  records together: :class:`LoadEntry`), :class:`EntityStore` (entities' saved states:
+  :class:`StoredState`).
 - The task rules, the same on every backend: what a submission must be
   (:func:`check_submission`, :func:`find_cycle`, :func:`in_dependency_order`), the task a
   transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`, :func:`retried`,
@@ -25,7 +26,8 @@
   :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
   :func:`pending_from_row`), budget spends (:func:`check_budget_name`,
   :func:`spend_rows`), load records (:func:`check_run`, :func:`check_prefix`,
-  :func:`check_entries`), retention (:class:`Retention`, :class:`HistoryPart`,
+  :func:`check_entries`), entities (:func:`check_kind`, :func:`check_key`,
+  :func:`save_rows`), retention (:class:`Retention`, :class:`HistoryPart`,
   :data:`FIXED_PART`, :func:`over_budget`).
 
 A third backend implements :class:`Store` and its parts from what this module exports,
@@ -43,6 +45,7 @@ from ._chat import (
     messages_from_rows,
     pending_from_row,
 )
+from ._entities import EntityStore, StoredState, check_key, check_kind, save_rows
 from ._errors import (
     DuplicateTask,
     EventsGone,
@@ -88,6 +91,7 @@ __all__ = [
     "ChatStore",
     "ConversationNotFound",
     "DuplicateTask",
+    "EntityStore",
     "EventStore",
     "EventsGone",
     "ExpireLeases",
@@ -108,6 +112,7 @@ __all__ = [
     "StoreSizes",
     "StoredMessage",
     "StoredPending",
+    "StoredState",
     "TaskGraphError",
     "TaskRow",
     "TaskStore",
@@ -116,6 +121,8 @@ __all__ = [
     "bound_report",
     "check_budget_name",
     "check_entries",
+    "check_key",
+    "check_kind",
     "check_prefix",
     "check_run",
     "check_step",
@@ -140,6 +147,7 @@ __all__ = [
     "result_payload",
     "retried",
     "revived",
+    "save_rows",
     "spend_rows",
     "step_from_row",
     "transition_payload",

@@ -19,6 +19,7 @@ import msgspec
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
 from ._budgets import BudgetStore
 from ._chat import ChatStore
+from ._entities import EntityStore
 from ._events import EventStore
 from ._load import LoadRecordStore
 from ._retention import Retention
@@ -96,6 +97,10 @@ class Store(Protocol):
 
     def budget_store(self) -> BudgetStore:
         """What each named budget spent (a new one each call: its user closes it)."""
+        ...
+
+    def entity_store(self) -> EntityStore:
+        """Entities' saved states (a new one each call: its user closes it)."""
         ...
 
     def load_store(self) -> LoadRecordStore:

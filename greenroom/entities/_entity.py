@@ -1,0 +1,117 @@
+"""``Entity``: an actor per key, whose state outlives its activation.
+
+An entity class has a ``kind`` (by default its class name) and a ``state_type`` (any
+type msgspec encodes: a ``msgspec.Struct``, a ``dict``...). Each key of it is one actor,
+addressed through its host by ``(class, key)`` (an :class:`~greenroom.entities.EntityRef`,
+valid whether or not the entity is active). The host activates it on its first message
+(its ``state`` loaded from the store, or :meth:`Entity.initial_state` for a key never
+saved), and passivates it after ``idle_after`` seconds without a message, or when the
+host's cap of active entities needs the room (least recently used first): its
+:meth:`Entity.on_passivate` runs, its state is saved, its actor stopped.
+
+What happens to messages: those the entity's actor accepted before its passivation began
+are handled first (a passivation is an actor's draining ``stop``); those sent once it
+began wait in the host and go to the next activation, in the order sent — none is lost.
+A ``receive`` that raises answers its asker with the error, and the actor restarts as
+any actor does: a fresh instance reloads the state last *saved* (changes since then are
+gone), and the next message is handled by it. :meth:`Entity.save` makes the state
+durable at a point the entity chooses, in one write with other entities' saves.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+import msgspec
+
+from .._errors import InvalidInput
+from ..actors import Actor
+from ..store import check_kind
+
+if TYPE_CHECKING:
+    from ._host import Entities, _Slot
+
+S = TypeVar("S")
+
+
+class Entity(Actor, Generic[S]):
+    """Subclass it, set ``state_type``, write ``receive``; see the module doc.
+
+    Class settings: ``kind`` (its name in the store: default the class name; renaming a
+    class without keeping ``kind`` leaves its saved states behind), ``state_type``
+    (default ``dict``) and ``idle_after`` (seconds without a message before passivation;
+    default 120, as Akka's sharding)."""
+
+    kind: ClassVar[str] = ""
+    state_type: ClassVar[Any] = dict
+    idle_after: ClassVar[float] = 120.0
+
+    key: str
+    """Which entity of its kind this is."""
+    state: S
+    """What it keeps: saved on passivation and by :meth:`save`, loaded on activation."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" not in cls.__dict__ or not cls.__dict__["kind"]:
+            cls.kind = cls.__name__
+        check_kind(cls.kind)
+        idle = cls.idle_after
+        if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < math.inf:
+            raise InvalidInput(
+                f"{cls.__name__}.idle_after must be a number of seconds > 0, got {idle!r}",
+                field="idle_after",
+                value=idle,
+            )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slot: _Slot | None = None
+        self._passivating = False
+
+    def initial_state(self) -> S:
+        """The state of a key never saved (default: ``state_type()``)."""
+        made: S = self.state_type()
+        return made
+
+    async def on_activate(self) -> None:
+        """Runs once its state is loaded, before its first message (a restart too)."""
+
+    async def on_passivate(self) -> None:
+        """Runs when its passivation begins, after the messages it had accepted and before
+        its state is saved: the place to trim the state."""
+
+    async def save(self) -> None:
+        """Make ``state`` durable now (in one write with the other saves waiting); return
+        once it is. The store's error (``StoreUnavailable``, a full disk) propagates: the
+        state is then as durable as it was. Cancelled: the save may still happen."""
+        slot = self._slot
+        if slot is None:
+            raise RuntimeError("save() is for an entity its host activated")
+        await slot.host._save(slot, encode_state(self))
+
+    # -- the host's side -----------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        slot = self._slot
+        if slot is not None and slot.reload:  # a restart after a failure: the last saved state
+            self.state = await slot.host._reload(slot)
+        await self.on_activate()
+
+    async def on_stop(self) -> None:
+        slot = self._slot
+        if slot is not None and self._passivating:
+            await self.on_passivate()
+            slot.encoded = encode_state(self)
+
+
+def encode_state(entity: Entity[Any]) -> bytes:
+    """The entity's state as the store keeps it (JSON, msgspec's encoding)."""
+    return msgspec.json.encode(entity.state)
+
+
+def host_of(entity: Entity[Any]) -> Entities | None:
+    """The host an entity instance belongs to (``None`` for one made by hand)."""
+    slot = entity._slot
+    return None if slot is None else slot.host

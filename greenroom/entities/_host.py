@@ -1,0 +1,521 @@
+"""``Entities``: the host of a process's entities — activation, passivation, saves.
+
+One host per actor system and entity store (``async with Entities(system, store,
+[Counter, Profile]) as entities``). It keeps the *active* entities only: each is an actor
+of the system, found by ``(kind, key)`` in a table; a passivated entity costs nothing
+here (its state is in the store). ``entities.ref(Counter, "u-1")`` is valid forever.
+
+- **Activation.** A message for an entity that is not active waits in the host while
+  the activator loads its state (many keys of a kind in one read), spawns its actor and
+  hands it the waiting messages, in the order sent. ``activations_per_second`` bounds
+  how fast that happens (after a mass restart every client's first message activates
+  at once: the waiting is in the host, not on the store). A state that cannot be
+  decoded fails that entity's activation — its asks raise :class:`ActivationFailed`, its
+  tells are dropped with a warning — and nothing else; its next message tries again.
+- **Passivation.** Every ``idle_after / 4`` seconds the janitor passivates the entities
+  with no message since ``idle_after`` (per class); past ``max_active`` the least
+  recently used idle ones go at once. Passivating: the key leaves the table (new
+  messages wait in the host), the actor is stopped (it handles what it had accepted,
+  then :meth:`Entity.on_passivate`), its state is saved — one write per batch — and if
+  messages came meanwhile it is activated again from the state just saved.
+- **Saves.** :meth:`Entity.save` and passivations go through one saver: what gathered
+  while a write ran is the next write (one transaction per kind).
+- **Closing** (leaving the ``async with``) passivates every active entity (reason
+  ``"shutdown"``), saving their states, then stops. Messages sent after that fail with
+  :class:`EntitiesClosed`. Cancelled while closing: the saves are shielded for at most
+  ``close_timeout`` seconds.
+
+``subscribe(ref)`` tells an actor (a test's probe) each ``EntityActivated`` and
+``EntityPassivated``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+
+from .._checks import check_int, check_seconds
+from .._errors import DataError, GreenroomError, InvalidInput
+from ..actors import ActorRef, ActorStopped, ActorSystem
+from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
+from ..store import EntityStore, StoredState, check_key
+from ._entity import Entity
+from ._ref import EntityRef
+
+logger = logging.getLogger("greenroom.entities")
+
+E = TypeVar("E", bound=Entity[Any])
+Id = tuple[str, str]
+
+
+class ActivationFailed(DataError):
+    """An entity could not be activated: its saved state does not decode as its class's
+    ``state_type`` (the store's bytes are kept as they are), or the store could not be
+    read. Its other messages are not affected: the next one tries again."""
+
+    def __init__(self, kind: str, key: str, reason: str) -> None:
+        super().__init__(f"entity {kind}/{key!r} cannot be activated: {reason}")
+        self.kind = kind
+        self.key = key
+
+
+class EntitiesClosed(GreenroomError):
+    """The host is closed: it takes no more messages."""
+
+
+class _Slot:
+    """An active entity (or one being passivated): its actor, the instance the actor
+    runs now, and what the janitor needs."""
+
+    __slots__ = ("cls", "encoded", "entity", "host", "key", "ref", "reload", "seen", "used", "version")
+
+    def __init__(self, host: Entities, cls: type[Entity[Any]], key: str, version: int) -> None:
+        self.host = host
+        self.cls = cls
+        self.key = key
+        self.version = version
+        self.ref: ActorRef | None = None
+        self.entity: Entity[Any] | None = None
+        self.reload = False
+        self.encoded: bytes | None = None
+        self.used = True
+        self.seen = 0.0
+
+
+class _Waiting:
+    """An entity's messages while it is not active: told ones in order, and how many
+    asks wait (each for ``done``, then sends itself)."""
+
+    __slots__ = ("asks", "done", "encoded", "error", "passivating", "ref", "told", "version")
+
+    def __init__(self, passivating: bool = False) -> None:
+        self.told: list[Any] = []
+        self.asks = 0
+        self.done = anyio.Event()
+        self.ref: ActorRef | None = None
+        self.error: BaseException | None = None
+        self.passivating = passivating
+        self.encoded: bytes | None = None
+        """The state a passivation just saved (an activation right after uses it)."""
+        self.version = 0
+
+
+class _Save:
+    __slots__ = ("done", "encoded", "error", "slot", "version")
+
+    def __init__(self, slot: _Slot, encoded: bytes) -> None:
+        self.slot = slot
+        self.encoded = encoded
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+        self.version = 0
+
+
+class Entities:
+    """The host of entities (see the module doc). ``classes``: the entity classes it
+    serves (a message for another raises ``InvalidInput``)."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        store: EntityStore,
+        classes: Iterable[type[Entity[Any]]],
+        *,
+        max_active: int | None = None,
+        activations_per_second: float | None = None,
+        batch: int = 256,
+        close_timeout: float = 30.0,
+    ) -> None:
+        self.system = system
+        self.store = store
+        self.classes: dict[str, type[Entity[Any]]] = {}
+        for cls in classes:
+            if not (isinstance(cls, type) and issubclass(cls, Entity)):
+                raise InvalidInput(
+                    f"Entities classes must be Entity subclasses, got {cls!r}", field="classes"
+                )
+            if cls.kind in self.classes and self.classes[cls.kind] is not cls:
+                raise InvalidInput(
+                    f"two entity classes share the kind {cls.kind!r}", field="kind", value=cls.kind
+                )
+            self.classes[cls.kind] = cls
+        self.max_active = None if max_active is None else check_int("Entities", "max_active", max_active)
+        self.rate = (
+            None
+            if activations_per_second is None
+            else check_seconds("Entities", "activations_per_second", activations_per_second)
+        )
+        self.batch = check_int("Entities", "batch", batch)
+        self.close_timeout = check_seconds("Entities", "close_timeout", close_timeout)
+        self._active: OrderedDict[Id, _Slot] = OrderedDict()
+        """The active entities, least recently used first."""
+        self._waiting: dict[Id, _Waiting] = {}
+        self._queue: deque[Id] = deque()
+        self._queued = anyio.Event()
+        self._saves: list[_Save] = []
+        self._saves_waiting = anyio.Event()
+        self._subscribers: list[ActorRef] = []
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self.activations = 0
+        self.passivations = 0
+
+    # -- addressing -------------------------------------------------------------------------
+
+    def ref(self, cls: type[E], key: str) -> EntityRef:
+        """The entity of class ``cls`` and ``key``: valid whether or not it is active."""
+        kind = cls.kind
+        if self.classes.get(kind) is not cls:
+            raise InvalidInput(f"this host serves no entity class {cls.__name__!r}", field="cls")
+        return EntityRef._create(self, kind, check_key(key))
+
+    def subscribe(self, ref: ActorRef) -> None:
+        """Tell ``ref`` every ``EntityActivated`` and ``EntityPassivated`` from now on."""
+        self._subscribers.append(ref)
+
+    @property
+    def active(self) -> int:
+        """Entities active now (a gauge)."""
+        return len(self._active)
+
+    def is_active(self, cls: type[Entity[Any]], key: str) -> bool:
+        return (cls.kind, key) in self._active
+
+    # -- the refs' side ---------------------------------------------------------------------
+
+    def _tell(self, kind: str, key: str, message: Any) -> None:
+        ident = (kind, key)
+        slot = self._active.get(ident)
+        if slot is not None and slot.ref is not None:
+            slot.used = True
+            self._active.move_to_end(ident)
+            slot.ref.tell(message)
+            return
+        self._wait(ident).told.append(message)
+
+    async def _ref_for(self, kind: str, key: str) -> ActorRef:
+        """The actor of an active entity, once it is (activating it first)."""
+        ident = (kind, key)
+        slot = self._active.get(ident)
+        if slot is not None and slot.ref is not None:
+            slot.used = True
+            self._active.move_to_end(ident)
+            return slot.ref
+        waiting = self._wait(ident)
+        waiting.asks += 1
+        await waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.ref is not None
+        return waiting.ref
+
+    def _wait(self, ident: Id) -> _Waiting:
+        if self._closed:
+            raise EntitiesClosed(f"the entity host is closed: no message reaches {ident[0]}/{ident[1]!r}")
+        waiting = self._waiting.get(ident)
+        if waiting is None:
+            waiting = self._waiting[ident] = _Waiting()
+            self._queue.append(ident)
+            self._queued.set()
+        return waiting
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Entities:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._activator, name="greenroom-entities-activator")
+        self._task_group.start_soon(self._saver, name="greenroom-entities-saver")
+        self._task_group.start_soon(self._janitor, name="greenroom-entities-janitor")
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        group = self._task_group
+        assert group is not None
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
+                self._closed = True
+                self._queue.clear()
+                while self._active or self._waiting:
+                    for ident, waiting in list(self._waiting.items()):
+                        if not waiting.passivating:  # not activated yet: it will not be
+                            self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
+                    if self._active:
+                        await self._passivate(list(self._active.values()), "shutdown")
+                    elif self._waiting:  # a passivation in flight (its save) finishes
+                        await anyio.sleep(0.01)
+        finally:
+            group.cancel_scope.cancel()
+            self._task_group = None
+            await group.__aexit__(kind, error, tb)
+        return None
+
+    # -- activation -------------------------------------------------------------------------
+
+    async def _activator(self) -> None:
+        while True:
+            while not self._queue:
+                self._queued = anyio.Event()
+                await self._queued.wait()
+            taken: dict[str, list[str]] = {}
+            while self._queue and sum(len(keys) for keys in taken.values()) < self.batch:
+                kind, key = self._queue.popleft()
+                taken.setdefault(kind, []).append(key)
+            if self.rate is not None:
+                await anyio.sleep(sum(len(keys) for keys in taken.values()) / self.rate)
+            for kind, keys in taken.items():
+                await self._activate(kind, keys)
+            self._over_cap()
+
+    async def _activate(self, kind: str, keys: list[str]) -> None:
+        cls = self.classes.get(kind)
+        wanted = [key for key in keys if (kind, key) in self._waiting]
+        if cls is None:
+            for key in wanted:
+                self._fail_waiting(
+                    (kind, key), InvalidInput(f"no entity class of kind {kind!r}", field="kind")
+                )
+            return
+        to_load = [key for key in wanted if self._waiting[(kind, key)].encoded is None]
+        stored: dict[str, StoredState] = {}
+        if to_load:
+            try:
+                stored = await self.store.load(kind, to_load)
+            except Exception as error:  # the store away: these fail now; the next message retries
+                for key in to_load:
+                    self._fail_waiting(
+                        (kind, key), ActivationFailed(kind, key, f"its state could not be read: {error}")
+                    )
+                logger.warning("entities: %d %s activation(s) failed: %s", len(to_load), kind, error)
+                wanted = [key for key in wanted if key not in to_load]
+        for key in wanted:
+            ident = (kind, key)
+            waiting = self._waiting.get(ident)
+            if waiting is None:
+                continue
+            encoded, version = waiting.encoded, waiting.version
+            if encoded is None and key in stored:
+                encoded, version = stored[key].state, stored[key].version
+            await self._start(cls, key, waiting, encoded, version)
+
+    async def _start(
+        self, cls: type[Entity[Any]], key: str, waiting: _Waiting, encoded: bytes | None, version: int
+    ) -> None:
+        ident = (cls.kind, key)
+        if self._closed:
+            self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
+            return
+        try:
+            state = None if encoded is None else msgspec.json.decode(encoded, type=cls.state_type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            wanted = _type_name(cls.state_type)
+            reason = f"its saved state (version {version}) does not decode as {wanted}: {error}"
+            self._fail_waiting(ident, ActivationFailed(cls.kind, key, reason))
+            return
+        slot = _Slot(self, cls, key, version)
+        slot.seen = anyio.current_time()
+
+        def make() -> Entity[Any]:
+            entity = cls()
+            entity._slot = slot
+            entity._passivating = False
+            entity.key = key
+            if slot.entity is None:  # the first instance: the state loaded here
+                entity.state = entity.initial_state() if state is None else state
+            else:  # a restart after a failure: on_start reloads what was last saved
+                slot.reload = True
+            slot.entity = entity
+            return entity
+
+        try:
+            ref = await self.system.spawn(make)
+        except Exception as error:  # on_activate (or the class's __init__) raised
+            self._fail_waiting(ident, ActivationFailed(cls.kind, key, f"{type(error).__name__}: {error}"))
+            return
+        slot.ref = ref
+        self._active[ident] = slot
+        del self._waiting[ident]
+        for message in waiting.told:  # in the order sent, before anything sent from now on
+            ref.tell(message)
+        waiting.ref = ref
+        waiting.done.set()
+        self.activations += 1
+        self._announce(EntityActivated(cls.kind, key, version))
+
+    def _fail_waiting(self, ident: Id, error: BaseException) -> None:
+        waiting = self._waiting.pop(ident, None)
+        if waiting is None:
+            return
+        if waiting.told:
+            logger.warning(
+                "entities: %d message(s) told to %s/%r dropped: %s",
+                len(waiting.told),
+                ident[0],
+                ident[1],
+                error,
+            )
+        waiting.error = error
+        waiting.done.set()
+
+    async def _reload(self, slot: _Slot) -> Any:
+        """The state last saved (a restarted entity's), or its initial state."""
+        stored = (await self.store.load(slot.cls.kind, [slot.key])).get(slot.key)
+        if stored is None:
+            assert slot.entity is not None
+            return slot.entity.initial_state()
+        slot.version = stored.version
+        return msgspec.json.decode(stored.state, type=slot.cls.state_type)
+
+    # -- passivation ------------------------------------------------------------------------
+
+    async def _janitor(self) -> None:
+        every = min(cls.idle_after for cls in self.classes.values()) / 4 if self.classes else 60.0
+        while True:
+            await anyio.sleep(every)
+            now = anyio.current_time()
+            idle: list[_Slot] = []
+            for slot in list(self._active.values()):
+                if slot.used:
+                    slot.used = False
+                    slot.seen = now
+                elif now - slot.seen >= slot.cls.idle_after and slot.ref is not None and slot.ref.idle:
+                    idle.append(slot)
+            if idle:
+                await self._passivate(idle, "idle")
+
+    def _over_cap(self) -> None:
+        limit = self.max_active
+        if limit is None or len(self._active) <= limit:
+            return
+        excess = len(self._active) - limit
+        chosen: list[_Slot] = []
+        for slot in self._active.values():  # least recently used first
+            if len(chosen) >= excess:
+                break
+            if slot.ref is not None and slot.ref.idle:
+                chosen.append(slot)
+        if chosen and self._task_group is not None:
+            for slot in chosen:  # out of the table now: the cap holds at once
+                self._leave(slot)
+            self._task_group.start_soon(self._passivate, chosen, "cap", False)
+
+    def _leave(self, slot: _Slot) -> None:
+        ident = (slot.cls.kind, slot.key)
+        if self._active.get(ident) is slot:
+            del self._active[ident]
+            self._waiting.setdefault(ident, _Waiting(passivating=True)).passivating = True
+
+    async def _passivate(self, slots: list[_Slot], reason: PassivatedBecause, leave: bool = True) -> None:
+        """Stop each entity (its accepted messages first, then ``on_passivate``), save the
+        states in one write per kind, then activate again those that got messages."""
+        if leave:
+            for slot in slots:
+                self._leave(slot)
+
+        async def stop(slot: _Slot) -> None:
+            if slot.entity is not None:
+                slot.entity._passivating = True
+            if slot.ref is not None:
+                await slot.ref.stop()
+
+        async with anyio.create_task_group() as group:
+            for slot in slots:
+                group.start_soon(stop, slot)
+        by_kind: dict[str, list[_Slot]] = {}
+        for slot in slots:
+            by_kind.setdefault(slot.cls.kind, []).append(slot)
+        for kind_slots in by_kind.values():
+            saves = [_Save(slot, slot.encoded) for slot in kind_slots if slot.encoded is not None]
+            if saves:
+                await self._write_until_done(saves)
+        for slot in slots:
+            ident = (slot.cls.kind, slot.key)
+            self.passivations += 1
+            self._announce(
+                EntityPassivated(slot.cls.kind, slot.key, reason, slot.version if slot.encoded else 0)
+            )
+            waiting = self._waiting.get(ident)
+            if waiting is None:
+                continue
+            waiting.passivating = False
+            if waiting.told or waiting.asks:  # messages came meanwhile: back from the state just saved
+                waiting.encoded, waiting.version = slot.encoded, slot.version
+                if self._closed:
+                    self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
+                else:
+                    self._queue.append(ident)
+                    self._queued.set()
+            else:
+                del self._waiting[ident]
+
+    async def _write_until_done(self, saves: list[_Save]) -> None:
+        """Write a passivation's states, again after a failure (with a growing pause) until
+        they are durable: a passivated entity's state lives nowhere else."""
+        pause = 0.1
+        while True:
+            self._saves.extend(saves)
+            self._saves_waiting.set()
+            for save in saves:
+                await save.done.wait()
+            failed = [save for save in saves if save.error is not None]
+            if not failed:
+                return
+            logger.error(
+                "entities: %d state(s) of passivated entities not saved, trying again in %.1f s: %s",
+                len(failed), pause, failed[0].error,
+            )  # fmt: skip
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+            saves = [_Save(save.slot, save.encoded) for save in failed]
+
+    # -- saving -----------------------------------------------------------------------------
+
+    async def _save(self, slot: _Slot, encoded: bytes) -> None:
+        save = _Save(slot, encoded)
+        self._saves.append(save)
+        self._saves_waiting.set()
+        await save.done.wait()
+        if save.error is not None:
+            raise save.error
+
+    async def _saver(self) -> None:
+        while True:
+            while not self._saves:
+                self._saves_waiting = anyio.Event()
+                await self._saves_waiting.wait()
+            saves, self._saves = self._saves, []
+            by_kind: dict[str, list[_Save]] = {}
+            for save in saves:
+                by_kind.setdefault(save.slot.cls.kind, []).append(save)
+            for kind, kind_saves in by_kind.items():
+                try:
+                    versions = await self.store.save(kind, [(s.slot.key, s.encoded) for s in kind_saves])
+                except Exception as error:  # each waiter gets it (a passivation tries again)
+                    for save in kind_saves:
+                        save.error = error
+                        save.done.set()
+                    continue
+                for save in kind_saves:
+                    save.slot.version = save.version = versions.get(save.slot.key, save.slot.version)
+                    save.done.set()
+
+    # -- telling subscribers ----------------------------------------------------------------
+
+    def _announce(self, event: EntityActivated | EntityPassivated) -> None:
+        for ref in list(self._subscribers):
+            try:
+                ref.tell(event)
+            except ActorStopped:
+                self._subscribers.remove(ref)
+
+
+def _type_name(state_type: Any) -> str:
+    return getattr(state_type, "__name__", None) or repr(state_type)

@@ -1,0 +1,83 @@
+"""``EntityRef``: the handle on one entity, valid whether or not it is active.
+
+``tell`` never waits: to an active entity it goes straight into its actor's mailbox; to
+one that is not, it waits in the host for the activation and is handed over in the order
+sent. ``ask`` waits for the activation if needed, then asks the entity's actor. Messages
+sent before a passivation began are handled by the passivating actor; those sent after
+it go to the next activation. Nothing is lost, unless the host closes first (then
+:class:`~greenroom.entities.EntitiesClosed`) or the activation fails
+(:class:`~greenroom.entities.ActivationFailed`: a tell is dropped with a warning, an ask
+raises it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+
+from .._errors import InvalidInput
+from .._guard import NoPublicConstructor
+from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped
+
+if TYPE_CHECKING:
+    from ._host import Entities
+
+
+class EntityAskTimeout(TimeoutError):
+    """No answer within the ask's timeout (the message may still be handled)."""
+
+
+@final
+class EntityRef(metaclass=NoPublicConstructor):
+    __slots__ = ("_host", "key", "kind")
+    _made_by = "Entities.ref(cls, key) returns one"
+
+    def __init__(self, host: Entities, kind: str, key: str) -> None:
+        self._host = host
+        self.kind = kind
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"EntityRef({self.kind}/{self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, EntityRef)
+            and other._host is self._host
+            and (other.kind, other.key) == (self.kind, self.key)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.key))
+
+    def tell(self, message: Any) -> None:
+        """Send ``message`` without waiting (see the module doc for where it waits).
+        ``EntitiesClosed`` once the host is closed."""
+        self._host._tell(self.kind, self.key, message)
+
+    async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
+        """Send ``message`` and wait for what the entity's ``receive`` returns, activating
+        it first if needed. Raises what ``receive`` raised, ``ActivationFailed``,
+        ``EntitiesClosed``, or :class:`EntityAskTimeout` after ``timeout`` seconds
+        (``None``: as long as it takes; the message may still be handled). Cancelled: the
+        message may still be handled, its answer dropped."""
+        if timeout is not None and not (timeout > 0):
+            raise InvalidInput(
+                f"ask timeout must be a positive number of seconds or None, got {timeout!r}",
+                field="timeout",
+                value=timeout,
+            )
+        host = self._host
+        with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
+            for _ in range(3):  # passivated between its activation and the ask: once more
+                ref = await host._ref_for(self.kind, self.key)
+                try:
+                    return await ref.ask(message, timeout=None)
+                except ActorStopped:
+                    if host._closed:
+                        raise
+            raise ActorStopped(ref, "stopped while asked, three times")
+        assert scope.cancelled_caught
+        raise EntityAskTimeout(f"{self!r} did not answer a {type(message).__name__} within {timeout} s")

@@ -1724,7 +1724,10 @@ async def test_a_bad_entity_kind_key_or_state_is_refused_by_name_and_nothing_is_
         with pytest.raises(InvalidInput):
             await entities.load("Counter", [""])
         stored = await entities.load("Counter", ["a", "b"])
-        assert list(stored) == ["a"] and (stored["a"].state, stored["a"].version) == (b"1", 1)  # nothing saved
+        assert list(stored) == ["a"] and (stored["a"].state, stored["a"].version) == (
+            b"1",
+            1,
+        )  # nothing saved
     finally:
         await entities.aclose()
 

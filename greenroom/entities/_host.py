@@ -179,6 +179,16 @@ class Entities:
         """Tell ``ref`` every ``EntityActivated`` and ``EntityPassivated`` from now on."""
         self._subscribers.append(ref)
 
+    async def passivate(self, ref: EntityRef) -> bool:
+        """Passivate that entity now (as its idle time would: what it accepted first, then
+        ``on_passivate``, then the save); return once its state is saved. ``False`` if it
+        was not active. Messages sent meanwhile wait for its next activation."""
+        slot = self._active.get((ref.kind, ref.key))
+        if slot is None:
+            return False
+        await self._passivate([slot], "idle")
+        return True
+
     @property
     def active(self) -> int:
         """Entities active now (a gauge)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from .._errors import InvalidInput
+from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ._host import Entities
 
 
-class EntityAskTimeout(TimeoutError):
+class EntityAskTimeout(GreenroomError, TimeoutError):
     """No answer within the ask's timeout (the message may still be handled)."""
 
 

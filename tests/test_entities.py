@@ -1,0 +1,276 @@
+"""Issue 41: entities — an actor per key, activated on demand, passivated when idle or
+past a cap, their state saved through the store (the files and PostgreSQL), on both
+loops. Idle passivation runs on virtual time; a probe sees activations and passivations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from _stores import make_store
+from _support import eventually
+
+from greenroom import ActorSystem, InvalidInput
+from greenroom.entities import ActivationFailed, Entities, EntitiesClosed, Entity, EntityAskTimeout
+from greenroom.messages import EntityActivated, EntityPassivated
+from greenroom.store import EntityStore
+from greenroom.testing import Probe, virtual_time
+
+pytestmark = pytest.mark.anyio
+
+
+class Tally(msgspec.Struct):
+    count: int = 0
+    seen: list[str] = []
+
+
+class Sleepy:
+    """A message ``Counter`` takes a minute over."""
+
+
+class Counter(Entity[Tally]):
+    """Adds what it is told; ``("save", x)`` adds and saves; ``"boom"`` changes then fails."""
+
+    state_type = Tally
+    idle_after = 60.0
+
+    async def receive(self, message: Any) -> Any:
+        if message == "get":
+            return self.state.count, list(self.state.seen)
+        if isinstance(message, Sleepy):
+            await anyio.sleep(60)
+            return "slept"
+        if message == "boom":
+            self.state.count += 1000  # never saved: the restart forgets it
+            raise RuntimeError("boom")
+        if isinstance(message, tuple) and message[0] == "save":
+            self.state.count += 1
+            self.state.seen.append(message[1])
+            await self.save()
+            return self.state.count
+        self.state.count += 1
+        self.state.seen.append(str(message))
+        return self.state.count
+
+
+class Slow(Entity[dict[str, int]]):
+    """Passivates only once ``release`` is set: what is sent meanwhile waits in the host."""
+
+    kind = "slow"
+    release: anyio.Event | None = None
+
+    async def receive(self, message: Any) -> Any:
+        self.state[str(message)] = len(self.state)
+        return dict(self.state)
+
+    async def on_passivate(self) -> None:
+        assert Slow.release is not None
+        await Slow.release.wait()
+
+
+@asynccontextmanager
+async def hosting(
+    store_url: str | None, tmp_path: Path, *classes: type[Entity[Any]], **options: Any
+) -> AsyncIterator[tuple[Entities, Probe, EntityStore]]:
+    async with await make_store(store_url, tmp_path / "data") as store, ActorSystem() as system:
+        entity_store = store.entity_store()
+        try:
+            probe = await Probe.spawn(system)
+            async with Entities(system, entity_store, classes or (Counter,), **options) as entities:
+                entities.subscribe(probe.ref)
+                yield entities, probe, entity_store
+        finally:
+            await entity_store.aclose()
+
+
+async def saved(store_url: str | None, tmp_path: Path, kind: str, key: str) -> dict[str, Any] | None:
+    """What another connection (another process's view) reads of an entity's state."""
+    async with await make_store(store_url, tmp_path / "data") as store:
+        reader = store.entity_store()
+        try:
+            found = (await reader.load(kind, [key])).get(key)
+        finally:
+            await reader.aclose()
+    return None if found is None else {"version": found.version, "state": msgspec.json.decode(found.state)}
+
+
+async def test_the_first_message_activates_with_the_saved_state_and_closing_saves_it(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """A key never saved starts from its initial state; closing passivates and saves; a
+    new host (a restart) activates it with that state, its version counted."""
+    async with hosting(store_url, tmp_path) as (entities, probe, _):
+        alice = entities.ref(Counter, "alice")
+        assert not entities.is_active(Counter, "alice")
+        alice.tell("a")
+        assert await alice.ask("b") == 2
+        assert await probe.expect(EntityActivated) == EntityActivated("Counter", "alice", 0)
+        assert entities.active == 1 and await entities.ref(Counter, "bob").ask("x") == 1
+        await probe.expect(EntityActivated, where=lambda e: e.key == "bob")
+    assert await saved(store_url, tmp_path, "Counter", "alice") == {
+        "version": 1, "state": {"count": 2, "seen": ["a", "b"]}
+    }  # fmt: skip
+    async with hosting(store_url, tmp_path) as (entities, probe, _):
+        assert await entities.ref(Counter, "alice").ask("get") == (2, ["a", "b"])
+        assert await probe.expect(EntityActivated) == EntityActivated("Counter", "alice", 1)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """Virtual time for this module's tests (the stores' threads and sockets get 50 ms
+    of real time before the clock jumps)."""
+    return virtual_time(request.param, autojump_threshold=0.05)
+
+
+async def test_an_idle_entity_is_passivated_after_its_idle_time_and_comes_back_on_the_next_message(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    async with hosting(store_url, tmp_path) as (entities, probe, _):
+        ref = entities.ref(Counter, "k")
+        started = anyio.current_time()
+        await ref.ask("one")
+        await probe.expect(EntityActivated)
+        passivated = await probe.expect(EntityPassivated, within=200)
+        waited = anyio.current_time() - started
+        assert passivated == EntityPassivated("Counter", "k", "idle", 1)
+        assert Counter.idle_after <= waited <= Counter.idle_after * 1.25 + 1, waited  # checked every 15 s
+        assert entities.active == 0
+        assert await ref.ask("two") == 2  # its state, from the store
+        assert await probe.expect(EntityActivated) == EntityActivated("Counter", "k", 1)
+
+
+async def test_a_busy_entity_is_not_passivated_while_messages_keep_coming(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    async with hosting(store_url, tmp_path) as (entities, probe, _):
+        ref = entities.ref(Counter, "k")
+        for _ in range(12):  # 12 x 20 s: four idle times, never 60 s without a message
+            await ref.ask("tick")
+            await anyio.sleep(20)
+        await probe.expect(EntityActivated)
+        await probe.expect_no_message(within=1)
+        assert entities.is_active(Counter, "k")
+
+
+async def test_past_the_cap_the_least_recently_used_idle_entity_is_passivated(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    async with hosting(store_url, tmp_path, max_active=2) as (entities, probe, _):
+        a, b, c = (entities.ref(Counter, key) for key in "abc")
+        await a.ask("x")
+        await b.ask("x")
+        await a.ask("x")  # a is used after b: b is the least recently used
+        await c.ask("x")
+        passivated = [
+            event for event in [await probe.expect((EntityActivated, EntityPassivated)) for _ in range(4)]
+            if isinstance(event, EntityPassivated)
+        ]  # fmt: skip
+        assert passivated == [EntityPassivated("Counter", "b", "cap", 1)]
+        assert entities.active == 2 and not entities.is_active(Counter, "b")
+        assert await b.ask("get") == (1, ["x"])
+
+
+async def test_messages_sent_while_an_entity_is_passivated_wait_and_none_is_lost(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """While its passivation runs (``on_passivate`` waits here), told and asked messages
+    wait in the host; once the state is saved the entity comes back from it and handles
+    them in the order sent."""
+    Slow.release = anyio.Event()
+    async with hosting(store_url, tmp_path, Slow) as (entities, probe, store):
+        ref = entities.ref(Slow, "s")
+        await ref.ask("first")
+        answers: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(entities.passivate, ref)
+            await eventually(lambda: not entities.is_active(Slow, "s"))
+            for word in ("second", "third"):
+                ref.tell(word)
+
+            async def ask() -> None:
+                answers.append(await ref.ask("fourth", timeout=None))
+
+            tg.start_soon(ask)
+            await anyio.sleep(5)
+            assert answers == [] and (await store.load("slow", ["s"])) == {}  # still passivating
+            Slow.release.set()
+        assert answers == [{"first": 0, "second": 1, "third": 2, "fourth": 3}]
+        kinds = [type(await probe.expect((EntityActivated, EntityPassivated))).__name__ for _ in range(3)]
+        assert kinds == ["EntityActivated", "EntityPassivated", "EntityActivated"]
+        assert (await store.load("slow", ["s"]))["s"].version == 1
+
+
+async def test_save_makes_the_state_durable_before_the_ask_returns_and_a_failure_forgets_unsaved_changes(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    async with hosting(store_url, tmp_path) as (entities, _, _):
+        ref = entities.ref(Counter, "k")
+        assert await ref.ask(("save", "kept")) == 1
+        assert await saved(store_url, tmp_path, "Counter", "k") == {
+            "version": 1, "state": {"count": 1, "seen": ["kept"]}
+        }  # fmt: skip
+        await ref.ask("not saved")
+        with pytest.raises(RuntimeError, match="boom"):
+            await ref.ask("boom")
+        assert await ref.ask("get") == (1, ["kept"])  # restarted from the last save
+
+
+async def test_a_state_that_cannot_be_decoded_fails_that_activation_only(
+    store_url: str | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with hosting(store_url, tmp_path) as (entities, probe, store):
+        await store.save("Counter", [("bad", b'{"count": "many"}'), ("junk", b"\xff not json")])
+        bad = entities.ref(Counter, "bad")
+        with caplog.at_level(logging.WARNING, logger="greenroom.entities"):
+            bad.tell("lost")
+            with pytest.raises(ActivationFailed) as failed:
+                await bad.ask("x")
+        said = str(failed.value)
+        assert "Counter/'bad'" in said and "version 1" in said and "Tally" in said and "count" in said
+        assert "dropped" in caplog.text and "Counter" in caplog.text
+        with pytest.raises(ActivationFailed, match="junk"):
+            await entities.ref(Counter, "junk").ask("x")
+        assert await entities.ref(Counter, "good").ask("x") == 1  # the others are served
+        await probe.expect(EntityActivated, where=lambda e: e.key == "good")
+        assert (await store.load("Counter", ["bad"]))["bad"].state == b'{"count": "many"}'  # kept as it was
+        await store.save("Counter", [("bad", b'{"count": 7}')])  # repaired: the next message activates
+        assert await bad.ask("y") == 8
+
+
+async def test_a_closed_host_refuses_messages_and_an_ask_has_a_timeout(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    async with hosting(store_url, tmp_path) as (entities, _, _):
+        ref = entities.ref(Counter, "k")
+        with pytest.raises(EntityAskTimeout):
+            await ref.ask(Sleepy(), timeout=5)
+    with pytest.raises(EntitiesClosed):
+        ref.tell("late")
+    with pytest.raises(EntitiesClosed):
+        await ref.ask("late")
+
+
+def test_entity_classes_and_keys_are_checked_by_name() -> None:
+    for bad in (0, -1.0, float("inf"), "soon"):
+        with pytest.raises(InvalidInput) as refused:
+            type("Bad", (Entity,), {"idle_after": bad})
+        assert refused.value.field == "idle_after"
+    with pytest.raises(InvalidInput) as refused:
+        type("Bad", (Entity,), {"kind": "has spaces"})
+    assert refused.value.field == "kind"
+    with pytest.raises(InvalidInput):
+        Entities(None, None, [int])  # type: ignore[arg-type, list-item]
+    host = Entities(None, None, [Counter])  # type: ignore[arg-type]
+    for key in ("", "x" * 513, "nul\x00"):
+        with pytest.raises(InvalidInput) as refused:
+            host.ref(Counter, key)
+        assert refused.value.field == "key"
+    with pytest.raises(InvalidInput) as refused:
+        host.ref(Slow, "k")
+    assert refused.value.field == "cls"

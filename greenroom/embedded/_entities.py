@@ -32,6 +32,9 @@ class SQLiteEntityStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._file = SQLiteFile(self.path, _SCHEMA)
+        self._reads = SQLiteFile(self.path, _SCHEMA)
+        """A connection of its own for loads: in WAL mode they read while a save's write
+        and fsync run (an activation never waits behind a passivation's save)."""
 
     async def load(self, kind: str, keys: Sequence[str]) -> dict[str, StoredState]:
         check_kind(kind)
@@ -52,7 +55,7 @@ class SQLiteEntityStore:
                     found[key] = StoredState(key, bytes(state), int(version), float(saved_at))
             return found
 
-        return await self._file.run(select, write=False)
+        return await self._reads.run(select, write=False)
 
     async def save(self, kind: str, states: Sequence[tuple[str, bytes]]) -> dict[str, int]:
         rows = save_rows(kind, states)
@@ -92,10 +95,13 @@ class SQLiteEntityStore:
 
     async def count(self, kind: str) -> int:
         check_kind(kind)
-        return await self._file.run(
+        return await self._reads.run(
             lambda db: int(db.execute("SELECT count(*) FROM entities WHERE kind = ?", (kind,)).fetchone()[0]),
             write=False,
         )
 
     async def aclose(self) -> None:
-        await self._file.aclose()
+        try:
+            await self._reads.aclose()
+        finally:
+            await self._file.aclose()

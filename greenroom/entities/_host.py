@@ -73,7 +73,20 @@ class _Slot:
     """An active entity (or one being passivated): its actor, the instance the actor
     runs now, and what the janitor needs."""
 
-    __slots__ = ("cls", "encoded", "entity", "host", "key", "ref", "reload", "seen", "used", "version")
+    __slots__ = (
+        "cls",
+        "encoded",
+        "entity",
+        "host",
+        "initial",
+        "key",
+        "leaving",
+        "ref",
+        "reload",
+        "seen",
+        "used",
+        "version",
+    )
 
     def __init__(self, host: Entities, cls: type[Entity[Any]], key: str, version: int) -> None:
         self.host = host
@@ -86,13 +99,32 @@ class _Slot:
         self.encoded: bytes | None = None
         self.used = True
         self.seen = 0.0
+        self.initial: Any = None
+        """The state loaded at activation (``None``: the class's initial state)."""
+        self.leaving: _Waiting | None = None
+        """While it is passivated: where its messages wait meanwhile."""
+
+    def __call__(self) -> Entity[Any]:
+        """The actor's factory (a slot is one: no closure per entity): the first instance
+        gets the state loaded here; a restart's reloads the last save in ``on_start``."""
+        entity = self.cls()
+        entity._slot = self
+        entity._passivating = False
+        entity.key = self.key
+        if self.entity is None:
+            state, self.initial = self.initial, None
+            entity.state = entity.initial_state() if state is None else state
+        else:
+            self.reload = True
+        self.entity = entity
+        return entity
 
 
 class _Waiting:
     """An entity's messages while it is not active: told ones in order, and how many
     asks wait (each for ``done``, then sends itself)."""
 
-    __slots__ = ("asks", "done", "encoded", "error", "passivating", "ref", "told", "version")
+    __slots__ = ("asks", "done", "encoded", "error", "passivating", "queued", "ref", "told", "version")
 
     def __init__(self, passivating: bool = False) -> None:
         self.told: list[Any] = []
@@ -101,6 +133,8 @@ class _Waiting:
         self.ref: ActorRef | None = None
         self.error: BaseException | None = None
         self.passivating = passivating
+        """Its actor is stopping: it cannot be activated before it has stopped."""
+        self.queued = False
         self.encoded: bytes | None = None
         """The state a passivation just saved (an activation right after uses it)."""
         self.version = 0
@@ -199,19 +233,8 @@ class Entities:
 
     # -- the refs' side ---------------------------------------------------------------------
 
-    def _tell(self, kind: str, key: str, message: Any) -> None:
-        ident = (kind, key)
-        slot = self._active.get(ident)
-        if slot is not None and slot.ref is not None:
-            slot.used = True
-            self._active.move_to_end(ident)
-            slot.ref.tell(message)
-            return
-        self._wait(ident).told.append(message)
-
-    async def _ref_for(self, kind: str, key: str) -> ActorRef:
+    async def _ref_for(self, ident: Id) -> ActorRef:
         """The actor of an active entity, once it is (activating it first)."""
-        ident = (kind, key)
         slot = self._active.get(ident)
         if slot is not None and slot.ref is not None:
             slot.used = True
@@ -231,6 +254,8 @@ class Entities:
         waiting = self._waiting.get(ident)
         if waiting is None:
             waiting = self._waiting[ident] = _Waiting()
+        if not waiting.queued and not waiting.passivating:  # (stopping: queued once it stopped)
+            waiting.queued = True
             self._queue.append(ident)
             self._queued.set()
         return waiting
@@ -332,21 +357,9 @@ class Entities:
             return
         slot = _Slot(self, cls, key, version)
         slot.seen = anyio.current_time()
-
-        def make() -> Entity[Any]:
-            entity = cls()
-            entity._slot = slot
-            entity._passivating = False
-            entity.key = key
-            if slot.entity is None:  # the first instance: the state loaded here
-                entity.state = entity.initial_state() if state is None else state
-            else:  # a restart after a failure: on_start reloads what was last saved
-                slot.reload = True
-            slot.entity = entity
-            return entity
-
+        slot.initial = state
         try:
-            ref = await self.system.spawn(make)
+            ref = await self.system.spawn(slot)
         except Exception as error:  # on_activate (or the class's __init__) raised
             self._fail_waiting(ident, ActivationFailed(cls.kind, key, f"{type(error).__name__}: {error}"))
             return
@@ -421,11 +434,34 @@ class Entities:
         ident = (slot.cls.kind, slot.key)
         if self._active.get(ident) is slot:
             del self._active[ident]
-            self._waiting.setdefault(ident, _Waiting(passivating=True)).passivating = True
+            waiting = self._waiting.get(ident)
+            if waiting is None:
+                waiting = self._waiting[ident] = _Waiting(passivating=True)
+            waiting.passivating = True
+            slot.leaving = waiting
+
+    def _stopped(self, slot: _Slot) -> None:
+        """Its actor has stopped: from now on a message activates it again at once, from
+        the state its passivation encoded (its save may still be on its way: saves of one
+        key are written in the order made) — and if messages came meanwhile, now."""
+        waiting = slot.leaving
+        ident = (slot.cls.kind, slot.key)
+        if waiting is None or self._waiting.get(ident) is not waiting:
+            return
+        waiting.passivating = False
+        waiting.encoded, waiting.version = slot.encoded, slot.version
+        if waiting.told or waiting.asks:
+            if self._closed:
+                self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
+            else:
+                waiting.queued = True
+                self._queue.append(ident)
+                self._queued.set()
 
     async def _passivate(self, slots: list[_Slot], reason: PassivatedBecause, leave: bool = True) -> None:
-        """Stop each entity (its accepted messages first, then ``on_passivate``), save the
-        states in one write per kind, then activate again those that got messages."""
+        """Stop each entity (its accepted messages first, then ``on_passivate``); from
+        then on a message brings it back at once from the state just encoded; save the
+        states (one write per kind); then announce each passivation."""
         if leave:
             for slot in slots:
                 self._leave(slot)
@@ -435,6 +471,7 @@ class Entities:
                 slot.entity._passivating = True
             if slot.ref is not None:
                 await slot.ref.stop()
+            self._stopped(slot)
 
         async with anyio.create_task_group() as group:
             for slot in slots:
@@ -447,24 +484,14 @@ class Entities:
             if saves:
                 await self._write_until_done(saves)
         for slot in slots:
-            ident = (slot.cls.kind, slot.key)
             self.passivations += 1
             self._announce(
                 EntityPassivated(slot.cls.kind, slot.key, reason, slot.version if slot.encoded else 0)
             )
-            waiting = self._waiting.get(ident)
-            if waiting is None:
-                continue
-            waiting.passivating = False
-            if waiting.told or waiting.asks:  # messages came meanwhile: back from the state just saved
-                waiting.encoded, waiting.version = slot.encoded, slot.version
-                if self._closed:
-                    self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
-                else:
-                    self._queue.append(ident)
-                    self._queued.set()
-            else:
-                del self._waiting[ident]
+            waiting, ident = slot.leaving, (slot.cls.kind, slot.key)
+            slot.leaving = None
+            if waiting is not None and self._waiting.get(ident) is waiting and not waiting.queued:
+                del self._waiting[ident]  # no message came: it stays passivated, its state saved
 
     async def _write_until_done(self, saves: list[_Save]) -> None:
         """Write a passivation's states, again after a failure (with a growing pause) until

@@ -31,13 +31,14 @@ class EntityAskTimeout(GreenroomError, TimeoutError):
 
 @final
 class EntityRef(metaclass=NoPublicConstructor):
-    __slots__ = ("_host", "key", "kind")
+    __slots__ = ("_host", "_id", "key", "kind")
     _made_by = "Entities.ref(cls, key) returns one"
 
     def __init__(self, host: Entities, kind: str, key: str) -> None:
         self._host = host
         self.kind = kind
         self.key = key
+        self._id = (kind, key)
 
     def __repr__(self) -> str:
         return f"EntityRef({self.kind}/{self.key!r})"
@@ -55,7 +56,14 @@ class EntityRef(metaclass=NoPublicConstructor):
     def tell(self, message: Any) -> None:
         """Send ``message`` without waiting (see the module doc for where it waits).
         ``EntitiesClosed`` once the host is closed."""
-        self._host._tell(self.kind, self.key, message)
+        host = self._host
+        slot = host._active.get(self._id)
+        if slot is not None and slot.ref is not None:  # active: straight into its mailbox
+            slot.used = True
+            host._active.move_to_end(self._id)
+            slot.ref.tell(message)
+        else:
+            host._wait(self._id).told.append(message)
 
     async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating
@@ -72,7 +80,7 @@ class EntityRef(metaclass=NoPublicConstructor):
         host = self._host
         with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
             for _ in range(3):  # passivated between its activation and the ask: once more
-                ref = await host._ref_for(self.kind, self.key)
+                ref = await host._ref_for(self._id)
                 try:
                     return await ref.ask(message, timeout=None)
                 except ActorStopped:

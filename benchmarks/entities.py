@@ -1,0 +1,283 @@
+"""Entities (issue 41): memory per active entity, activation latency, messages per second,
+each against a baseline measured in the same run (plain actors, a state object alone).
+
+``python -m benchmarks entities [--store postgresql] [--keys 1000000] [--active 10000]``
+
+- **memory**: ``--active`` entities activated and idle, bytes each beyond their state
+  (tracemalloc: the host, the actor, the slot, minus the same number of states made
+  alone), against a plain actor's; then all passivated: what stays per entity.
+- **churn**: ``--messages`` asks to keys drawn from ``--keys`` (a million addressed) by
+  ``--askers`` at once, with at most ``--active`` active (the rest passivated, LRU):
+  each activation's latency (p50, p99: from the first message waiting to the answer,
+  minus a warm ask's), activations and passivations per second.
+- **throughput**: ``--actors`` entities (all active) and as many plain actors each told
+  ``--per-actor`` messages then asked once: messages per second, entities over actors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from . import report_per_backend
+
+HELP = "entities: memory per active entity, activation latency under churn, messages/s vs plain actors"
+
+
+class Tally(msgspec.Struct):
+    count: int = 0
+
+
+def _classes() -> tuple[type[Any], type[Any]]:
+    from greenroom.actors import Actor
+    from greenroom.entities import Entity
+
+    class Counter(Entity[Tally]):
+        state_type = Tally
+        idle_after = 3600.0
+
+        async def receive(self, message: Any) -> Any:
+            self.state.count += 1
+            return self.state.count if message == "ask" else None
+
+    class Plain(Actor):
+        def __init__(self) -> None:
+            self.state = Tally()
+
+        async def receive(self, message: Any) -> Any:
+            self.state.count += 1
+            return self.state.count if message == "ask" else None
+
+    return Counter, Plain
+
+
+async def _open_store(url: str | None, root: Path) -> Any:
+    if url is None:
+        from greenroom.embedded import EmbeddedStore
+
+        return EmbeddedStore(root / "data")
+    from greenroom.postgres import Database, PostgresStore, upgrade
+
+    async with Database(url, max_size=2) as db:
+        await db.run(upgrade)
+    return PostgresStore(url, data_dir=root / "data", pool_size=16)
+
+
+def _grown(before: tracemalloc.Snapshot) -> int:
+    gc.collect()
+    return sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+
+
+async def _memory(url: str | None, root: Path, active: int) -> dict[str, float]:
+    gc.collect()
+    from greenroom.actors import ActorSystem
+    from greenroom.entities import Entities
+
+    counter, plain = _classes()
+    async with await _open_store(url, root) as store, ActorSystem() as system:
+        entity_store = store.entity_store()
+        async with Entities(system, entity_store, [counter], batch=1024) as entities:
+            refs = [entities.ref(counter, f"m{i}") for i in range(active)]
+
+            async def activate_all() -> None:
+                async with anyio.create_task_group() as group:
+                    for ref in refs:
+                        group.start_soon(ref.ask, "ask")
+
+            await activate_all()  # once before measuring: the tables and sets reach their size
+            for ref in refs:
+                await entities.passivate(ref)
+            gc.collect()
+            tracemalloc.start()
+            before = tracemalloc.take_snapshot()
+            states = [Tally() for _ in range(active)]
+            alone = _grown(before)
+            del states
+            before = tracemalloc.take_snapshot()
+            await activate_all()
+            per_entity = _grown(before) / active
+            before = tracemalloc.take_snapshot()
+            for ref in refs:
+                await entities.passivate(ref)
+            left = (per_entity * active + _grown(before)) / active
+            actors = []
+            for _ in range(active):  # the same for plain actors: once, stopped, then measured
+                actors.append(await system.spawn(plain))
+            for actor in actors:
+                await actor.stop()
+            actors.clear()
+            gc.collect()
+            before = tracemalloc.take_snapshot()
+            for _ in range(active):
+                actors.append(await system.spawn(plain))
+            per_actor = _grown(before) / active
+            tracemalloc.stop()
+            for actor in actors:
+                await actor.stop()
+        await entity_store.aclose()
+    state = alone / active
+    return {
+        "state_bytes": round(state, 1),
+        "entity_bytes_beyond_state": round(per_entity - state, 1),
+        "plain_actor_bytes_beyond_state": round(per_actor - state, 1),
+        "left_after_passivation_each": round(max(0.0, left), 1),
+    }
+
+
+async def _churn(
+    url: str | None, root: Path, keys: int, active: int, messages: int, askers: int
+) -> dict[str, float]:
+    from greenroom.actors import ActorSystem
+    from greenroom.entities import Entities
+
+    counter, _ = _classes()
+    cold: list[float] = []
+    warm: list[float] = []
+    async with await _open_store(url, root) as store, ActorSystem() as system:
+        entity_store = store.entity_store()
+        async with Entities(system, entity_store, [counter], max_active=active) as entities:
+            rng = random.Random(41)
+            sent = 0
+
+            async def asker() -> None:
+                nonlocal sent
+                while sent < messages:
+                    sent += 1
+                    key = f"k{rng.randrange(keys)}"
+                    was_active = entities.is_active(counter, key)
+                    began = time.perf_counter()
+                    await entities.ref(counter, key).ask("ask", timeout=None)
+                    (warm if was_active else cold).append(time.perf_counter() - began)
+
+            began = time.perf_counter()
+            async with anyio.create_task_group() as group:
+                for _ in range(askers):
+                    group.start_soon(asker)
+            took = time.perf_counter() - began
+            activations, passivations = entities.activations, entities.passivations
+        await entity_store.aclose()
+    warm_median = statistics.median(warm) if warm else 0.0
+    cold.sort()
+    return {
+        "activations": activations,
+        "passivations": passivations,
+        "activations_per_s": round(activations / took),
+        "cold_ask_p50_ms": round(cold[len(cold) // 2] * 1000, 3),
+        "cold_ask_p99_ms": round(cold[int(len(cold) * 0.99)] * 1000, 3),
+        "warm_ask_p50_ms": round(warm_median * 1000, 3),
+        "activation_p99_ms": round(max(0.0, cold[int(len(cold) * 0.99)] - warm_median) * 1000, 3),
+        "asks_per_s": round(messages / took),
+    }
+
+
+async def _throughput(url: str | None, root: Path, actors: int, per_actor: int) -> dict[str, float]:
+    from greenroom.actors import ActorSystem
+    from greenroom.entities import Entities
+
+    counter, plain = _classes()
+    async with await _open_store(url, root) as store, ActorSystem() as system:
+        entity_store = store.entity_store()
+        async with Entities(system, entity_store, [counter]) as entities:
+            refs = [entities.ref(counter, f"t{i}") for i in range(actors)]
+            plains = [await system.spawn(plain) for _ in range(actors)]
+            for ref in refs:  # activated first: the figure is of active entities
+                await ref.ask("ask")
+
+            async def drive(targets: list[Any]) -> float:
+                began = time.perf_counter()
+                for _ in range(per_actor):
+                    for target in targets:
+                        target.tell("tell")
+                async with anyio.create_task_group() as group:
+                    for target in targets:
+                        group.start_soon(target.ask, "ask")
+                return time.perf_counter() - began
+
+            entity_times, actor_times = [], []
+            for _ in range(5):  # alternating rounds, medians
+                entity_times.append(await drive(refs))
+                actor_times.append(await drive(plains))
+            for plain_ref in plains:
+                await plain_ref.stop()
+        await entity_store.aclose()
+    total = actors * (per_actor + 1)
+    entity_rate = total / statistics.median(entity_times)
+    actor_rate = total / statistics.median(actor_times)
+    return {
+        "entity_msgs_per_s": round(entity_rate),
+        "plain_actor_msgs_per_s": round(actor_rate),
+        "entities_over_actors": round(entity_rate / actor_rate, 3),
+    }
+
+
+def measure(backend: str, args: argparse.Namespace, url: str | None) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        from greenroom._malloc import freeze_startup_heap
+
+        freeze_startup_heap()  # as greenroom run does once serving: a full collection walks only the work's objects
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            figures: dict[str, Any] = {"backend": backend, "store": "files" if url is None else "postgresql"}
+            figures["memory"] = await _memory(url, root / "memory", args.active)
+            figures["churn"] = await _churn(
+                url, root / "churn", args.keys, args.active, args.messages, args.askers
+            )
+            figures["throughput"] = await _throughput(url, root / "throughput", args.actors, args.per_actor)
+            return figures
+
+    return anyio.run(run, backend=backend)
+
+
+def format_table(figures: dict[str, Any]) -> str:
+    memory, churn, throughput = figures["memory"], figures["churn"], figures["throughput"]
+    return "\n".join([
+        f"entities on {figures['backend']}, {figures['store']}:",
+        f"  memory per active idle entity beyond its state: {memory['entity_bytes_beyond_state']:.0f} B"
+        f" (a plain actor: {memory['plain_actor_bytes_beyond_state']:.0f} B; target <= 1024)",
+        f"  left per entity once passivated:                 {memory['left_after_passivation_each']:.0f} B",
+        f"  activation p99 under churn:                      {churn['activation_p99_ms']:.2f} ms"
+        f" (cold ask p99 {churn['cold_ask_p99_ms']:.2f} ms, warm p50 {churn['warm_ask_p50_ms']:.3f} ms;"
+        f" {churn['activations_per_s']} activations/s)",
+        f"  messages/s to active entities:                   {throughput['entity_msgs_per_s']}"
+        f" vs plain actors {throughput['plain_actor_msgs_per_s']}"
+        f" = {throughput['entities_over_actors']:.2f}x (target >= 0.9x)",
+    ])  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
+    """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
+    parser.add_argument("--store", metavar="postgresql[://...]", help="on PostgreSQL instead of the files")
+    parser.add_argument("--keys", type=positive_int, default=1_000_000, help="keys addressed (churn)")
+    parser.add_argument("--active", type=positive_int, default=10_000, help="the cap of active entities")
+    parser.add_argument("--messages", type=positive_int, default=50_000, help="asks in the churn run")
+    parser.add_argument("--askers", type=positive_int, default=10, help="asks at once in the churn run")
+    parser.add_argument("--actors", type=positive_int, default=1000, help="entities and actors (throughput)")
+    parser.add_argument("--per-actor", type=positive_int, default=100, help="messages each (throughput)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from greenroom._errors import InvalidInput as CommandError
+
+    if args.store is None:
+        return report_per_backend(args.backend, args.json, lambda b: measure(b, args, None), format_table)
+    if not args.store.startswith("postgres"):
+        raise CommandError(f"--store must be 'postgresql' or a postgresql:// URL (got {args.store!r:.80})")
+    from ._pg_graph import database, server
+
+    with server(args.store) as admin:
+
+        def on_a_fresh_database(backend: str) -> dict[str, Any]:
+            with database(admin) as url:
+                return measure(backend, args, url)
+
+        return report_per_backend(args.backend, args.json, on_a_fresh_database, format_table)

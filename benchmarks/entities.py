@@ -224,7 +224,7 @@ def measure(backend: str, args: argparse.Namespace, url: str | None) -> dict[str
     async def run() -> dict[str, Any]:
         from greenroom._malloc import freeze_startup_heap
 
-        freeze_startup_heap()  # as greenroom run does once serving: a full collection walks only the work's objects
+        freeze_startup_heap()  # as greenroom run does once serving
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             figures: dict[str, Any] = {"backend": backend, "store": "files" if url is None else "postgresql"}

@@ -223,6 +223,17 @@ async def test_save_makes_the_state_durable_before_the_ask_returns_and_a_failure
         with pytest.raises(RuntimeError, match="boom"):
             await ref.ask("boom")
         assert await ref.ask("get") == (1, ["kept"])  # restarted from the last save
+        for _ in range(3):  # a fourth failure within 5 s: its actor's strategy stops it
+            with pytest.raises(RuntimeError, match="boom"):
+                await ref.ask("boom")
+        await eventually(lambda: not entities.is_active(Counter, "k") or not _alive(entities, "k"))
+        ref.tell("after")  # the host notices, and activates it again from its last save
+        assert await ref.ask("get") == (2, ["kept", "after"])
+
+
+def _alive(entities: Entities, key: str) -> bool:
+    slot = entities._active.get(("Counter", key))
+    return slot is not None and slot.ref is not None and slot.ref.is_alive
 
 
 async def test_a_state_that_cannot_be_decoded_fails_that_activation_only(

@@ -81,6 +81,7 @@ class _Slot:
         "initial",
         "key",
         "leaving",
+        "live",
         "ref",
         "reload",
         "seen",
@@ -103,6 +104,8 @@ class _Slot:
         """The state loaded at activation (``None``: the class's initial state)."""
         self.leaving: _Waiting | None = None
         """While it is passivated: where its messages wait meanwhile."""
+        self.live = False
+        """In the table with its actor: messages go straight to it (refs cache the slot)."""
 
     def __call__(self) -> Entity[Any]:
         """The actor's factory (a slot is one: no closure per entity): the first instance
@@ -233,9 +236,21 @@ class Entities:
 
     # -- the refs' side ---------------------------------------------------------------------
 
+    def _died(self, slot: _Slot) -> None:
+        """Its actor stopped on its own (it kept failing): forget it; the next message
+        activates it from its last save."""
+        ident = (slot.cls.kind, slot.key)
+        slot.live = False
+        if self._active.get(ident) is slot:
+            del self._active[ident]
+            logger.warning("entities: %s/%r stopped after failing; its last saved state stands", *ident)
+
     async def _ref_for(self, ident: Id) -> ActorRef:
         """The actor of an active entity, once it is (activating it first)."""
         slot = self._active.get(ident)
+        if slot is not None and slot.ref is not None and not slot.ref.is_alive:
+            self._died(slot)
+            slot = None
         if slot is not None and slot.ref is not None:
             slot.used = True
             self._active.move_to_end(ident)
@@ -364,6 +379,7 @@ class Entities:
             self._fail_waiting(ident, ActivationFailed(cls.kind, key, f"{type(error).__name__}: {error}"))
             return
         slot.ref = ref
+        slot.live = True
         self._active[ident] = slot
         del self._waiting[ident]
         for message in waiting.told:  # in the order sent, before anything sent from now on
@@ -432,6 +448,7 @@ class Entities:
 
     def _leave(self, slot: _Slot) -> None:
         ident = (slot.cls.kind, slot.key)
+        slot.live = False
         if self._active.get(ident) is slot:
             del self._active[ident]
             waiting = self._waiting.get(ident)

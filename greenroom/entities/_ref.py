@@ -19,10 +19,10 @@ import anyio
 
 from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
-from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped
+from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped, AskTimeout
 
 if TYPE_CHECKING:
-    from ._host import Entities
+    from ._host import Entities, _Slot
 
 
 class EntityAskTimeout(GreenroomError, TimeoutError):
@@ -31,7 +31,7 @@ class EntityAskTimeout(GreenroomError, TimeoutError):
 
 @final
 class EntityRef(metaclass=NoPublicConstructor):
-    __slots__ = ("_host", "_id", "key", "kind")
+    __slots__ = ("_host", "_id", "_slot", "key", "kind")
     _made_by = "Entities.ref(cls, key) returns one"
 
     def __init__(self, host: Entities, kind: str, key: str) -> None:
@@ -39,6 +39,8 @@ class EntityRef(metaclass=NoPublicConstructor):
         self.kind = kind
         self.key = key
         self._id = (kind, key)
+        self._slot: _Slot | None = None
+        """The entity's slot while it is active (checked ``live`` at each use)."""
 
     def __repr__(self) -> str:
         return f"EntityRef({self.kind}/{self.key!r})"
@@ -57,13 +59,19 @@ class EntityRef(metaclass=NoPublicConstructor):
         """Send ``message`` without waiting (see the module doc for where it waits).
         ``EntitiesClosed`` once the host is closed."""
         host = self._host
-        slot = host._active.get(self._id)
-        if slot is not None and slot.ref is not None:  # active: straight into its mailbox
+        slot = self._slot
+        if slot is None or not slot.live:
+            slot = self._slot = host._active.get(self._id)
+        if slot is not None and slot.live:  # active: straight into its mailbox
             slot.used = True
             host._active.move_to_end(self._id)
-            slot.ref.tell(message)
-        else:
-            host._wait(self._id).told.append(message)
+            try:
+                slot.ref.tell(message)  # type: ignore[union-attr]  # live: it has its actor
+                return
+            except ActorStopped:  # it failed for good (its strategy stopped it): back from its last save
+                host._died(slot)
+                self._slot = None
+        host._wait(self._id).told.append(message)
 
     async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating
@@ -78,6 +86,19 @@ class EntityRef(metaclass=NoPublicConstructor):
                 value=timeout,
             )
         host = self._host
+        slot = host._active.get(self._id)
+        if slot is not None and slot.ref is not None and slot.ref.is_alive:  # active: the actor's own ask
+            slot.used = True
+            host._active.move_to_end(self._id)
+            try:
+                return await slot.ref.ask(message, timeout=timeout)
+            except AskTimeout:
+                raise EntityAskTimeout(
+                    f"{self!r} did not answer a {type(message).__name__} within {timeout} s"
+                ) from None
+            except ActorStopped:  # passivated (or failed for good) meanwhile: as if it were not active
+                if host._closed:
+                    raise
         with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
             for _ in range(3):  # passivated between its activation and the ask: once more
                 ref = await host._ref_for(self._id)

@@ -105,6 +105,8 @@ async def _memory(url: str | None, root: Path, active: int) -> dict[str, float]:
             del states
             before = tracemalloc.take_snapshot()
             await activate_all()
+            await entities.sweep()  # each used since the last pass: marked
+            await entities.sweep()  # none used since: idle, their mailboxes' buffers given back
             per_entity = _grown(before) / active
             before = tracemalloc.take_snapshot()
             for ref in refs:

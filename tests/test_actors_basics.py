@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _support import eventually
 
 from greenroom import Actor, ActorStopped, ActorSystem, AskTimeout, SupervisorStrategy
 from greenroom.actors import DEFAULT_MAILBOX_SIZE
@@ -329,3 +330,56 @@ async def test_send_is_a_checkpoint_even_with_room() -> None:
             await ref.send(100)
         assert scope.cancelled_caught
         assert await ref.ask("get") == sent
+
+
+async def test_a_trimmed_idle_actor_takes_every_kind_of_message_as_before() -> None:
+    """``ActorRef.trim`` gives back an idle actor's mailbox buffer: refused while it has
+    a message or handles one; after it, tell, send, ask, a timer's tick, a ``Terminated``
+    and a stop reach the actor as before (each enqueueing site makes a new mailbox)."""
+    from greenroom.actors._mailbox import RELEASED
+
+    class Watcher(Actor):
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        async def receive(self, message: Any) -> Any:
+            if isinstance(message, tuple) and message[0] == "watch":
+                self.context.watch(message[1])
+            elif message == "tick-later":
+                self.context.schedule_once(0.01, "tick")
+            elif message == "seen":
+                return list(self.seen)
+            else:
+                self.seen.append(type(message).__name__ if not isinstance(message, str) else message)
+            return None
+
+    gate = anyio.Event()
+    async with ActorSystem() as system:
+        busy = await system.spawn(lambda: Gated(gate, []))
+        busy.tell("hold")
+        assert busy.trim() is False  # a message in hand
+        gate.set()
+        ref = await system.spawn(Watcher)
+        assert ref.trim() is True and ref._cell.mailbox is RELEASED
+        ref.tell("told")
+        assert ref._cell.mailbox is not RELEASED
+        await ref.ask("seen")
+        assert ref.trim() is True
+        await ref.send("sent")
+        assert ref.trim() is False  # queued, not handled yet
+        await ref.ask("seen")
+        assert ref.trim() is True
+        other = await system.spawn(Counter)
+        await ref.ask(("watch", other))
+        assert ref.trim() is True
+        await other.stop()  # its Terminated reaches the trimmed watcher
+        await ref.ask("tick-later")
+        assert ref.trim() is True
+
+        async def all_arrived() -> bool:
+            return {"told", "sent", "Terminated", "tick"} <= set(await ref.ask("seen"))
+
+        await eventually(all_arrived)
+        assert ref.trim() is True
+        await ref.stop()  # a stop of a trimmed actor
+        assert ref.trim() is False and not ref.is_alive

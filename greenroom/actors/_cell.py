@@ -31,6 +31,7 @@ from .._errors import InvalidInput, expected
 from .._tracing import Traced
 from ._actor import Actor
 from ._exceptions import ActorStopped, AskTimeout, ChildFailed
+from ._mailbox import RELEASED
 from ._messages import Terminated
 from ._ref import ActorRef
 from ._reply import InterruptingReply, Reply, pending_reply
@@ -200,9 +201,25 @@ class ActorCell:
         self.system.dead_letters.record(self.ref, message, "stopped")
         return ActorStopped(self.ref, "is stopped" if self.dead else "is stopping")
 
+    def _box(self) -> deque[tuple[Any, Any]]:
+        """The mailbox to append to: a new one if it was released (``trim``)."""
+        box = self.mailbox
+        if box is RELEASED:
+            box = self.mailbox = deque()
+        return box
+
+    def trim(self) -> bool:
+        """Release the mailbox's buffer while idle (see ``_mailbox``); whether it is."""
+        if self.mailbox is RELEASED:
+            return True
+        if self.mailbox or self.scheduled or self.runner is not None or self.dead or not self.accepting:
+            return False
+        self.mailbox = RELEASED
+        return True
+
     def enqueue_control(self, signal: Any) -> None:
         if not self.dead:
-            self.mailbox.append((signal, CONTROL))
+            self._box().append((signal, CONTROL))
             if not self.scheduled:
                 self.system._dispatcher.schedule(self)
 
@@ -211,7 +228,7 @@ class ActorCell:
         if not self.accepting:
             self.system.dead_letters.record(self.ref, message, "stopped")
             return
-        self.mailbox.append((message, None))
+        self._box().append((message, None))
         if not self.scheduled:
             self.system._dispatcher.schedule(self)
 
@@ -221,7 +238,7 @@ class ActorCell:
         elif self.limit is not None and len(self.mailbox) + self.reserved >= self.limit:
             self.system.dead_letters.record(self.ref, message, "mailbox full")
         else:
-            self.mailbox.append((message, None))
+            self._box().append((message, None))
             if not self.scheduled:
                 self.system._dispatcher.schedule(self)
 

@@ -419,16 +419,26 @@ class Entities:
         every = min(cls.idle_after for cls in self.classes.values()) / 4 if self.classes else 60.0
         while True:
             await anyio.sleep(every)
-            now = anyio.current_time()
-            idle: list[_Slot] = []
-            for slot in list(self._active.values()):
-                if slot.used:
-                    slot.used = False
-                    slot.seen = now
-                elif now - slot.seen >= slot.cls.idle_after and slot.ref is not None and slot.ref.idle:
+            await self.sweep()
+
+    async def sweep(self) -> None:
+        """One pass of the janitor (it runs every ``idle_after / 4`` seconds): passivate
+        the entities no message reached for their ``idle_after``, and give back the
+        mailbox buffer of those none reached since the last pass (``ActorRef.trim``: an
+        idle entity costs less than a busy one)."""
+        now = anyio.current_time()
+        idle: list[_Slot] = []
+        for slot in list(self._active.values()):
+            if slot.used:
+                slot.used = False
+                slot.seen = now
+            elif slot.ref is not None and slot.ref.idle:
+                if now - slot.seen >= slot.cls.idle_after:
                     idle.append(slot)
-            if idle:
-                await self._passivate(idle, "idle")
+                else:
+                    slot.ref.trim()
+        if idle:
+            await self._passivate(idle, "idle")
 
     def _over_cap(self) -> None:
         limit = self.max_active

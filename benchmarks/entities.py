@@ -189,7 +189,8 @@ async def _throughput(url: str | None, root: Path, actors: int, per_actor: int) 
     counter, plain = _classes()
     async with await _open_store(url, root) as store, ActorSystem() as system:
         entity_store = store.entity_store()
-        async with Entities(system, entity_store, [counter]) as entities:
+        # a cap, as in the 10,000-active configuration: each message keeps the LRU order
+        async with Entities(system, entity_store, [counter], max_active=actors * 2) as entities:
             refs = [entities.ref(counter, f"t{i}") for i in range(actors)]
             plains = [await system.spawn(plain) for _ in range(actors)]
             for ref in refs:  # activated first: the figure is of active entities
@@ -205,20 +206,41 @@ async def _throughput(url: str | None, root: Path, actors: int, per_actor: int) 
                         group.start_soon(target.ask, "ask")
                 return time.perf_counter() - began
 
-            entity_times, actor_times = [], []
+            async def asks(
+                targets: list[Any],
+            ) -> float:  # request and answer: 100 askers, 10 asks each target
+                async def asker(share: list[Any]) -> None:
+                    for _ in range(10):
+                        for target in share:
+                            await target.ask("ask")
+
+                began = time.perf_counter()
+                async with anyio.create_task_group() as group:
+                    for start in range(100):
+                        group.start_soon(asker, targets[start::100])
+                return time.perf_counter() - began
+
+            entity_times, actor_times, entity_asks, actor_asks = [], [], [], []
             for _ in range(5):  # alternating rounds, medians
                 entity_times.append(await drive(refs))
                 actor_times.append(await drive(plains))
+                entity_asks.append(await asks(refs))
+                actor_asks.append(await asks(plains))
             for plain_ref in plains:
                 await plain_ref.stop()
         await entity_store.aclose()
     total = actors * (per_actor + 1)
     entity_rate = total / statistics.median(entity_times)
     actor_rate = total / statistics.median(actor_times)
+    entity_ask_rate = actors * 10 / statistics.median(entity_asks)
+    actor_ask_rate = actors * 10 / statistics.median(actor_asks)
     return {
         "entity_msgs_per_s": round(entity_rate),
         "plain_actor_msgs_per_s": round(actor_rate),
         "entities_over_actors": round(entity_rate / actor_rate, 3),
+        "entity_asks_per_s": round(entity_ask_rate),
+        "plain_actor_asks_per_s": round(actor_ask_rate),
+        "asks_entities_over_actors": round(entity_ask_rate / actor_ask_rate, 3),
     }
 
 
@@ -253,6 +275,9 @@ def format_table(figures: dict[str, Any]) -> str:
         f"  messages/s to active entities:                   {throughput['entity_msgs_per_s']}"
         f" vs plain actors {throughput['plain_actor_msgs_per_s']}"
         f" = {throughput['entities_over_actors']:.2f}x (target >= 0.9x)",
+        f"  asks/s (request and answer):                     {throughput['entity_asks_per_s']}"
+        f" vs plain actors {throughput['plain_actor_asks_per_s']}"
+        f" = {throughput['asks_entities_over_actors']:.2f}x",
     ])  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import pytest
 from _stores import make_store
 from _support import eventually
 
-from greenroom import ActorSystem, InvalidInput
+from greenroom import ActorSystem, AskTimeout, InvalidInput
 from greenroom.entities import ActivationFailed, Entities, EntitiesClosed, Entity, EntityAskTimeout
 from greenroom.messages import EntityActivated, EntityPassivated
 from greenroom.store import EntityStore
@@ -263,8 +263,15 @@ async def test_a_closed_host_refuses_messages_and_an_ask_has_a_timeout(
 ) -> None:
     async with hosting(store_url, tmp_path) as (entities, _, _):
         ref = entities.ref(Counter, "k")
-        with pytest.raises(EntityAskTimeout):
+        with pytest.raises(EntityAskTimeout):  # the time ran out with the activation done, the answer not
             await ref.ask(Sleepy(), timeout=5)
+        other = entities.ref(Counter, "other")
+        await other.ask("x")  # active: its actor's own ask, and the kernel's AskTimeout
+        with pytest.raises(AskTimeout) as late:
+            await other.ask(Sleepy(), timeout=5)
+        assert not isinstance(late.value, EntityAskTimeout)
+        with pytest.raises(InvalidInput):
+            await entities.ref(Counter, "cold").ask("x", timeout=0)
     with pytest.raises(EntitiesClosed):
         ref.tell("late")
     with pytest.raises(EntitiesClosed):

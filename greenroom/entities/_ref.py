@@ -13,6 +13,7 @@ raises it).
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
@@ -25,8 +26,12 @@ if TYPE_CHECKING:
     from ._host import Entities, _Slot
 
 
-class EntityAskTimeout(GreenroomError, TimeoutError):
-    """No answer within the ask's timeout (the message may still be handled)."""
+class EntityAskTimeout(AskTimeout):
+    """The ask's time ran out while the entity was being activated (an ``AskTimeout``:
+    the message may still be handled)."""
+
+    def __init__(self, text: str) -> None:  # no actor yet to name: the entity is named instead
+        GreenroomError.__init__(self, text)
 
 
 @final
@@ -73,12 +78,25 @@ class EntityRef(metaclass=NoPublicConstructor):
                 self._slot = None
         host._wait(self._id).told.append(message)
 
-    async def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Any:
+    def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Awaitable[Any]:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating
         it first if needed. Raises what ``receive`` raised, ``ActivationFailed``,
-        ``EntitiesClosed``, or :class:`EntityAskTimeout` after ``timeout`` seconds
-        (``None``: as long as it takes; the message may still be handled). Cancelled: the
-        message may still be handled, its answer dropped."""
+        ``EntitiesClosed``, ``AskTimeout`` after ``timeout`` seconds (``None``: as long as
+        it takes; the message may still be handled; :class:`EntityAskTimeout` when the
+        time ran out waiting for the activation). Cancelled: the message may still be
+        handled, its answer dropped. To an active entity this is its actor's own ``ask``
+        (no step of its own: an ask costs what an actor's does)."""
+        host = self._host
+        slot = self._slot
+        if slot is None or not slot.live:
+            slot = self._slot = host._active.get(self._id)
+        if slot is not None and slot.live and slot.ref is not None and slot.ref.is_alive:
+            slot.used = True
+            host._active.move_to_end(self._id)
+            return slot.ref.ask(message, timeout=timeout)
+        return self._ask_waiting(message, timeout)
+
+    async def _ask_waiting(self, message: Any, timeout: float | None) -> Any:
         if timeout is not None and not (timeout > 0):
             raise InvalidInput(
                 f"ask timeout must be a positive number of seconds or None, got {timeout!r}",
@@ -86,19 +104,6 @@ class EntityRef(metaclass=NoPublicConstructor):
                 value=timeout,
             )
         host = self._host
-        slot = host._active.get(self._id)
-        if slot is not None and slot.ref is not None and slot.ref.is_alive:  # active: the actor's own ask
-            slot.used = True
-            host._active.move_to_end(self._id)
-            try:
-                return await slot.ref.ask(message, timeout=timeout)
-            except AskTimeout:
-                raise EntityAskTimeout(
-                    f"{self!r} did not answer a {type(message).__name__} within {timeout} s"
-                ) from None
-            except ActorStopped:  # passivated (or failed for good) meanwhile: as if it were not active
-                if host._closed:
-                    raise
         with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
             for _ in range(3):  # passivated between its activation and the ask: once more
                 ref = await host._ref_for(self._id)

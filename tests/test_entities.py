@@ -176,6 +176,20 @@ async def test_past_the_cap_the_least_recently_used_idle_entity_is_passivated(
         assert await b.ask("get") == (1, ["x"])
 
 
+async def test_activations_after_a_mass_restart_are_paced(store_url: str | None, tmp_path: Path) -> None:
+    """``activations_per_second``: every client's first message at once (after a restart)
+    activates the entities at that pace, the first at once — not all on the store at once."""
+    async with hosting(store_url, tmp_path, activations_per_second=2.0) as (entities, _, _):
+        started = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(entities.ref(Counter, f"u{i}").ask, "x")
+            await anyio.sleep(1.0)
+            assert 1 <= entities.active <= 3, entities.active  # about two a second
+        took = anyio.current_time() - started
+        assert entities.active == 8 and took >= 3.0, took
+
+
 async def test_messages_sent_while_an_entity_is_passivated_wait_and_none_is_lost(
     store_url: str | None, tmp_path: Path
 ) -> None:

@@ -315,15 +315,20 @@ class Entities:
             while not self._queue:
                 self._queued = anyio.Event()
                 await self._queued.wait()
+            # paced: a tenth of a second's worth at a time, then the rest of that tenth
+            most = self.batch if self.rate is None else max(1, min(self.batch, int(self.rate / 10)))
             taken: dict[str, list[str]] = {}
-            while self._queue and sum(len(keys) for keys in taken.values()) < self.batch:
+            count = 0
+            while self._queue and count < most:
                 kind, key = self._queue.popleft()
                 taken.setdefault(kind, []).append(key)
-            if self.rate is not None:
-                await anyio.sleep(sum(len(keys) for keys in taken.values()) / self.rate)
+                count += 1
+            began = anyio.current_time()
             for kind, keys in taken.items():
                 await self._activate(kind, keys)
             self._over_cap()
+            if self.rate is not None:
+                await anyio.sleep(max(0.0, count / self.rate - (anyio.current_time() - began)))
 
     async def _activate(self, kind: str, keys: list[str]) -> None:
         cls = self.classes.get(kind)

@@ -250,6 +250,29 @@ def _alive(entities: Entities, key: str) -> bool:
     return slot is not None and slot.ref is not None and slot.ref.is_alive
 
 
+class Careless(Entity[dict[str, int]]):
+    """Its ``on_passivate`` fails; its state is saved all the same."""
+
+    async def receive(self, message: Any) -> Any:
+        self.state[str(message)] = 1
+        return len(self.state)
+
+    async def on_passivate(self) -> None:
+        raise RuntimeError("forgot something")
+
+
+async def test_a_failing_on_passivate_still_saves_the_state(
+    store_url: str | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with hosting(store_url, tmp_path, Careless) as (entities, _, store):
+        ref = entities.ref(Careless, "c")
+        await ref.ask("kept")
+        with caplog.at_level(logging.ERROR, logger="greenroom.entities"):
+            assert await entities.passivate(ref)
+        assert "on_passivate failed" in caplog.text
+        assert (await store.load("Careless", ["c"]))["c"].state == b'{"kept":1}'
+
+
 async def test_a_state_that_cannot_be_decoded_fails_that_activation_only(
     store_url: str | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -303,6 +326,8 @@ def test_entity_classes_and_keys_are_checked_by_name() -> None:
     with pytest.raises(InvalidInput):
         Entities(None, None, [int])  # type: ignore[arg-type, list-item]
     host = Entities(None, None, [Counter])  # type: ignore[arg-type]
+    with pytest.raises(EntitiesClosed, match="not running"):  # never entered: nothing would activate it
+        host.ref(Counter, "k").tell("x")
     for key in ("", "x" * 513, "nul\x00"):
         with pytest.raises(InvalidInput) as refused:
             host.ref(Counter, key)

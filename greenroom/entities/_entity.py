@@ -20,6 +20,7 @@ durable at a point the entity chooses, in one write with other entities' saves.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from ._host import Entities, _Slot
 
 S = TypeVar("S")
+logger = logging.getLogger("greenroom.entities")
 
 
 class Entity(Actor, Generic[S]):
@@ -102,8 +104,19 @@ class Entity(Actor, Generic[S]):
     async def on_stop(self) -> None:
         slot = self._slot
         if slot is not None and self._passivating:
-            await self.on_passivate()
-            slot.encoded = encode_state(self)
+            try:
+                await self.on_passivate()
+            except Exception:  # its state is saved all the same (as it is now)
+                logger.exception(
+                    "entities: %s/%r: on_passivate failed; its state is saved as it is", self.kind, self.key
+                )
+            try:
+                slot.encoded = encode_state(self)
+            except (TypeError, msgspec.EncodeError) as error:
+                logger.error(
+                    "entities: %s/%r: its state cannot be encoded (%s); its last save stands",
+                    self.kind, self.key, error,
+                )  # fmt: skip
 
 
 def encode_state(entity: Entity[Any]) -> bytes:

@@ -42,7 +42,7 @@ import msgspec
 
 from .._checks import check_int, check_seconds
 from .._errors import DataError, GreenroomError, InvalidInput
-from ..actors import ActorRef, ActorStopped, ActorSystem
+from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
 from ..store import EntityStore, StoredState, check_key
 from ._entity import Entity
@@ -264,8 +264,9 @@ class Entities:
         return waiting.ref
 
     def _wait(self, ident: Id) -> _Waiting:
-        if self._closed:
-            raise EntitiesClosed(f"the entity host is closed: no message reaches {ident[0]}/{ident[1]!r}")
+        if self._closed or self._task_group is None:
+            said = "closed" if self._closed else "not running (use it in `async with`)"
+            raise EntitiesClosed(f"the entity host is {said}: no message reaches {ident[0]}/{ident[1]!r}")
         waiting = self._waiting.get(ident)
         if waiting is None:
             waiting = self._waiting[ident] = _Waiting()
@@ -584,6 +585,8 @@ class Entities:
                 ref.tell(event)
             except ActorStopped:
                 self._subscribers.remove(ref)
+            except MailboxFull:  # a slow subscriber misses it; the host goes on
+                logger.warning("entities: subscriber %r is full; it missed %r", ref.name, event)
 
 
 def _type_name(state_type: Any) -> str:

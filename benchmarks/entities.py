@@ -137,7 +137,7 @@ async def _memory(url: str | None, root: Path, active: int) -> dict[str, float]:
 
 
 async def _churn(
-    url: str | None, root: Path, keys: int, active: int, messages: int, askers: int
+    url: str | None, root: Path, keys: int, active: int, messages: int, askers: int, rate: int = 1000
 ) -> dict[str, float]:
     from greenroom.actors import ActorSystem
     from greenroom.entities import Entities
@@ -167,10 +167,26 @@ async def _churn(
                     group.start_soon(asker)
             took = time.perf_counter() - began
             activations, passivations = entities.activations, entities.passivations
+            paced: list[float] = []  # then open loop: cold keys arriving at `rate` a second
+
+            async def one(key: str) -> None:
+                began = time.perf_counter()
+                await entities.ref(counter, key).ask("ask", timeout=None)
+                paced.append(time.perf_counter() - began)
+
+            async with anyio.create_task_group() as group:
+                start = anyio.current_time()
+                for index in range(min(messages, rate * 5)):
+                    await anyio.sleep_until(start + index / rate)
+                    group.start_soon(one, f"cold{index}")
         await entity_store.aclose()
     warm_median = statistics.median(warm) if warm else 0.0
     cold.sort()
+    paced.sort()
     return {
+        "paced_rate": rate,
+        "paced_activation_p50_ms": round(paced[len(paced) // 2] * 1000, 3),
+        "paced_activation_p99_ms": round(paced[int(len(paced) * 0.99)] * 1000, 3),
         "activations": activations,
         "passivations": passivations,
         "activations_per_s": round(activations / took),
@@ -269,6 +285,9 @@ def format_table(figures: dict[str, Any]) -> str:
         f"  memory per active idle entity beyond its state: {memory['entity_bytes_beyond_state']:.0f} B"
         f" (a plain actor: {memory['plain_actor_bytes_beyond_state']:.0f} B; target <= 1024)",
         f"  left per entity once passivated:                 {memory['left_after_passivation_each']:.0f} B",
+        f"  activation p99 at {churn['paced_rate']}/s (open loop):"
+        f"            {churn['paced_activation_p99_ms']:.2f} ms"
+        f" (p50 {churn['paced_activation_p50_ms']:.2f} ms)",
         f"  activation p99 under churn:                      {churn['activation_p99_ms']:.2f} ms"
         f" (cold ask p99 {churn['cold_ask_p99_ms']:.2f} ms, warm p50 {churn['warm_ask_p50_ms']:.3f} ms;"
         f" {churn['activations_per_s']} activations/s)",
@@ -288,6 +307,7 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--active", type=positive_int, default=10_000, help="the cap of active entities")
     parser.add_argument("--messages", type=positive_int, default=50_000, help="asks in the churn run")
     parser.add_argument("--askers", type=positive_int, default=10, help="asks at once in the churn run")
+    parser.add_argument("--rate", type=positive_int, default=1000, help="cold keys a second in the paced run")
     parser.add_argument("--actors", type=positive_int, default=1000, help="entities and actors (throughput)")
     parser.add_argument("--per-actor", type=positive_int, default=100, help="messages each (throughput)")
 

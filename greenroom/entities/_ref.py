@@ -13,7 +13,7 @@ raises it).
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
@@ -78,7 +78,7 @@ class EntityRef(metaclass=NoPublicConstructor):
                 self._slot = None
         host._wait(self._id).told.append(message)
 
-    def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Awaitable[Any]:
+    def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Coroutine[Any, Any, Any]:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating
         it first if needed. Raises what ``receive`` raised, ``ActivationFailed``,
         ``EntitiesClosed``, ``AskTimeout`` after ``timeout`` seconds (``None``: as long as

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream")
+SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream", "entities")
 """Every suite ``python -m benchmarks`` has (a test keeps the two lists equal); soak loads a
 real daemon for 10 minutes per event loop."""
 

@@ -186,3 +186,17 @@ def test_every_suite_is_described_and_dev_py_runs_them_all() -> None:
     dev = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dev)
     assert set(dev.SUITES) == suites
+
+
+def test_bench_entities_runs_small_and_reports_each_figure_beside_its_baseline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["entities", "--backend", "asyncio", "--keys", "1000", "--active", "100", "--messages", "300",
+            "--actors", "50", "--per-actor", "5", "--rate", "200", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)["asyncio"]
+    memory, churn, throughput = figures["memory"], figures["churn"], figures["throughput"]
+    assert memory["entity_bytes_beyond_state"] > 0 and memory["plain_actor_bytes_beyond_state"] > 0
+    assert churn["activations"] >= 100 and churn["passivations"] > 0  # the cap of 100 made room
+    assert 0 < churn["paced_activation_p50_ms"] <= churn["paced_activation_p99_ms"]
+    assert throughput["entities_over_actors"] > 0 and throughput["asks_entities_over_actors"] > 0

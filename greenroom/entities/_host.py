@@ -462,16 +462,20 @@ class Entities:
                 self._leave(slot)
             self._task_group.start_soon(self._passivate, chosen, "cap", False)
 
-    def _leave(self, slot: _Slot) -> None:
+    def _leave(self, slot: _Slot) -> bool:
+        """Take ``slot`` out of the table (its messages wait in the host from now on);
+        ``False`` if it had left already (another passivation has it)."""
         ident = (slot.cls.kind, slot.key)
         slot.live = False
-        if self._active.get(ident) is slot:
-            del self._active[ident]
-            waiting = self._waiting.get(ident)
-            if waiting is None:
-                waiting = self._waiting[ident] = _Waiting(passivating=True)
-            waiting.passivating = True
-            slot.leaving = waiting
+        if self._active.get(ident) is not slot:
+            return False
+        del self._active[ident]
+        waiting = self._waiting.get(ident)
+        if waiting is None:
+            waiting = self._waiting[ident] = _Waiting(passivating=True)
+        waiting.passivating = True
+        slot.leaving = waiting
+        return True
 
     def _stopped(self, slot: _Slot) -> None:
         """Its actor has stopped: from now on a message activates it again at once, from
@@ -496,8 +500,7 @@ class Entities:
         then on a message brings it back at once from the state just encoded; save the
         states (one write per kind); then announce each passivation."""
         if leave:
-            for slot in slots:
-                self._leave(slot)
+            slots = [slot for slot in slots if self._leave(slot)]
 
         async def stop(slot: _Slot) -> None:
             if slot.entity is not None:

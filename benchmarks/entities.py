@@ -133,6 +133,8 @@ async def _memory(url: str | None, root: Path, active: int) -> dict[str, float]:
         "entity_bytes_beyond_state": round(per_entity - state, 1),
         "plain_actor_bytes_beyond_state": round(per_actor - state, 1),
         "left_after_passivation_each": round(max(0.0, left), 1),
+        "bytes_ratio_vs_actor": round((per_entity - state) / (per_actor - state), 3),
+        "bytes_ratio_vs_target": round((per_entity - state) / 1024, 3),
     }
 
 
@@ -183,10 +185,12 @@ async def _churn(
     warm_median = statistics.median(warm) if warm else 0.0
     cold.sort()
     paced.sort()
+    target_ms = 2.0 if url is None else 10.0  # the issue's: 2 ms on the files, 10 ms on PostgreSQL
     return {
         "paced_rate": rate,
         "paced_activation_p50_ms": round(paced[len(paced) // 2] * 1000, 3),
         "paced_activation_p99_ms": round(paced[int(len(paced) * 0.99)] * 1000, 3),
+        "paced_p99_ratio_vs_target": round(paced[int(len(paced) * 0.99)] * 1000 / target_ms, 3),
         "activations": activations,
         "passivations": passivations,
         "activations_per_s": round(activations / took),
@@ -253,10 +257,10 @@ async def _throughput(url: str | None, root: Path, actors: int, per_actor: int) 
     return {
         "entity_msgs_per_s": round(entity_rate),
         "plain_actor_msgs_per_s": round(actor_rate),
-        "entities_over_actors": round(entity_rate / actor_rate, 3),
+        "tells_ratio_vs_actors": round(entity_rate / actor_rate, 3),
         "entity_asks_per_s": round(entity_ask_rate),
         "plain_actor_asks_per_s": round(actor_ask_rate),
-        "asks_entities_over_actors": round(entity_ask_rate / actor_ask_rate, 3),
+        "asks_ratio_vs_actors": round(entity_ask_rate / actor_ask_rate, 3),
     }
 
 
@@ -293,10 +297,10 @@ def format_table(figures: dict[str, Any]) -> str:
         f" {churn['activations_per_s']} activations/s)",
         f"  messages/s to active entities:                   {throughput['entity_msgs_per_s']}"
         f" vs plain actors {throughput['plain_actor_msgs_per_s']}"
-        f" = {throughput['entities_over_actors']:.2f}x (target >= 0.9x)",
+        f" = {throughput['tells_ratio_vs_actors']:.2f}x (target >= 0.9x)",
         f"  asks/s (request and answer):                     {throughput['entity_asks_per_s']}"
         f" vs plain actors {throughput['plain_actor_asks_per_s']}"
-        f" = {throughput['asks_entities_over_actors']:.2f}x",
+        f" = {throughput['asks_ratio_vs_actors']:.2f}x",
     ])  # fmt: skip
 
 

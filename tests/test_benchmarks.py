@@ -199,4 +199,5 @@ def test_bench_entities_runs_small_and_reports_each_figure_beside_its_baseline(
     assert memory["entity_bytes_beyond_state"] > 0 and memory["plain_actor_bytes_beyond_state"] > 0
     assert churn["activations"] >= 100 and churn["passivations"] > 0  # the cap of 100 made room
     assert 0 < churn["paced_activation_p50_ms"] <= churn["paced_activation_p99_ms"]
-    assert throughput["entities_over_actors"] > 0 and throughput["asks_entities_over_actors"] > 0
+    assert throughput["tells_ratio_vs_actors"] > 0 and throughput["asks_ratio_vs_actors"] > 0
+    assert memory["bytes_ratio_vs_actor"] > 0 and churn["paced_p99_ratio_vs_target"] > 0

@@ -77,6 +77,7 @@ class _Slot:
         "cls",
         "encoded",
         "entity",
+        "epoch",
         "host",
         "initial",
         "key",
@@ -106,6 +107,8 @@ class _Slot:
         """While it is passivated: where its messages wait meanwhile."""
         self.live = False
         """In the table with its actor: messages go straight to it (refs cache the slot)."""
+        self.epoch = -1
+        """The host's activation count when a message last moved it to the recent end."""
 
     def __call__(self) -> Entity[Any]:
         """The actor's factory (a slot is one: no closure per entity): the first instance
@@ -191,7 +194,12 @@ class Entities:
         self.batch = check_int("Entities", "batch", batch)
         self.close_timeout = check_seconds("Entities", "close_timeout", close_timeout)
         self._active: OrderedDict[Id, _Slot] = OrderedDict()
-        """The active entities, least recently used first."""
+        """The active entities, least recently used first — to the resolution of an
+        activation: an entity's first message since the last activation moves it to the
+        recent end (``_epoch`` counts activations), later ones until the next activation
+        do not. The order is read only right after activations (the cap), and a stream of
+        messages between two activations costs one move per entity, not one per message."""
+        self._epoch = 0
         self._waiting: dict[Id, _Waiting] = {}
         self._queue: deque[Id] = deque()
         self._queued = anyio.Event()
@@ -253,7 +261,9 @@ class Entities:
             slot = None
         if slot is not None and slot.ref is not None:
             slot.used = True
-            self._active.move_to_end(ident)
+            if slot.epoch != self._epoch:
+                slot.epoch = self._epoch
+                self._active.move_to_end(ident)
             return slot.ref
         waiting = self._wait(ident)
         waiting.asks += 1
@@ -386,6 +396,8 @@ class Entities:
             return
         slot.ref = ref
         slot.live = True
+        self._epoch += 1
+        slot.epoch = self._epoch
         self._active[ident] = slot
         del self._waiting[ident]
         for message in waiting.told:  # in the order sent, before anything sent from now on

@@ -69,7 +69,9 @@ class EntityRef(metaclass=NoPublicConstructor):
             slot = self._slot = host._active.get(self._id)
         if slot is not None and slot.live:  # active: straight into its mailbox
             slot.used = True
-            host._active.move_to_end(self._id)
+            if slot.epoch != host._epoch:  # first message since the last activation: most recent now
+                slot.epoch = host._epoch
+                host._active.move_to_end(self._id)
             try:
                 slot.ref.tell(message)  # type: ignore[union-attr]  # live: it has its actor
                 return
@@ -92,7 +94,9 @@ class EntityRef(metaclass=NoPublicConstructor):
             slot = self._slot = host._active.get(self._id)
         if slot is not None and slot.live and slot.ref is not None and slot.ref.is_alive:
             slot.used = True
-            host._active.move_to_end(self._id)
+            if slot.epoch != host._epoch:
+                slot.epoch = host._epoch
+                host._active.move_to_end(self._id)
             return slot.ref.ask(message, timeout=timeout)
         return self._ask_waiting(message, timeout)
 

@@ -139,7 +139,8 @@ async def test_an_idle_entity_is_passivated_after_its_idle_time_and_comes_back_o
         passivated = await probe.expect(EntityPassivated, within=200)
         waited = anyio.current_time() - started
         assert passivated == EntityPassivated("Counter", "k", "idle", 1)
-        assert Counter.idle_after <= waited <= Counter.idle_after * 1.25 + 1, waited  # checked every 15 s
+        # checked every 15 s; a store slower than the 50 ms jump threshold may cost one check more
+        assert Counter.idle_after <= waited <= Counter.idle_after + 2 * 15 + 1, waited
         assert entities.active == 0
         assert await ref.ask("two") == 2  # its state, from the store
         assert await probe.expect(EntityActivated) == EntityActivated("Counter", "k", 1)
@@ -185,7 +186,7 @@ async def test_activations_after_a_mass_restart_are_paced(store_url: str | None,
             for i in range(8):
                 tg.start_soon(entities.ref(Counter, f"u{i}").ask, "x")
             await anyio.sleep(1.0)
-            assert 1 <= entities.active <= 3, entities.active  # about two a second
+            assert entities.active <= 3, entities.active  # about two a second, not all at once
         took = anyio.current_time() - started
         assert entities.active == 8 and took >= 3.0, took
 

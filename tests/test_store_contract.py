@@ -1732,6 +1732,72 @@ async def test_a_bad_entity_kind_key_or_state_is_refused_by_name_and_nothing_is_
         await entities.aclose()
 
 
+async def test_an_entity_is_held_by_one_node_at_a_time_and_taken_over_once_released_or_lapsed(
+    backend: Store,
+) -> None:
+    """Issue 41's placement: a claim takes free keys (and reads their states in the same
+    transaction), leaves those another node's live lease holds (naming it), takes back its
+    own, and takes over a released or lapsed one; a claim's placeholder is no saved state."""
+    a, b = backend.entity_store(), backend.entity_store()  # two nodes' views
+    try:
+        claimed = await a.claim("Counter", ["y", "x", "x"], "node-a", 30)
+        assert (claimed.taken, claimed.states, claimed.elsewhere) == (["x", "y"], {}, {})
+        assert await a.load("Counter", ["x"]) == {} and await a.count("Counter") == 0  # placeholders
+        await a.save("Counter", [("x", b"1")])
+        other = await b.claim("Counter", ["x", "z"], "node-b", 30)
+        assert (other.taken, other.elsewhere) == (["z"], {"x": "node-a"})
+        mine = await a.claim("Counter", ["x"], "node-a", 30)
+        assert mine.taken == ["x"] and mine.states["x"].state == b"1"
+        await a.release("Counter", ["x", "z"], "node-a")  # z is node-b's: left as it is
+        moved = await b.claim("Counter", ["x"], "node-b", 30)
+        assert moved.taken == ["x"] and (moved.states["x"].state, moved.states["x"].version) == (b"1", 1)
+        assert (await a.claim("Counter", ["z"], "node-a", 30)).elsewhere == {"z": "node-b"}
+        assert await b.renew("node-b", 30) == 2  # x and z
+        await b.claim("Counter", ["w"], "node-b", -1)  # a lease already lapsed: its node died
+        assert (await a.claim("Counter", ["w"], "node-a", 30)).taken == ["w"]
+        with pytest.raises(InvalidInput):
+            await a.claim("no spaces", ["k"], "node-a", 30)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_mail_for_an_entity_reaches_its_holder_at_least_once_and_answers_reach_the_asker(
+    backend: Store,
+) -> None:
+    a, b = backend.entity_store(), backend.entity_store()
+    try:
+        await a.claim("Counter", ["m"], "node-a", 30)
+        with anyio.fail_after(10):
+            await a.wait("node-a", 30)  # the first wait starts listening and returns
+        woke = anyio.Event()
+
+        async def waiting() -> None:
+            await a.wait("node-a", 30)
+            woke.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting)
+            await b.post([("Counter", "m", b'"hi"', None, None), ("Counter", "m", b'"ask"', "node-b", 7)])
+            with anyio.fail_after(10):  # woken by the post, not by its 30 s timeout
+                await woke.wait()
+        mail = await a.take_mail("node-a")
+        assert [(m.body, m.asker, m.ask_id) for m in mail] == [(b'"hi"', None, None), (b'"ask"', "node-b", 7)]
+        assert await a.take_mail("node-a") == [] and await b.take_mail("node-b") == []  # taken; not b's
+        await a.release("Counter", ["m"], "node-a")  # the entity moves before the mail was done
+        await b.claim("Counter", ["m"], "node-b", 30)
+        again = await b.take_mail("node-b")
+        assert [m.seq for m in again] == [m.seq for m in mail]  # taken again by the new holder
+        await b.done_mail([m.seq for m in again])
+        assert await b.take_mail("node-b") == []
+        await a.answer([("node-b", 7, True, b"8")])
+        assert [(x.ask_id, x.ok, x.body) for x in await b.take_answers("node-b")] == [(7, True, b"8")]
+        assert await b.take_answers("node-b") == []
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
 async def test_budget_writers_at_once_never_lose_each_others_spend(
     store_url: str | None, tmp_path: Path
 ) -> None:

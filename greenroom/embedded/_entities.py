@@ -8,7 +8,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..store import StoredState, check_key, check_kind, save_rows
+import anyio
+
+from ..store import Answer, Claimed, Mail, Posted, StoredState, check_key, check_kind, save_rows
 from ._sqlite import SQLiteFile
 
 ENTITIES_DB = "entities.sqlite3"
@@ -20,8 +22,29 @@ CREATE TABLE IF NOT EXISTS entities (
     state BLOB NOT NULL,
     version INTEGER NOT NULL,
     saved_at REAL NOT NULL,
+    node TEXT,
+    lease_until REAL,
     PRIMARY KEY (kind, key)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entities_by_node ON entities (node) WHERE node IS NOT NULL;
+CREATE TABLE IF NOT EXISTS mail (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body BLOB NOT NULL,
+    asker TEXT,
+    ask_id INTEGER,
+    taken_by TEXT
+);
+CREATE INDEX IF NOT EXISTS mail_by_entity ON mail (kind, key, seq);
+CREATE TABLE IF NOT EXISTS answers (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    asker TEXT NOT NULL,
+    ask_id INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS answers_by_asker ON answers (asker, seq);
 """
 _CHUNK = 500
 
@@ -47,7 +70,7 @@ class SQLiteEntityStore:
             for start in range(0, len(wanted), _CHUNK):
                 chunk = wanted[start : start + _CHUNK]
                 rows = db.execute(
-                    "SELECT key, state, version, saved_at FROM entities WHERE kind = ? "
+                    "SELECT key, state, version, saved_at FROM entities WHERE kind = ? AND version > 0 "
                     f"AND key IN ({','.join('?' * len(chunk))})",
                     [kind, *chunk],
                 )
@@ -96,12 +119,155 @@ class SQLiteEntityStore:
     async def count(self, kind: str) -> int:
         check_kind(kind)
         return await self._reads.run(
-            lambda db: int(db.execute("SELECT count(*) FROM entities WHERE kind = ?", (kind,)).fetchone()[0]),
+            lambda db: int(
+                db.execute(
+                    "SELECT count(*) FROM entities WHERE kind = ? AND version > 0", (kind,)
+                ).fetchone()[0]
+            ),
             write=False,
         )
+
+    # -- placement and mail (one process holds a data dir: the nodes are hosts in it) --------
+
+    async def claim(self, kind: str, keys: Sequence[str], node: str, lease: float) -> Claimed:
+        check_kind(kind)
+        wanted = sorted({check_key(key) for key in keys})
+
+        def take(db: sqlite3.Connection) -> Claimed:
+            now = time.time()
+            taken: list[str] = []
+            states: dict[str, StoredState] = {}
+            elsewhere: dict[str, str] = {}
+            for key in wanted:
+                row = db.execute(
+                    "SELECT state, version, saved_at, node, lease_until FROM entities "
+                    "WHERE kind = ? AND key = ?",
+                    (kind, key),
+                ).fetchone()
+                if row is None:
+                    db.execute(
+                        "INSERT INTO entities (kind, key, state, version, saved_at, node, lease_until) "
+                        "VALUES (?, ?, x'', 0, ?, ?, ?)",
+                        (kind, key, now, node, now + lease),
+                    )
+                    taken.append(key)
+                    continue
+                state, version, saved_at, holder, until = row
+                if holder is not None and holder != node and until is not None and until >= now:
+                    elsewhere[key] = holder
+                    continue
+                db.execute(
+                    "UPDATE entities SET node = ?, lease_until = ? WHERE kind = ? AND key = ?",
+                    (node, now + lease, kind, key),
+                )
+                taken.append(key)
+                if int(version) > 0:
+                    states[key] = StoredState(key, bytes(state), int(version), float(saved_at))
+            return Claimed(taken, states, elsewhere)
+
+        return await self._file.write(take) if wanted else Claimed([], {}, {})
+
+    async def renew(self, node: str, lease: float) -> int:
+        until = time.time() + lease
+        return int(
+            await self._file.write(
+                lambda db: (
+                    db.execute("UPDATE entities SET lease_until = ? WHERE node = ?", (until, node)).rowcount
+                )
+            )
+        )
+
+    async def release(self, kind: str, keys: Sequence[str], node: str) -> None:
+        check_kind(kind)
+        wanted = [check_key(key) for key in keys]
+
+        def free(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE entities SET node = NULL, lease_until = NULL WHERE kind = ? AND key = ? AND node = ?",
+                [(kind, key, node) for key in wanted],
+            )
+
+        if wanted:
+            await self._file.write(free)
+
+    async def post(self, mail: Sequence[Posted]) -> None:
+        rows = [
+            (check_kind(kind), check_key(key), body, asker, ask_id) for kind, key, body, asker, ask_id in mail
+        ]
+        if rows:
+            await self._file.write(
+                lambda db: db.executemany(
+                    "INSERT INTO mail (kind, key, body, asker, ask_id) VALUES (?, ?, ?, ?, ?)", rows
+                )
+            )
+            _wake(self.path)
+
+    async def take_mail(self, node: str, limit: int = 256) -> list[Mail]:
+        def take(db: sqlite3.Connection) -> list[Mail]:
+            rows = db.execute(
+                "SELECT m.seq, m.kind, m.key, m.body, m.asker, m.ask_id FROM mail m JOIN entities e "
+                "ON e.kind = m.kind AND e.key = m.key "
+                "WHERE e.node = ? AND (m.taken_by IS NULL OR m.taken_by <> ?) "
+                "ORDER BY m.seq LIMIT ?",
+                (node, node, limit),
+            ).fetchall()
+            db.executemany("UPDATE mail SET taken_by = ? WHERE seq = ?", [(node, row[0]) for row in rows])
+            return [
+                Mail(int(seq), kind, key, bytes(body), asker, ask)
+                for seq, kind, key, body, asker, ask in rows
+            ]
+
+        return await self._file.write(take)
+
+    async def done_mail(self, seqs: Sequence[int]) -> None:
+        done = [(seq,) for seq in seqs]
+        if done:
+            await self._file.write(lambda db: db.executemany("DELETE FROM mail WHERE seq = ?", done))
+
+    async def answer(self, answers: Sequence[tuple[str, int, bool, bytes]]) -> None:
+        rows = [(asker, ask_id, int(ok), body) for asker, ask_id, ok, body in answers]
+        if rows:
+            await self._file.write(
+                lambda db: db.executemany(
+                    "INSERT INTO answers (asker, ask_id, ok, body) VALUES (?, ?, ?, ?)", rows
+                )
+            )
+            _wake(self.path)
+
+    async def take_answers(self, node: str) -> list[Answer]:
+        def take(db: sqlite3.Connection) -> list[Answer]:
+            rows = db.execute(
+                "SELECT seq, ask_id, ok, body FROM answers WHERE asker = ? ORDER BY seq", (node,)
+            ).fetchall()
+            db.executemany("DELETE FROM answers WHERE seq = ?", [(row[0],) for row in rows])
+            return [Answer(int(ask_id), bool(ok), bytes(body)) for _, ask_id, ok, body in rows]
+
+        return await self._file.write(take)
+
+    async def wait(self, node: str, timeout: float) -> None:
+        nodes = _waiting.setdefault(self.path, {})
+        event = nodes.get(node)
+        if event is None:  # the first call registers and returns: what came before is unknown
+            nodes[node] = anyio.Event()
+            return
+        with anyio.move_on_after(timeout):
+            await event.wait()
+        if event.is_set():
+            nodes[node] = anyio.Event()
 
     async def aclose(self) -> None:
         try:
             await self._reads.aclose()
         finally:
             await self._file.aclose()
+
+
+_waiting: dict[Path, dict[str, anyio.Event]] = {}
+"""The nodes that wait for mail on each entities file, in this process (one process holds
+a data dir: its hosts are the only nodes); a post sets each one's event, so a node that
+was not waiting at that moment returns at once from its next ``wait``."""
+
+
+def _wake(path: Path) -> None:
+    for event in _waiting.get(path, {}).values():
+        event.set()

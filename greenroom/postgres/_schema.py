@@ -194,6 +194,26 @@ MIGRATIONS: list[list[str]] = [
             lease_until double precision,
             PRIMARY KEY (kind, key)
         )""",
+        "CREATE INDEX gr_entities_node ON gr_entities (node) WHERE node IS NOT NULL",
+        # messages for entities held by another daemon, kept until handled; their answers
+        """CREATE TABLE gr_entity_mail (
+            seq bigserial PRIMARY KEY,
+            kind text NOT NULL,
+            key text NOT NULL,
+            body bytea NOT NULL,
+            asker text,
+            ask_id bigint,
+            taken_by text
+        )""",
+        "CREATE INDEX gr_entity_mail_entity ON gr_entity_mail (kind, key, seq)",
+        """CREATE TABLE gr_entity_answers (
+            seq bigserial PRIMARY KEY,
+            asker text NOT NULL,
+            ask_id bigint NOT NULL,
+            ok boolean NOT NULL,
+            body bytea NOT NULL
+        )""",
+        "CREATE INDEX gr_entity_answers_asker ON gr_entity_answers (asker, seq)",
     ],
 ]
 VERSION = len(MIGRATIONS)

@@ -45,7 +45,17 @@ from ._chat import (
     messages_from_rows,
     pending_from_row,
 )
-from ._entities import EntityStore, StoredState, check_key, check_kind, save_rows
+from ._entities import (
+    Answer,
+    Claimed,
+    EntityStore,
+    Mail,
+    Posted,
+    StoredState,
+    check_key,
+    check_kind,
+    save_rows,
+)
 from ._errors import (
     DuplicateTask,
     EventsGone,
@@ -87,8 +97,10 @@ from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 __all__ = [
     "FAILED_STATES",
     "FIXED_PART",
+    "Answer",
     "BudgetStore",
     "ChatStore",
+    "Claimed",
     "ConversationNotFound",
     "DuplicateTask",
     "EntityStore",
@@ -101,8 +113,10 @@ __all__ = [
     "InvalidTransition",
     "LoadEntry",
     "LoadRecordStore",
+    "Mail",
     "NotOwner",
     "Origin",
+    "Posted",
     "Reply",
     "Retention",
     "Spent",

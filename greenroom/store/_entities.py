@@ -84,6 +84,41 @@ def save_rows(kind: str, states: Sequence[tuple[str, bytes]]) -> list[tuple[str,
     return sorted(latest.items())
 
 
+class Claimed(msgspec.Struct, frozen=True):
+    """What a claim found: the keys now held by the claiming node (``taken``) with the
+    saved states of those that have one (``states``), and the keys another node's live
+    lease holds (``elsewhere``: key -> that node)."""
+
+    taken: list[str]
+    states: dict[str, StoredState]
+    elsewhere: dict[str, str]
+
+
+class Mail(msgspec.Struct, frozen=True):
+    """A message for an entity held by another node, through the store: ``body`` as the
+    sender encoded it; ``asker`` and ``ask_id`` when it asks (the answer goes to them)."""
+
+    seq: int
+    kind: str
+    key: str
+    body: bytes
+    asker: str | None = None
+    ask_id: int | None = None
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """The answer to an ask that went through the store: ``ok`` and the encoded value, or
+    not ok and the encoded error (its type and text)."""
+
+    ask_id: int
+    ok: bool
+    body: bytes
+
+
+Posted = tuple[str, str, bytes, "str | None", "int | None"]
+"""A message to post: kind, key, body, asker (or ``None``), ask id (or ``None``)."""
+
+
 @runtime_checkable
 class EntityStore(Protocol):
     """The saved states of entities. Every call is one transaction."""
@@ -104,6 +139,53 @@ class EntityStore(Protocol):
 
     async def count(self, kind: str) -> int:
         """How many entities of ``kind`` have a saved state."""
+        ...
+
+    # -- placement: an entity active on at most one node at a time ----------------------------
+
+    async def claim(self, kind: str, keys: Sequence[str], node: str, lease: float) -> Claimed:
+        """Take each key for ``node`` until ``lease`` seconds from now where it is free,
+        already ``node``'s, or its holder's lease has lapsed — and read the saved states of
+        those taken, in the same transaction. A key a live lease of another node holds is
+        answered in ``elsewhere`` and left as it is."""
+        ...
+
+    async def renew(self, node: str, lease: float) -> int:
+        """Extend every lease ``node`` holds to ``lease`` seconds from now; how many."""
+        ...
+
+    async def release(self, kind: str, keys: Sequence[str], node: str) -> None:
+        """Give up ``node``'s leases on ``keys`` (those another node holds are left)."""
+        ...
+
+    # -- mail: messages for entities held elsewhere ---------------------------------------------
+
+    async def post(self, mail: Sequence[Posted]) -> None:
+        """Keep each message (in one transaction) until its entity's holder has handled
+        it, and wake the nodes that wait (:meth:`wait`)."""
+        ...
+
+    async def take_mail(self, node: str, limit: int = 256) -> list[Mail]:
+        """Messages (oldest first) for entities ``node`` holds, not taken by ``node``
+        already: marked as ``node``'s. A message taken by a node that since lost the
+        entity is taken again by its new holder (delivered at least once)."""
+        ...
+
+    async def done_mail(self, seqs: Sequence[int]) -> None:
+        """Forget messages that were handled."""
+        ...
+
+    async def answer(self, answers: Sequence[tuple[str, int, bool, bytes]]) -> None:
+        """Keep each ``(asker, ask_id, ok, body)`` for its asker, and wake it."""
+        ...
+
+    async def take_answers(self, node: str) -> list[Answer]:
+        """The answers waiting for ``node``, taken (forgotten here)."""
+        ...
+
+    async def wait(self, node: str, timeout: float) -> None:
+        """Return once mail or answers for ``node`` may be waiting (a post or an answer
+        since the last call), or after ``timeout`` seconds. Cancelled: returns nothing."""
         ...
 
     async def aclose(self) -> None:

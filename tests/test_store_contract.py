@@ -1784,8 +1784,11 @@ async def test_mail_for_an_entity_reaches_its_holder_at_least_once_and_answers_r
         mail = await a.take_mail("node-a")
         assert [(m.body, m.asker, m.ask_id) for m in mail] == [(b'"hi"', None, None), (b'"ask"', "node-b", 7)]
         assert await a.take_mail("node-a") == [] and await b.take_mail("node-b") == []  # taken; not b's
+        assert await a.orphans() == []  # held by node-a
         await a.release("Counter", ["m"], "node-a")  # the entity moves before the mail was done
+        assert await b.orphans() == [("Counter", "m")]  # mail, and nobody holds it
         await b.claim("Counter", ["m"], "node-b", 30)
+        assert await b.orphans() == []
         again = await b.take_mail("node-b")
         assert [m.seq for m in again] == [m.seq for m in mail]  # taken again by the new holder
         await b.done_mail([m.seq for m in again])

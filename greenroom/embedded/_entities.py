@@ -50,7 +50,10 @@ _CHUNK = 500
 
 
 class SQLiteEntityStore:
-    """``EntityStore`` on one SQLite file. Close it with :meth:`aclose`."""
+    """``EntityStore`` on one SQLite file. Close it with :meth:`aclose`. Not ``shared``
+    (one process owns a data dir): its hosts need no claims, though they work."""
+
+    shared = False
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -243,6 +246,18 @@ class SQLiteEntityStore:
             return [Answer(int(ask_id), bool(ok), bytes(body)) for _, ask_id, ok, body in rows]
 
         return await self._file.write(take)
+
+    async def orphans(self, limit: int = 256) -> list[tuple[str, str]]:
+        now = time.time()
+        rows = await self._reads.run(
+            lambda db: db.execute(
+                "SELECT DISTINCT m.kind, m.key FROM mail m LEFT JOIN entities e "
+                "ON e.kind = m.kind AND e.key = m.key WHERE e.node IS NULL OR e.lease_until < ? LIMIT ?",
+                (now, limit),
+            ).fetchall(),
+            write=False,
+        )
+        return [(kind, key) for kind, key in rows]
 
     async def wait(self, node: str, timeout: float) -> None:
         nodes = _waiting.setdefault(self.path, {})

@@ -9,6 +9,15 @@ what happens to messages sent meanwhile.
 
 from ._entity import Entity
 from ._host import ActivationFailed, Entities, EntitiesClosed
+from ._placement import RemoteEntityError
 from ._ref import EntityAskTimeout, EntityRef
 
-__all__ = ["ActivationFailed", "Entities", "EntitiesClosed", "Entity", "EntityAskTimeout", "EntityRef"]
+__all__ = [
+    "ActivationFailed",
+    "Entities",
+    "EntitiesClosed",
+    "Entity",
+    "EntityAskTimeout",
+    "EntityRef",
+    "RemoteEntityError",
+]

@@ -48,6 +48,9 @@ class Entity(Actor, Generic[S]):
     kind: ClassVar[str] = ""
     state_type: ClassVar[Any] = dict
     idle_after: ClassVar[float] = 120.0
+    message_type: ClassVar[Any] = Any
+    """What a message that came from another node through the store decodes as (msgspec
+    types; the default: JSON's values)."""
 
     key: str
     """Which entity of its kind this is."""

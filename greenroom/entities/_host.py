@@ -46,6 +46,7 @@ from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
 from ..store import EntityStore, StoredState, check_key
 from ._entity import Entity
+from ._placement import Placement, new_node
 from ._ref import EntityRef
 
 logger = logging.getLogger("greenroom.entities")
@@ -130,7 +131,18 @@ class _Waiting:
     """An entity's messages while it is not active: told ones in order, and how many
     asks wait (each for ``done``, then sends itself)."""
 
-    __slots__ = ("asks", "done", "encoded", "error", "passivating", "queued", "ref", "told", "version")
+    __slots__ = (
+        "asks",
+        "done",
+        "encoded",
+        "error",
+        "passivating",
+        "queued",
+        "ref",
+        "remote",
+        "told",
+        "version",
+    )
 
     def __init__(self, passivating: bool = False) -> None:
         self.told: list[Any] = []
@@ -140,6 +152,8 @@ class _Waiting:
         self.error: BaseException | None = None
         self.passivating = passivating
         """Its actor is stopping: it cannot be activated before it has stopped."""
+        self.remote = False
+        """Another node holds it: its asks go there through the store."""
         self.queued = False
         self.encoded: bytes | None = None
         """The state a passivation just saved (an activation right after uses it)."""
@@ -171,9 +185,17 @@ class Entities:
         activations_per_second: float | None = None,
         batch: int = 256,
         close_timeout: float = 30.0,
+        node: str | None = None,
+        lease: float = 30.0,
     ) -> None:
         self.system = system
         self.store = store
+        self.node = node or new_node()
+        """This host's name among the daemons sharing the store (placement and mail)."""
+        self.lease = check_seconds("Entities", "lease", lease)
+        self._placement = (
+            Placement(self, store, self.node, self.lease) if getattr(store, "shared", False) else None
+        )
         self.classes: dict[str, type[Entity[Any]]] = {}
         for cls in classes:
             if not (isinstance(cls, type) and issubclass(cls, Entity)):
@@ -253,8 +275,9 @@ class Entities:
             del self._active[ident]
             logger.warning("entities: %s/%r stopped after failing; its last saved state stands", *ident)
 
-    async def _ref_for(self, ident: Id) -> ActorRef:
-        """The actor of an active entity, once it is (activating it first)."""
+    async def _ref_for(self, ident: Id) -> ActorRef | None:
+        """The actor of an active entity, once it is (activating it first); ``None`` when
+        another node holds it (the ask goes there through the store)."""
         slot = self._active.get(ident)
         if slot is not None and slot.ref is not None and not slot.ref.is_alive:
             self._died(slot)
@@ -265,13 +288,32 @@ class Entities:
                 slot.epoch = self._epoch
                 self._active.move_to_end(ident)
             return slot.ref
+        if slot is None and self._placement is not None and self._placement.holder_of(ident) is not None:
+            return None
         waiting = self._wait(ident)
         waiting.asks += 1
         await waiting.done.wait()
         if waiting.error is not None:
             raise waiting.error
+        if waiting.remote:
+            return None
         assert waiting.ref is not None
         return waiting.ref
+
+    def _tell_elsewhere(self, ident: Id, message: Any) -> bool:
+        """Post a tell for an entity a recent claim found on another node; ``False`` if
+        none did (it waits here for an activation, which claims it)."""
+        placement = self._placement
+        if placement is None or placement.holder_of(ident) is None:
+            return False
+        placement.send(ident, message)
+        return True
+
+    def _wake(self, ident: Id) -> None:
+        """Activate ``ident`` with no message (its mail, found unheld, is then ours)."""
+        idle = ident not in self._active and ident not in self._waiting
+        if ident[0] in self.classes and idle and not self._closed and self._task_group is not None:
+            self._wait(ident)
 
     def _wait(self, ident: Id) -> _Waiting:
         if self._closed or self._task_group is None:
@@ -294,6 +336,11 @@ class Entities:
         self._task_group.start_soon(self._activator, name="greenroom-entities-activator")
         self._task_group.start_soon(self._saver, name="greenroom-entities-saver")
         self._task_group.start_soon(self._janitor, name="greenroom-entities-janitor")
+        placement = self._placement
+        if placement is not None:  # a store several daemons share: leases and mail
+            self._task_group.start_soon(placement.renewing, name="greenroom-entities-leases")
+            self._task_group.start_soon(placement.posting, name="greenroom-entities-post")
+            self._task_group.start_soon(placement.mail, name="greenroom-entities-mail")
         return self
 
     async def __aexit__(
@@ -313,6 +360,9 @@ class Entities:
                         await self._passivate(list(self._active.values()), "shutdown")
                     elif self._waiting:  # a passivation in flight (its save) finishes
                         await anyio.sleep(0.01)
+            if self._placement is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
+                    await self._placement.flush()
         finally:
             group.cancel_scope.cancel()
             self._task_group = None
@@ -354,7 +404,15 @@ class Entities:
         stored: dict[str, StoredState] = {}
         if to_load:
             try:
-                stored = await self.store.load(kind, to_load)
+                if self._placement is None:
+                    stored = await self.store.load(kind, to_load)
+                else:  # claimed for this node, and read, in one transaction
+                    stored, elsewhere = await self._placement.claim(kind, to_load)
+                    for key in elsewhere:
+                        waiting = self._waiting.pop((kind, key), None)
+                        if waiting is not None:
+                            self._placement.forward((kind, key), waiting)
+                    wanted = [key for key in wanted if key not in elsewhere]
             except Exception as error:  # the store away: these fail now; the next message retries
                 for key in to_load:
                     self._fail_waiting(
@@ -531,6 +589,7 @@ class Entities:
             saves = [_Save(slot, slot.encoded) for slot in kind_slots if slot.encoded is not None]
             if saves:
                 await self._write_until_done(saves)
+        released: dict[str, list[str]] = {}
         for slot in slots:
             self.passivations += 1
             self._announce(
@@ -540,6 +599,10 @@ class Entities:
             slot.leaving = None
             if waiting is not None and self._waiting.get(ident) is waiting and not waiting.queued:
                 del self._waiting[ident]  # no message came: it stays passivated, its state saved
+                released.setdefault(slot.cls.kind, []).append(slot.key)
+        if self._placement is not None:
+            for kind, keys in released.items():
+                await self._placement.release(kind, keys)
 
     async def _write_until_done(self, saves: list[_Save]) -> None:
         """Write a passivation's states, again after a failure (with a growing pause) until

@@ -78,7 +78,8 @@ class EntityRef(metaclass=NoPublicConstructor):
             except ActorStopped:  # it failed for good (its strategy stopped it): back from its last save
                 host._died(slot)
                 self._slot = None
-        host._wait(self._id).told.append(message)
+        if not host._tell_elsewhere(self._id, message):
+            host._wait(self._id).told.append(message)
 
     def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Coroutine[Any, Any, Any]:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating
@@ -111,11 +112,15 @@ class EntityRef(metaclass=NoPublicConstructor):
         with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
             for _ in range(3):  # passivated between its activation and the ask: once more
                 ref = await host._ref_for(self._id)
+                if ref is None:  # held by another node: through the store
+                    assert host._placement is not None
+                    return await host._placement.ask(self._id, message)
                 try:
                     return await ref.ask(message, timeout=None)
                 except ActorStopped:
                     if host._closed:
                         raise
+            assert ref is not None
             raise ActorStopped(ref, "stopped while asked, three times")
         assert scope.cancelled_caught
         raise EntityAskTimeout(f"{self!r} did not answer a {type(message).__name__} within {timeout} s")

@@ -148,6 +148,17 @@ class _Placement:
         )
         return [Answer(int(ask_id), bool(ok), bytes(body)) for _, ask_id, ok, body in sorted(rows)]
 
+    async def orphans(self, limit: int = 256) -> list[tuple[str, str]]:
+        now = time.time()
+        rows = await self.db.run(
+            lambda c: c.execute(
+                "SELECT DISTINCT m.kind, m.key FROM gr_entity_mail m LEFT JOIN gr_entities e "
+                "ON e.kind = m.kind AND e.key = m.key WHERE e.node IS NULL OR e.lease_until < %s LIMIT %s",
+                (now, limit),
+            ).fetchall()
+        )
+        return [(kind, key) for kind, key in rows]
+
     async def wait(self, node: str, timeout: float) -> None:
         def listen() -> None:
             if self._listening is None:  # the first call listens and returns: what came before is unknown
@@ -175,6 +186,8 @@ class _Placement:
 class PostgresEntityStore(_Placement):
     """``EntityStore`` on the backend's database (the pool is the backend's; a waiting
     node has a ``LISTEN`` connection of its own, closed by :meth:`aclose`)."""
+
+    shared = True
 
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -121,7 +121,11 @@ Posted = tuple[str, str, bytes, "str | None", "int | None"]
 
 @runtime_checkable
 class EntityStore(Protocol):
-    """The saved states of entities. Every call is one transaction."""
+    """The saved states of entities, their placement and their mail. Every call is one
+    transaction. ``shared``: several processes may use the store at once (PostgreSQL), so
+    hosts claim their entities; on a store one process owns (the files) they need not."""
+
+    shared: bool
 
     async def load(self, kind: str, keys: Sequence[str]) -> dict[str, StoredState]:
         """The saved states of ``keys`` (a key never saved is absent), in one read."""
@@ -181,6 +185,11 @@ class EntityStore(Protocol):
 
     async def take_answers(self, node: str) -> list[Answer]:
         """The answers waiting for ``node``, taken (forgotten here)."""
+        ...
+
+    async def orphans(self, limit: int = 256) -> list[tuple[str, str]]:
+        """Entities with mail that no live lease holds (their holder released or died):
+        whoever finds them activates them, and their mail is then its."""
         ...
 
     async def wait(self, node: str, timeout: float) -> None:

@@ -1,0 +1,250 @@
+"""Placement: on a store several daemons share (PostgreSQL), an entity is active on at
+most one of them, and a message for one active elsewhere reaches it through the store.
+
+- **Leases.** Activating claims the entity for this node (``EntityStore.claim``: the
+  claim and the load are one transaction); the node renews all its leases every
+  ``lease / 3`` seconds and releases an entity once it is passivated and saved. A node
+  that dies stops renewing: after ``lease`` seconds its entities can be claimed by
+  whoever messages them next.
+- **Mail.** A message for an entity another node holds is posted to the store (encoded
+  with msgspec: such messages must be msgspec types; the entity decodes them as its
+  class's ``message_type``). The holder's mail loop takes its mail (woken by the store's
+  notification, or every second), hands each message to the entity in order — an ask on
+  the holder's side, so the mail is done only once the entity handled it — and answers
+  the asks through the store, where the asker's mail loop finds them. Mail is delivered
+  at least once: a holder that dies with mail taken but not done leaves it to the next
+  holder. Mail for an entity nobody holds (its holder released or died) is found by
+  every node's loop, once a second, and the entity activated there to take it.
+
+On a store only this process uses (the files), none of this runs: every activation is
+local.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from .._errors import GreenroomError, InvalidInput
+from ..store import Claimed, EntityStore, Mail, Posted, StoredState
+
+if TYPE_CHECKING:
+    from ._host import Entities, Id, _Waiting
+
+logger = logging.getLogger("greenroom.entities")
+
+
+class RemoteEntityError(GreenroomError):
+    """An entity on another node raised while handling an ask sent through the store: its
+    error's type and text (the error itself stays there)."""
+
+
+def new_node() -> str:
+    """A name for this host among the daemons of a database: host, process, and a nonce."""
+    return f"{socket.gethostname()[:60]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class _RemoteAsk:
+    __slots__ = ("answer", "done")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.answer: Any = None
+
+
+class Placement:
+    """The host's side of placement and mail (see the module doc)."""
+
+    def __init__(self, host: Entities, store: EntityStore, node: str, lease: float) -> None:
+        self.host = host
+        self.store = store
+        self.node = node
+        self.lease = lease
+        self._holders: dict[Id, tuple[str, float]] = {}
+        """Where an entity was held last time a claim said so, and until when to trust it."""
+        self._asks: dict[int, _RemoteAsk] = {}
+        self._ids = itertools.count(1)
+        self._outgoing: list[Posted] = []
+        self._posting = anyio.Event()
+        self._chains: dict[Id, list[Mail]] = {}
+
+    # -- claims -------------------------------------------------------------------------------
+
+    async def claim(self, kind: str, keys: list[str]) -> tuple[dict[str, StoredState], dict[str, str]]:
+        """Take ``keys`` for this node and read their states; those held elsewhere apart."""
+        claimed: Claimed = await self.store.claim(kind, keys, self.node, self.lease)
+        now = anyio.current_time()
+        for key, holder in claimed.elsewhere.items():
+            self._holders[(kind, key)] = (holder, now + self.lease / 2)
+        return claimed.states, claimed.elsewhere
+
+    def holder_of(self, ident: Id) -> str | None:
+        """The node that holds ``ident``, if a recent claim said so."""
+        found = self._holders.get(ident)
+        if found is None:
+            return None
+        if found[1] < anyio.current_time():
+            del self._holders[ident]
+            return None
+        return found[0]
+
+    def forward(self, ident: Id, waiting: _Waiting) -> None:
+        """Send what waited for ``ident`` (held elsewhere) through the store; its asks,
+        woken, go there themselves."""
+        for message in waiting.told:
+            self.send(ident, message)
+        waiting.remote = True
+        waiting.done.set()
+
+    def send(self, ident: Id, message: Any) -> None:
+        """Post a told message (encoded now: one that cannot be is dropped, said)."""
+        try:
+            body = msgspec.json.encode(message)
+        except (TypeError, msgspec.EncodeError) as error:
+            logger.error(
+                "entities: a %s told to %s/%r (on another node) is not a msgspec type; dropped: %s",
+                type(message).__name__, ident[0], ident[1], error,
+            )  # fmt: skip
+            return
+        self._outgoing.append((ident[0], ident[1], body, None, None))
+        self._posting.set()
+
+    async def ask(self, ident: Id, message: Any) -> Any:
+        """Ask ``ident`` on another node through the store; its answer, or its error as
+        :class:`RemoteEntityError`. Cancelled: the answer, if it comes, is dropped."""
+        try:
+            body = msgspec.json.encode(message)
+        except (TypeError, msgspec.EncodeError) as error:
+            raise InvalidInput(
+                f"a message to {ident[0]}/{ident[1]!r} on another node must be a msgspec type, "
+                f"not {type(message).__name__}: {error}",
+                field="message",
+            ) from None
+        ask_id = next(self._ids)
+        pending = self._asks[ask_id] = _RemoteAsk()
+        try:
+            await self.store.post([(ident[0], ident[1], body, self.node, ask_id)])
+            await pending.done.wait()
+        finally:
+            self._asks.pop(ask_id, None)
+        ok, value = pending.answer
+        if not ok:
+            raise RemoteEntityError(f"{ident[0]}/{ident[1]!r} on another node raised {value}")
+        return value
+
+    async def release(self, kind: str, keys: Sequence[str]) -> None:
+        try:
+            await self.store.release(kind, keys, self.node)
+        except Exception as error:  # its lease lapses on its own
+            logger.warning("entities: could not release %d %s lease(s): %s", len(keys), kind, error)
+
+    # -- the loops (in the host's task group) ----------------------------------------------------
+
+    async def renewing(self) -> None:
+        while True:
+            await anyio.sleep(self.lease / 3)
+            try:
+                await self.store.renew(self.node, self.lease)
+            except Exception as error:  # the next renewal tries again; past the lease, others may claim
+                logger.error("entities: could not renew this node's leases: %s", error)
+
+    async def posting(self) -> None:
+        while True:
+            while not self._outgoing:
+                self._posting = anyio.Event()
+                await self._posting.wait()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Post what waits to be posted (again after a failure, with a pause)."""
+        while self._outgoing:
+            batch, self._outgoing = self._outgoing, []
+            try:
+                await self.store.post(batch)
+            except Exception as error:
+                self._outgoing[:0] = batch  # kept, in order, for the next try
+                logger.error("entities: could not post %d message(s), trying again: %s", len(batch), error)
+                await anyio.sleep(1.0)
+
+    async def mail(self) -> None:
+        await self.store.wait(self.node, 0.0)  # listening from now on
+        last_sweep = -1e9
+        while True:
+            try:
+                mails = await self.store.take_mail(self.node)
+                answers = await self.store.take_answers(self.node)
+                now = anyio.current_time()
+                unheld: list[Id] = []
+                if now - last_sweep >= 1.0:
+                    last_sweep = now
+                    unheld = await self.store.orphans(256)
+            except Exception as error:
+                logger.warning("entities: could not read the mail: %s", error)
+                await anyio.sleep(1.0)
+                continue
+            for answer in answers:
+                pending = self._asks.get(answer.ask_id)
+                if pending is not None:
+                    pending.answer = (answer.ok, _decoded(answer.body))
+                    pending.done.set()
+            for mail in mails:
+                self._deliver(mail)
+            for ident in unheld:  # activated here: its mail is then this node's
+                self.host._wake(ident)
+            if not mails and not answers:
+                await self.store.wait(self.node, 0.25)
+
+    def _deliver(self, mail: Mail) -> None:
+        ident = (mail.kind, mail.key)
+        chain = self._chains.get(ident)
+        if chain is not None:
+            chain.append(mail)  # after what is being delivered: in order
+            return
+        self._chains[ident] = [mail]
+        group = self.host._task_group
+        if group is not None:
+            group.start_soon(self._deliver_chain, ident)
+
+    async def _deliver_chain(self, ident: Id) -> None:
+        chain = self._chains[ident]
+        try:
+            while chain:
+                mail = chain.pop(0)
+                await self._deliver_one(mail)
+        finally:
+            del self._chains[ident]
+
+    async def _deliver_one(self, mail: Mail) -> None:
+        host = self.host
+        cls = host.classes.get(mail.kind)
+        answer: tuple[bool, bytes]
+        if cls is None:
+            answer = (False, msgspec.json.encode(f"InvalidInput: no entity class of kind {mail.kind!r} here"))
+        else:
+            try:
+                message = msgspec.json.decode(mail.body, type=cls.message_type)
+                value = await host.ref(cls, mail.key).ask(message, timeout=None)
+                answer = (True, msgspec.json.encode(value))
+            except Exception as error:  # the asker gets its type and text
+                answer = (False, msgspec.json.encode(f"{type(error).__name__}: {error}"))
+        try:
+            if mail.asker is not None and mail.ask_id is not None:
+                await self.store.answer([(mail.asker, mail.ask_id, answer[0], answer[1])])
+            await self.store.done_mail([mail.seq])
+        except Exception as error:  # not done: taken again (at least once)
+            logger.warning("entities: mail %d handled but not marked done: %s", mail.seq, error)
+
+
+def _decoded(body: bytes) -> Any:
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body

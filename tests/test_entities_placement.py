@@ -1,0 +1,102 @@
+"""Issue 41's placement: two daemons (two hosts, each its own actor system and store
+connections) on one PostgreSQL database — an entity active on at most one of them, the
+other's messages reaching it through the database, a released or lapsed entity moving.
+Real time (the stores' threads wait on PostgreSQL's notifications)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _stores import make_store
+from _support import eventually
+from test_entities import Tally
+
+from greenroom import ActorSystem, InvalidInput
+from greenroom.entities import Entities, Entity, RemoteEntityError
+
+pytestmark = pytest.mark.anyio
+
+
+class Tallied(Entity[Tally]):
+    """Counts and saves each message: what it answers is durable."""
+
+    state_type = Tally
+
+    async def receive(self, message: Any) -> Any:
+        if message == "get":
+            return self.state.count
+        if message == "boom":
+            raise ValueError("no such thing")
+        self.state.count += 1
+        self.state.seen.append(str(message))
+        await self.save()
+        return self.state.count
+
+
+@asynccontextmanager
+async def two_daemons(
+    pg_url: str, tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[Entities, Entities]]:
+    """Two hosts on one PostgreSQL database, as two daemons would be (each its own store
+    connections, its own actor system)."""
+    async with (
+        await make_store(pg_url, tmp_path / "a") as store_a,
+        await make_store(pg_url, tmp_path / "b") as store_b,
+        ActorSystem() as system_a,
+        ActorSystem() as system_b,
+    ):
+        states_a, states_b = store_a.entity_store(), store_b.entity_store()
+        try:
+            async with (
+                Entities(system_a, states_a, [Tallied], node="node-a", **options) as a,
+                Entities(system_b, states_b, [Tallied], node="node-b", **options) as b,
+            ):
+                yield a, b
+        finally:
+            await states_a.aclose()
+            await states_b.aclose()
+
+
+async def test_two_daemons_hold_each_entity_once_and_reach_it_through_the_database(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Placement: the entity is active on the daemon that claimed it; the other's asks and
+    tells reach it through PostgreSQL (answers come back the same way), and it is never
+    active on both. Released by a passivation, it comes back where it is next needed,
+    with its saved state."""
+    async with two_daemons(pg_url, tmp_path, lease=5.0) as (a, b):
+        assert await a.ref(Tallied, "k").ask("one") == 1
+        assert await b.ref(Tallied, "k").ask("two") == 2  # handled on a
+        assert a.is_active(Tallied, "k") and not b.is_active(Tallied, "k")
+        with pytest.raises(RemoteEntityError, match="ValueError: no such thing"):
+            await b.ref(Tallied, "k").ask("boom")  # raised on a, named on b
+        with pytest.raises(InvalidInput, match="msgspec type"):
+            await b.ref(Tallied, "k").ask(object())  # cannot cross to another daemon
+        b.ref(Tallied, "k").tell("three")
+
+        async def counted(n: int) -> bool:
+            return bool(await a.ref(Tallied, "k").ask("get") == n)
+
+        await eventually(lambda: counted(3), timeout=10)
+        assert not b.is_active(Tallied, "k")
+        await a.passivate(a.ref(Tallied, "k"))  # saved, and its lease released
+        assert await b.ref(Tallied, "k").ask("four") == 4  # wherever it came back: one of them
+        assert [a.is_active(Tallied, "k"), b.is_active(Tallied, "k")].count(True) == 1
+        assert await a.ref(Tallied, "k").ask("get") == 4 == await b.ref(Tallied, "k").ask("get")
+
+
+async def test_an_entity_whose_daemon_stopped_renewing_moves_once_its_lease_lapses(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A daemon that dies stops renewing: once its lease lapses the entity is claimed by the
+    next daemon that needs it, from its last save, and mail left for it is taken there."""
+    async with two_daemons(pg_url, tmp_path, lease=2.0) as (a, b):
+        assert await a.ref(Tallied, "k").ask("saved") == 1
+        await a.store.claim("Tallied", ["k"], "node-a", -1)  # as if node-a had stopped renewing long ago
+        a._active.clear()  # and had gone: nothing of it answers any more
+        assert await b.ref(Tallied, "k").ask("moved") == 2  # claimed by b, from the last save
+        assert b.is_active(Tallied, "k")

@@ -264,6 +264,119 @@ async def _throughput(url: str | None, root: Path, actors: int, per_actor: int) 
     }
 
 
+def _kills(url: str, backend: str, kills: int, messages: int, keys: int, interval: float) -> dict[str, Any]:
+    """Two daemons (``_entity_node`` processes) host ``Ledger`` entities on ``url``; a
+    client posts ``messages`` asks (each a unique id; spread over the run, 50 at a time)
+    to ``keys`` entities through the database, again when unanswered for 10 s, while one
+    daemon or the other is SIGKILLed
+    every ``interval`` seconds and started again (a new node: its leases lapse), ``kills``
+    times. At the end every answered id must be in its entity's saved state."""
+    import signal
+    import subprocess
+    import sys
+
+    def start(index: int, incarnation: int) -> subprocess.Popen[str]:
+        node = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._entity_node", url, f"node{index}-{incarnation}", "2.0",
+             backend],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert node.stdout is not None
+        if node.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"entity node {index} did not start")
+        return node
+
+    async def run() -> dict[str, Any]:
+        from greenroom.postgres import PostgresStore
+
+        daemons = [start(0, 0), start(1, 0)]
+        killed = 0
+        sent: dict[int, float] = {}
+        answered: set[int] = set()
+        resent = 0
+        began = time.perf_counter()
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                async with PostgresStore(url, data_dir=Path(tmp), pool_size=4) as store:
+                    states = store.entity_store()
+                    try:
+                        await states.wait("client", 0.0)
+
+                        async def killing() -> None:
+                            nonlocal killed
+                            while killed < kills:
+                                await anyio.sleep(interval)
+                                index = killed % 2
+                                daemons[index].send_signal(signal.SIGKILL)
+                                daemons[index].wait()
+                                killed += 1
+                                daemons[index] = await anyio.to_thread.run_sync(start, index, killed)
+
+                        async with anyio.create_task_group() as group:
+                            group.start_soon(killing)
+                            next_id = 0
+                            deadline = time.monotonic() + 600
+                            spacing = kills * interval / max(1.0, messages / 50)  # spread over the kills
+                            send_at = time.monotonic()
+                            while (
+                                len(answered) < messages or killed < kills
+                            ) and time.monotonic() < deadline:
+                                batch: list[Any] = []
+                                sending = time.monotonic() >= send_at
+                                if sending:
+                                    send_at += spacing
+                                while sending and next_id < messages and len(batch) < 50:
+                                    key = f"acct-{next_id % keys}"
+                                    batch.append(
+                                        ("Ledger", key, msgspec.json.encode(next_id), "client", next_id)
+                                    )
+                                    sent[next_id] = time.monotonic()
+                                    next_id += 1
+                                now = time.monotonic()
+                                for message_id, at in sent.items():  # at least once: ask again
+                                    if message_id not in answered and now - at > 10 and len(batch) < 200:
+                                        key = f"acct-{message_id % keys}"
+                                        batch.append(
+                                            (
+                                                "Ledger",
+                                                key,
+                                                msgspec.json.encode(message_id),
+                                                "client",
+                                                message_id,
+                                            )
+                                        )
+                                        sent[message_id] = now
+                                        resent += 1
+                                if batch:
+                                    await states.post(batch)
+                                for answer in await states.take_answers("client"):
+                                    if answer.ok:
+                                        answered.add(answer.ask_id)
+                                await states.wait("client", 0.1)
+                            group.cancel_scope.cancel()
+                        saved: set[int] = set()
+                        found = await states.load("Ledger", [f"acct-{k}" for k in range(keys)])
+                        for stored in found.values():
+                            saved.update(msgspec.json.decode(stored.state)["ids"])
+                    finally:
+                        await states.aclose()
+        finally:
+            for daemon in daemons:
+                daemon.send_signal(signal.SIGKILL)
+                daemon.wait()
+        return {
+            "kills": killed,
+            "messages": messages,
+            "answered": len(answered),
+            "lost": len(answered - saved),
+            "never_answered": messages - len(answered),
+            "asked_again": resent,
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+
+    return anyio.run(run, backend=backend)
+
+
 def measure(backend: str, args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         from greenroom._malloc import freeze_startup_heap
@@ -304,6 +417,16 @@ def format_table(figures: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+def _kill_table(figures: dict[str, Any]) -> str:
+    run = figures["kill_run"]
+    return (
+        f"entities on {figures['backend']}, two daemons on PostgreSQL, {run['kills']} SIGKILLs: "
+        f"{run['answered']} of {run['messages']} asks answered, {run['lost']} answered and lost "
+        f"(target 0), {run['never_answered']} never answered, {run['asked_again']} asked again, "
+        f"{run['seconds']} s"
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     """This suite's own options (the CLI adds ``--backend`` and ``--json`` to every suite)."""
     parser.add_argument("--store", metavar="postgresql[://...]", help="on PostgreSQL instead of the files")
@@ -314,11 +437,17 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--rate", type=positive_int, default=1000, help="cold keys a second in the paced run")
     parser.add_argument("--actors", type=positive_int, default=1000, help="entities and actors (throughput)")
     parser.add_argument("--per-actor", type=positive_int, default=100, help="messages each (throughput)")
+    parser.add_argument(
+        "--kills", type=positive_int, help="with --store: SIGKILL one of two daemons this many times instead"
+    )
+    parser.add_argument("--kill-interval", type=float, default=1.5, help="seconds between kills")
 
 
 def main(args: argparse.Namespace) -> int:
     from greenroom._errors import InvalidInput as CommandError
 
+    if args.kills and args.store is None:
+        raise CommandError("--kills needs --store postgresql (two daemons share the entities there)")
     if args.store is None:
         return report_per_backend(args.backend, args.json, lambda b: measure(b, args, None), format_table)
     if not args.store.startswith("postgres"):
@@ -329,6 +458,18 @@ def main(args: argparse.Namespace) -> int:
 
         def on_a_fresh_database(backend: str) -> dict[str, Any]:
             with database(admin) as url:
+                if args.kills:
+                    from greenroom.postgres import Database, upgrade
+
+                    async def schema() -> None:
+                        async with Database(url, max_size=2) as db:
+                            await db.run(upgrade)
+
+                    anyio.run(schema)
+                    return {"backend": backend, "kill_run": _kills(
+                        url, backend, args.kills, args.messages, 100, args.kill_interval
+                    )}  # fmt: skip
                 return measure(backend, args, url)
 
-        return report_per_backend(args.backend, args.json, on_a_fresh_database, format_table)
+        table = _kill_table if args.kills else format_table
+        return report_per_backend(args.backend, args.json, on_a_fresh_database, table)

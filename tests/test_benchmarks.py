@@ -201,3 +201,8 @@ def test_bench_entities_runs_small_and_reports_each_figure_beside_its_baseline(
     assert 0 < churn["paced_activation_p50_ms"] <= churn["paced_activation_p99_ms"]
     assert throughput["tells_ratio_vs_actors"] > 0 and throughput["asks_ratio_vs_actors"] > 0
     assert memory["bytes_ratio_vs_actor"] > 0 and churn["paced_p99_ratio_vs_target"] > 0
+
+
+def test_bench_entities_kills_need_postgresql(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["entities", "--kills", "2"]) == 1
+    assert "--kills needs --store postgresql" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from _stores import make_store
 from _support import eventually
@@ -100,3 +101,67 @@ async def test_an_entity_whose_daemon_stopped_renewing_moves_once_its_lease_laps
         a._active.clear()  # and had gone: nothing of it answers any more
         assert await b.ref(Tallied, "k").ask("moved") == 2  # claimed by b, from the last save
         assert b.is_active(Tallied, "k")
+
+
+async def test_a_daemon_killed_with_sigkill_gives_its_entities_up_and_they_move_losing_nothing(
+    pg_url: str, tmp_path: Path, anyio_backend_name: str
+) -> None:
+    """A real daemon process holds an entity (it answered through the database); it is
+    SIGKILLed; an ask from this daemon, posted while the dead one's lease still holds, is
+    answered once the lease lapses — the entity claimed here, from its last save."""
+    import signal
+    import subprocess
+    import sys
+
+    import msgspec
+
+    from benchmarks._entity_node import Ledger
+
+    node = await anyio.open_process(
+        [sys.executable, "-m", "benchmarks._entity_node", pg_url, "doomed", "1.0", anyio_backend_name],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert node.stdout is not None
+        with anyio.fail_after(30):
+            said = b""
+            while b"\n" not in said:
+                said += await node.stdout.receive()
+        assert said.startswith(b"ready"), said
+        async with await make_store(pg_url, tmp_path / "client") as store:
+            client = store.entity_store()
+            try:
+                await client.wait("client", 0.0)
+                await client.post([("Ledger", "acct", msgspec.json.encode(1), "client", 1)])
+
+                async def answered() -> bool:
+                    return bool(await client.take_answers("client"))
+
+                await eventually(answered, timeout=20)  # the process claimed it (unheld mail) and answered
+                assert (await client.claim("Ledger", ["acct"], "peek", 30)).elsewhere == {"acct": "doomed"}
+            finally:
+                await client.aclose()
+        node.send_signal(signal.SIGKILL)
+        await node.wait()
+        async with (
+            await make_store(pg_url, tmp_path / "here") as store,
+            ActorSystem() as system,
+        ):
+            states = store.entity_store()
+            try:
+                async with Entities(system, states, [Ledger], node="here", lease=1.0) as here:
+                    with anyio.fail_after(20):
+                        assert await here.ref(Ledger, "acct").ask(2, timeout=None) == 2
+                    assert here.is_active(Ledger, "acct")
+                    assert (
+                        await here.ref(Ledger, "acct").ask(1, timeout=None) == 1
+                    )  # a repeat: not recorded twice
+                saved = (await states.load("Ledger", ["acct"]))["acct"]
+                assert msgspec.json.decode(saved.state) == {"ids": [1, 2]}
+            finally:
+                await states.aclose()
+    finally:
+        if node.returncode is None:
+            node.send_signal(signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            await node.aclose()

@@ -326,6 +326,10 @@ def test_entity_classes_and_keys_are_checked_by_name() -> None:
     assert refused.value.field == "kind"
     with pytest.raises(InvalidInput):
         Entities(None, None, [int])  # type: ignore[arg-type, list-item]
+    for option, value in (("lease", 0), ("max_active", 0), ("activations_per_second", -1.0), ("batch", 0)):
+        with pytest.raises(InvalidInput) as refused:
+            Entities(None, None, [Counter], **{option: value})  # type: ignore[arg-type]
+        assert refused.value.field == option and repr(value) in str(refused.value)
     host = Entities(None, None, [Counter])  # type: ignore[arg-type]
     with pytest.raises(EntitiesClosed, match="not running"):  # never entered: nothing would activate it
         host.ref(Counter, "k").tell("x")

@@ -96,6 +96,12 @@ class Placement:
             return None
         return found[0]
 
+    def _forget_stale(self, now: float) -> None:
+        """Drop the holders no longer trusted (a million keys asked once stay no longer)."""
+        stale = [ident for ident, (_, until) in self._holders.items() if until < now]
+        for ident in stale:
+            del self._holders[ident]
+
     def forward(self, ident: Id, waiting: _Waiting) -> None:
         """Send what waited for ``ident`` (held elsewhere) through the store; its asks,
         woken, go there themselves."""
@@ -130,8 +136,9 @@ class Placement:
             ) from None
         ask_id = next(self._ids)
         pending = self._asks[ask_id] = _RemoteAsk()
-        try:
-            await self.store.post([(ident[0], ident[1], body, self.node, ask_id)])
+        try:  # behind the tells posted before it: a sender's messages arrive in the order sent
+            self._outgoing.append((ident[0], ident[1], body, self.node, ask_id))
+            self._posting.set()
             await pending.done.wait()
         finally:
             self._asks.pop(ask_id, None)
@@ -186,6 +193,7 @@ class Placement:
                 if now - last_sweep >= 1.0:
                     last_sweep = now
                     unheld = await self.store.orphans(256)
+                    self._forget_stale(now)
             except Exception as error:
                 logger.warning("entities: could not read the mail: %s", error)
                 await anyio.sleep(1.0)

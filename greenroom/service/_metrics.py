@@ -74,26 +74,32 @@ class _StatusCollector:
         for agent_type in tasks.get("runnable_types") or []:
             runnable.add_metric([agent_type], 1)
         yield runnable
-        completed = counter("tasks_completed_here", "Tasks this daemon completed since it started")
-        completed.add_metric([], tasks.get("completed_here", 0))
-        yield completed
-        granted = counter(
-            "claims_granted_here", "Claims this daemon granted since it started (attempts begun)"
-        )
-        granted.add_metric([], tasks.get("granted_here", 0))
-        yield granted
-        failures = counter("attempts_failed_here", "Failed attempts reported to this daemon since it started")
-        failures.add_metric([], tasks.get("failures_here", 0))
-        yield failures
-
-        archived = counter(
-            "tasks_archived_here", "Finished tasks this daemon's retention moved to the archive"
-        )
-        archived.add_metric([], tasks.get("archived_here", 0))
-        yield archived
-        dropped = counter("archive_dropped_here", "Archived tasks this daemon's retention dropped")
-        dropped.add_metric([], tasks.get("archive_dropped_here", 0))
-        yield dropped
+        for key, name, documentation in (  # what this daemon did since it started, one figure each
+            ("completed_here", "tasks_completed_here", "Tasks this daemon completed since it started"),
+            (
+                "granted_here",
+                "claims_granted_here",
+                "Claims this daemon granted since it started (attempts begun)",
+            ),
+            (
+                "failures_here",
+                "attempts_failed_here",
+                "Failed attempts reported to this daemon since it started",
+            ),
+            (
+                "archived_here",
+                "tasks_archived_here",
+                "Finished tasks this daemon's retention moved to the archive",
+            ),
+            (
+                "archive_dropped_here",
+                "archive_dropped_here",
+                "Archived tasks this daemon's retention dropped",
+            ),
+        ):
+            family = counter(name, documentation)
+            family.add_metric([], tasks.get(key, 0))
+            yield family
         log = status.get("log") or {}
         appended = counter("events_appended_here", "Events this daemon's log actor made durable")
         appended.add_metric([], log.get("appended_here", 0))

@@ -1922,6 +1922,11 @@ async def test_finished_tasks_leave_for_the_archive_where_they_are_still_found(b
 
         await eventually(archived, timeout=10)
         assert [t.id for t in await sup.ask(ListTasks())] == ["c"]
+
+        async def counted() -> bool:  # counted once the pass resumes: a reader may see its commit first
+            return (await sup.ask(Stats())).archived_here == 3
+
+        await eventually(counted, timeout=10)
         stats = await sup.ask(Stats())
         assert (stats.total, stats.archived_here, stats.archive_dropped_here) == (1, 3, 0)
         assert stats.writes is not None and stats.writes.count >= 4  # a submission, two claims...

@@ -553,8 +553,9 @@ async def test_own_client_reads_a_chunked_answer_and_refuses_one_that_is_not_htt
     ]
     async with _raw_model(answers, []) as model:
         assert (await model.chat(ask())).text == "in two chunks"
-        with pytest.raises(Unavailable, match=r"cannot reach the server: the answer is not valid HTTP/1\.1"):
+        with pytest.raises(Unavailable, match=r"failed: bad HTTP \(the answer is not valid HTTP/1\.1") as bad:
             await model.chat(ask())
+    assert bad.value.kind == "bad HTTP"
 
 
 def test_the_client_is_chosen_by_name_and_a_proxy_sends_calls_through_the_sdk(
@@ -616,3 +617,20 @@ def test_a_bad_tool_or_sandbox_setting_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidInput) as refused:
         Sandbox(rate_limit=5)  # type: ignore[arg-type]
     assert refused.value.field == "rate_limit"
+
+
+async def test_an_unreachable_server_is_named_with_what_happened(client: str) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    async with OpenAIChatModel("m", base_url=url, client=client, max_retries=0) as model:
+        with pytest.raises(Unavailable) as whole:
+            await model.chat(ask())
+        with pytest.raises(Unavailable) as streamed:
+            async with model.stream(ask()) as stream:
+                await stream.read()
+    for refused in (whole.value, streamed.value):
+        assert refused.kind == "connection refused"
+        assert f"cannot reach {url}: connection refused" in str(refused)

@@ -13,6 +13,7 @@ from _support import eventually
 
 from greenroom.llm import (
     ChatStream,
+    ModelError,
     OpenAIChatModel,
     RuleBasedModel,
     ScriptedModel,
@@ -392,3 +393,49 @@ def test_a_body_that_is_not_chunked_encoding_is_refused_saying_why(wire: bytes, 
     with pytest.raises(ConnectionFailed, match=r"not valid HTTP/1\.1") as refused:
         _Chunked(wire).take()
     assert said in str(refused.value)
+
+
+# -- fallbacks=False: a load generator's model measures what the server does (issue 48) ------
+
+
+async def test_without_fallbacks_an_interrupting_server_cuts_streams_and_they_stay_streamed(
+    client: str,
+) -> None:
+    with ModelServer(interrupt_streams=True).running() as server:
+        server.add(Respond(body=completion(LONG), token_delay=0.05), Respond(body=completion("second")))
+        server.add(Respond(body=completion("third")))
+        async with make_model(server, client, fallbacks=False) as model:
+            second = None
+            with pytest.raises(StreamBroken) as cut:
+                async with model.stream(ask()) as stream:
+                    async for _ in stream:
+                        if second is None:  # a request mid-stream: the server cuts the stream
+                            _, second = await read_all(model, ask())
+            _, third = await read_all(model, ask())
+            assert model.compatibility == []
+    assert cut.value.kind == "stream cut"
+    assert second is not None and (second.text, third.text) == ("second", "third")
+    assert [seen.body.get("stream") for seen in server.seen] == [True, True, True]
+
+
+@pytest.mark.parametrize(("refusal", "kind"), [(True, "HTTP 500"), ("empty", "empty stream")])
+async def test_without_fallbacks_a_refused_stream_is_an_error_of_its_kind(
+    server: ModelServer, client: str, refusal: bool | str, kind: str
+) -> None:
+    server.add(Respond(body=completion("first"), refuse_stream=refusal))
+    async with make_model(server, client, fallbacks=False, max_retries=0) as model:
+        with pytest.raises(ModelError) as refused:
+            await read_all(model, ask(tools=(ToolSpec("add_task"),)))
+    assert refused.value.kind == kind
+    assert [seen.body.get("stream") for seen in server.seen] == [True]  # never sent again whole
+
+
+async def test_the_kind_of_a_broken_stream_says_what_happened(server: ModelServer, client: str) -> None:
+    server.add(Respond(body=completion("one two three"), break_after=1))
+    server.add(Respond(body=completion("slow to say"), token_delay=1.0))
+    async with make_model(server, client, fallbacks=False, timeout=0.3) as model:
+        with pytest.raises(StreamBroken) as cut:
+            await read_all(model, ask())
+        with pytest.raises(StreamBroken) as silent:
+            await read_all(model, ask())
+    assert (cut.value.kind, silent.value.kind) == ("stream cut", "timeout"), str(silent.value)

@@ -198,7 +198,8 @@ async def test_a_failed_request_ends_its_session_and_is_counted_by_kind(server: 
     async with model_on(server) as model:
         report = await run_load(model, Workload(turns=Dist(value=3)), LoadPlan(concurrency=1, sessions=1))
     assert report["sessions_ok"] == 0 and report["requests"] == 1
-    assert report["errors_by_kind"] == {"StreamBroken": 1}
+    assert report["errors_by_kind"] == {"stream cut": 1}
+    assert "the stream broke after" in report["error_examples"]["stream cut"]
 
 
 async def test_goodput_counts_the_requests_that_met_the_slo(server: ModelServer) -> None:
@@ -704,3 +705,152 @@ def test_a_prompt_has_the_words_asked_and_sessions_differ() -> None:
         assert len(text.split(" ")) == tokens and text == text.strip(), tokens
     assert text_of(50, random.Random(1)) == text_of(50, random.Random(1))  # the seed decides
     assert len({text_of(50, random.Random(seed)) for seed in range(20)}) == 20
+
+
+# -- what outside checks found (issue 48, points 1-3) -----------------------------------------
+
+
+async def test_what_a_run_prepares_once_is_ready_before_its_first_request_is_due(
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompts' word pool (made once a process) is made before the run's clock starts:
+    the first request is not charged the generator's own start-up."""
+    from greenroom.load import _workload
+
+    made: list[float] = []
+    original = _workload._word_pool
+
+    def watched() -> tuple[str, list[int]]:
+        fresh = _workload._pool is None
+        pool = original()
+        if fresh:
+            made.append(anyio.current_time())
+        return pool
+
+    monkeypatch.setattr(_workload, "_pool", None)
+    monkeypatch.setattr(_workload, "_word_pool", watched)
+    for _ in range(3):
+        server.add(Respond(body=completion("a b c")))
+    records: list = []
+    async with model_on(server) as model:
+        await run_load(
+            model, Workload(turns=Dist(value=1)), LoadPlan(concurrency=1, sessions=3), records=records
+        )
+    assert len(made) == 1, "the pool is made once, by the run"
+    first = min(records, key=lambda r: r.scheduled)
+    assert made[0] <= first.scheduled, "the pool was made after the first request was due"
+
+
+def _load(server_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--base-url", server_url, "--model", "m",
+         "--preset", "single", "--json", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_cut_streams_are_counted_each_and_the_run_stays_streamed(server: ModelServer) -> None:
+    """A server that cuts some streams mid-way while others are in flight: every request
+    is still sent streamed (no fallback changes what is measured) and every cut is counted
+    as a "stream cut" with an example."""
+    cuts = 0
+    for number in range(24):
+        cut = number % 4 == 1
+        cuts += cut
+        server.add(
+            Respond(
+                body=completion("one two three four five six"),
+                token_delay=0.02,
+                break_after=2 if cut else None,
+            )
+        )
+    done = _load(server.url, "--concurrency", "4", "--sessions", "24")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert len(server.seen) == 24 and all(seen.body.get("stream") for seen in server.seen)
+    assert report["errors_by_kind"] == {"stream cut": cuts}
+    assert "the stream broke after" in report["error_examples"]["stream cut"]
+    assert report["compatibility"] == []  # nothing was changed in what was sent
+    # usage came with every whole stream (stream_options.include_usage kept)
+    assert all(seen.body["stream_options"] == {"include_usage": True} for seen in server.seen)
+    assert report["usage_estimated"] == 0
+
+
+def test_the_rewrites_a_server_asks_for_are_listed_in_the_report(server: ModelServer) -> None:
+    refused_tokens = {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "unsupported_parameter",
+        }
+    }
+    refused_options = {"error": {"message": "Unrecognized request argument supplied: stream_options"}}
+    server.add(Respond(400, refused_tokens), Respond(400, refused_options))
+    for _ in range(3):
+        server.add(Respond(body=completion("x y z")))
+    done = _load(server.url, "--concurrency", "1", "--sessions", "3")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["errors"] == 0 and report["requests"] == 3
+    assert report["compatibility"] == [
+        "max_tokens sent as max_completion_tokens (the server refused max_tokens)",
+        "stream_options left out (the server refused it): streamed usage is estimated",
+    ]
+    assert report["usage_estimated"] == 3  # no include_usage: the server sent no usage
+    assert all("max_completion_tokens" in seen.body for seen in server.seen[2:])
+    text = _load(server.url, "--concurrency", "1", "--sessions", "1")
+    assert text.returncode != 0  # nothing scripted left: its 500 fails the only request
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_server_fails_the_run_naming_the_address_and_the_reason() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    done = _load(url, "--concurrency", "2", "--sessions", "4")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["errors_by_kind"] == {"connection refused": 4} and report["unreached"] is True
+    assert f"could not reach the server at {url}: connection refused" in done.stderr
+    assert "Unavailable" not in done.stdout + done.stderr
+    plain = subprocess.run(
+        [sys.executable, "-m", "greenroom", "load", "--base-url", url, "--model", "m", "--preset", "single",
+         "--concurrency", "1", "--sessions", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plain.returncode == 1 and "connection refused" in plain.stdout
+    assert plain.stderr.count("greenroom: error:") == 1
+
+
+def test_errors_are_counted_by_what_happened_with_an_example_each(server: ModelServer) -> None:
+    server.add(
+        Respond(500, {"error": {"message": "the GPU caught fire"}}),
+        Respond(503, {"error": {"message": "overloaded"}}),
+        Respond(body="not a completion", ignore_stream=True),
+        Respond(body=completion("one two three"), break_after=1),
+        Respond(body=completion("fine")),
+    )
+    done = _load(server.url, "--concurrency", "1", "--sessions", "5")
+    assert done.returncode == 0, done.stderr  # one request succeeded: a run with errors, not a failed run
+    report = json.loads(done.stdout)
+    assert report["errors_by_kind"] == {"HTTP 500": 1, "HTTP 503": 1, "bad JSON": 1, "stream cut": 1}
+    assert "the GPU caught fire" in report["error_examples"]["HTTP 500"]
+    assert "overloaded" in report["error_examples"]["HTTP 503"]
+    assert "not a chat completion" in report["error_examples"]["bad JSON"]
+    assert report["unreached"] is False
+
+
+def test_a_run_whose_every_request_failed_exits_non_zero_with_the_kinds(server: ModelServer) -> None:
+    for _ in range(3):
+        server.add(Respond(500, {"error": {"message": "down for maintenance"}}))
+    done = _load(server.url, "--concurrency", "1", "--sessions", "3")
+    assert done.returncode == 1
+    assert "every request of the run failed (3): HTTP 500 in 3 request(s)" in done.stderr
+    assert "down for maintenance" in done.stderr

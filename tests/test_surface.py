@@ -286,6 +286,7 @@ PUBLIC: dict[str, list[str]] = {
         "StreamBroken",
         "StreamingChatModel",
         "TimedOut",
+        "UNREACHED",
         "Unavailable",
         "estimate_usage",
         "open_stream",

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import InvalidInput
+from .._errors import GreenroomError, InvalidInput
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -88,7 +88,38 @@ def _show(args: argparse.Namespace, report: dict[str, Any], records: list[Any]) 
         print(json.dumps(report))
     else:
         print(format_report(report))
+    failed = failure(report, _where(args))
+    if failed is not None:
+        raise LoadFailed(failed)
     return 0
+
+
+class LoadFailed(GreenroomError):
+    """The run measured nothing: the server was never reached, or every request failed
+    (the report is printed first; the command exits 1)."""
+
+
+def failure(report: dict[str, Any], where: str) -> str | None:
+    """Why a run that measured nothing failed (``None`` when some request succeeded):
+    the address and what happened when nothing ever reached it, else the kinds of error."""
+    requests = report["requests"]
+    if not requests or report["errors"] < requests:
+        return None
+    kinds = report["errors_by_kind"]
+    examples = report.get("error_examples", {})
+    said = "; ".join(
+        f"{kind} in {count} request(s)" + (f", e.g. {examples[kind]}" if kind in examples else "")
+        for kind, count in sorted(kinds.items(), key=lambda item: -item[1])
+    )
+    if report.get("unreached"):
+        return f"could not reach the server at {where}: {said}"
+    return f"every request of the run failed ({requests}): {said}"
+
+
+def _where(args: argparse.Namespace) -> str:
+    from ..llm import BASE_URL_ENV
+
+    return str(args.base_url or os.environ.get(BASE_URL_ENV) or "the server")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -191,6 +222,7 @@ def _model(args: argparse.Namespace) -> Any:
         return OpenAIChatModel(
             name, base_url=base_url, client=args.client, timeout=args.timeout, max_retries=0,
             keep_alive=args.concurrency or 10_000,  # a connection per user in flight, kept between turns
+            fallbacks=False,  # measured as the server behaves: a cut stream is an error, never a fallback
         )  # fmt: skip
     except ValueError as error:
         raise InvalidInput(str(error), field="--base-url", value=base_url) from None
@@ -235,6 +267,9 @@ def _sweep(args: argparse.Namespace) -> int:
             )
 
     found = anyio.run(main, backend=args.backend)
+    last = found.get("last")
+    if last is not None and last.get("unreached"):  # nothing measured at all: not a sweep's answer
+        raise LoadFailed(failure(last, _where(args)) or "the server was never reached")
     if args.html:
         from ..load._html import html_report
 
@@ -338,6 +373,15 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(
             "  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(report["errors_by_kind"].items()))
         )
+        for kind, example in sorted(report.get("error_examples", {}).items()):
+            lines.append(f"    {kind}, e.g.: {example}")
+    if report.get("usage_estimated"):
+        lines.append(
+            f"  usage: the server reported none for {report['usage_estimated']} request(s); "
+            "their token counts are estimates"
+        )
+    for said in report.get("compatibility", ()):
+        lines.append(f"  compatibility: {said}")
     if report["bottleneck"] == "client":
         lines.append(
             "  warning: the generator itself ran late (send or loop lag > 10 ms): "

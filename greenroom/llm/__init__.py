@@ -10,7 +10,7 @@ as stream`` yields the reply's pieces as they are made (:class:`ChatStream`);
 :func:`open_stream` opens a stream on any ``ChatModel``.
 """
 
-from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
+from ._errors import UNREACHED, BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
 from ._openai import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAIChatModel
 from ._price import Price
 from ._protocol import ChatModel, ClosingModel
@@ -22,6 +22,7 @@ __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
     "MODEL_ENV",
+    "UNREACHED",
     "BadRequest",
     "ChatModel",
     "ChatStream",

@@ -6,15 +6,28 @@ headers; the provider's own exception is not chained (it carries the request).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .._errors import GreenroomError
+
+UNREACHED = frozenset({"connection refused", "name not resolved", "unreachable", "connection failed"})
+"""The kinds of :class:`ModelError` of a request that never reached its server."""
 
 
 class ModelError(GreenroomError):
-    """A chat model call failed. ``status`` is the HTTP status when there was one."""
+    """A chat model call failed. ``status`` is the HTTP status when there was one;
+    ``kind`` says what happened, in a few words a report can count by: ``"HTTP 503"``
+    (any status), ``"connection refused"``, ``"connection reset"``, ``"name not
+    resolved"``, ``"unreachable"``, ``"closed before answering"``, ``"bad HTTP"``,
+    ``"timeout"``, ``"stream cut"``, ``"empty stream"``, ``"stream error"`` (the server
+    sent an error event), ``"bad JSON"`` (an answer that is not what the protocol says)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    default_kind: ClassVar[str] = "model error"
+
+    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.kind = kind or (f"HTTP {status}" if status is not None else self.default_kind)
 
 
 class RateLimited(ModelError):
@@ -29,14 +42,20 @@ class RateLimited(ModelError):
 class TimedOut(ModelError):
     """The call did not finish within its per-call timeout."""
 
+    default_kind = "timeout"
+
 
 class Unavailable(ModelError):
     """The server could not be reached, or kept failing (5xx) after the allowed retries."""
+
+    default_kind = "unavailable"
 
 
 class BadRequest(ModelError):
     """The provider refused the request itself (4xx other than 429: bad parameters,
     unknown model, refused credentials). Retrying the same request will not help."""
+
+    default_kind = "bad request"
 
 
 class ContextTooLong(BadRequest):

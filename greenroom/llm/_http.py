@@ -20,11 +20,14 @@ arrives (:meth:`OriginClient.stream`, for Server-Sent Events).
 
 from __future__ import annotations
 
+import errno
 import re
 import select
+import socket
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -41,7 +44,69 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 class ConnectionFailed(Exception):
     """The request could not be sent or its answer not read (no connection, a broken one,
-    or an answer that is not HTTP/1.1). Whether the server acted on it is not known."""
+    or an answer that is not HTTP/1.1). Whether the server acted on it is not known.
+    ``kind``: what happened, in a few words (``"connection refused"``, ``"connection
+    reset"``, ``"closed before answering"``, ``"bad HTTP"``... see :func:`os_error_kind`);
+    ``reached``: whether the server was connected to at all."""
+
+    def __init__(
+        self, message: str, *, kind: str = "connection broke", reached: bool = True, detail: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.reached = reached
+        self.detail = detail or message
+        """What the operating system said (or the message): an error's own words."""
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then what it chains to (causes, contexts, the members of groups),
+    breadth first, each once — where an ``OSError`` of a connection hides."""
+    pending: deque[BaseException] = deque([error])
+    seen: set[int] = set()
+    while pending:
+        leaf = pending.popleft()
+        if id(leaf) in seen:
+            continue
+        seen.add(id(leaf))
+        if isinstance(leaf, BaseExceptionGroup):
+            pending.extend(leaf.exceptions)
+        else:
+            yield leaf
+        pending.extend(linked for linked in (leaf.__cause__, leaf.__context__) if linked is not None)
+
+
+def os_error_kind(error: BaseException) -> str:
+    """What an ``OSError`` of a connection (or the cause anyio's ``connect_tcp`` chains
+    to its "All connection attempts failed") says happened: ``"connection refused"``,
+    ``"connection reset"``, ``"name not resolved"``, ``"unreachable"``, ``"timeout"``,
+    ``"TLS"``, else ``"connection failed"``."""
+    for leaf in _causes(error):
+        if isinstance(leaf, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(leaf, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+            return "connection reset"
+        if isinstance(leaf, socket.gaierror):
+            return "name not resolved"
+        if isinstance(leaf, ssl.SSLError):
+            return "TLS"
+        if isinstance(leaf, TimeoutError):
+            return "timeout"
+        if isinstance(leaf, OSError) and leaf.errno in _UNREACHABLE:
+            return "unreachable"
+    return "connection failed"
+
+
+def os_error_text(error: BaseException) -> str:
+    """The words of the first ``OSError`` under ``error`` that has some (its causes and
+    groups followed), else ``error``'s own."""
+    for leaf in _causes(error):
+        if isinstance(leaf, OSError) and leaf.strerror:
+            return str(leaf)
+    return str(error)
+
+
+_UNREACHABLE = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN})
 
 
 @final
@@ -120,7 +185,9 @@ class _Chunked:
             elif self.crlf:
                 n = min(self.crlf, size_of - at)
                 if buffer[at : at + n] != b"\r\n"[2 - self.crlf : 2 - self.crlf + n]:
-                    raise ConnectionFailed("the answer is not valid HTTP/1.1: a chunk does not end in CRLF")
+                    raise ConnectionFailed(
+                        "the answer is not valid HTTP/1.1: a chunk does not end in CRLF", kind="bad HTTP"
+                    )
                 at += n
                 self.crlf -= n
             else:
@@ -128,7 +195,7 @@ class _Chunked:
                 if end < 0:
                     if size_of - at > 4096:
                         raise ConnectionFailed(
-                            "the answer is not valid HTTP/1.1: a chunk size line over 4 KiB"
+                            "the answer is not valid HTTP/1.1: a chunk size line over 4 KiB", kind="bad HTTP"
                         )
                     break
                 line = bytes(buffer[at:end])
@@ -139,7 +206,7 @@ class _Chunked:
                 digits = line.split(b";", 1)[0].strip()
                 if not _HEX.fullmatch(digits):
                     raise ConnectionFailed(
-                        f"the answer is not valid HTTP/1.1: a chunk size line {line[:40]!r}"
+                        f"the answer is not valid HTTP/1.1: a chunk size line {line[:40]!r}", kind="bad HTTP"
                     )
                 size = int(digits, 16)
                 if size:
@@ -148,6 +215,12 @@ class _Chunked:
                     self.trailers = True
         del buffer[:at]
         return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _broke(error: BaseException) -> str:
+    """A connection that broke under a send or a read: reset, unless it says otherwise."""
+    kind = os_error_kind(error)
+    return "connection reset" if kind == "connection failed" else kind
 
 
 class _Stale(Exception):
@@ -200,7 +273,9 @@ class _Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
             if reused:
                 raise _Stale from None
-            raise ConnectionFailed(f"the connection broke while sending: {error!r}") from None
+            raise ConnectionFailed(
+                f"the connection broke while sending: {error!r}", kind=_broke(error)
+            ) from None
         while True:
             event = await self._next_event(stale=reused)
             if type(event) is h11.Response:
@@ -214,7 +289,9 @@ class _Connection:
             if type(event) is h11.ConnectionClosed:
                 if reused:
                     raise _Stale
-                raise ConnectionFailed("the server closed the connection before answering")
+                raise ConnectionFailed(
+                    "the server closed the connection before answering", kind="closed before answering"
+                )
             # InformationalResponse (100 Continue): read on
 
     async def next_data(self, timeout: float | None = None) -> tuple[bytes, bool]:
@@ -231,7 +308,9 @@ class _Connection:
             try:
                 event = protocol.next_event()
             except h11.RemoteProtocolError as error:
-                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
+                raise ConnectionFailed(
+                    f"the answer is not valid HTTP/1.1: {error}", kind="bad HTTP"
+                ) from None
             kind = type(event)
             if kind is h11.Data:
                 parts.append(event.data)  # type: ignore[union-attr]
@@ -242,7 +321,7 @@ class _Connection:
             elif kind is h11.EndOfMessage:
                 return b"".join(parts), True
             elif kind is h11.ConnectionClosed:
-                raise ConnectionFailed("the server closed the connection before the answer was whole")
+                raise ConnectionFailed(_CUT, kind="closed mid-answer")
 
     async def _next_chunks(self, chunked: _Chunked, timeout: float | None) -> tuple[bytes, bool]:
         while True:
@@ -255,7 +334,7 @@ class _Connection:
                 return data, False
             received = await self._read(timeout)
             if not received:
-                raise ConnectionFailed(_CUT)
+                raise ConnectionFailed(_CUT, kind="closed mid-answer")
             chunked.buffer += received
 
     async def _read(self, timeout: float | None) -> bytes:
@@ -268,8 +347,12 @@ class _Connection:
                 return await self.stream.receive(_READ)
         except anyio.EndOfStream:
             return b""
+        except TimeoutError:  # the silence outlasted ``timeout`` (an OSError too: not a break)
+            raise
         except (anyio.BrokenResourceError, OSError) as error:
-            raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+            raise ConnectionFailed(
+                f"the connection broke while reading: {error!r}", kind=_broke(error)
+            ) from None
 
     async def _next_event(self, stale: bool) -> Any:
         protocol = self.protocol
@@ -277,7 +360,9 @@ class _Connection:
             try:
                 event = protocol.next_event()
             except h11.RemoteProtocolError as error:
-                raise ConnectionFailed(f"the answer is not valid HTTP/1.1: {error}") from None
+                raise ConnectionFailed(
+                    f"the answer is not valid HTTP/1.1: {error}", kind="bad HTTP"
+                ) from None
             if event is not h11.NEED_DATA:
                 return event
             try:
@@ -287,7 +372,9 @@ class _Connection:
             except (anyio.BrokenResourceError, OSError) as error:
                 if stale:
                     raise _Stale from None
-                raise ConnectionFailed(f"the connection broke while reading: {error!r}") from None
+                raise ConnectionFailed(
+                    f"the connection broke while reading: {error!r}", kind=_broke(error)
+                ) from None
             if not received and stale:
                 raise _Stale
             protocol.receive_data(received)
@@ -438,7 +525,13 @@ class OriginClient:
             else:
                 stream = await anyio.connect_tcp(self.host, self.port)
         except OSError as error:
-            raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {error}") from None
+            kind, said = os_error_kind(error), os_error_text(error)
+            raise ConnectionFailed(
+                f"cannot connect to {self.host}:{self.port}: {kind} ({said})",
+                kind=kind,
+                reached=False,
+                detail=said,
+            ) from None
         return _Connection(stream)
 
     async def aclose(self) -> None:

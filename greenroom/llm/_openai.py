@@ -24,8 +24,8 @@ import msgspec
 from .._checks import check_int, check_seconds
 from .._errors import InvalidInput
 from ..messages import ChatDelta, ChatMessage, ChatReply, ChatRequest, Usage
-from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
-from ._http import Answer, ConnectionFailed, OriginClient
+from ._errors import UNREACHED, BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
+from ._http import Answer, ConnectionFailed, OriginClient, os_error_kind, os_error_text
 from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
@@ -244,6 +244,12 @@ def _shape(request: ChatRequest) -> tuple[bool, str]:
     return (bool(request.tools), request.tool_choice if request.tools else "")
 
 
+def _cut_kind(error: ConnectionFailed) -> str:
+    """A stream's connection that failed: an answer that is not HTTP says so; anything else
+    cut the stream."""
+    return "bad HTTP" if error.kind == "bad HTTP" else "stream cut"
+
+
 def _said(error: object) -> str:
     """An error object's message (an OpenAI-style ``{"message": ...}``, or as it is)."""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -270,13 +276,10 @@ class _Whole:
         return reply_deltas(await self.model._attempts(self.request, self.params, self.per_call))
 
     def answered(self, body: bytes) -> Sequence[ChatDelta]:
-        try:
-            completion = _completion_decoder.decode(body)
-        except msgspec.DecodeError:
-            raise Unavailable(
-                f"{self.model.model}: the server answered something that is not a chat completion"
-            ) from None
-        return reply_deltas(self.model._reply(self.request, completion))
+        self.model._note(
+            "the server answered streamed requests whole (their first token is their whole reply)"
+        )
+        return reply_deltas(self.model._reply(self.request, self.model._completion(body)))
 
 
 CLIENTS = ("greenroom", "openai")
@@ -327,6 +330,12 @@ class OpenAIChatModel(ClosingModel):
     ``stream``: whether :meth:`stream` asks the server to stream (``False``: each call is
     sent whole and given as one piece, for a server known to stream badly; a server that
     refuses or interrupts streams is also detected and used whole, said once in the log).
+    ``fallbacks``: whether it does that detecting — right for an agent, which wants its
+    reply. A load generator, whose job is to measure what the server does, passes
+    ``False``: a streamed request then stays streamed whatever other streams met, and a
+    stream cut, empty or refused is an error of its kind (:attr:`ModelError.kind`).
+    Either way the rewrites a server's refusal of a field makes (the token field's name,
+    the temperature, ``stream_options``) are listed in :attr:`compatibility`.
 
     Cancellation stops the call in flight (and any retry wait, or a wait for admission)
     at once. Close it with ``aclose()`` or ``async with``: an unclosed client leaks its
@@ -350,6 +359,7 @@ class OpenAIChatModel(ClosingModel):
         client: str = "greenroom",
         stream: bool = True,
         keep_alive: int | None = None,
+        fallbacks: bool = True,
     ) -> None:
         model = model if model is not None else os.environ.get(MODEL_ENV)
         if not isinstance(model, str) or not model.strip():
@@ -426,6 +436,16 @@ class OpenAIChatModel(ClosingModel):
         """Whether ``stream`` asks the server to stream (``False``: every call is sent
         whole, its reply given as one piece — for a server known to stream badly)."""
         self._no_streams = not stream  # or: the server breaks a stream when another request arrives
+        if not isinstance(fallbacks, bool):
+            raise InvalidInput(
+                f"OpenAIChatModel fallbacks must be true or false, got {fallbacks!r}", field="fallbacks"
+            )
+        self.fallbacks = fallbacks
+        """Whether a server that refuses, cuts or interrupts streams gets requests whole
+        from then on (``False``: every streamed request stays streamed; a cut is an error)."""
+        self.compatibility: list[str] = []
+        """What this model changed in its requests because the server refused something
+        (each said once, in the order it happened): what a report of the run lists."""
         self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
@@ -521,16 +541,20 @@ class OpenAIChatModel(ClosingModel):
             else:
                 body, status_error, failure = await self._post_sdk(client, params, per_call)
             if body is not None:
-                try:
-                    completion = _completion_decoder.decode(body)
-                except msgspec.DecodeError:
-                    raise Unavailable(
-                        f"{self.model}: the server answered something that is not a chat completion"
-                    ) from None
-                return self._reply(request, completion)
+                return self._reply(request, self._completion(body))
             if status_error is not None and self._adapt(status_error, params):
                 continue  # the same request in the form this model takes: not a retry
             attempt = await self._retry_after(status_error, failure, attempt)
+
+    def _completion(self, body: bytes) -> _WireCompletion:
+        try:
+            return _completion_decoder.decode(body)
+        except msgspec.DecodeError as error:
+            raise Unavailable(
+                f"{self.model}: the server answered something that is not a chat completion ({error}): "
+                f"{body[:200]!r}",
+                kind="bad JSON",
+            ) from None
 
     async def _retry_after(
         self, status_error: _StatusError | None, failure: ModelError | None, attempt: int
@@ -561,11 +585,7 @@ class OpenAIChatModel(ClosingModel):
         except TimeoutError:
             raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
         except ConnectionFailed as error:
-            return (
-                None,
-                None,
-                Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}"),
-            )
+            return None, None, self._unreachable(error)
         if 200 <= answer.status < 300:
             return answer.body, None, None
         return None, _StatusError.from_answer(answer), None
@@ -589,11 +609,7 @@ class OpenAIChatModel(ClosingModel):
         except openai.APIStatusError as error:
             return None, _StatusError.from_sdk(error), None
         except openai.APIConnectionError as error:
-            return (
-                None,
-                None,
-                Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}"),
-            )
+            return None, None, self._unreachable(error)
         return response.content, None, None
 
     def stream(
@@ -625,7 +641,7 @@ class OpenAIChatModel(ClosingModel):
             if self.max_in_flight is not None:
                 await stack.enter_async_context(self._admitted())
             params = self._params(request)
-            if self._no_streams or _shape(request) in self._whole_shapes:
+            if self.fallbacks and (self._no_streams or _shape(request) in self._whole_shapes):
                 pull = self._whole_pull(request, params, per_call)
             else:
                 pull = await self._open_stream(request, params, per_call, stack)
@@ -664,7 +680,7 @@ class OpenAIChatModel(ClosingModel):
             if status_error is not None and (
                 self._adapt(status_error, params) or self._adapt_stream(status_error, request)
             ):
-                if _shape(request) in self._whole_shapes:
+                if self.fallbacks and _shape(request) in self._whole_shapes:
                     return self._whole_pull(request, params, per_call)
                 continue  # the same request in the form this server takes: not a retry
             attempt = await self._retry_after(status_error, failure, attempt)
@@ -773,9 +789,9 @@ class OpenAIChatModel(ClosingModel):
         seen = False  # an event arrived
         opened = self._sent  # this stream's own request is counted
 
-        def broken(cause: str) -> StreamBroken:
+        def broken(cause: str, kind: str = "stream cut") -> StreamBroken:
             said = f"{model}: the stream broke after {assembler.described()}: {cause}"
-            return StreamBroken(said, partial=assembler.partial())
+            return StreamBroken(said, partial=assembler.partial(), kind=kind)
 
         async def pull() -> Sequence[ChatDelta]:
             nonlocal finished, done, seen
@@ -787,25 +803,29 @@ class OpenAIChatModel(ClosingModel):
                 try:
                     while data := await receive():
                         parts.append(data)
-                except (TimeoutError, ConnectionFailed) as error:
-                    raise broken(self._redact(str(error)) or "no data in time") from None
+                except TimeoutError:
+                    raise broken(f"no data for {per_call:g}s", "timeout") from None
+                except ConnectionFailed as error:
+                    raise broken(self._redact(str(error)), _cut_kind(error)) from None
                 return whole.answered(b"".join(parts))
             while True:
                 try:
                     data = await receive()  # bounded by per_call: its own timeout
                 except TimeoutError:
-                    raise broken(f"no data for {per_call:g}s") from None
+                    raise broken(f"no data for {per_call:g}s", "timeout") from None
                 except ConnectionFailed as error:
-                    if not seen:
+                    if not seen and self.fallbacks:
                         finished = True
                         return await whole.refused(self._redact(str(error)))
-                    if self._sent > opened:  # another request was sent since this one
+                    if self._sent > opened and self.fallbacks:  # another request was sent since this one
                         self._interrupted()
-                    raise broken(self._redact(str(error))) from None
+                    raise broken(self._redact(str(error)), _cut_kind(error)) from None
                 if not data:
                     finished = True
                     if not seen:
-                        return await whole.refused("the stream ended before its first event")
+                        if self.fallbacks:
+                            return await whole.refused("the stream ended before its first event")
+                        raise broken("the stream ended before its first event", "empty stream")
                     if assembler.finish_reason is None and not done:
                         raise broken("the answer ended before the reply did")
                     return assembler.finish()
@@ -818,9 +838,11 @@ class OpenAIChatModel(ClosingModel):
                     try:
                         chunk = decode_chunk(event)
                     except msgspec.DecodeError:
-                        raise broken(f"the server sent what is not a chunk: {event[:200]!r}") from None
+                        raise broken(
+                            f"the server sent what is not a chunk: {event[:200]!r}", "bad JSON"
+                        ) from None
                     if chunk.error is not None:
-                        raise broken(f"the server sent an error: {_said(chunk.error)}")
+                        raise broken(f"the server sent an error: {_said(chunk.error)}", "stream error")
                     out += assembler.take(chunk)
                 if out:
                     return out
@@ -828,7 +850,25 @@ class OpenAIChatModel(ClosingModel):
         return pull
 
     def _unreachable(self, error: Exception) -> Unavailable:
-        return Unavailable(f"{self.model}: cannot reach the server: {self._redact(str(error))}")
+        """The failure of an attempt that got no answer: the address, and what happened."""
+        where = self.base_url or DEFAULT_BASE_URL
+        if isinstance(error, ConnectionFailed):
+            kind, reached, detail = error.kind, error.reached, error.detail
+        else:  # the SDK's APIConnectionError: what its transport met is in its causes
+            kind = os_error_kind(error)
+            reached = kind not in UNREACHED
+            if kind == "connection failed" and "timed out" in str(error).lower():
+                kind = "timeout"
+            detail = os_error_text(error)
+        said = f"the connection to the server at {where} failed" if reached else f"cannot reach {where}"
+        detail = self._redact(detail)
+        return Unavailable(f"{self.model}: {said}: {kind}" + (f" ({detail})" if detail else ""), kind=kind)
+
+    def _note(self, text: str) -> None:
+        """Say once, in the log and in :attr:`compatibility`, what changed for this server."""
+        if text not in self.compatibility:
+            self.compatibility.append(text)
+            logger.warning("%s: %s", self.model, text)
 
     def _adapt_stream(self, error: _StatusError, request: ChatRequest) -> bool:
         """A server that refuses ``stream_options`` is asked without it from now on; one
@@ -839,9 +879,9 @@ class OpenAIChatModel(ClosingModel):
         text = str(error.message) + " " + str(error.body)
         if "stream_options" in text and not self._no_stream_options:
             self._no_stream_options = True
-            logger.warning("%s: the server refuses stream_options; usage is estimated", self.model)
+            self._note("stream_options left out (the server refused it): streamed usage is estimated")
             return True
-        if _STREAM_REFUSED.search(text):
+        if self.fallbacks and _STREAM_REFUSED.search(text):
             self._refused(request, self._redact(str(error.message)))
             return True
         return False
@@ -853,10 +893,9 @@ class OpenAIChatModel(ClosingModel):
         if self._no_streams:
             return
         self._no_streams = True
-        logger.warning(
-            "%s: the server closed a stream when another request arrived (it interrupts streams, "
-            "as llama-cpp-python does by default); requests are sent whole from now on",
-            self.model,
+        self._note(
+            "the server closed a stream when another request arrived (it interrupts streams, "
+            "as llama-cpp-python does by default): requests are sent whole from then on"
         )
 
     def _refused(self, request: ChatRequest, cause: str) -> None:
@@ -865,11 +904,9 @@ class OpenAIChatModel(ClosingModel):
         if shape in self._whole_shapes:
             return
         self._whole_shapes.add(shape)
-        logger.warning(
-            "%s: the server does not stream requests %s (%s); they are sent whole from now on",
-            self.model,
-            f"with tools and tool choice {shape[1]!r}" if shape[0] else "without tools",
-            cause[:200],
+        shaped = f"with tools and tool choice {shape[1]!r}" if shape[0] else "without tools"
+        self._note(
+            f"the server does not stream requests {shaped} ({cause[:200]}): they are sent whole from then on"
         )
 
     def _adapt(self, error: _StatusError, params: dict[str, Any]) -> bool:
@@ -885,16 +922,13 @@ class OpenAIChatModel(ClosingModel):
         ):
             self._tokens_field = "max_completion_tokens"
             params["max_completion_tokens"] = params.pop("max_tokens")
+            self._note("max_tokens sent as max_completion_tokens (the server refused max_tokens)")
         elif error.param == "temperature" and "temperature" in params:
             self._no_temperature = True
             del params["temperature"]
+            self._note("temperature left out (the server takes only its default)")
         else:
             return False
-        logger.warning(
-            "%s: the server refused %r for this model; it is sent as the model takes it from now on",
-            self.model,
-            error.param,
-        )
         return True
 
     def _backoff(self, attempt: int) -> float:
@@ -932,7 +966,7 @@ class OpenAIChatModel(ClosingModel):
 
     def _reply(self, request: ChatRequest, completion: _WireCompletion) -> ChatReply:
         if not completion.choices:
-            raise Unavailable(f"{self.model}: the server answered with no choices")
+            raise Unavailable(f"{self.model}: the server answered with no choices", kind="no choices")
         choice = completion.choices[0]
         message = choice.message
         calls = tuple(

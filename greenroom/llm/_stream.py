@@ -37,8 +37,12 @@ class StreamBroken(ModelError):
     sent an error or stopped answering): not retried, since the server already acted.
     ``partial``: what arrived before the break (its text and whole tool calls)."""
 
-    def __init__(self, message: str, *, partial: ChatReply, status: int | None = None) -> None:
-        super().__init__(message, status=status)
+    default_kind = "stream cut"
+
+    def __init__(
+        self, message: str, *, partial: ChatReply, status: int | None = None, kind: str | None = None
+    ) -> None:
+        super().__init__(message, status=status, kind=kind)
         self.partial = partial
 
 
@@ -97,6 +101,7 @@ class ChatStream:
         "first_token_at",
         "opened_at",
         "request",
+        "usage_estimated",
     )
 
     def __init__(
@@ -122,6 +127,8 @@ class ChatStream:
         self.ended_at: float | None = None
         self._pulled_at = self.opened_at
         self._finished_at: float | None = None
+        self.usage_estimated = False
+        """The reply's usage was estimated here: the model reported none."""
 
     def __aiter__(self) -> ChatStream:
         return self
@@ -180,6 +187,7 @@ class ChatStream:
         usage = self._usage
         if usage is None or usage.total_tokens == 0:
             usage = self._estimate(self.request, partial) if self._estimate is not None else Usage()
+            self.usage_estimated = True
         decoding = now - first
         tokens = usage.completion_tokens
         rate = (tokens - 1) / decoding if decoding > 0 and tokens > 1 else None

@@ -35,7 +35,7 @@ from ..llm import OpenAIChatModel
 from ..messages import AgentResult, AgentTask
 from ..store import LoadEntry, LoadRecordStore
 from ._arrivals import open_starts
-from ._measure import RequestRecord, SessionRecord, summary
+from ._measure import RequestRecord, SessionRecord, model_compatibility, summary
 from ._run import LoadPlan, workload_tools
 from ._session import Sessions
 from ._workload import Workload
@@ -154,6 +154,7 @@ class LoadAgent(BaseAgent):
             timeout=target.timeout,
             max_retries=0,
             api_key=_key(target.api_key_env),
+            fallbacks=False,  # measured as the server behaves: a cut stream is an error, never a fallback
         )
         records = runtime.store.load_store()
         try:
@@ -206,6 +207,8 @@ async def _run_order(
             session = await sessions.run(index, due)
             body = msgspec.to_builtins(_shift(session, base))
             body.update(agent=agent_id, attempt=attempt, cpu=[cpu, time.process_time()])
+            if compatibility := model_compatibility(model):
+                body["compatibility"] = compatibility
             await records.add(order.run, [LoadEntry(session_key(index), _encode(body))])
             done.append(index)
         return done
@@ -235,10 +238,14 @@ async def fleet_report(
     sessions: list[SessionRecord] = []
     cpu: dict[str, list[float]] = {}
     daemons: dict[str, int] = {}
+    compatibility: list[str] = []
     for entry in await records.read(run, "s/"):
         body = msgspec.json.decode(entry.body)
         agent, used = str(body.pop("agent", "?")), body.pop("cpu", [0.0, 0.0])
         body.pop("attempt", None)
+        for said in body.pop("compatibility", ()):
+            if said not in compatibility:
+                compatibility.append(said)
         sessions.append(msgspec.convert(body, SessionRecord))
         process = agent.rpartition("@")[2] or agent
         daemons[process] = daemons.get(process, 0) + 1
@@ -263,4 +270,5 @@ async def fleet_report(
     lag = report["send_lag_ms"]["p99"] or 0.0
     report["bottleneck"] = "client" if lag > 10.0 else "none"
     report["tool_runs"] = {}
+    report["compatibility"] = compatibility
     return report, requests

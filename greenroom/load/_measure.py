@@ -12,12 +12,17 @@ from typing import Any
 import anyio
 import msgspec
 
+from ..llm import UNREACHED
+
 
 class RequestRecord(msgspec.Struct, frozen=True, gc=False):
     """One model request. Times are seconds on this machine's clock: ``scheduled`` (when
     it was due), ``sent`` (when the client began it), ``first`` (its first piece, or
     ``None``), ``end``. ``ttft`` and ``e2e`` count from ``scheduled``; ``itl``: the gaps
-    between its pieces. ``error``: the error's kind (``None``: it succeeded)."""
+    between its pieces. ``error``: what went wrong, by kind (``"connection refused"``,
+    ``"HTTP 500"``, ``"stream cut"``... :attr:`ModelError.kind`; ``None``: it succeeded),
+    and ``detail`` its message. ``usage_estimated``: the server reported no usage (the
+    token counts are the client's estimate)."""
 
     session: int
     turn: int
@@ -30,6 +35,8 @@ class RequestRecord(msgspec.Struct, frozen=True, gc=False):
     itl: tuple[float, ...] = ()
     error: str | None = None
     tool_calls: int = 0
+    detail: str | None = None
+    usage_estimated: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -127,9 +134,12 @@ def summary(
     """The report of a run (what ``--json`` prints)."""
     ok = [r for r in requests if r.error is None]
     errors: dict[str, int] = {}
+    examples: dict[str, str] = {}
     for record in requests:
         if record.error is not None:
             errors[record.error] = errors.get(record.error, 0) + 1
+            if record.error not in examples and record.detail:
+                examples[record.error] = record.detail
     ttfts = [t for r in ok if (t := r.ttft) is not None]
     itls = [gap for r in ok for gap in r.itl]
     tpots = [t for r in ok if (t := r.tpot) is not None]
@@ -140,6 +150,9 @@ def summary(
         "requests": len(requests),
         "errors": sum(errors.values()),
         "errors_by_kind": errors,
+        "error_examples": examples,
+        "unreached": all(r.error in UNREACHED for r in requests) if requests else False,
+        "usage_estimated": sum(1 for r in ok if r.usage_estimated),
         "sessions": len(sessions),
         "sessions_ok": sum(1 for s in sessions if s.ok),
         "duration_s": round(duration, 3),
@@ -165,6 +178,14 @@ def summary(
         "send_lag_ms": quantiles([r.sent - r.scheduled for r in requests]),
         "loop_lag_ms": quantiles(loop_lags),
     }
+
+
+def model_compatibility(model: object) -> list[str]:
+    """What the model under load changed in its requests because the server refused
+    something (an :class:`~greenroom.llm.OpenAIChatModel`'s ``compatibility``; other
+    models change nothing): a report lists it, so no rewrite is silent."""
+    said = getattr(model, "compatibility", None)
+    return [str(line) for line in said] if isinstance(said, list) else []
 
 
 def process_cpu() -> float:

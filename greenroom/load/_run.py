@@ -17,7 +17,7 @@ from .._errors import InvalidInput
 from ..harness import Tool
 from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
-from ._measure import LoopWatch, RequestRecord, Slo, process_cpu, summary
+from ._measure import LoopWatch, RequestRecord, Slo, model_compatibility, process_cpu, summary
 from ._session import Sessions
 from ._tools import LoadTool, mcp_tools, python_tool
 from ._workload import Workload
@@ -136,8 +136,10 @@ async def _run(
 
                 async def worker(first: float) -> None:
                     await anyio.sleep_until(first)  # the closed loop's ramp: its users join one by one
+                    due = first  # a user's first session is due when it joins, the next as one ends
                     while (index := next_index()) is not None:
-                        await sessions.run(index, anyio.current_time())
+                        await sessions.run(index, due)
+                        due = anyio.current_time()
 
                 for number in range(plan.concurrency):
                     tg.start_soon(worker, started + plan.ramp_up * number / plan.concurrency)
@@ -176,6 +178,7 @@ async def _run(
     report["bottleneck"] = _bottleneck(report)
     report["stopped"] = stopped[0] if stopped else None
     report["sessions_started"] = begun
+    report["compatibility"] = model_compatibility(sessions.model)
     if records is not None:
         records.extend(sessions.requests)
     return report

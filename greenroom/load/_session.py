@@ -13,14 +13,17 @@ from ..llm import ChatModel, ModelError, open_stream
 from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from ._measure import RequestRecord, SessionRecord
 from ._tools import LoadTool, call_tool
-from ._workload import SyntheticTool, Workload, text_of
+from ._workload import SyntheticTool, Workload, prepare_text, text_of
 
 
 class Sessions:
     """What every session of a run shares: the model, the workload, its tools (offered as
     schemas, run when called), the shared system prompt, where records go (``recorded``:
     awaited with each request's record as it is made, before the session goes on — a
-    daemon's load agent writes it to the store there)."""
+    daemon's load agent writes it to the store there).
+
+    Made before a run's clock starts, it does the work done once a process (the prompts'
+    word pool, the system prompt): no request is charged the generator's own start-up."""
 
     def __init__(
         self,
@@ -52,6 +55,7 @@ class Sessions:
             )
             for tool in workload.tools
         ) + tuple(tool.spec() for tool in tools)
+        prepare_text()
         system = workload.system_prompt_tokens
         self._system = (ChatMessage("system", text_of(system, random.Random(seed))),) if system else ()
 
@@ -127,8 +131,9 @@ class Sessions:
             reply = stream.reply
         except ModelError as failure:
             record = RequestRecord(
-                index, turn, due, sent, first, anyio.current_time(), 0, 0, tuple(gaps), type(failure).__name__
-            )
+                index, turn, due, sent, first, anyio.current_time(), 0, 0, tuple(gaps), failure.kind,
+                detail=str(failure)[:500],
+            )  # fmt: skip
             self.requests.append(record)
             if self._recorded is not None:
                 await self._recorded(record)
@@ -139,6 +144,7 @@ class Sessions:
         record = RequestRecord(
             index, turn, due, sent, first, anyio.current_time(), usage.prompt_tokens,
             usage.completion_tokens, tuple(gaps), None, len(reply.tool_calls),
+            usage_estimated=stream.usage_estimated,
         )  # fmt: skip
         self.requests.append(record)
         if self._recorded is not None:

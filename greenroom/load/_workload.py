@@ -329,6 +329,12 @@ def _word_pool() -> tuple[str, list[int]]:
     return _pool
 
 
+def prepare_text() -> None:
+    """Make the word pool now (tens of milliseconds, once a process), so no request due
+    later waits for it: a run calls it before its clock starts."""
+    _word_pool()
+
+
 def text_of(tokens: int, rng: random.Random) -> str:
     """About ``tokens`` tokens of text (a short word a token): a stretch of the word pool
     at a place drawn from ``rng`` (so sessions differ, and the same seed gives the same

@@ -355,3 +355,47 @@ async def test_a_draining_stop_in_a_backoff_restarts_to_handle_what_was_sent_bef
             await ref.stop()
         assert [await probe.expect(str), await probe.expect(str)] == ["started", "sent before the stop"]
         assert not ref.is_alive
+
+
+class Remembering(Fragile):
+    """Records, in ``on_stop``, what ``context.failure`` says it is stopped for."""
+
+    async def on_stop(self) -> None:
+        failure = self.context.failure
+        self.journal.append(
+            f"stop {self.instance}: {failure!r}" if failure else f"stop {self.instance}: asked"
+        )
+
+
+async def test_on_stop_knows_whether_a_failure_or_a_request_stops_the_instance() -> None:
+    """``context.failure``: the error a restart (or a stop for good) is for; ``None`` for a
+    requested stop — what an entity reads before saving its state (issue 48, point 5)."""
+    journal: list[str] = []
+    made: list[int] = []
+
+    def factory() -> Remembering:
+        made.append(len(made))
+        return Remembering(journal, made[-1])
+
+    strategy = SupervisorStrategy(max_restarts=1, within=60.0)
+    async with ActorSystem(supervisor_strategy=strategy) as system:
+        ref = await system.spawn(factory)
+        ref.tell("boom")  # restarted: instance 0 stops for the failure
+        assert await ref.ask("get") == (1, 0)
+        await ref.stop()  # asked: instance 1 stops for nobody's failure
+        again = await system.spawn(factory)
+        again.tell("boom")
+        again.tell("boom")  # the second failure within the window stops it for good
+        with anyio.fail_after(5):
+            while again.is_alive:
+                await anyio.sleep(0.01)
+    assert journal == [
+        "start 0",
+        "stop 0: RuntimeError('boom in 0')",
+        "start 1",
+        "stop 1: asked",
+        "start 2",
+        "stop 2: RuntimeError('boom in 2')",
+        "start 3",
+        "stop 3: RuntimeError('boom in 3')",
+    ]

@@ -17,7 +17,15 @@ from _stores import make_store
 from _support import eventually
 
 from greenroom import ActorSystem, AskTimeout, InvalidInput
-from greenroom.entities import ActivationFailed, Entities, EntitiesClosed, Entity, EntityAskTimeout
+from greenroom.actors import MailboxFull
+from greenroom.entities import (
+    ActivationFailed,
+    Entities,
+    EntitiesClosed,
+    Entity,
+    EntityAskTimeout,
+    EntityMailboxFull,
+)
 from greenroom.messages import EntityActivated, EntityPassivated
 from greenroom.store import EntityStore
 from greenroom.testing import Probe, virtual_time
@@ -340,3 +348,136 @@ def test_entity_classes_and_keys_are_checked_by_name() -> None:
     with pytest.raises(InvalidInput) as refused:
         host.ref(Slow, "k")
     assert refused.value.field == "cls"
+    for not_served in (int, "Counter", None, Entity):  # issue 48, point 7: named, not AttributeError
+        with pytest.raises(InvalidInput) as refused:
+            host.ref(not_served, "k")  # type: ignore[arg-type]
+        assert refused.value.field == "cls" and repr(not_served) in str(refused.value)
+        assert "Counter" in str(refused.value)  # what it does serve
+    with pytest.raises(InvalidInput) as refused:
+        type("Bad", (Entity,), {"mailbox_size": 0})
+    assert refused.value.field == "mailbox_size"
+
+
+# -- what outside checks found (issue 48, points 4-6) ------------------------------------------
+
+
+async def test_messages_waiting_for_one_activation_are_bounded_and_the_host_lives_on(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """12,000 tells to one key before it activates: the first 10,000 (its mailbox bound)
+    are accepted, the next ``tell`` raises ``MailboxFull`` to its sender, ``send`` waits
+    for room; the host goes on, every accepted message is handled in order, and it closes."""
+    async with hosting(store_url, tmp_path) as (entities, _, _):
+        ref = entities.ref(Counter, "crowded")
+        accepted = 0
+        with pytest.raises(MailboxFull) as full:
+            for number in range(12_000):
+                ref.tell(str(number))
+                accepted += 1
+        assert accepted == 10_000 and isinstance(full.value, EntityMailboxFull)
+        assert "Counter/'crowded'" in str(full.value) and full.value.size == 10_000
+        for number in range(accepted, 12_000):  # the rest, waiting for room
+            await ref.send(str(number))
+        count, seen = await ref.ask("get", timeout=None)
+        assert count == 12_000 and seen == [str(number) for number in range(12_000)]
+        assert entities.is_active(Counter, "crowded")
+    assert (await saved(store_url, tmp_path, "Counter", "crowded") or {})["state"]["count"] == 12_000
+
+
+class Gate:
+    """A message ``Fragile`` changes its state for, then waits at ``opened``, then fails."""
+
+    entered = anyio.Event()
+    opened = anyio.Event()
+
+
+class Fragile(Entity[Tally]):
+    """Counts what it is told; on a ``Gate`` it changes its state, waits, then raises."""
+
+    state_type = Tally
+
+    async def receive(self, message: Any) -> Any:
+        if isinstance(message, Gate):
+            self.state.count += 1000
+            self.state.seen.append("poison")
+            Gate.entered.set()
+            await Gate.opened.wait()
+            raise RuntimeError("poison")
+        if isinstance(message, tuple) and message[0] == "save":
+            self.state.count += 1
+            self.state.seen.append(message[1])
+            await self.save()
+            return self.state.count
+        self.state.count += 1
+        self.state.seen.append(str(message))
+        return self.state.count
+
+
+async def test_a_receive_failing_during_a_passivation_saves_neither_its_change_nor_loses_what_followed(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Saved ``{count: 1, seen: [a]}``; told ``b``, a slow poison message, ``c``, ``d``; then
+    passivated while the poison runs. The restart from the last save discards ``b`` and the
+    poison's change, handles ``c`` and ``d``, and that instance's state is what is saved."""
+    Gate.entered, Gate.opened = anyio.Event(), anyio.Event()
+    async with hosting(store_url, tmp_path, Fragile) as (entities, _, store):
+        ref = entities.ref(Fragile, "f")
+        assert await ref.ask(("save", "a")) == 1
+        for message in ("b", Gate(), "c", "d"):
+            ref.tell(message)
+        await Gate.entered.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(entities.passivate, ref)
+            await eventually(lambda: not entities.is_active(Fragile, "f"))
+            Gate.opened.set()
+        stored = (await store.load("Fragile", ["f"]))["f"]
+        assert msgspec.json.decode(stored.state) == {"count": 3, "seen": ["a", "c", "d"]}
+        assert await ref.ask("get-back", timeout=10) == 4  # activated again from that save
+
+
+class Counted(Entity[dict[str, int]]):
+    """Counts its live instances (across keys) and the messages handled."""
+
+    alive = 0
+    peak = 0
+    handled = 0
+
+    async def on_start(self) -> None:
+        Counted.alive += 1
+        Counted.peak = max(Counted.peak, Counted.alive)
+        await super().on_start()
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        Counted.alive -= 1
+
+    async def receive(self, message: Any) -> Any:
+        Counted.handled += 1
+        self.state["n"] = self.state.get("n", 0) + 1
+        return self.state["n"]
+
+
+async def test_the_cap_holds_under_a_burst_activations_waiting_for_room(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """1,000 keys touched at once with ``max_active=100``: never more than 100 entities
+    have a live actor, and every message is handled."""
+    Counted.alive = Counted.peak = Counted.handled = 0
+    async with hosting(store_url, tmp_path, Counted, max_active=100) as (entities, _, _):
+        for number in range(1000):
+            entities.ref(Counted, f"k{number}").tell("touch")
+        await eventually(lambda: Counted.handled == 1000, timeout=60)
+        assert Counted.peak <= 100, Counted.peak
+        assert entities.active <= 100
+        assert Counted.peak == 100  # the room was used, not wasted
+    saved_states = await _count_saved(store_url, tmp_path, "Counted", [f"k{n}" for n in range(1000)])
+    assert saved_states == 1000
+
+
+async def _count_saved(store_url: str | None, tmp_path: Path, kind: str, keys: list[str]) -> int:
+    async with await make_store(store_url, tmp_path / "data") as store:
+        reader = store.entity_store()
+        try:
+            return len(await reader.load(kind, keys))
+        finally:
+            await reader.aclose()

@@ -230,6 +230,7 @@ PUBLIC: dict[str, list[str]] = {
         "EntitiesClosed",
         "Entity",
         "EntityAskTimeout",
+        "EntityMailboxFull",
         "EntityRef",
         "RemoteEntityError",
     ],

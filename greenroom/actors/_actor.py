@@ -144,6 +144,14 @@ class ActorContext(metaclass=NoPublicConstructor):
         return [child.ref for child in children] if children else []
 
     @property
+    def failure(self) -> BaseException | None:
+        """In ``on_stop``: the error this instance is stopped for — a failure that restarts
+        it (the next instance starts clean) or stops it for good — or ``None`` for a
+        requested stop. An instance whose changes should not outlive a failure (an entity
+        saving its state) checks it."""
+        return self._cell.failure
+
+    @property
     def queued(self) -> int:
         """How many messages (and kernel signals) wait in this actor's mailbox now.
 

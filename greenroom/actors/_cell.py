@@ -102,6 +102,7 @@ class ActorCell:
         "dead_letter_count",
         "death_waiters",
         "factory",
+        "failure",
         "interrupted",
         "interruption",
         "limit",
@@ -162,6 +163,8 @@ class ActorCell:
         self.death_waiters: list[Any] | None = None
         self.reason: BaseException | None = None
         self.backoff_wakeup: Any = None
+        self.failure: BaseException | None = None
+        """While a failure restarts or stops the actor: that error (``on_stop`` reads it)."""
 
     # -- creating instances -------------------------------------------------------------
 
@@ -621,6 +624,7 @@ class ActorCell:
         """Apply the parent's strategy to ``error``; a failed restart counts as another failure."""
         what = f"a {type(message).__name__} message" if message is not None else "a signal"
         while True:
+            self.failure = error
             delay: float | None = 0.0
             strategy = self._strategy()
             try:
@@ -645,6 +649,7 @@ class ActorCell:
                 self.name, what, directive.value, _said(error), exc_info=_traceback(error),
             )  # fmt: skip
             if directive is Directive.RESUME:
+                self.failure = None
                 return
             if directive is Directive.STOP:
                 await self.terminate(error)
@@ -685,6 +690,7 @@ class ActorCell:
         await self.stop_children()
         old = self.actor
         await self._run_on_stop()
+        self.failure = None  # the new instance starts clean
         if old is not None:
             old._greenroom_cell = None
         self.actor = None

@@ -10,7 +10,7 @@ what happens to messages sent meanwhile.
 from ._entity import Entity
 from ._host import ActivationFailed, Entities, EntitiesClosed
 from ._placement import RemoteEntityError
-from ._ref import EntityAskTimeout, EntityRef
+from ._ref import EntityAskTimeout, EntityMailboxFull, EntityRef
 
 __all__ = [
     "ActivationFailed",
@@ -18,6 +18,7 @@ __all__ = [
     "EntitiesClosed",
     "Entity",
     "EntityAskTimeout",
+    "EntityMailboxFull",
     "EntityRef",
     "RemoteEntityError",
 ]

@@ -14,8 +14,15 @@ are handled first (a passivation is an actor's draining ``stop``); those sent on
 began wait in the host and go to the next activation, in the order sent — none is lost.
 A ``receive`` that raises answers its asker with the error, and the actor restarts as
 any actor does: a fresh instance reloads the state last *saved* (changes since then are
-gone), and the next message is handled by it. :meth:`Entity.save` makes the state
-durable at a point the entity chooses, in one write with other entities' saves.
+gone), and the next message is handled by it — also during a passivation: the failed
+instance's state is never saved, and the one that finishes the passivation saves its own.
+:meth:`Entity.save` makes the state durable at a point the entity chooses, in one write
+with other entities' saves.
+
+Messages waiting for one activation are bounded by ``mailbox_size`` (as its actor's
+mailbox is, default 10,000): past it ``tell`` raises
+:class:`~greenroom.actors.MailboxFull` to the sender and ``await ref.send(...)`` waits for
+room. Nothing already accepted is dropped, and the host goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import msgspec
 
 from .._errors import InvalidInput
-from ..actors import Actor
+from ..actors import DEFAULT_MAILBOX_SIZE, Actor
 from ..store import check_kind
 
 if TYPE_CHECKING:
@@ -51,6 +58,9 @@ class Entity(Actor, Generic[S]):
     message_type: ClassVar[Any] = Any
     """What a message that came from another node through the store decodes as (msgspec
     types; the default: JSON's values)."""
+    mailbox_size: ClassVar[int | None] = DEFAULT_MAILBOX_SIZE
+    """Messages one entity may have waiting: in its actor's mailbox, and in the host while
+    it is being activated (``None``: no bound)."""
 
     key: str
     """Which entity of its kind this is."""
@@ -62,6 +72,13 @@ class Entity(Actor, Generic[S]):
         if "kind" not in cls.__dict__ or not cls.__dict__["kind"]:
             cls.kind = cls.__name__
         check_kind(cls.kind)
+        size = cls.mailbox_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise InvalidInput(
+                f"{cls.__name__}.mailbox_size must be a number of messages >= 1 or None, got {size!r}",
+                field="mailbox_size",
+                value=size,
+            )
         idle = cls.idle_after
         if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < math.inf:
             raise InvalidInput(
@@ -73,7 +90,6 @@ class Entity(Actor, Generic[S]):
     def __init__(self) -> None:
         super().__init__()
         self._slot: _Slot | None = None
-        self._passivating = False
 
     def initial_state(self) -> S:
         """The state of a key never saved (default: ``state_type()``)."""
@@ -106,7 +122,9 @@ class Entity(Actor, Generic[S]):
 
     async def on_stop(self) -> None:
         slot = self._slot
-        if slot is not None and self._passivating:
+        # only the instance that ends a passivation saves: one stopped by its failure (to be
+        # restarted, or for good) leaves the last save standing, as a restart promises
+        if slot is not None and slot.passivating and self.context.failure is None:
             try:
                 await self.on_passivate()
             except Exception:  # its state is saved all the same (as it is now)

@@ -12,12 +12,20 @@ here (its state is in the store). ``entities.ref(Counter, "u-1")`` is valid fore
   at once: the waiting is in the host, not on the store). A state that cannot be
   decoded fails that entity's activation — its asks raise :class:`ActivationFailed`, its
   tells are dropped with a warning — and nothing else; its next message tries again.
+- **Bounded waiting.** The messages told to one entity while it is not active are bounded
+  by its class's ``mailbox_size`` (its actor's mailbox bound): past it ``tell`` raises
+  :class:`EntityMailboxFull` (a ``MailboxFull``) to the sender and ``send`` waits for
+  room; nothing accepted is dropped and the host goes on.
 - **Passivation.** Every ``idle_after / 4`` seconds the janitor passivates the entities
-  with no message since ``idle_after`` (per class); past ``max_active`` the least
-  recently used idle ones go at once. Passivating: the key leaves the table (new
-  messages wait in the host), the actor is stopped (it handles what it had accepted,
+  with no message since ``idle_after`` (per class). Passivating: the key leaves the table
+  (new messages wait in the host), the actor is stopped (it handles what it had accepted,
   then :meth:`Entity.on_passivate`), its state is saved — one write per batch — and if
   messages came meanwhile it is activated again from the state just saved.
+- **The cap.** ``max_active`` holds: entities with a live actor (active, or passivating and
+  not stopped yet) never number more. An activation waits for room; the room is made by
+  passivating the least recently used entities, idle ones first (a busy one is drained:
+  it handles what it accepted, then stops). An entity that asks a not-active entity inside
+  ``receive`` while every other one is busy waits for its ask's timeout.
 - **Saves.** :meth:`Entity.save` and passivations go through one saver: what gathered
   while a write ran is the next write (one transaction per kind).
 - **Closing** (leaving the ``async with``) passivates every active entity (reason
@@ -84,6 +92,7 @@ class _Slot:
         "key",
         "leaving",
         "live",
+        "passivating",
         "ref",
         "reload",
         "seen",
@@ -110,13 +119,14 @@ class _Slot:
         """In the table with its actor: messages go straight to it (refs cache the slot)."""
         self.epoch = -1
         """The host's activation count when a message last moved it to the recent end."""
+        self.passivating = False
+        """Its actor is being stopped for a passivation: the instance that ends it saves."""
 
     def __call__(self) -> Entity[Any]:
         """The actor's factory (a slot is one: no closure per entity): the first instance
         gets the state loaded here; a restart's reloads the last save in ``on_start``."""
         entity = self.cls()
         entity._slot = self
-        entity._passivating = False
         entity.key = self.key
         if self.entity is None:
             state, self.initial = self.initial, None
@@ -227,6 +237,10 @@ class Entities:
         self._queued = anyio.Event()
         self._saves: list[_Save] = []
         self._saves_waiting = anyio.Event()
+        self._stopping: set[_Slot] = set()
+        """Slots out of the table whose actor has not stopped yet (they count for the cap)."""
+        self._room = anyio.Event()
+        """Set when an actor stopped (room under the cap may have been made)."""
         self._subscribers: list[ActorRef] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -236,10 +250,15 @@ class Entities:
     # -- addressing -------------------------------------------------------------------------
 
     def ref(self, cls: type[E], key: str) -> EntityRef:
-        """The entity of class ``cls`` and ``key``: valid whether or not it is active."""
-        kind = cls.kind
-        if self.classes.get(kind) is not cls:
-            raise InvalidInput(f"this host serves no entity class {cls.__name__!r}", field="cls")
+        """The entity of class ``cls`` and ``key``: valid whether or not it is active.
+        ``InvalidInput`` naming ``cls`` for a class this host does not serve (or what is
+        not a class), naming ``key`` for a bad key."""
+        kind = getattr(cls, "kind", None) if isinstance(cls, type) and issubclass(cls, Entity) else None
+        if not isinstance(kind, str) or self.classes.get(kind) is not cls:
+            served = ", ".join(sorted(c.__name__ for c in self.classes.values())) or "none"
+            raise InvalidInput(
+                f"this host serves no entity class {cls!r} (it serves: {served})", field="cls", value=cls
+            )
         return EntityRef._create(self, kind, check_key(key))
 
     def subscribe(self, ref: ActorRef) -> None:
@@ -273,6 +292,7 @@ class Entities:
         slot.live = False
         if self._active.get(ident) is slot:
             del self._active[ident]
+            self._room.set()
             logger.warning("entities: %s/%r stopped after failing; its last saved state stands", *ident)
 
     async def _ref_for(self, ident: Id) -> ActorRef | None:
@@ -308,6 +328,17 @@ class Entities:
             return False
         placement.send(ident, message)
         return True
+
+    def _hold(self, ident: Id, message: Any) -> _Waiting | None:
+        """Keep a told message for ``ident``'s activation, in order; ``EntitiesClosed``
+        once closed. ``None`` when it was kept, else the full waiting line (its
+        ``done``: room, or the activation's failure)."""
+        waiting = self._wait(ident)
+        size = self.classes[ident[0]].mailbox_size if ident[0] in self.classes else None
+        if size is not None and len(waiting.told) >= size:
+            return waiting
+        waiting.told.append(message)
+        return None
 
     def _wake(self, ident: Id) -> None:
         """Activate ``ident`` with no message (its mail, found unheld, is then ours)."""
@@ -378,6 +409,10 @@ class Entities:
                 await self._queued.wait()
             # paced: a tenth of a second's worth at a time, then the rest of that tenth
             most = self.batch if self.rate is None else max(1, min(self.batch, int(self.rate / 10)))
+            if self.max_active is not None:  # no more than the cap leaves room for
+                most = await self._make_room(min(most, len(self._queue)))
+                if not self._queue:  # what waited was handled meanwhile (failed, closed)
+                    continue
             taken: dict[str, list[str]] = {}
             count = 0
             while self._queue and count < most:
@@ -386,8 +421,12 @@ class Entities:
                 count += 1
             began = anyio.current_time()
             for kind, keys in taken.items():
-                await self._activate(kind, keys)
-            self._over_cap()
+                try:
+                    await self._activate(kind, keys)
+                except Exception as error:  # a bug's, not a message's: these fail, the host goes on
+                    logger.exception("entities: activating %d %s failed", len(keys), kind)
+                    for key in keys:
+                        self._fail_waiting((kind, key), ActivationFailed(kind, key, repr(error)))
             if self.rate is not None:
                 await anyio.sleep(max(0.0, count / self.rate - (anyio.current_time() - began)))
 
@@ -448,7 +487,7 @@ class Entities:
         slot.seen = anyio.current_time()
         slot.initial = state
         try:
-            ref = await self.system.spawn(slot)
+            ref = await self.system.spawn(slot, mailbox_size=cls.mailbox_size)
         except Exception as error:  # on_activate (or the class's __init__) raised
             self._fail_waiting(ident, ActivationFailed(cls.kind, key, f"{type(error).__name__}: {error}"))
             return
@@ -459,7 +498,7 @@ class Entities:
         self._active[ident] = slot
         del self._waiting[ident]
         for message in waiting.told:  # in the order sent, before anything sent from now on
-            ref.tell(message)
+            ref.tell(message)  # a fresh mailbox: what waited (at most its bound) fits
         waiting.ref = ref
         waiting.done.set()
         self.activations += 1
@@ -516,21 +555,32 @@ class Entities:
         if idle:
             await self._passivate(idle, "idle")
 
-    def _over_cap(self) -> None:
+    async def _make_room(self, wanted: int) -> int:
+        """Room under ``max_active`` for up to ``wanted`` activations (at least one), made
+        by passivating the least recently used entities — idle ones first, a busy one only
+        when none is idle — and waiting for their actors to stop."""
         limit = self.max_active
-        if limit is None or len(self._active) <= limit:
-            return
-        excess = len(self._active) - limit
-        chosen: list[_Slot] = []
-        for slot in self._active.values():  # least recently used first
-            if len(chosen) >= excess:
-                break
-            if slot.ref is not None and slot.ref.idle:
-                chosen.append(slot)
-        if chosen and self._task_group is not None:
-            for slot in chosen:  # out of the table now: the cap holds at once
-                self._leave(slot)
-            self._task_group.start_soon(self._passivate, chosen, "cap", False)
+        assert limit is not None
+        while True:
+            room = limit - len(self._active) - len(self._stopping)
+            if room >= wanted:
+                return wanted
+            chosen: list[_Slot] = []
+            for slot in self._active.values():  # least recently used first
+                if len(chosen) >= wanted - room:
+                    break
+                if slot.ref is None or slot.ref.idle:
+                    chosen.append(slot)
+            if not chosen and room <= 0 and not self._stopping and self._active:
+                chosen.append(next(iter(self._active.values())))  # all busy: drain the oldest
+            if chosen and self._task_group is not None:
+                for slot in chosen:  # out of the table now: their messages wait in the host
+                    self._leave(slot)
+                self._task_group.start_soon(self._passivate, chosen, "cap", False)
+            if room > 0:
+                return room
+            self._room = anyio.Event()
+            await self._room.wait()
 
     def _leave(self, slot: _Slot) -> bool:
         """Take ``slot`` out of the table (its messages wait in the host from now on);
@@ -540,6 +590,7 @@ class Entities:
         if self._active.get(ident) is not slot:
             return False
         del self._active[ident]
+        self._stopping.add(slot)
         waiting = self._waiting.get(ident)
         if waiting is None:
             waiting = self._waiting[ident] = _Waiting(passivating=True)
@@ -551,6 +602,9 @@ class Entities:
         """Its actor has stopped: from now on a message activates it again at once, from
         the state its passivation encoded (its save may still be on its way: saves of one
         key are written in the order made) — and if messages came meanwhile, now."""
+        if slot in self._stopping:  # its actor is gone: room under the cap
+            self._stopping.discard(slot)
+            self._room.set()
         waiting = slot.leaving
         ident = (slot.cls.kind, slot.key)
         if waiting is None or self._waiting.get(ident) is not waiting:
@@ -573,8 +627,7 @@ class Entities:
             slots = [slot for slot in slots if self._leave(slot)]
 
         async def stop(slot: _Slot) -> None:
-            if slot.entity is not None:
-                slot.entity._passivating = True
+            slot.passivating = True  # whichever instance ends the stop saves (a restarted one too)
             if slot.ref is not None:
                 await slot.ref.stop()
             self._stopped(slot)

@@ -2,7 +2,10 @@
 
 ``tell`` never waits: to an active entity it goes straight into its actor's mailbox; to
 one that is not, it waits in the host for the activation and is handed over in the order
-sent. ``ask`` waits for the activation if needed, then asks the entity's actor. Messages
+sent — at most the class's ``mailbox_size`` of them, then ``MailboxFull``
+(:class:`~greenroom.entities.EntityMailboxFull` while it is not active). ``send`` is the
+same, waiting for room instead. ``ask`` waits for the activation if needed, then asks the
+entity's actor. Messages
 sent before a passivation began are handled by the passivating actor; those sent after
 it go to the next activation. Nothing is lost, unless the host closes first (then
 :class:`~greenroom.entities.EntitiesClosed`) or the activation fails
@@ -17,13 +20,28 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
-from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped, AskTimeout
+from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped, AskTimeout, MailboxFull
 
 if TYPE_CHECKING:
     from ._host import Entities, _Slot
+
+
+class EntityMailboxFull(MailboxFull):
+    """``tell`` found as many messages waiting for an entity's activation as its class's
+    ``mailbox_size``; this one was not accepted (``await ref.send(message)`` waits for
+    room instead). ``kind``, ``key``, ``size``."""
+
+    def __init__(self, kind: str, key: str, size: int) -> None:  # no actor yet: the entity is named
+        GreenroomError.__init__(
+            self, f"entity {kind}/{key!r} has {size} messages waiting for its activation (its mailbox_size)"
+        )
+        self.kind = kind
+        self.key = key
+        self.size = size
 
 
 class EntityAskTimeout(AskTimeout):
@@ -62,7 +80,8 @@ class EntityRef(metaclass=NoPublicConstructor):
 
     def tell(self, message: Any) -> None:
         """Send ``message`` without waiting (see the module doc for where it waits).
-        ``EntitiesClosed`` once the host is closed."""
+        ``EntitiesClosed`` once the host is closed; ``MailboxFull`` when as many messages
+        as its class's ``mailbox_size`` wait already (this one was not accepted)."""
         host = self._host
         slot = self._slot
         if slot is None or not slot.live:
@@ -78,8 +97,40 @@ class EntityRef(metaclass=NoPublicConstructor):
             except ActorStopped:  # it failed for good (its strategy stopped it): back from its last save
                 host._died(slot)
                 self._slot = None
-        if not host._tell_elsewhere(self._id, message):
-            host._wait(self._id).told.append(message)
+        if not host._tell_elsewhere(self._id, message) and host._hold(self._id, message) is not None:
+            size = host.classes[self.kind].mailbox_size
+            raise EntityMailboxFull(self.kind, self.key, size or 0)
+
+    async def send(self, message: Any) -> None:
+        """Send ``message`` as ``tell`` does, waiting for room where as many messages as
+        its class's ``mailbox_size`` wait already (in its mailbox, or for its activation).
+        Always a checkpoint. Cancelled while waiting: nothing was sent. Raises
+        ``EntitiesClosed`` once the host is closed, and ``ActivationFailed`` when the
+        activation it waited for failed (the message was not accepted)."""
+        await checkpoint()
+        host = self._host
+        while True:
+            slot = self._slot
+            if slot is None or not slot.live:
+                slot = self._slot = host._active.get(self._id)
+            if slot is not None and slot.live and slot.ref is not None:
+                slot.used = True
+                try:
+                    await slot.ref.send(message)
+                    return
+                except ActorStopped:  # passivated or failed meanwhile: where it is now
+                    if not slot.ref.is_alive:
+                        host._died(slot)
+                    self._slot = None
+                    continue
+            if host._tell_elsewhere(self._id, message):
+                return
+            full = host._hold(self._id, message)
+            if full is None:
+                return
+            await full.done.wait()  # its activation handed the waiting ones over (or failed)
+            if full.error is not None:
+                raise full.error
 
     def ask(self, message: Any, timeout: float | None = DEFAULT_ASK_TIMEOUT) -> Coroutine[Any, Any, Any]:
         """Send ``message`` and wait for what the entity's ``receive`` returns, activating

@@ -645,3 +645,117 @@ async def test_the_task_view_draws_attempts_steps_and_neighbours_each_clickable(
             "const node = document.querySelector('#task-graph a[data-task=\"mid\"]');"
             "return node && node.dataset.status === 'COMPLETED'"
         )
+
+
+# -- what outside checks found (issue 48, points 8-10) --------------------------------------
+
+
+async def test_a_focused_row_keeps_the_focus_and_a_selection_across_refreshes(tmp_path: Path) -> None:
+    """Tab to a task row; the list refreshes (another task changed): the row still has the
+    keyboard focus, Enter opens it, and text selected in the table stays selected."""
+    from selenium.webdriver.common.keys import Keys
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit(
+            [AgentTask(id=i, type="nobody", input={"n": i}) for i in ("first", "second", "third")]
+        )
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        row = "document.querySelector('#tasks tr[data-task=\"second\"]')"
+        await browser.until(f"return {row} !== null")
+        await browser.js(  # the keyboard reaches the row; a person selects the type of the first row
+            f"{row}.focus();"
+            "const cell = document.querySelector('#tasks tr[data-task=\"first\"] td:nth-child(2)');"
+            "const range = document.createRange(); range.selectNodeContents(cell);"
+            "getSelection().removeAllRanges(); getSelection().addRange(range);"
+        )
+        assert await browser.js(f"return document.activeElement === {row}")
+        await ops.cancel("third")  # the next refresh redraws the list: its state cell changes
+        await browser.until(
+            "const c = document.querySelector('#tasks tr[data-task=\"third\"] td[data-status]');"
+            "return c && c.textContent === 'CANCELLED'"
+        )
+        await browser.until(
+            "return document.querySelector('.count[data-status=CANCELLED] .n').textContent === '1'"
+        )
+        assert await browser.js(f"return document.activeElement === {row}"), await browser.js(
+            "return document.activeElement.tagName"
+        )
+        assert await browser.js("return getSelection().toString()") == "nobody"
+        await browser.call(lambda: browser.driver.switch_to.active_element.send_keys(Keys.ENTER))
+        await browser.until("return document.getElementById('task-id').textContent === 'second'")
+
+
+async def test_retry_is_offered_only_where_the_daemon_allows_it_saying_why_not(tmp_path: Path) -> None:
+    """A DEPENDENCY_FAILED task whose cause was cancelled: its Retry is shown disabled, with
+    the daemon's reason beside it; one whose cause failed: Retry is offered and works."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([
+            AgentTask(id="gone", type="nobody"),
+            AgentTask(id="after-gone", type="nobody", depends_on=["gone"]),
+            AgentTask(id="f", type="nobody", max_attempts=1),
+            AgentTask(id="after-f", type="nobody", depends_on=["f"]),
+        ])  # fmt: skip
+        await ops.cancel("gone")
+        await daemon.host.supervisor.ask(Claim("a", "nobody"))
+        await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.until(COUNT, "DEPENDENCY_FAILED", 2)
+        await browser.js(FIND, "after-gone")
+        shown = await browser.until(
+            "const b = document.getElementById('task-retry');"
+            "const why = document.getElementById('task-retry-why');"
+            "return document.getElementById('task-id').textContent === 'after-gone' && !why.hidden &&"
+            " [b.hidden, b.disabled, why.textContent]"
+        )
+        assert shown[:2] == [False, True] and "its dependency 'gone' is CANCELLED" in shown[2], shown
+        assert await browser.shown("task-cancel") is False  # final: not offered
+        await browser.js("window.confirm = () => true; document.getElementById('task-retry').click()")
+        assert (await ops.get_task("after-gone")).status is TaskStatus.DEPENDENCY_FAILED  # nothing was sent
+        assert not await browser.shown("notice")
+        await browser.js(FIND, "after-f")
+        await browser.until(
+            "const b = document.getElementById('task-retry');"
+            "return document.getElementById('task-id').textContent === 'after-f' && !b.hidden && !b.disabled"
+        )
+        assert not await browser.shown("task-retry-why")
+        await browser.js("window.confirm = () => true; document.getElementById('task-retry').click()")
+        await browser.until(COUNT, "DEPENDENCY_FAILED", 1)
+        assert (await ops.get_task("f")).status is TaskStatus.PENDING
+
+
+async def test_a_task_opened_after_another_never_shows_the_earlier_ones_details(tmp_path: Path) -> None:
+    """Every change of the page is watched: at no moment does the heading name one task
+    while the events or neighbours of the one shown before are drawn under it."""
+    async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
+        await ops.submit([
+            AgentTask(id="base", type="nobody"), AgentTask(id="alpha", type="nobody", depends_on=["base"]),
+            AgentTask(id="beta", type="nobody"),
+        ])  # fmt: skip
+        await browser.open(daemon.url + "/")
+        await browser.log_in(daemon.tokens["ops"])
+        await browser.js(FIND, "alpha")
+        await browser.until(
+            "return document.querySelectorAll('#task-events li[data-task=\"alpha\"]').length > 0 &&"
+            " document.querySelectorAll('#task-upstream a[data-task=\"base\"]').length === 1"
+        )
+        await browser.js(  # from now on, every state of the view is checked
+            "window.stale = []; const view = document.getElementById('task-section');"
+            "new MutationObserver(() => {"
+            "  const head = document.getElementById('task-id').textContent;"
+            "  const tasks = (css) => [...document.querySelectorAll(css)].map((node) => node.dataset.task);"
+            "  const events = tasks('#task-events li'), upstream = tasks('#task-upstream a');"
+            "  if (head === 'beta' && (events.some((t) => t !== 'beta') || upstream.length))"
+            "    window.stale.push([head, events, upstream]);"
+            "}).observe(view, {subtree: true, childList: true, characterData: true});"
+        )
+        await browser.js(FIND, "beta")
+        await browser.until(
+            "return document.getElementById('task-id').textContent === 'beta' &&"
+            " document.querySelectorAll('#task-events li[data-task=\"beta\"]').length > 0"
+        )
+        await browser.until("return !document.getElementById('no-upstream').hidden")
+        assert await browser.js("return window.stale") == []

@@ -884,3 +884,46 @@ async def test_a_failed_task_is_retried_through_the_api_as_the_tokens_user(tmp_p
         with pytest.raises(ServiceError) as missing:
             await ops.retry("nope")
         assert missing.value.status == 404
+
+
+async def test_a_task_says_which_actions_it_allows_now_by_the_stores_rule(tmp_path: Path) -> None:
+    """Issue 48, point 9: ``GET /v1/tasks/{id}`` carries ``actions`` — retry, cancel,
+    approve, deny, each allowed or not and why — by the rule the store applies: a
+    DEPENDENCY_FAILED task whose cause was cancelled may not be retried (its retry is a 409
+    saying the same), one whose cause failed may."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    async with running(tmp_path) as daemon, daemon.client("ops") as ops:
+        await ops.submit([
+            AgentTask(id="gone", type="nobody"),
+            AgentTask(id="after-gone", type="nobody", depends_on=["gone"]),
+            AgentTask(id="f", type="nobody", max_attempts=1),
+            AgentTask(id="after-f", type="nobody", depends_on=["f"]),
+        ])  # fmt: skip
+        await ops.cancel("gone")
+        await daemon.host.supervisor.ask(Claim("a", "nobody"))
+        await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+        async with daemon.http("ops") as http:
+
+            async def actions(task_id: str) -> dict[str, Any]:
+                answer = await http.get(f"/v1/tasks/{task_id}")
+                assert answer.status_code == 200
+                return dict(answer.json()["actions"])
+
+            blocked = await actions("after-gone")
+            assert blocked["retry"]["allowed"] is False
+            assert "its dependency 'gone' is CANCELLED" in blocked["retry"]["why"]
+            refused = await http.post("/v1/tasks/after-gone/retry")
+            assert (
+                refused.status_code == 409 and refused.json()["error"]["message"] == blocked["retry"]["why"]
+            )
+            assert blocked["cancel"] == {
+                "allowed": False,
+                "why": "cannot cancel task 'after-gone': it is DEPENDENCY_FAILED",
+            }
+            assert (await actions("after-f"))["retry"] == {"allowed": True, "why": None}
+            failed = await actions("f")
+            assert failed["retry"]["allowed"] is True and failed["cancel"]["allowed"] is False
+            assert failed["approve"] == {"allowed": False, "why": "cannot approve task 'f': it is FAILED"}
+            assert (await http.get("/v1/tasks/after-f")).json()["status"] == "DEPENDENCY_FAILED"  # unchanged
+        assert (await ops.get_task("after-f")).status is TaskStatus.DEPENDENCY_FAILED

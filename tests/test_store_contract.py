@@ -719,6 +719,28 @@ async def test_a_dependency_failed_task_is_retried_through_the_failed_task_it_fa
         assert (await sup.ask(GetTask("mid"))).status is TaskStatus.PENDING
 
 
+async def test_a_dry_run_retry_says_what_a_retry_would_meet_and_changes_nothing(backend: Store) -> None:
+    """``Retry(dry_run=True)``: the refusal a retry would meet (a cause upstream CANCELLED),
+    or the task as it is — never a change or an event (what the API's ``actions`` use)."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("gone"), task("after-gone", depends_on=["gone"]), task("f", max_attempts=1),
+                              task("after-f", depends_on=["f"])]))  # fmt: skip
+        await sup.ask(Cancel("gone"))
+        with pytest.raises(InvalidTransition, match=r"its dependency 'gone' is CANCELLED"):
+            await sup.ask(Retry("after-gone", by="page", dry_run=True))
+        await sup.ask(Claim("w", "w"))
+        await sup.ask(Fail("f", "w", AgentError(reason="no")))
+        for task_id in ("f", "after-f"):
+            unchanged = await sup.ask(Retry(task_id, by="page", dry_run=True))
+            assert unchanged == await sup.ask(GetTask(task_id))
+        f, after = await sup.ask(GetTask("f")), await sup.ask(GetTask("after-f"))
+        assert (f.status, f.retries, after.status) == (TaskStatus.FAILED, [], TaskStatus.DEPENDENCY_FAILED)
+        with pytest.raises(InvalidTransition, match="it is FAILED"):
+            await sup.ask(Cancel("f"))
+    assert [e for e in await stored_events(backend) if e.type == "TASK_RETRIED"] == []
+
+
 async def test_a_tasks_dependents_are_the_live_tasks_that_depend_on_it_in_submission_order(
     backend: Store,
 ) -> None:

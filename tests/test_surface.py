@@ -140,6 +140,7 @@ PUBLIC: dict[str, list[str]] = {
         "convert",
     ],
     "store": [
+        "ACTIONS",
         "Answer",
         "BudgetStore",
         "ChatStore",
@@ -201,6 +202,7 @@ PUBLIC: dict[str, list[str]] = {
         "parked",
         "pending_from_row",
         "poison_reason",
+        "refusal",
         "requeued_after_death",
         "result_event",
         "result_payload",

@@ -60,6 +60,7 @@ from ..store import (
     listed,
     parked,
     poison_reason,
+    refusal,
     requeued_after_death,
     retried,
     revived,
@@ -466,8 +467,8 @@ class TaskGraph:
         """A person's decision on the call a WAITING task waits on: PENDING again, runnable."""
         task_id, approved = decision.task_id, decision.approved
         task = self.get(task_id)
-        if task.status is not TaskStatus.WAITING:
-            raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
+        if (refused := refusal(task, "approve" if approved else "deny")) is not None:
+            raise refused
         task = decided(task, decision, now)
         self._leases.pop(task_id, None)
         task = self._put(task, TASK_APPROVED if approved else TASK_DENIED)
@@ -481,13 +482,12 @@ class TaskGraph:
         changing nothing, for any other status, or when a cause upstream was CANCELLED or is
         archived."""
         task = self.get(retry.task_id)
-        if task.status is FAILED:
-            roots = [task]
-        elif task.status is DEPENDENCY_FAILED:
-            roots = self._failed_roots(task)
-        else:
-            raise InvalidTransition(task.id, task.status.value, "retry")
+        if (refused := refusal(task, "retry")) is not None:
+            raise refused
+        roots = [task] if task.status is FAILED else self._failed_roots(task)
         again = [retried(root, retry, now) for root in roots]  # every check before any change
+        if retry.dry_run:
+            return task
         for root in again:
             if root.id in self._finished:
                 self._finished.remove(root.id)
@@ -545,8 +545,8 @@ class TaskGraph:
 
     def cancel(self, task_id: str, reason: str, now: float) -> AgentTask:
         task = self.get(task_id)
-        if task.status.final:
-            raise InvalidTransition(task_id, task.status.value, "cancel")
+        if (refused := refusal(task, "cancel")) is not None:
+            raise refused
         self._stopped_running(task_id)
         self._unmet.pop(task_id, None)
         task = self._put(

@@ -106,11 +106,13 @@ class Retry(msgspec.Struct, Request[AgentTask], frozen=True):
     it PENDING again (waiting for it). A DEPENDENCY_FAILED task is retried through the
     FAILED tasks upstream that it failed because of (refused, changing nothing, when one of
     them was CANCELLED or is archived). Any other status is refused
-    (``InvalidTransition``). Replies with the task."""
+    (``InvalidTransition``). Replies with the task. ``dry_run``: only the checks — the
+    refusal a retry would meet, or the task as it is; nothing changes."""
 
     task_id: str
     by: str
     reason: str = ""
+    dry_run: bool = False
 
 
 class Dependents(msgspec.Struct, Request[list[str]], frozen=True):

@@ -67,6 +67,7 @@ from ..store import (
     lease_expired,
     parked,
     poison_reason,
+    refusal,
     requeued_after_death,
     result_payload,
     retried,
@@ -732,8 +733,8 @@ class PostgresGraph:
         locked first: of two decisions at once, on any daemons, the second is refused)."""
         task_id, approved = decision.task_id, decision.approved
         task = self._locked(connection, task_id, "approve" if approved else "deny")
-        if task.status is not TaskStatus.WAITING:
-            raise InvalidTransition(task_id, task.status.value, "approve" if approved else "deny")
+        if (refused := refusal(task, "approve" if approved else "deny")) is not None:
+            raise refused
         task = decided(task, decision, self.clock())
         self._write(connection, task)
         self._emit(connection, [self._transition_event(TASK_APPROVED if approved else TASK_DENIED, task)])
@@ -747,16 +748,18 @@ class PostgresGraph:
         counted anew — in one transaction, the rows locked first (of two retries at once, on
         any daemons, the second finds the task PENDING and is refused)."""
         task = self._locked(connection, retry.task_id, "retry")
+        if (refused := refusal(task, "retry")) is not None:
+            raise refused
         if task.status is TaskStatus.FAILED:
             roots = [task]
-        elif task.status is TaskStatus.DEPENDENCY_FAILED:
+        else:
             roots = [self._locked(connection, root, "retry") for root in self._failed_roots(connection, task)]
             if any(root.status is not TaskStatus.FAILED for root in roots):  # changed before the lock
                 raise InvalidTransition(task.id, task.status.value, "retry")
-        else:
-            raise InvalidTransition(task.id, task.status.value, "retry")
         now = self.clock()
         again = [retried(root, retry, now) for root in roots]  # every check before any change
+        if retry.dry_run:
+            return task
         events: list[EventRow] = []
         ready: set[str] = set()
         for root in again:
@@ -835,8 +838,8 @@ class PostgresGraph:
 
     def cancel(self, connection: Any, task_id: str, reason: str) -> AgentTask:
         task = self._locked(connection, task_id, "cancel")
-        if task.status.final:
-            raise InvalidTransition(task_id, task.status.value, "cancel")
+        if (refused := refusal(task, "cancel")) is not None:
+            raise refused
         error = _printable(self.limits.clip(AgentError(reason=reason)))
         task = msgspec.structs.replace(
             task, status=TaskStatus.CANCELLED, lease_expires_at=None, error=error, updated_at=self.clock()

@@ -586,7 +586,27 @@ class _TaskEndpoints:
         return _json({"tasks": page, "next": page[-1].order if more else None})
 
     async def show_task(self, request: Request, principal: Principal | None) -> Response:
-        return _json(await self.supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None))
+        """The task, and ``actions``: what a person may do to it now (``retry``, ``cancel``,
+        ``approve``, ``deny``: each ``{"allowed", "why"}``), by the rule the store applies
+        when asked — a page offers only those, or says why not."""
+        task = await self.supervisor.ask(GetTask(request.path_params["task_id"]), timeout=None)
+        shown = msgspec.to_builtins(task)
+        shown["actions"] = await self._actions(task)
+        return _json(shown)
+
+    async def _actions(self, task: AgentTask) -> dict[str, dict[str, Any]]:
+        from ..store import ACTIONS, TaskGraphError, refusal
+
+        actions: dict[str, dict[str, Any]] = {}
+        for action in ACTIONS:
+            refused: TaskGraphError | None = refusal(task, action)
+            if refused is None and action == "retry" and task.status is TaskStatus.DEPENDENCY_FAILED:
+                try:  # its causes upstream decide: the store's own checks, nothing changed
+                    await self.supervisor.ask(Retry(task.id, "api", dry_run=True), timeout=None)
+                except TaskGraphError as error:
+                    refused = error
+            actions[action] = {"allowed": refused is None, "why": None if refused is None else str(refused)}
+        return actions
 
     async def task_dependents(self, request: Request, principal: Principal | None) -> Response:
         """The live tasks that depend on this one directly (the other way of ``depends_on``)."""

@@ -192,7 +192,14 @@ class ServiceClient:
             params["before" if newest_first else "after"] = page["next"]
 
     async def get_task(self, task_id: str) -> AgentTask:
-        return msgspec.convert(await self._call("GET", f"/v1/tasks/{_segment(task_id)}"), AgentTask)
+        return (await self.task_and_actions(task_id))[0]
+
+    async def task_and_actions(self, task_id: str) -> tuple[AgentTask, dict[str, dict[str, Any]]]:
+        """The task, and what a person may do to it now: ``{"retry": {"allowed": bool,
+        "why": str | None}, "cancel": ..., "approve": ..., "deny": ...}``."""
+        shown = await self._call("GET", f"/v1/tasks/{_segment(task_id)}")
+        actions = shown.pop("actions", {}) if isinstance(shown, dict) else {}
+        return msgspec.convert(shown, AgentTask), actions
 
     async def cancel(self, task_id: str, reason: str | None = None) -> AgentTask:
         body = msgspec.json.encode({"reason": reason} if reason else {})

@@ -69,6 +69,7 @@ from ._events import EventStore, Origin
 from ._load import LoadEntry, LoadRecordStore, check_entries, check_prefix, check_run
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
 from ._rules import (
+    ACTIONS,
     FAILED_STATES,
     bound_report,
     check_submission,
@@ -83,6 +84,7 @@ from ._rules import (
     listed,
     parked,
     poison_reason,
+    refusal,
     requeued_after_death,
     result_event,
     result_payload,
@@ -95,6 +97,7 @@ from ._store import Store, StoreSizes
 from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 
 __all__ = [
+    "ACTIONS",
     "FAILED_STATES",
     "FIXED_PART",
     "Answer",
@@ -156,6 +159,7 @@ __all__ = [
     "parked",
     "pending_from_row",
     "poison_reason",
+    "refusal",
     "requeued_after_death",
     "result_event",
     "result_payload",

@@ -30,7 +30,7 @@ from ..messages import (
     TaskStatus,
 )
 from ..messages._events import GraphEvent
-from ._errors import InvalidSubmission
+from ._errors import InvalidSubmission, InvalidTransition
 
 FINAL = frozenset(status for status in TaskStatus if status.final)
 """The statuses a task never leaves."""
@@ -296,6 +296,29 @@ def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
         task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: kept},
         lease_expires_at=None, updated_at=now,
     )  # fmt: skip
+
+
+# -- what a person may do to a task now -----------------------------------------------------
+
+ACTIONS = ("retry", "cancel", "approve", "deny")
+"""What a person may do to one task (``POST /v1/tasks/{id}/<action>``)."""
+
+
+def refusal(task: AgentTask, action: str) -> InvalidTransition | None:
+    """Whether ``task``'s status refuses ``action`` — the one rule the stores raise and
+    the API shows (``None``: allowed by its status): cancel a task not final, approve or
+    deny a WAITING one, retry a FAILED or DEPENDENCY_FAILED one (the latter also needs its
+    causes upstream retriable: the store's dry-run ``Retry`` says)."""
+    status = task.status
+    if action == "cancel":
+        allowed = not status.final
+    elif action in ("approve", "deny"):
+        allowed = status is TaskStatus.WAITING
+    elif action == "retry":
+        allowed = status in (TaskStatus.FAILED, TaskStatus.DEPENDENCY_FAILED)
+    else:
+        raise ValueError(f"no task action {action!r}; there are {', '.join(ACTIONS)}")
+    return None if allowed else InvalidTransition(task.id, status.value, action)
 
 
 # -- retries -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ let pageIndex = 1;        // which page that is (1: the first)
 let lastStatus = null;    // the last /v1/status document (its counts give the page count)
 let nextCursor = null;    // the next page's start, when there is one
 let shownTask = null;     // the task whose details are open (set at the click: a late answer about another is dropped)
+let headedTask = null;    // the task whose id the view's heading shows: only its details are ever drawn under it
 let drawnTask = null;     // "id@updated_at" of the task whose attempts, steps and neighbours are drawn
 let drawnAt = 0;          // when they were (Date.now()): redrawn every 5 s, for what changes around the task
 let bulkPreview = null;   // the bulk decision last previewed: what Apply sends
@@ -49,6 +50,60 @@ function row(cells) {
   return tr;
 }
 
+// -- redrawing only what changed ---------------------------------------------------------
+// The page refreshes every second. What a person is doing on it — the keyboard focus, the
+// scroll position, a text selection — lives in nodes, so a refresh keeps every node whose
+// thing is still shown and changes only the text that changed.
+
+function setText(node, text) {
+  const value = text === undefined || text === null ? "" : String(text);
+  if (node.textContent !== value) node.textContent = value;   // the same text: the node (and a selection in it) stays
+}
+
+function setAttr(node, name, value) {
+  if (value === null || value === undefined) { if (node.hasAttribute(name)) node.removeAttribute(name); }
+  else if (node.getAttribute(name) !== String(value)) node.setAttribute(name, String(value));
+}
+
+// One child of `parent` per item, in order, found by `keyOf(item)`: a child whose key is
+// still there is updated in place (`update`), a new one made (`make`, then `update`), one
+// whose key is gone removed. A child moves only when it is out of place, and the element
+// that had the focus gets it back if a move took it.
+function sync(parent, items, keyOf, make, update) {
+  const active = document.activeElement;
+  const focused = active && active !== document.body && parent.contains(active) ? active : null;
+  const old = new Map();
+  for (const child of [...parent.children]) old.set(child.dataset.syncKey, child);
+  let at = parent.firstElementChild;
+  for (const item of items) {
+    const key = String(keyOf(item));
+    let node = old.get(key);
+    if (node) old.delete(key);
+    else { node = make(item); node.dataset.syncKey = key; }
+    update(node, item);
+    if (node === at) at = at.nextElementSibling;
+    else parent.insertBefore(node, at);
+  }
+  for (const node of old.values()) node.remove();
+  if (focused && focused.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
+}
+
+// A table body's rows: each `{key, cells}`, a cell a text or `{text, title, attrs}`.
+function syncRows(body, rows) {
+  sync(body, rows, (r) => r.key, (r) => {
+    const tr = el("tr");
+    for (let i = 0; i < r.cells.length; i++) tr.append(el("td"));
+    return tr;
+  }, (tr, r) => r.cells.forEach((cell, i) => fillCell(tr.cells[i], cell)));
+}
+
+function fillCell(td, cell) {
+  const spec = cell !== null && typeof cell === "object" ? cell : { text: cell };
+  setText(td, spec.text);
+  setAttr(td, "title", spec.title);
+  for (const [name, value] of Object.entries(spec.attrs || {})) setAttr(td, name, value);
+}
+
 // Times: how long ago (what a person reads), the date and time on hover (what they check).
 function ago(seconds) {
   if (!seconds) return "";
@@ -75,14 +130,8 @@ function when(seconds) {
   return seconds ? `${ago(seconds)} (${dateOf(seconds)})` : "";
 }
 
-function timeCell(seconds, tag = "td") {
-  const cell = el(tag, ago(seconds));
-  if (seconds) { cell.title = dateOf(seconds); cell.dataset.at = String(seconds); }
-  return cell;
-}
-
-function stateCell(status) {
-  return el("td", status, { class: "state", "data-status": status });
+function timeSpec(seconds) {
+  return seconds ? { text: ago(seconds), title: dateOf(seconds), attrs: { "data-at": String(seconds) } } : { text: "" };
 }
 
 // -- logging in and out ------------------------------------------------------------------
@@ -95,6 +144,7 @@ function showLogin(message) {
   $("dashboard").hidden = true;
   $("task-section").hidden = true;
   shownTask = null;
+  headedTask = null;
   drawnTask = null;
   bulkPreview = null;
   $("task-fields").replaceChildren();
@@ -146,7 +196,7 @@ async function refresh() {
     await showHistory();
     await showTasks();
     if (shownTask) await showTask(shownTask, false);
-    $("problem").textContent = "";
+    setText($("problem"), "");
   } catch (failure) {
     if (failure.status === 401) showLogin("The token is no longer valid.");
     else $("problem").textContent = `Could not refresh: ${failure.message}`;
@@ -157,52 +207,44 @@ async function refresh() {
 
 function showStatus(status) {
   lastStatus = status;
-  $("about").textContent = `version ${status.version} · up ${Math.round(status.uptime)} s` +
-    (status.stopping ? " · stopping" : "");
-  const counts = $("counts");
-  counts.replaceChildren();
-  for (const state of STATES) {
-    const n = status.tasks.by_status[state] || 0;
+  setText($("about"), `version ${status.version} · up ${Math.round(status.uptime)} s` + (status.stopping ? " · stopping" : ""));
+  sync($("counts"), STATES, (state) => state, (state) => {
     const box = el("div", null, { class: "count", "data-status": state, role: "listitem" });
-    box.append(el("span", n, { class: "n" }), el("span", state));
-    box.setAttribute("aria-label", `${n} ${state}`);
-    counts.append(box);
-  }
-  const agents = $("agents").tBodies[0];
-  agents.replaceChildren();
-  for (const [type, a] of Object.entries(status.agents)) {
-    const tr = row([type, `${a.alive}/${a.configured}`, a.busy, a.queued, a.restarts, a.tokens_spent, a.cost]);
-    tr.dataset.type = type;
-    agents.append(tr);
-  }
-  const mailboxes = $("mailboxes").tBodies[0];
-  mailboxes.replaceChildren();
-  for (const [name, depth] of Object.entries(status.mailboxes)) mailboxes.append(row([name, depth]));
-  const spend = $("spend").tBodies[0];
-  spend.replaceChildren();
+    box.append(el("span", "", { class: "n" }), el("span", state));
+    return box;
+  }, (box, state) => {
+    const n = status.tasks.by_status[state] || 0;
+    setText(box.firstElementChild, n);
+    setAttr(box, "aria-label", `${n} ${state}`);
+  });
+  syncRows($("agents").tBodies[0], Object.entries(status.agents).map(([type, a]) => ({
+    key: type, cells: [type, `${a.alive}/${a.configured}`, a.busy, a.queued, a.restarts, a.tokens_spent, a.cost] })));
+  for (const tr of $("agents").tBodies[0].rows) setAttr(tr, "data-type", tr.dataset.syncKey);
+  syncRows($("mailboxes").tBodies[0], Object.entries(status.mailboxes).map(([name, depth]) => ({ key: name, cells: [name, depth] })));
   let tokens = 0, cost = 0;
   for (const a of Object.values(status.agents)) { tokens += a.tokens_spent; cost += a.cost; }
-  spend.append(row(["agents' tokens", tokens]), row(["agents' cost", cost.toFixed(4)]));
+  const spend = [{ key: "agents-tokens", cells: ["agents' tokens", tokens] }, { key: "agents-cost", cells: ["agents' cost", cost.toFixed(4)] }];
   for (const [name, b] of Object.entries(status.budgets || {})) {
     const limits = [b.limit !== null ? `${b.limit} tokens` : null, b.cost_limit !== null ? `a cost of ${b.cost_limit}` : null]
       .filter(Boolean).join(" and ");
     const spent = `${b.tokens} tokens and a cost of ${b.cost} spent` + (limits ? ` of ${limits}` : " (no limit set)");
-    const tr = row([`budget ${name}`, spent + (b.exhausted ? " — exhausted" : "")]);
-    tr.dataset.budget = name;
-    spend.append(tr);
+    spend.push({ key: `budget:${name}`, budget: name, cells: [`budget ${name}`, spent + (b.exhausted ? " — exhausted" : "")] });
   }
   if (status.chat) {
     for (const name of ["llm_calls", "total_tokens", "cost"]) {
-      if (name in status.chat) spend.append(row([`chat ${name.replace("_", " ")}`, status.chat[name]]));
+      if (name in status.chat) spend.push({ key: `chat:${name}`, cells: [`chat ${name.replace("_", " ")}`, status.chat[name]] });
     }
+  }
+  syncRows($("spend").tBodies[0], spend);
+  for (const tr of $("spend").tBodies[0].rows) {
+    if (tr.dataset.syncKey.startsWith("budget:")) setAttr(tr, "data-budget", tr.dataset.syncKey.slice(7));
   }
 }
 
 function showApprovals(tasks) {
-  const list = $("approvals");
-  list.replaceChildren();
   $("no-approvals").hidden = tasks.length > 0;
-  for (const task of tasks) {
+  // a waiting call is drawn once: the same call keeps its node (and the focus on its buttons)
+  sync($("approvals"), tasks, (task) => `${task.id} ${JSON.stringify(task.waiting || {})}`, (task) => {
     const call = task.waiting || {};
     const item = el("li", null, { "data-task": task.id });
     item.append(
@@ -215,8 +257,8 @@ function showApprovals(tasks) {
     approve.addEventListener("click", () => decide(task.id, "approve"));
     deny.addEventListener("click", () => decide(task.id, "deny"));
     item.append(approve, " ", deny);
-    list.append(item);
-  }
+    return item;
+  }, () => {});
 }
 
 // A refusal or a result a person must read stays until dismissed: the refresh never clears it.
@@ -418,25 +460,35 @@ function narrowed() {
 
 async function showTasks() {
   const page = await api(`/v1/tasks?${listingQuery()}`);
-  const body = $("tasks").tBodies[0];
-  body.replaceChildren();
-  for (const task of page.tasks) {
-    const tr = row([task.id, task.type, stateCell(task.status), task.attempt, task.owner || "", timeCell(task.updated_at)]);
-    tr.dataset.task = task.id;
-    tr.tabIndex = 0;   // reachable from the keyboard: Enter opens it
-    tr.setAttribute("aria-label", `${task.id}, ${task.type}, ${task.status}`);
-    tr.addEventListener("click", () => showTask(task.id, true));
-    tr.addEventListener("keydown", (event) => { if (event.key === "Enter") showTask(task.id, true); });
-    body.append(tr);
-  }
-  if (!page.tasks.length) {
+  const rows = page.tasks.map((task) => ({ key: task.id, task }));
+  if (!rows.length) {
     const empty = $("filter-status").value || narrowed()
       ? "No task matches this filter." : "No tasks yet: submit some (greenroom tasks add, or POST /v1/tasks).";
-    body.append(row([el("td", empty, { colspan: "6", class: "empty" })]));
+    rows.push({ key: " empty", empty });
   }
+  sync($("tasks").tBodies[0], rows, (r) => r.key, taskRow, fillTaskRow);
   nextCursor = page.next;
   $("next-page").disabled = nextCursor === null;
-  $("page-count").textContent = pageCount();
+  setText($("page-count"), pageCount());
+}
+
+function taskRow(r) {
+  if (r.empty !== undefined) return row([el("td", "", { colspan: "6", class: "empty" })]);
+  const id = r.task.id;
+  const tr = row(["", "", el("td", "", { class: "state" }), "", "", ""]);
+  tr.dataset.task = id;
+  tr.tabIndex = 0;   // reachable from the keyboard: Enter opens it
+  tr.addEventListener("click", () => showTask(id, true));
+  tr.addEventListener("keydown", (event) => { if (event.key === "Enter") showTask(id, true); });
+  return tr;
+}
+
+function fillTaskRow(tr, r) {
+  if (r.empty !== undefined) { setText(tr.cells[0], r.empty); return; }
+  const task = r.task;
+  [task.id, task.type, { text: task.status, attrs: { "data-status": task.status } }, task.attempt, task.owner || "",
+    timeSpec(task.updated_at)].forEach((cell, i) => fillCell(tr.cells[i], cell));
+  setAttr(tr, "aria-label", `${task.id}, ${task.type}, ${task.status}`);
 }
 
 // "page N of M" where the status counts say how many tasks the filter has (a state or
@@ -461,36 +513,42 @@ async function showTask(taskId, opened) {
   if (opened) shownTask = taskId;   // from now on only this task's answers are shown
   const task = await api(`/v1/tasks/${encodeURIComponent(taskId)}`);
   if (shownTask !== taskId || !token) return;   // another was chosen (or the page logged out) meanwhile
+  if (headedTask !== task.id) {   // another task's details go with its heading, before the new one is shown
+    clearTaskDetails();
+    headedTask = task.id;
+    drawnTask = null;
+  }
   $("task-section").hidden = false;
-  $("task-id").textContent = task.id;
-  const fields = $("task-fields");
-  fields.replaceChildren();
+  setText($("task-id"), task.id);
   const final = FINAL.includes(task.status);
-  const shown = {
-    type: task.type, owner: task.owner || "—",
-    attempt: `${task.attempt} of ${task.max_attempts}`,
-    created: when(task.created_at), updated: when(task.updated_at),
-    [final ? "took" : "age"]: task.created_at
-      ? duration(Math.max(0, (final ? task.updated_at : Date.now() / 1000) - task.created_at)) : "—",
-    error: task.error ? task.error.reason || JSON.stringify(task.error) : "—",
-  };
+  const shown = [
+    ["state", task.status],
+    ["type", task.type], ["owner", task.owner || "—"],
+    ["attempt", `${task.attempt} of ${task.max_attempts}`],
+    ["created", when(task.created_at)], ["updated", when(task.updated_at)],
+    [final ? "took" : "age", task.created_at
+      ? duration(Math.max(0, (final ? task.updated_at : Date.now() / 1000) - task.created_at)) : "—"],
+    ["error", task.error ? task.error.reason || JSON.stringify(task.error) : "—"],
+  ];
   if (task.waiting) {
-    shown["waiting on"] = `${task.waiting.tool} ${JSON.stringify(task.waiting.arguments)}`;
-    if (task.waiting.since) shown["waiting for a person"] = duration(Math.max(0, Date.now() / 1000 - task.waiting.since));
+    shown.push(["waiting on", `${task.waiting.tool} ${JSON.stringify(task.waiting.arguments)}`]);
+    if (task.waiting.since) shown.push(["waiting for a person", duration(Math.max(0, Date.now() / 1000 - task.waiting.since))]);
   }
-  fields.append(el("dt", "state"), el("dd", task.status, { "data-status": task.status, id: "task-state" }));
-  for (const [name, value] of Object.entries(shown)) fields.append(el("dt", name), el("dd", value));
-  $("task-retry").hidden = !["FAILED", "DEPENDENCY_FAILED"].includes(task.status);
-  $("task-cancel").hidden = final;
-  $("task-result-summary").textContent = task.result ? `${task.result.outcome} (show the whole result)` : "no result";
-  $("task-result-json").textContent = task.result ? JSON.stringify(task.result, null, 2) : "";
-  const retries = $("task-retries");
-  retries.replaceChildren();
+  sync($("task-fields"), shown, ([name]) => name, ([name]) => {
+    const pair = el("div");   // a <div> per pair: allowed in a <dl>, laid out as if it were not there
+    pair.append(el("dt", name), el("dd", "", name === "state" ? { id: "task-state" } : {}));
+    return pair;
+  }, (pair, [name, value]) => {
+    setText(pair.lastElementChild, value);
+    if (name === "state") setAttr(pair.lastElementChild, "data-status", value);
+  });
+  showActions(task);
+  setText($("task-result-summary"), task.result ? `${task.result.outcome} (show the whole result)` : "no result");
+  setText($("task-result-json"), task.result ? JSON.stringify(task.result, null, 2) : "");
   $("no-retries").hidden = (task.retries || []).length > 0;
-  for (const r of task.retries || []) {
-    retries.append(el("li", `${when(r.at)} by ${r.by}${r.reason ? `: ${r.reason}` : ""} (was ${r.status}, attempt ${r.attempt})`));
-  }
-  $("task-input").textContent = JSON.stringify(task.input, null, 2);
+  sync($("task-retries"), task.retries || [], (r) => `${r.at} ${r.by}`, () => el("li"), (item, r) => setText(item,
+    `${when(r.at)} by ${r.by}${r.reason ? `: ${r.reason}` : ""} (was ${r.status}, attempt ${r.attempt})`));
+  setText($("task-input"), JSON.stringify(task.input, null, 2));
   const drawn = `${task.id}@${task.updated_at}`;
   if (opened || drawn !== drawnTask || Date.now() - drawnAt > 5000) {   // its neighbours change too
     drawnTask = drawn;
@@ -498,6 +556,30 @@ async function showTask(taskId, opened) {
     if (opened) $("task-heading").focus();
     await Promise.all([showTaskEvents(task), showTaskSteps(taskId), showNeighbours(task)]);
   }
+}
+
+// What a person may do now, as the daemon says (its `actions`: the rule its store applies):
+// an action it refuses is not offered, or — retry, when the task failed — offered disabled,
+// saying why.
+function showActions(task) {
+  const actions = task.actions || {};
+  const retry = actions.retry || { allowed: false, why: null };
+  const failed = ["FAILED", "DEPENDENCY_FAILED"].includes(task.status);
+  const button = $("task-retry");
+  button.hidden = !retry.allowed && !failed;
+  button.disabled = !retry.allowed;
+  setText($("task-retry-why"), retry.allowed || !failed ? "" : `Retry is not possible: ${retry.why}`);
+  $("task-retry-why").hidden = retry.allowed || !failed;
+  $("task-cancel").hidden = !(actions.cancel && actions.cancel.allowed);
+}
+
+// Empty what is drawn of the task shown before (its events, steps, attempts, neighbours):
+// a later task's heading never shows an earlier one's details, even for a moment.
+function clearTaskDetails() {
+  for (const id of ["task-events", "task-steps", "task-attempts", "task-timeline", "task-graph", "task-upstream",
+    "task-downstream", "task-retries", "task-fields"]) $(id).replaceChildren();
+  for (const id of ["task-queued", "task-input", "task-result-summary", "task-result-json", "task-retry-why"]) setText($(id), "");
+  for (const id of ["no-steps", "no-attempts", "no-upstream", "no-downstream", "no-retries"]) $(id).hidden = true;
 }
 
 const FINAL = ["COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"];
@@ -510,13 +592,12 @@ function openLink(id, link) {
 }
 
 function taskLinks(list, none, ids) {
-  list.replaceChildren();
   none.hidden = ids.length > 0;
-  for (const id of ids) {
+  sync(list, ids, (id) => id, (id) => {
     const item = el("li");
     item.append(openLink(id, el("a", id, { href: `#task=${encodeURIComponent(id)}`, "data-task": id })));
-    list.append(item);
-  }
+    return item;
+  }, () => {});
 }
 
 const SIDE = 8;   // neighbours drawn each side; the rest are in the lists below the graph
@@ -534,7 +615,7 @@ async function showNeighbours(task) {
   const drawnIds = [...upstream.slice(0, SIDE), ...dependents.slice(0, SIDE)];
   const found = await Promise.all(drawnIds.map((id) =>
     api(`/v1/tasks/${encodeURIComponent(id)}`).then((t) => t.status, () => "unknown")));
-  if (shownTask !== taskId) return;
+  if (shownTask !== taskId || headedTask !== taskId) return;
   const statuses = Object.fromEntries(drawnIds.map((id, i) => [id, found[i]]));
   taskLinks($("task-upstream"), $("no-upstream"), upstream);
   taskLinks($("task-downstream"), $("no-downstream"), dependents);
@@ -550,6 +631,8 @@ function svgEl(tag, attributes = {}, text) {
 
 function drawGraph(task, upstream, downstream, statuses) {
   const svg = $("task-graph");
+  const active = document.activeElement;
+  const focused = active && svg.contains(active) ? active.dataset.task : null;   // redrawn: the same node keeps the focus
   svg.replaceChildren();
   const rowsOf = (ids) => Math.min(ids.length, SIDE) + (ids.length > SIDE ? 1 : 0);
   const rows = Math.max(1, rowsOf(upstream), rowsOf(downstream));
@@ -579,6 +662,10 @@ function drawGraph(task, upstream, downstream, statuses) {
   side(upstream, 5, 205);
   side(downstream, 405, 205);
   node(205, middle, task.id, task.status, true);
+  if (focused) {
+    const again = [...svg.querySelectorAll("a[data-task]")].find((a) => a.dataset.task === focused);
+    if (again) again.focus({ preventScroll: true });
+  }
 }
 
 // -- a task's attempts, from its events: who claimed it, for how long, how it ended --------
@@ -607,14 +694,20 @@ function attemptsOf(events) {
 function showAttempts(task, events) {
   const attempts = attemptsOf(events);
   const list = $("task-attempts"), svg = $("task-timeline");
-  list.replaceChildren();
   svg.replaceChildren();
   $("no-attempts").hidden = attempts.length > 0;
   const now = Date.now() / 1000;
   // how long it was queued before its first attempt (or has been, while none began)
-  $("task-queued").textContent = !task.created_at ? ""
+  setText($("task-queued"), !task.created_at ? ""
     : attempts.length ? `Queued ${duration(Math.max(0, attempts[0].start - task.created_at))} before its first attempt.`
-    : task.status === "PENDING" ? `Queued for ${duration(Math.max(0, now - task.created_at))} so far.` : "";
+    : task.status === "PENDING" ? `Queued for ${duration(Math.max(0, now - task.created_at))} so far.` : "");
+  const said = (a) => `attempt ${a.attempt} by ${a.agent}: ${a.outcome}${a.reason ? ` (${a.reason})` : ""}, ` +
+    `${a.end ? "took" : "running for"} ${duration((a.end || now) - a.start)}`;
+  sync(list, attempts, (a) => `${a.attempt} ${a.start}`, () => el("li"), (item, a) => {
+    setText(item, said(a));
+    for (const [name, value] of [["data-attempt", a.attempt], ["data-agent", a.agent], ["data-outcome", a.outcome],
+      ["title", `began ${dateOf(a.start)}` + (a.end ? `, ended ${dateOf(a.end)}` : "")]]) setAttr(item, name, value);
+  });
   if (!attempts.length) return;
   const first = Math.min(task.created_at || attempts[0].start, attempts[0].start);
   const last = Math.max(FINAL.includes(task.status) ? task.updated_at : now, ...attempts.map((a) => a.end || now));
@@ -622,16 +715,11 @@ function showAttempts(task, events) {
   svg.append(svgEl("line", { x1: 5, x2: 555, y1: 10, y2: 10, class: "life" }));
   for (const a of attempts) {
     const took = (a.end || now) - a.start;
-    const said = `attempt ${a.attempt} by ${a.agent}: ${a.outcome}${a.reason ? ` (${a.reason})` : ""}, ` +
-      `${a.end ? "took" : "running for"} ${duration(took)}`;
     const x = 5 + (550 * (a.start - first)) / span;
     const bar = svgEl("rect", { x: x.toFixed(1), y: 3, height: 14, width: Math.max(2, (550 * took) / span).toFixed(1),
       class: "attempt", "data-outcome": a.outcome.split(",")[0] });
-    bar.append(svgEl("title", {}, said));
+    bar.append(svgEl("title", {}, said(a)));
     svg.append(bar);
-    const item = el("li", said, { "data-attempt": a.attempt, "data-agent": a.agent, "data-outcome": a.outcome });
-    item.title = `began ${dateOf(a.start)}` + (a.end ? `, ended ${dateOf(a.end)}` : "");
-    list.append(item);
   }
 }
 
@@ -683,10 +771,9 @@ async function showTaskSteps(taskId) {
   } catch (failure) {
     if (failure.status !== 404) throw failure;
   }
-  if (shownTask !== taskId) return;
-  list.replaceChildren();
+  if (shownTask !== taskId || headedTask !== taskId) return;
   $("no-steps").hidden = steps.length > 0;
-  for (const step of steps) list.append(stepItem(step));
+  sync(list, steps, (step) => `${step.attempt} ${step.key}`, stepItem, () => {});   // a step never changes
 }
 
 async function showTaskEvents(task) {
@@ -696,16 +783,15 @@ async function showTaskEvents(task) {
   const response = await fetch(`/v1/events?${query}`, { headers: { Authorization: `Bearer ${token}` } });
   if (!response.ok) return;
   const text = await response.text();
-  if (shownTask !== taskId) return;
+  if (shownTask !== taskId || headedTask !== taskId) return;
   const events = parseEvents(text).events;
-  list.replaceChildren();
-  for (const event of events) list.append(eventItem(event));
+  sync(list, events, (event) => event.seq, eventItem, () => {});   // an event never changes
   showAttempts(task, events);
 }
 
 function eventItem(event) {
   const text = `#${event.seq} ${dateOf(event.ts)} ${event.type} ${event.task_id || ""} ${event.agent_id || ""}`;
-  return el("li", text, { "data-type": event.type, "data-task": event.task_id || "" });
+  return el("li", text, { "data-type": event.type, "data-task": event.task_id || "", "data-sync-key": String(event.seq) });
 }
 
 // Cancel and retry: each asks for a confirmation; a refusal stays on screen until read.
@@ -780,7 +866,7 @@ async function follow() {
         for (const event of events) {
           after = event.seq;
           list.prepend(eventItem(event));
-          if (shownTask && event.task_id === shownTask) $("task-events").append(eventItem(event));
+          if (headedTask && event.task_id === headedTask) $("task-events").append(eventItem(event));
         }
         while (list.childElementCount > 200) list.lastElementChild.remove();
         if (gone) { after = null; break; }

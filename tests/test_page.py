@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from test_service import running
+from test_service import running, seed_retry_cases
 
 from greenroom.daemon._config import AgentPoolConfig
 from greenroom.messages import AgentTask, TaskStatus
@@ -689,18 +689,8 @@ async def test_a_focused_row_keeps_the_focus_and_a_selection_across_refreshes(tm
 async def test_retry_is_offered_only_where_the_daemon_allows_it_saying_why_not(tmp_path: Path) -> None:
     """A DEPENDENCY_FAILED task whose cause was cancelled: its Retry is shown disabled, with
     the daemon's reason beside it; one whose cause failed: Retry is offered and works."""
-    from greenroom.messages import AgentError, Claim, Fail
-
     async with running(tmp_path) as daemon, chromium(tmp_path) as browser, daemon.client("ops") as ops:
-        await ops.submit([
-            AgentTask(id="gone", type="nobody"),
-            AgentTask(id="after-gone", type="nobody", depends_on=["gone"]),
-            AgentTask(id="f", type="nobody", max_attempts=1),
-            AgentTask(id="after-f", type="nobody", depends_on=["f"]),
-        ])  # fmt: skip
-        await ops.cancel("gone")
-        await daemon.host.supervisor.ask(Claim("a", "nobody"))
-        await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+        await seed_retry_cases(daemon, ops)
         await browser.open(daemon.url + "/")
         await browser.log_in(daemon.tokens["ops"])
         await browser.until(COUNT, "DEPENDENCY_FAILED", 2)

@@ -886,23 +886,29 @@ async def test_a_failed_task_is_retried_through_the_api_as_the_tokens_user(tmp_p
         assert missing.value.status == 404
 
 
+async def seed_retry_cases(daemon: Running, ops: Any) -> None:
+    """``after-gone`` DEPENDENCY_FAILED by a CANCELLED ``gone`` (no retry), ``after-f`` by a
+    FAILED ``f`` (a retry through it)."""
+    from greenroom.messages import AgentError, Claim, Fail
+
+    await ops.submit([
+        AgentTask(id="gone", type="nobody"),
+        AgentTask(id="after-gone", type="nobody", depends_on=["gone"]),
+        AgentTask(id="f", type="nobody", max_attempts=1),
+        AgentTask(id="after-f", type="nobody", depends_on=["f"]),
+    ])  # fmt: skip
+    await ops.cancel("gone")
+    await daemon.host.supervisor.ask(Claim("a", "nobody"))
+    await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+
+
 async def test_a_task_says_which_actions_it_allows_now_by_the_stores_rule(tmp_path: Path) -> None:
     """Issue 48, point 9: ``GET /v1/tasks/{id}`` carries ``actions`` — retry, cancel,
     approve, deny, each allowed or not and why — by the rule the store applies: a
     DEPENDENCY_FAILED task whose cause was cancelled may not be retried (its retry is a 409
     saying the same), one whose cause failed may."""
-    from greenroom.messages import AgentError, Claim, Fail
-
     async with running(tmp_path) as daemon, daemon.client("ops") as ops:
-        await ops.submit([
-            AgentTask(id="gone", type="nobody"),
-            AgentTask(id="after-gone", type="nobody", depends_on=["gone"]),
-            AgentTask(id="f", type="nobody", max_attempts=1),
-            AgentTask(id="after-f", type="nobody", depends_on=["f"]),
-        ])  # fmt: skip
-        await ops.cancel("gone")
-        await daemon.host.supervisor.ask(Claim("a", "nobody"))
-        await daemon.host.supervisor.ask(Fail("f", "a", AgentError(reason="down")))
+        await seed_retry_cases(daemon, ops)
         async with daemon.http("ops") as http:
 
             async def actions(task_id: str) -> dict[str, Any]:

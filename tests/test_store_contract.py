@@ -724,8 +724,8 @@ async def test_a_dry_run_retry_says_what_a_retry_would_meet_and_changes_nothing(
     or the task as it is — never a change or an event (what the API's ``actions`` use)."""
     async with open_node(backend) as node:
         sup = node.supervisor
-        await sup.ask(Submit([task("gone"), task("after-gone", depends_on=["gone"]), task("f", max_attempts=1),
-                              task("after-f", depends_on=["f"])]))  # fmt: skip
+        await sup.ask(Submit([task("gone"), task("after-gone", depends_on=["gone"]),
+                              task("f", max_attempts=1), task("after-f", depends_on=["f"])]))  # fmt: skip
         await sup.ask(Cancel("gone"))
         with pytest.raises(InvalidTransition, match=r"its dependency 'gone' is CANCELLED"):
             await sup.ask(Retry("after-gone", by="page", dry_run=True))

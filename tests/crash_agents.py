@@ -169,3 +169,17 @@ class StormAgent(BaseAgent):
             )
             answers.append(result.final_text)
         return AgentResult(task_id=task.id, outcome="done", artifacts={"answers": answers})
+
+
+class HeldAgent(BaseAgent):
+    """Runs until the test opens ``gate`` (set ``started`` when a task began): a task in
+    flight for as long as a test needs (the events are the test's, made on its loop)."""
+
+    agent_type = "held"
+    started: anyio.Event
+    gate: anyio.Event
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        HeldAgent.started.set()
+        await HeldAgent.gate.wait()
+        return AgentResult(task_id=task.id, outcome="done")

@@ -561,10 +561,20 @@ async def test_progress_and_the_idle_watch_outlast_a_store_out_of_reach() -> Non
         tg.cancel_scope.cancel()
     assert out.getvalue().split("] ", 1)[1] == "3/3 final · completed 3 · running 0 · pending 0 · failed 0\n"
 
+    class Supervisor:  # each wait for a change is answered by one (a lease check, say)
+        changes = 0
+
+        async def ask(self, message: object, timeout: float | None = None) -> int:
+            Supervisor.changes += 1
+            return Supervisor.changes
+
     Host.asked = 0
+    host = Host()
+    host.supervisor = Supervisor()  # type: ignore[attr-defined]
+    host.busy = False  # type: ignore[attr-defined]
     with anyio.fail_after(10):
-        idle = await AgentHost.wait_idle(Host(), poll_interval=0.001)  # type: ignore[arg-type]
-    assert idle.total == 3 and Host.asked == 3
+        idle = await AgentHost.wait_idle(host)  # type: ignore[arg-type]
+    assert idle.total == 3 and Host.asked == 3 and Supervisor.changes == 3
 
 
 def test_a_poison_task_that_kills_its_process_is_failed_and_the_rest_complete(tmp_path: Path) -> None:
@@ -793,3 +803,48 @@ def test_a_command_right_after_a_daemon_starts_waits_for_its_api(tmp_path: Path)
     assert daemon.returncode == 0, err
     listed = greenroom("tasks", "list", "--json", data_dir=data_dir)  # the daemon gone: on the files
     assert listed.returncode == 0 and "early" in listed.stdout
+
+
+@pytest.mark.anyio
+async def test_wait_idle_is_woken_by_the_work_ending_and_never_polls(tmp_path: Path) -> None:
+    """Issue 48, point 12: a host waiting for idle while its agent runs a task (through
+    several lease checks, which wake it) asks the store nothing — no sleep loop, and nothing
+    to ask while an agent of its own is busy — and returns once the task ended and its
+    agent waits for work."""
+    import anyio
+    from crash_agents import HeldAgent
+
+    from greenroom.daemon import AgentPoolConfig, DaemonConfig
+    from greenroom.daemon._host import AgentHost
+    from greenroom.messages import AgentTask, AwaitChange, GraphStats, Stats, Submit
+
+    HeldAgent.started, HeldAgent.gate = anyio.Event(), anyio.Event()
+    pools = {"held": AgentPoolConfig(agent="crash_agents:HeldAgent", concurrency=2)}
+    config = DaemonConfig(agents=pools, lease_seconds=1.0)  # a lease check every 0.25 s
+    async with AgentHost(config, tmp_path / "data") as host:
+        asked = 0
+        stats = host.stats
+
+        async def counted() -> GraphStats:
+            nonlocal asked
+            asked += 1
+            return await stats()
+
+        host.stats = counted  # type: ignore[method-assign]
+        await host.supervisor.ask(Submit([AgentTask(id="long", type="held")]))
+        await HeldAgent.started.wait()
+        idle: list[GraphStats] = []
+
+        async def watch() -> None:
+            idle.append(await host.wait_idle())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            with anyio.fail_after(20):
+                for _ in range(6):  # six lease checks with the task in flight: each wakes the watch
+                    changes = await host.supervisor.ask(Stats())
+                    await host.supervisor.ask(AwaitChange(changes.changes), timeout=None)
+            assert idle == [] and asked == 0
+            HeldAgent.gate.set()
+        assert idle[0].by_status["COMPLETED"] == 1 and idle[0].by_status["IN_PROGRESS"] == 0
+        assert asked == 1

@@ -1446,3 +1446,34 @@ async def test_the_pool_knows_no_schema_a_stores_repair_mends_an_outrun_event_lo
         await bare.run(lambda c: insert_events(c, rows))
         events = await bare.run(read_events, single=True)
         assert [e.payload["i"] for e in events] == list(range(50))
+
+
+async def test_stats_are_one_snapshot_even_with_a_claim_committed_while_they_are_read(pg_url: str) -> None:
+    """Issue 48, point 12: a task claimed (on another connection) right after the stats'
+    first statement is never counted as neither PENDING-and-ready nor IN_PROGRESS — the
+    "idle just after a submission" a host waiting for idle saw on PostgreSQL."""
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
+        await db.run(lambda c: graph.submit(c, [task("only")]))
+        import psycopg
+
+        class Interleaved:
+            """The stats' connection; after its first statement, an agent claims on another."""
+
+            def __init__(self, inner: Any) -> None:
+                self.inner, self.statements = inner, 0
+
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                rows = list(self.inner.execute(*args, **kwargs))  # read before the claim commits
+                self.statements += 1
+                if self.statements == 1:
+                    with psycopg.connect(pg_url) as other:
+                        assert graph.claim(other, "agent", "w", 30.0) is not None
+                return rows
+
+        seen = await db.run(lambda c: graph.stats(Interleaved(c)))
+        idle = seen.by_status["IN_PROGRESS"] == 0 and "w" not in seen.runnable_types
+        assert not idle, seen  # one snapshot: the task PENDING and ready, or IN_PROGRESS
+        assert (seen.by_status["PENDING"], seen.runnable_types) == (1, ["w"])
+        after = await db.run(graph.stats)
+        assert (after.by_status["IN_PROGRESS"], after.runnable_types) == (1, [])

@@ -80,6 +80,7 @@ PUBLIC: dict[str, list[str]] = {
         "AgentTask",
         "Append",
         "AppendMany",
+        "AwaitChange",
         "CallTiming",
         "Cancel",
         "ChatDelta",

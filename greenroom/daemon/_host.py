@@ -26,7 +26,7 @@ from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..harness._journal import StepJournalActor
 from ..harness._ledger import BudgetLedgerActor, TrackBudget
 from ..log import LogActor, NarratorCapability
-from ..messages import GraphStats, Stats, StopGranting
+from ..messages import AwaitChange, GraphStats, Stats, StopGranting
 from ..store import Store
 from ..supervisor import SupervisorActor
 from ._backend import choose_store
@@ -226,21 +226,37 @@ class AgentHost:
         return await self.supervisor.ask(Stats())
 
     def is_idle(self, stats: GraphStats) -> bool:
-        """Nothing running and nothing runnable for the agent types this host serves."""
+        """What the store says: nothing running (this host's tasks or another's, whose
+        lease may lapse back to it) and nothing runnable for the agent types it serves."""
         served = set(self.config.agents)
         return stats.by_status.get("IN_PROGRESS", 0) == 0 and not served.intersection(stats.runnable_types)
 
-    async def wait_idle(self, poll_interval: float = 0.05) -> GraphStats:
-        """Return once :meth:`is_idle`; cancellable at any time. While the store cannot
-        answer (``StoreUnavailable``) the host is not known to be idle: it asks again."""
+    @property
+    def busy(self) -> bool:
+        """One of this host's agents runs a task now."""
+        return any(runtime.running is not None for runtime in self.runtimes.values())
+
+    async def wait_idle(self) -> GraphStats:
+        """Return once this host has nothing in flight (no agent of it runs a task) and
+        nothing it could claim (:meth:`is_idle`, from one snapshot of the store). Checked
+        each time the supervisor reports a change (``AwaitChange``: a report, a claim that
+        found no work, a person's action, a lease check, tasks another daemon made ready),
+        never in a sleep loop; the store is asked only once no agent here is busy.
+        Cancellable at any time. While the store cannot answer (``StoreUnavailable``) the
+        host is not known to be idle: it waits for the next change (a lease check comes
+        every ``lease_seconds / 4`` at most)."""
+        changes = -1  # the first ask answers at once
         while True:
+            changes = await self.supervisor.ask(AwaitChange(changes), timeout=None)
+            if self.busy:
+                continue  # its agent's next claim (granted or parked) is the next change
             try:
                 stats = await self.stats()
             except StoreUnavailable:
-                stats = None
-            if stats is not None and self.is_idle(stats):
+                continue
+            if self.is_idle(stats):
                 return stats
-            await anyio.sleep(poll_interval)
+            changes = stats.changes  # what the figures include: wake at the next change
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop taking claims, give running tasks ``grace`` seconds (default: the

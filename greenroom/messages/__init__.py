@@ -44,6 +44,7 @@ from ._harness import GetHistory, RunBounded
 from ._protocol import (
     Append,
     AppendMany,
+    AwaitChange,
     Cancel,
     Claim,
     Complete,
@@ -93,6 +94,7 @@ __all__ = [
     "AgentTask",
     "Append",
     "AppendMany",
+    "AwaitChange",
     "CallTiming",
     "Cancel",
     "ChatDelta",

@@ -155,6 +155,18 @@ class Stats(msgspec.Struct, Request["GraphStats"], frozen=True):
     """Replies with ``GraphStats``."""
 
 
+class AwaitChange(msgspec.Struct, Request[int], frozen=True):
+    """Replies with the supervisor's count of changes once it is past ``after`` (at once
+    when it is already). A change is what may move the graph towards idle or away from it:
+    a report (complete, fail, release, park), a submission, a person's action, a lease
+    check, a claim that found no work, tasks another daemon made ready. With
+    ``GraphStats.changes`` (the count when the ``Stats`` was asked): wait for the graph to
+    move instead of asking again and again. Fails with ``ActorStopped`` when the
+    supervisor stops first."""
+
+    after: int
+
+
 class StopGranting(msgspec.Struct, Request[None], frozen=True):
     """From now on every claim gets ``NoWork(closing=True)``, parked ones included."""
 
@@ -207,6 +219,9 @@ class GraphStats(msgspec.Struct, frozen=True):
     """Finished tasks the answering store moved to the archive since it opened."""
     archive_dropped_here: int = 0
     """Archived tasks it dropped since it opened (past ``archive_for`` or the disk budget)."""
+    changes: int = 0
+    """The answering supervisor's count of changes when the ``Stats`` was asked: what
+    these figures include (``AwaitChange(after=changes)`` wakes at the next one)."""
 
 
 # -- to the log actor ------------------------------------------------------------------

@@ -239,19 +239,21 @@ class PostgresGraph:
         return [_task(row) for row in rows]
 
     def stats(self, connection: Any) -> GraphStats:
+        """The counts and the runnable types in one statement: one snapshot (two statements
+        could see a task claimed between them — neither PENDING-and-ready in the second nor
+        IN_PROGRESS in the first: "idle" with a task running)."""
         counts = dict.fromkeys((s.value for s in TaskStatus), 0)
         by_type: dict[str, dict[str, int]] = {}
-        for agent_type, status, count in connection.execute(
-            "SELECT type, status, count(*) FROM gr_tasks GROUP BY type, status ORDER BY type, status"
+        runnable: set[str] = set()
+        for agent_type, status, count, ready in connection.execute(
+            "SELECT type, status, count(*), count(*) FILTER (WHERE status = 'PENDING' AND unmet = 0) "
+            "FROM gr_tasks GROUP BY type, status ORDER BY type, status"
         ):
             counts[status] += int(count)
             by_type.setdefault(agent_type, {})[status] = int(count)
-        types = [
-            row[0]
-            for row in connection.execute(
-                "SELECT DISTINCT type FROM gr_tasks WHERE status = 'PENDING' AND unmet = 0 ORDER BY type"
-            )
-        ]
+            if ready:
+                runnable.add(agent_type)
+        types = sorted(runnable)
         return GraphStats(by_status=counts, runnable_types=types, total=sum(counts.values()), by_type=by_type)
 
     # -- submitting -----------------------------------------------------------------

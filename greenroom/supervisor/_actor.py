@@ -36,13 +36,19 @@ from .._checks import check_seconds
 from ..actors import Actor, ActorStopped, MailboxFull, PendingReply
 from ..messages import (
     AgentTask,
+    AwaitChange,
     Claim,
     Complete,
+    Dependents,
     Fail,
+    GetTask,
     Granted,
     GraphStats,
+    Heartbeat,
+    ListTasks,
     NoWork,
     Release,
+    Retry,
     Stats,
     StopGranting,
     TaskStatus,
@@ -57,6 +63,10 @@ class _CheckLeases:
 
 
 _CHECK_LEASES = _CheckLeases()
+
+_UNCHANGING = frozenset({GetTask, ListTasks, Dependents, Heartbeat})
+"""Requests that move the graph neither towards idle nor away from it (a dry-run ``Retry``
+neither): not changes for ``AwaitChange``."""
 
 
 class _GrantLost(msgspec.Struct, frozen=True):
@@ -88,17 +98,41 @@ class _Told:
         logger.log(self.level, "supervisor: refused a told %s: %s", self.kind, error)
 
 
+class _Changed:
+    """A reply passed on as it is; answered, it counts as a change of the graph (what
+    ``AwaitChange`` waits for): the store has made it durable, so a ``Stats`` asked from
+    now on sees it."""
+
+    __slots__ = ("inner", "owner")
+
+    def __init__(self, owner: SupervisorActor, inner: Any) -> None:
+        self.owner = owner
+        self.inner = inner
+
+    @property
+    def wanted(self) -> bool:
+        return bool(getattr(self.inner, "wanted", True))
+
+    def succeed(self, value: Any) -> None:
+        self.inner.succeed(value)
+        self.owner._changed()
+
+    def fail(self, error: BaseException) -> None:
+        self.inner.fail(error)
+
+
 class _Counted:
     """A reply passed on as it is, counting in its supervisor what it answers: a
     completion (``completed``), a failed attempt (``failures``), or the ``Stats`` answer
-    given those counts."""
+    given those counts (and ``changes``: the count of changes when it was asked)."""
 
-    __slots__ = ("failure", "inner", "owner")
+    __slots__ = ("changes", "failure", "inner", "owner")
 
     def __init__(self, owner: SupervisorActor, inner: Any, *, failure: bool = False) -> None:
         self.owner = owner
         self.inner = inner
         self.failure = failure
+        self.changes = owner.changes
 
     @property
     def wanted(self) -> bool:
@@ -112,6 +146,7 @@ class _Counted:
                 completed_here=owner.completed,
                 granted_here=owner.granted,
                 failures_here=owner.failures,
+                changes=self.changes,
             )
         elif self.failure:
             owner.failures += 1
@@ -158,6 +193,7 @@ class _ClaimReply:
             owner._park(self)
         else:
             pending.succeed(NoWork())
+            owner._changed()  # its agent found no work: its host may be idle
 
     def fail(self, error: BaseException) -> None:
         self.pending.fail(error)
@@ -190,6 +226,9 @@ class SupervisorActor(Actor):
         """Failed attempts reported to it since it started (``GraphStats.failures_here``)."""
         """Tasks completed through this actor since it started (``GraphStats.completed_here``)."""
         self._parked: dict[str, deque[_ClaimReply]] = {}
+        self.changes = 0
+        """Changes of the graph seen by this actor (``GraphStats.changes``, ``AwaitChange``)."""
+        self._awaiting: list[PendingReply] = []
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -207,6 +246,9 @@ class SupervisorActor(Actor):
             for waiting in parked.values():
                 for reply in waiting:
                     reply.pending.fail(stopped)
+            awaiting, self._awaiting = self._awaiting, []
+            for pending in awaiting:
+                pending.fail(ActorStopped(self.context.ref, "stopped while a change was awaited"))
 
     # -- messages ---------------------------------------------------------------------
 
@@ -220,22 +262,27 @@ class SupervisorActor(Actor):
             pending = context.reply_later()
             reply: Any = pending or _Told(kind.__name__)
             report = bound_report(message, self.limits)  # (an oversized result is a failed attempt)
-            store.request(report, _Counted(self, reply, failure=type(report) is Fail))
+            store.request(report, _Changed(self, _Counted(self, reply, failure=type(report) is Fail)))
         elif message is _CHECK_LEASES:
-            store.request(ExpireLeases(), _Told("lease check"))
+            store.request(ExpireLeases(), _Changed(self, _Told("lease check")))
         elif kind is TasksRunnable:
             self.runnable(message.types)
+            self._changed()  # another daemon's work made these ready
         elif kind is _GrantLost:
             release = Release(message.task_id, message.owner, attempt=message.attempt)
             # refused only if the attempt ended meanwhile (its lease, a cancel): nothing to hand back
-            store.request(release, _Told("hand-back of a lost grant", logging.INFO))
+            store.request(release, _Changed(self, _Told("hand-back of a lost grant", logging.INFO)))
+        elif kind is AwaitChange:
+            self._await_change(message.after, context.reply_later())
         elif kind is StopGranting:
             self._stop_granting()
         elif kind is Stats:
             store.request(message, _Counted(self, context.reply_later() or _Told("Stats")))
         else:
-            pending = context.reply_later()
-            store.request(message, pending or _Told(kind.__name__))
+            reply = context.reply_later() or _Told(kind.__name__)
+            if not (kind in _UNCHANGING or (kind is Retry and message.dry_run)):
+                reply = _Changed(self, reply)
+            store.request(message, reply)
         if context.queued == 0 or store.batch_full:
             await store.flush()
             while store.unflushed and context.queued == 0:  # taken while answering: hand-backs
@@ -267,6 +314,25 @@ class SupervisorActor(Actor):
         if len(parked) >= 64 and not parked[0].wanted:  # askers that gave up leave the line
             parked = self._parked[reply.claim.agent_type] = deque(r for r in parked if r.wanted)
         parked.append(reply)
+        self._changed()  # an agent waits for work: its host may be idle
+
+    # -- changes ----------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self.changes += 1
+        awaiting, self._awaiting = self._awaiting, []
+        for pending in awaiting:
+            pending.succeed(self.changes)
+
+    def _await_change(self, after: int, pending: PendingReply | None) -> None:
+        if pending is None:
+            return  # told, not asked: nobody to wake
+        if self.changes > after:
+            pending.succeed(self.changes)
+        else:
+            if len(self._awaiting) >= 64:  # askers that gave up leave the line
+                self._awaiting = [waiting for waiting in self._awaiting if waiting.wanted]
+            self._awaiting.append(pending)
 
     def runnable(self, types: Collection[str] | None) -> None:
         """Tasks of ``types`` (``None``: of any type) may be ready: the parked claims of

@@ -74,3 +74,34 @@ async def wait_for_status(supervisor: ActorRef, task_id: str, status: TaskStatus
 
     await eventually(reached)
     return found[0]
+
+
+class RetentionAtTheWorstMoment:
+    """A chat store mixin (before the store class in the bases): a retention pass that
+    forgets every conversation lands right after a request opened its conversation, and
+    another while the model answers (``forget_now``) — what ``[retention] chat_for`` at
+    tiny settings does on a loaded machine. ``forgotten``: what each pass deleted."""
+
+    forgotten: list[int]
+
+    async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
+        await super().open_conversation(user_id, conversation_id, create=create)  # type: ignore[misc]
+        if not self.forgotten:  # once: between the request's open and its hold
+            await self.forget_now()
+
+    async def forget_now(self) -> None:
+        now = self.clock()  # type: ignore[attr-defined]
+        self.forgotten.append(await self.forget_idle(now + 3600))  # type: ignore[attr-defined]
+
+
+def forgetting_model(store: Callable[[], RetentionAtTheWorstMoment]) -> Any:
+    """The offline rule-based model, with a retention pass on ``store()`` at each call:
+    mid-request."""
+    from greenroom.llm import RuleBasedModel
+
+    class Forgetting(RuleBasedModel):
+        async def chat(self, request: Any, *, timeout: float | None = None) -> Any:
+            await store().forget_now()
+            return await super().chat(request, timeout=timeout)
+
+    return Forgetting()

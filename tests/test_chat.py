@@ -1365,3 +1365,30 @@ def test_an_engine_with_a_budget_in_money_needs_a_price() -> None:
         RuleBasedModel(), BrokenTools("garbage"), budget=TokenBudget(cost_limit=1.0), price=Price(1, 2)
     )
     assert engine.price == Price(1, 2)
+
+
+async def test_retention_never_forgets_a_conversation_while_a_request_holds_it(tmp_path: Path) -> None:
+    """Issue 48, point 13: a retention pass that forgets everything lands right after a
+    new conversation was opened (before the request held it), and again while the model
+    answers: the request succeeds, the first pass's deletion is opened anew, the second
+    passes the held conversation by, and the turn is stored."""
+    from _support import RetentionAtTheWorstMoment, forgetting_model
+
+    class Racing(RetentionAtTheWorstMoment, SQLiteChatStore):
+        forgotten: list[int] = []
+
+    Racing.forgotten = []
+    stores: list[Any] = []
+
+    class Recorded(Racing):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            stores.append(self)
+
+    async with open_chat(tmp_path, forgetting_model(lambda: stores[0]), store_class=Recorded) as chat:
+        result = await chat.say("ann", "brand-new", "hello")
+        assert result.success and result.response.startswith("Hi!"), result
+        history = await chat.store.load_history("ann", "brand-new", 10)
+        assert [m.content for m in history] == ["hello", result.response]
+    assert Racing.forgotten[0] == 1  # it was forgotten between the open and the hold...
+    assert Racing.forgotten[1:] and set(Racing.forgotten[1:]) == {0}  # ...and never once held

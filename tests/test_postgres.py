@@ -1477,3 +1477,33 @@ async def test_stats_are_one_snapshot_even_with_a_claim_committed_while_they_are
         assert (seen.by_status["PENDING"], seen.runnable_types) == (1, ["w"])
         after = await db.run(graph.stats)
         assert (after.by_status["IN_PROGRESS"], after.runnable_types) == (1, [])
+
+
+async def test_retention_never_forgets_a_conversation_while_a_request_holds_it_on_postgresql(
+    pg_url: str,
+) -> None:
+    """Issue 48, point 13, on PostgreSQL: a retention pass forgetting everything between a
+    new conversation's open and its hold (the hold found no row: it used to wait for it
+    until the deadline), and again while the model answers (the held row is passed by)."""
+    from _support import RetentionAtTheWorstMoment, forgetting_model
+
+    from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+    from greenroom.postgres import PostgresChatStore
+
+    class Racing(RetentionAtTheWorstMoment, PostgresChatStore):
+        forgotten: list[int] = []
+
+    Racing.forgotten = []
+    now = [1_000_000.0]
+    async with _ready(pg_url) as db:
+        store = Racing(db, clock=lambda: now[0])
+        async with ActorSystem() as system, MCPToolExecutor(task_server(store)) as tools:
+            engine = LLMAgentEngine(forgetting_model(lambda: store), tools)
+            runner = await AgentRunner.spawn(system, engine, store, clock=lambda: now[0], timeout=20)
+            with anyio.fail_after(30):
+                result = await runner.run(AgentContext.from_request("alice", "brand-new", []), "hello")
+            await runner.aclose()
+        assert result.success and result.response.startswith("Hi!"), result
+        history = await store.load_history("alice", "brand-new", 10)
+        assert [m.content for m in history] == ["hello", result.response]
+    assert Racing.forgotten[0] == 1 and Racing.forgotten[1:] and set(Racing.forgotten[1:]) == {0}

@@ -142,9 +142,9 @@ class ChatRequestActor(Actor):
         try:
             stored_pending, stored = await store.load_conversation(user, conversation, limit)  # one read
         except ConversationNotFound:
-            if message.opened:
-                raise
-            # served here before, then forgotten (retention): open it anew, as a first message does
+            # forgotten by retention before this request held it (served here before, or
+            # even opened a moment ago): open it anew, as a first message does — another
+            # user's is still refused by the open
             await store.open_conversation(user, conversation, create=True)
             stored_pending, stored = await store.load_conversation(user, conversation, limit)
         pending: PendingAction | None = None
@@ -468,16 +468,19 @@ class AgentRunner(metaclass=NoPublicConstructor):
     async def _hold(self, user_id: str, conversation: str, opened: bool) -> None:
         """Wait (under the caller's deadline) until no other process sharing the store
         serves this conversation; that request is on another host, so nothing here can
-        signal its end: the store is asked again every 50 ms. Unless ``opened``, a first
-        refusal opens the conversation (a shared store holds stored conversations only,
-        and one served before may have been forgotten since)."""
+        signal its end: the store is asked again every 50 ms. A refusal right after an
+        open is a conversation another holder has; any other first opens it (a shared
+        store holds stored conversations only, and one may have been forgotten since —
+        by retention, even between this request's open and its hold). Once held,
+        retention passes it by until the request lets go."""
         while True:
             if await self.store.hold_conversation(conversation, self.holder, self.timeout):
                 return
             if not opened:
-                opened = True
                 await self.store.open_conversation(user_id, conversation, create=True)
+                opened = True
                 continue
+            opened = False  # held elsewhere, or gone again: the next refusal opens it first
             await anyio.sleep(0.05)
 
     def _remember(self, served: tuple[str, str]) -> None:

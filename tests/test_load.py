@@ -133,8 +133,9 @@ async def test_every_timer_starts_at_the_scheduled_instant(server: ModelServer) 
 @contextmanager
 def accepting_late(upstream: str, delay: float) -> Iterator[str]:
     """A front for ``upstream`` that leaves connections in the kernel's backlog for
-    ``delay`` seconds before accepting them (a server too busy to accept), then relays
-    bytes both ways. Its URL."""
+    ``delay`` seconds from the first one's arrival before accepting them (a server too busy
+    to accept), then relays bytes both ways. Its URL."""
+    import select
     import selectors
     import socket
     import threading
@@ -158,7 +159,8 @@ def accepting_late(upstream: str, delay: float) -> Iterator[str]:
                         pairs[key.fileobj].sendall(data)  # type: ignore[index]
 
     def accept() -> None:
-        stop.wait(delay)  # connections wait, un-accepted, meanwhile
+        select.select([listener], [], [], 30)  # the first connection is in the backlog...
+        stop.wait(delay)  # ...and waits there, un-accepted, with those that follow
         listener.settimeout(0.1)
         while not stop.is_set():
             try:

@@ -4,10 +4,12 @@ This module is backend-specific on purpose (like ``actors/_backend.py``): virtua
 is each event loop's own clock.
 
 - **trio**: ``trio.testing.MockClock(autojump_threshold=...)``.
-- **asyncio**: :class:`VirtualTimeLoop`, a ``SelectorEventLoop`` whose ``time()`` is the
-  monotonic clock plus an offset. Its selector, asked to wait for a timer ``t`` seconds
-  away, first waits ``autojump_threshold`` real seconds for I/O; if none came, it adds
-  the rest of ``t`` to the offset and returns, so the timer is due at once.
+- **asyncio**: :class:`VirtualTimeLoop`, a ``SelectorEventLoop`` whose ``time()`` stands
+  still but for jumps, as ``MockClock``'s (its ``rate`` is 0): real time spent running
+  code never moves it, so a test's timings are the same on a loaded machine. Its
+  selector, asked to wait for a timer ``t`` seconds away, first waits
+  ``autojump_threshold`` real seconds (or ``t``, if less) for I/O; if none came, the
+  clock jumps by ``t`` and the timer is due at once.
 
 With a threshold of 0 (the default) time jumps as soon as every task waits — also while
 one waits on a worker thread or a socket, as with trio's ``MockClock``. A test whose
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import selectors
 import time
 from typing import Any
@@ -51,11 +54,11 @@ class _JumpingSelector(selectors.BaseSelector):
         self._inner.close()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None or timeout <= self._threshold:  # no timer to jump to, or a short wait
-            return self._inner.select(timeout)
-        ready = self._inner.select(self._threshold)
-        if not ready:
-            self._loop.jump(timeout - self._threshold)
+        if timeout is None:  # no timer to jump to: wait for I/O
+            return self._inner.select(None)
+        ready = self._inner.select(min(timeout, self._threshold))
+        if not ready and timeout > 0:  # nothing came in the real wait: the timer is due now
+            self._loop.jump_to_timer(timeout)
         return ready
 
 
@@ -75,11 +78,36 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return super().__new__(cls)
 
     def __init__(self, autojump_threshold: float = 0.0) -> None:
-        self._offset = 0.0
+        self._now = time.monotonic()  # where it starts; from here on it moves only by jumps
         super().__init__(_JumpingSelector(self, autojump_threshold))
 
     def time(self) -> float:
-        return time.monotonic() + self._offset
+        return self._now
+
+    @property
+    def _clock_resolution(self) -> float:
+        """How close to now a timer counts as due (asyncio reads it each turn): the clock's
+        own resolution, or a few steps of a float at this time — after a long jump (a
+        sleep of years) ``now + 1e-9`` is ``now``, and a timer due now would never run."""
+        return max(1e-9, 4 * math.ulp(self._now))
+
+    @_clock_resolution.setter
+    def _clock_resolution(self, value: float) -> None:
+        pass  # asyncio's __init__ sets the monotonic clock's: this clock has its own
+
+    def jump_to_timer(self, timeout: float) -> None:
+        """Jump ``timeout`` ahead — exactly to the next timer when that is where it lands
+        (``now + (when - now)`` can fall a rounding short of ``when``: a 60 s sleep would
+        wake at 59.999999999)."""
+        scheduled: list[asyncio.TimerHandle] = getattr(self, "_scheduled", [])  # asyncio's heap of timers
+        target = self._now + timeout
+        if scheduled:
+            when = scheduled[0].when()
+            if math.isfinite(when) and abs(when - target) <= 4 * math.ulp(max(abs(when), 1.0)):
+                target = max(target, when)
+        self.jump(target - self._now)
+        if self._now < target:
+            self._now = target
 
     def jump(self, seconds: float) -> None:
         """Move the clock ``seconds`` ahead now (timers due meanwhile run at the loop's next
@@ -88,7 +116,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             raise InvalidInput(
                 f"a clock jumps forward: seconds must be >= 0, not {seconds!r}", field="seconds"
             )
-        self._offset += seconds
+        self._now += seconds
 
 
 def virtual_time(backend: str, *, autojump_threshold: float = 0.0) -> tuple[str, dict[str, Any]]:

@@ -494,9 +494,9 @@ async def test_completions_in_one_statement_release_a_shared_dependent_and_refus
             await anyio.to_thread.run_sync(lambda: list(listener.notifies(timeout=0.5)))  # the submission's
             await db.run(lambda c: graph.claim_many(c, ["pa", "pb", "px"], "w", 30.0), single=True)
             three = [
-                ("a", "pa", AgentResult(task_id="a", outcome="A")),
-                ("x", "stranger", AgentResult(task_id="x")),  # not its owner: nothing changes
-                ("b", "pb", AgentResult(task_id="b", outcome="B")),
+                ("a", "pa", AgentResult(task_id="a", outcome="A"), 1),
+                ("x", "stranger", AgentResult(task_id="x"), None),  # not its owner: nothing changes
+                ("b", "pb", AgentResult(task_id="b", outcome="B"), None),
             ]
             done = await db.run(lambda c: graph.complete_many(c, three), single=True)
             assert [(t.id, t.status, t.result.outcome) if t and t.result else None for t in done] == [

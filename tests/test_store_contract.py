@@ -60,6 +60,7 @@ from greenroom.messages import (
 from greenroom.store import (
     ConversationNotFound,
     DuplicateTask,
+    Fenced,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
@@ -594,6 +595,40 @@ async def test_only_the_owner_may_report_and_failures_retry_until_attempts_are_s
         late = await sup.ask(Submit([task("late", depends_on=["r"])]))  # can never run either
         assert late[0].status is TaskStatus.DEPENDENCY_FAILED
         assert await sup.ask(Claim("a", "w")) == NoWork()
+
+
+async def test_a_report_under_an_old_attempt_token_is_fenced_and_changes_nothing(backend: Store) -> None:
+    """Issue 49: every grant gives the attempt the next token; a report naming an older
+    one — even from the same agent, in what is again attempt 1 (a release refunded it) —
+    is refused (``Fenced``, both tokens named) and nothing changes; the live attempt's
+    reports go through; once it ended, its own token is refused too."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t", max_attempts=3)]))
+        first = (await sup.ask(Claim("a", "w"))).task
+        assert (first.attempt, first.token) == (1, 1)
+        await sup.ask(Release("t", "a", token=1))  # handed back: the attempt refunded...
+        second = (await sup.ask(Claim("a", "w"))).task
+        assert (second.owner, second.attempt, second.token) == ("a", 1, 2)  # ...the token not
+        for stale in (
+            Heartbeat("t", "a", token=1),
+            Complete("t", "a", done("t"), token=1),
+            Fail("t", "a", AgentError(reason="late"), token=1),
+            Release("t", "a", token=1),
+            Park("t", "a", {"step": "p0/main/m0/t0", "tool": "x", "arguments": {}}, token=1),
+        ):
+            with pytest.raises(Fenced) as refused:
+                await sup.ask(stale)
+            assert (refused.value.token, refused.value.current) == (1, 2), type(stale).__name__
+            assert "fencing token 1" in str(refused.value) and "newest token is 2" in str(refused.value)
+        now = await sup.ask(GetTask("t"))
+        assert (now.status, now.owner, now.attempt, now.token) == (TaskStatus.IN_PROGRESS, "a", 1, 2)
+        assert (await sup.ask(Heartbeat("t", "a", token=2))).token == 2
+        completed = await sup.ask(Complete("t", "a", done("t"), token=2))
+        assert completed.status is TaskStatus.COMPLETED and completed.token == 2
+        with pytest.raises(Fenced, match="its attempt ended: the task is COMPLETED"):
+            await sup.ask(Fail("t", "a", AgentError(reason="twice"), token=2))
+    assert [e.type for e in await stored_events(backend) if e.task_id == "t"].count("TASK_COMPLETED") == 1
 
 
 async def test_a_release_hands_the_task_back_uncharged_only_for_its_attempt(backend: Store) -> None:

@@ -154,6 +154,7 @@ PUBLIC: dict[str, list[str]] = {
         "ExpireLeases",
         "FAILED_STATES",
         "FIXED_PART",
+        "Fenced",
         "GraphOwner",
         "HistoryPart",
         "InvalidSubmission",
@@ -193,6 +194,7 @@ PUBLIC: dict[str, list[str]] = {
         "dependency_failed",
         "encoded_body",
         "expired_decision",
+        "fenced",
         "find_cycle",
         "in_dependency_order",
         "lease_expired",
@@ -217,6 +219,7 @@ PUBLIC: dict[str, list[str]] = {
     "supervisor": [
         "BulkDecision",
         "DuplicateTask",
+        "Fenced",
         "InvalidSubmission",
         "InvalidTransition",
         "MAX_BULK",

@@ -17,7 +17,7 @@ from ..actors import ActorContext
 from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
 from ..harness._journal import ApprovalNeeded, ReplayDiverged, TaskJournal
 from ..messages import AgentError, AgentResult, AgentTask
-from ..supervisor import TaskGraphError
+from ..supervisor import Fenced, TaskGraphError
 from ._runtime import AgentRuntime
 from ._workspace import artifact_filename, check_agent_name, ensure_agent_workspace
 
@@ -159,6 +159,17 @@ class BaseAgent:
             await self._close_harness()
 
     async def _run_hooks(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
+        """The hooks, then the report. An attempt the store fenced off (its lease lapsed and
+        the task was granted again, or it ended) is given up quietly: nothing more is
+        reported or written under it, and the agent takes other work."""
+        try:
+            return await self._run_attempt(task, runtime)
+        except Fenced as fenced:
+            runtime.give_up(task.id)
+            logger.warning("agent %r gave up task %r: %s", runtime.agent_id, task.id, fenced)
+            return None
+
+    async def _run_attempt(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult | AgentError | None:
         lost: list[TaskGraphError] = []
         outcome: AgentResult | Exception | None = None
         with anyio.CancelScope() as scope:
@@ -176,8 +187,11 @@ class BaseAgent:
             finally:
                 self._scope = None
         if lost:
+            runtime.give_up(task.id)
             logger.warning("agent %r lost task %r: %s", runtime.agent_id, task.id, lost[0])
             return None
+        if isinstance(outcome, Fenced):  # a step it recorded was refused: the attempt is stale
+            raise outcome
         if scope.cancelled_caught:  # abandon(): hand it back
             await runtime.release_task(task.id)
             return None

@@ -83,6 +83,9 @@ class AgentRuntime:
         self.store = store
         self.running: str | None = None
         """The id of the task an :class:`AgentActor` runs with this runtime now (a gauge)."""
+        self.tokens: dict[str, int] = {}
+        """The fencing token of each attempt this runtime was granted and still reports on:
+        every report names it, so a report from an attempt that lapsed is refused."""
 
     # -- claiming ---------------------------------------------------------------------
 
@@ -96,6 +99,7 @@ class AgentRuntime:
         )
         if isinstance(reply, Granted):
             self.last_heartbeat_at = reply.task.last_heartbeat_at
+            self.tokens[reply.task.id] = reply.task.token
             return reply.task
         assert isinstance(reply, NoWork)
         if reply.closing:
@@ -127,10 +131,11 @@ class AgentRuntime:
         return event
 
     async def heartbeat(self, task_id: str) -> AgentTask:
-        """Renew the lease on ``task_id``; raises ``NotOwner`` / ``InvalidTransition`` if
-        the task was taken away (lease expired, cancelled)."""
+        """Renew the lease on ``task_id``; raises ``Fenced`` (``NotOwner`` /
+        ``InvalidTransition`` for a task this runtime was not granted) if the task was taken
+        away (lease expired, cancelled)."""
         task: AgentTask = await self.supervisor.ask(
-            Heartbeat(task_id, self.agent_id), timeout=self.request_timeout
+            Heartbeat(task_id, self.agent_id, self.tokens.get(task_id)), timeout=self.request_timeout
         )
         self.last_heartbeat_at = task.last_heartbeat_at
         return task
@@ -157,8 +162,9 @@ class AgentRuntime:
         left as it was."""
         self._check_result(task_id, result_payload(result))
         task: AgentTask = await self.supervisor.ask(
-            Complete(task_id, self.agent_id, result), timeout=self.request_timeout
+            Complete(task_id, self.agent_id, result, self.tokens.get(task_id)), timeout=self.request_timeout
         )
+        self.tokens.pop(task_id, None)
         return task
 
     async def fail_task(self, task_id: str, error: AgentError) -> AgentTask:
@@ -169,15 +175,20 @@ class AgentRuntime:
             task_id, {"outcome": "failed", "reason": error.reason, "retryable": error.retryable}
         )
         task: AgentTask = await self.supervisor.ask(
-            Fail(task_id, self.agent_id, error), timeout=self.request_timeout
+            Fail(task_id, self.agent_id, error, self.tokens.get(task_id)), timeout=self.request_timeout
         )
+        self.tokens.pop(task_id, None)
         return task
 
     async def park_task(self, task_id: str, call: dict[str, Any]) -> AgentTask:
         """Park the task until a person decides ``call`` (WAITING: no owner, no lease, the
         attempt not counted); an approval or a denial makes it PENDING again, and the
         agent that claims it next replays to that call."""
-        return await self.supervisor.ask(Park(task_id, self.agent_id, call), timeout=self.request_timeout)
+        task: AgentTask = await self.supervisor.ask(
+            Park(task_id, self.agent_id, call, self.tokens.get(task_id)), timeout=self.request_timeout
+        )
+        self.tokens.pop(task_id, None)
+        return task
 
     async def get_task(self, task_id: str) -> AgentTask:
         """The task as stored now (for example a dependency, to read its result)."""
@@ -185,4 +196,16 @@ class AgentRuntime:
 
     async def release_task(self, task_id: str) -> AgentTask:
         """Hand an unfinished task back (PENDING, the attempt not counted)."""
-        return await self.supervisor.ask(Release(task_id, self.agent_id), timeout=self.request_timeout)
+        task: AgentTask = await self.supervisor.ask(
+            Release(task_id, self.agent_id, token=self.tokens.get(task_id)), timeout=self.request_timeout
+        )
+        self.tokens.pop(task_id, None)
+        return task
+
+    def token(self, task_id: str) -> int | None:
+        """The fencing token of this runtime's attempt at ``task_id`` (``None``: none)."""
+        return self.tokens.get(task_id)
+
+    def give_up(self, task_id: str) -> None:
+        """Forget the attempt at ``task_id``: it was fenced (another attempt holds the task)."""
+        self.tokens.pop(task_id, None)

@@ -223,7 +223,10 @@ class AgentHost:
         return model
 
     async def stats(self) -> GraphStats:
-        return await self.supervisor.ask(Stats())
+        """The graph's figures. No timeout of its own: while the store stalls (a
+        connection that hangs), the caller waits — a daemon never ends because its store
+        is slow; ``StoreUnavailable`` once the store says it is out of reach."""
+        return await self.supervisor.ask(Stats(), timeout=None)
 
     def is_idle(self, stats: GraphStats) -> bool:
         """What the store says: nothing running (this host's tasks or another's, whose
@@ -288,7 +291,8 @@ class AgentHost:
                 for _, ref in busy:
                     await ref.stop()
             try:
-                self.final_stats = await self.stats()
+                with anyio.move_on_after(10):  # a stalled store: the summary shows the counts from the start
+                    self.final_stats = await self.stats()
             except ActorStopped:
                 pass  # said above; the summary then shows the counts from the start
             except StoreUnavailable as error:

@@ -55,6 +55,7 @@ from ..store import (
     decided,
     dependency_failed,
     expired_decision,
+    fenced,
     in_dependency_order,
     lease_expired,
     listed,
@@ -371,6 +372,7 @@ class TaskGraph:
                 status=IN_PROGRESS,
                 owner=agent_id,
                 attempt=task.attempt + 1,
+                token=task.token + 1,
                 lease_expires_at=now + lease,
                 last_heartbeat_at=now,
                 updated_at=now,
@@ -378,7 +380,16 @@ class TaskGraph:
             TASK_CLAIMED,
         )
 
-    def _owned(self, task_id: str, agent_id: str, action: str) -> AgentTask:
+    def _owned(self, task_id: str, agent_id: str, action: str, token: int | None = None) -> AgentTask:
+        if token is not None:  # the attempt's own token: refused (Fenced) unless it is the live one
+            task = self.tasks.get(task_id)
+            if task is None and task_id not in self.archived:
+                raise UnknownTask(task_id)
+            refused = fenced(task, task_id, agent_id, token, action)
+            if refused is not None:
+                raise refused
+            assert task is not None
+            return task
         task = self.get(task_id)
         if task.status is not IN_PROGRESS:
             raise InvalidTransition(task_id, task.status.value, action)
@@ -386,15 +397,19 @@ class TaskGraph:
             raise NotOwner(task_id, agent_id, task.owner)
         return task
 
-    def heartbeat(self, task_id: str, agent_id: str, now: float, lease: float) -> AgentTask:
-        task = self._owned(task_id, agent_id, "heartbeat")
+    def heartbeat(
+        self, task_id: str, agent_id: str, now: float, lease: float, token: int | None = None
+    ) -> AgentTask:
+        task = self._owned(task_id, agent_id, "heartbeat", token)
         self._leases[task_id] = now + lease
         return self._put(replace(task, lease_expires_at=now + lease, last_heartbeat_at=now), None)
 
-    def complete(self, task_id: str, agent_id: str, result: AgentResult, now: float) -> AgentTask:
+    def complete(
+        self, task_id: str, agent_id: str, result: AgentResult, now: float, token: int | None = None
+    ) -> AgentTask:
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
-        task = self._owned(task_id, agent_id, "complete")
+        task = self._owned(task_id, agent_id, "complete", token)
         self._stopped_running(task_id)
         task = self._put(
             replace(task, status=COMPLETED, result=result, lease_expires_at=None, updated_at=now),
@@ -414,8 +429,10 @@ class TaskGraph:
                 self._unmet[dependent_id] = left - 1
         return task
 
-    def fail(self, task_id: str, agent_id: str, error: AgentError, now: float) -> AgentTask:
-        task = self._owned(task_id, agent_id, "fail")
+    def fail(
+        self, task_id: str, agent_id: str, error: AgentError, now: float, token: int | None = None
+    ) -> AgentTask:
+        task = self._owned(task_id, agent_id, "fail", token)
         return self._end_attempt(task, error, now)
 
     def _end_attempt(self, task: AgentTask, error: AgentError, now: float) -> AgentTask:
@@ -434,10 +451,12 @@ class TaskGraph:
         self._cascade(task.id, now)
         return task
 
-    def release(self, task_id: str, agent_id: str, now: float, attempt: int | None = None) -> AgentTask:
+    def release(
+        self, task_id: str, agent_id: str, now: float, attempt: int | None = None, token: int | None = None
+    ) -> AgentTask:
         """The owner hands the task back unfinished: PENDING again, the attempt refunded.
         ``attempt``: only that attempt (a grant handed back must not end a later one)."""
-        task = self._owned(task_id, agent_id, "release")
+        task = self._owned(task_id, agent_id, "release", token)
         if attempt is not None and task.attempt != attempt:
             raise InvalidTransition(task_id, f"{task.status.value} in attempt {task.attempt}", "release")
         self._stopped_running(task_id)
@@ -455,9 +474,11 @@ class TaskGraph:
         self._make_runnable(task)
         return task
 
-    def park(self, task_id: str, agent_id: str, call: dict[str, Any], now: float) -> AgentTask:
+    def park(
+        self, task_id: str, agent_id: str, call: dict[str, Any], now: float, token: int | None = None
+    ) -> AgentTask:
         """The owner parks its task for a person to decide ``call`` (see ``greenroom.store.parked``)."""
-        task = parked(self._owned(task_id, agent_id, "park"), call, self.limits, now)
+        task = parked(self._owned(task_id, agent_id, "park", token), call, self.limits, now)
         self._stopped_running(task_id)
         if task.lease_expires_at is not None:  # an expiry: the lease check denies it then
             self._leases[task_id] = task.lease_expires_at

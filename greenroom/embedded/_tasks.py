@@ -307,11 +307,11 @@ class FileTaskStore:
             task = graph.claim(message.agent_id, message.agent_type, now, self.lease_seconds)
             return _NOTHING_READY if task is None else task
         if kind is Heartbeat:
-            return graph.heartbeat(message.task_id, message.agent_id, now, self.lease_seconds)
+            return graph.heartbeat(message.task_id, message.agent_id, now, self.lease_seconds, message.token)
         if kind is Complete:
-            return graph.complete(message.task_id, message.agent_id, message.result, now)
+            return graph.complete(message.task_id, message.agent_id, message.result, now, message.token)
         if kind is Fail:
-            return graph.fail(message.task_id, message.agent_id, message.error, now)
+            return graph.fail(message.task_id, message.agent_id, message.error, now, message.token)
         if kind is Submit:
             return graph.submit(message.tasks, now)
         if kind is GetTask:
@@ -321,11 +321,11 @@ class FileTaskStore:
         if kind is ListTasks:
             return graph.page(message)
         if kind is Release:
-            return graph.release(message.task_id, message.agent_id, now, message.attempt)
+            return graph.release(message.task_id, message.agent_id, now, message.attempt, message.token)
         if kind is Cancel:
             return graph.cancel(message.task_id, message.reason, now)
         if kind is Park:
-            return graph.park(message.task_id, message.agent_id, message.call, now)
+            return graph.park(message.task_id, message.agent_id, message.call, now, message.token)
         if kind is Decide:
             return graph.decide(message, now)
         if kind is Retry:

@@ -34,10 +34,14 @@ class Claim(msgspec.Struct, Request["Granted | NoWork"], frozen=True):
 
 
 class Heartbeat(msgspec.Struct, Request[AgentTask], frozen=True):
-    """Extend the owner's lease. Replies with the task."""
+    """Extend the owner's lease. Replies with the task. ``token`` (on this message and on
+    every report of an attempt below): the attempt's fencing token (``AgentTask.token``);
+    the store refuses the request with ``Fenced`` once the attempt it names is not the
+    task's live one. ``None``: checked by ``agent_id`` alone."""
 
     task_id: str
     agent_id: str
+    token: int | None = None
 
 
 class Complete(msgspec.Struct, Request[AgentTask], frozen=True):
@@ -46,6 +50,7 @@ class Complete(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
     agent_id: str
     result: AgentResult
+    token: int | None = None
 
 
 class Fail(msgspec.Struct, Request[AgentTask], frozen=True):
@@ -55,6 +60,7 @@ class Fail(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
     agent_id: str
     error: AgentError
+    token: int | None = None
 
 
 class Release(msgspec.Struct, Request[AgentTask], frozen=True):
@@ -65,6 +71,7 @@ class Release(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
     agent_id: str
     attempt: int | None = None
+    token: int | None = None
 
 
 class Cancel(msgspec.Struct, Request[AgentTask], frozen=True):
@@ -82,6 +89,7 @@ class Park(msgspec.Struct, Request[AgentTask], frozen=True):
     task_id: str
     agent_id: str
     call: dict[str, Any]
+    token: int | None = None
 
 
 class Decide(msgspec.Struct, Request[AgentTask], frozen=True):

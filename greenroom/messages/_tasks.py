@@ -95,6 +95,10 @@ class AgentTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     retries: list[dict[str, Any]] = []
     """The retries people asked for, oldest first, the last 20 (``by``, ``at``,
     ``reason``, and what it was: ``status``, ``attempt``, ``error``)."""
+    token: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """The fencing token of its latest attempt: every grant gives the next one, and it never
+    goes back (``attempt`` does: a release or a crash refunds it). A write made under an
+    attempt names its token; the store refuses it once a newer one exists (``Fenced``)."""
 
 
 class TaskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -63,6 +63,7 @@ from ..store import (
     decided,
     dependency_failed,
     expired_decision,
+    fenced,
     in_dependency_order,
     lease_expired,
     parked,
@@ -96,7 +97,7 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
 
 _COLUMNS = (
     "id, type, status, owner, priority, ord, attempt, max_attempts, crashes, created_at, updated_at, "
-    "lease_expires_at, last_heartbeat_at, doc"
+    "lease_expires_at, last_heartbeat_at, token, doc"
 )
 _DOC_FIELDS = (
     "input",
@@ -123,7 +124,7 @@ def _archived_task(text: str) -> AgentTask:
 
 def _task(row: tuple[Any, ...]) -> AgentTask:
     (id_, type_, status, owner, priority, order, attempt, max_attempts, crashes, created, updated,
-     lease, heartbeat, doc) = row  # fmt: skip
+     lease, heartbeat, token, doc) = row  # fmt: skip
     raw = dict(doc)
     raw.update(
         id=id_,
@@ -139,6 +140,7 @@ def _task(row: tuple[Any, ...]) -> AgentTask:
         updated_at=updated,
         lease_expires_at=lease,
         last_heartbeat_at=heartbeat,
+        token=token,
     )
     return msgspec.convert(raw, AgentTask)
 
@@ -392,7 +394,7 @@ class PostgresGraph:
                           UNION ALL SELECT id, priority, ord, true FROM suspect) p),
                 claimed AS (
                     UPDATE gr_tasks t SET status = 'IN_PROGRESS', owner = wanting.agent,
-                        attempt = t.attempt + 1, lease_expires_at = %(expires)s,
+                        attempt = t.attempt + 1, token = t.token + 1, lease_expires_at = %(expires)s,
                         last_heartbeat_at = %(now)s, updated_at = %(now)s
                     FROM picked JOIN wanting USING (k) WHERE t.id = picked.id
                     RETURNING wanting.k, {_prefixed("t")}),
@@ -502,7 +504,19 @@ class PostgresGraph:
         )
         return tasks, days
 
-    def _owned(self, connection: Any, task_id: str, agent_id: str, action: str) -> AgentTask:
+    def _owned(
+        self, connection: Any, task_id: str, agent_id: str, action: str, token: int | None = None
+    ) -> AgentTask:
+        if token is not None:  # the attempt's own token: refused (Fenced) unless it is the live one
+            try:
+                locked: AgentTask | None = self._locked(connection, task_id)
+            except InvalidTransition:  # archived: finished
+                locked = None
+            refused = fenced(locked, task_id, agent_id, token, action)
+            if refused is not None:
+                raise refused
+            assert locked is not None
+            return locked
         task = self._locked(connection, task_id)
         if task.status is not TaskStatus.IN_PROGRESS:
             raise InvalidTransition(task_id, task.status.value, action)
@@ -510,15 +524,18 @@ class PostgresGraph:
             raise NotOwner(task_id, agent_id, task.owner)
         return task
 
-    def heartbeat(self, connection: Any, task_id: str, agent_id: str, lease: float) -> AgentTask:
+    def heartbeat(
+        self, connection: Any, task_id: str, agent_id: str, lease: float, token: int | None = None
+    ) -> AgentTask:
         now = self.clock()
         row = connection.execute(
             f"UPDATE gr_tasks SET lease_expires_at = %s, last_heartbeat_at = %s WHERE id = %s "
-            f"AND status = 'IN_PROGRESS' AND owner = %s RETURNING {_COLUMNS}",
-            (now + lease, now, task_id, agent_id),
+            f"AND status = 'IN_PROGRESS' AND owner = %s AND (%s::bigint IS NULL OR token = %s) "
+            f"RETURNING {_COLUMNS}",
+            (now + lease, now, task_id, agent_id, token, token),
         ).fetchone()
         if row is None:
-            self._owned(connection, task_id, agent_id, "heartbeat")  # raises the right refusal
+            self._owned(connection, task_id, agent_id, "heartbeat", token)  # raises the right refusal
         return _task(row)
 
     def _write(self, connection: Any, task: AgentTask) -> None:
@@ -539,17 +556,24 @@ class PostgresGraph:
         )
 
     def complete(
-        self, connection: Any, task_id: str, agent_id: str, result: AgentResult, *, at_once: bool = True
+        self,
+        connection: Any,
+        task_id: str,
+        agent_id: str,
+        result: AgentResult,
+        *,
+        at_once: bool = True,
+        token: int | None = None,
     ) -> AgentTask:
         """Complete the owner's task in this transaction (``at_once=False``: the caller
         already tried :meth:`complete_at_once`, so go straight to the checks)."""
         if result.task_id != task_id:
             raise InvalidSubmission(task_id, "result.task_id", result.task_id, "does not match the task")
         encoded = _encode(result)
-        done = self.complete_at_once(connection, task_id, agent_id, result) if at_once else None
+        done = self.complete_at_once(connection, task_id, agent_id, result, token) if at_once else None
         if done is not None:
             return done
-        task = self._owned(connection, task_id, agent_id, "complete")  # raises the right refusal
+        task = self._owned(connection, task_id, agent_id, "complete", token)  # raises the right refusal
         if len(encoded) > self.limits.max_result_bytes:
             reason = (
                 f"the result is {len(encoded)} bytes, larger than max_result_bytes "
@@ -575,15 +599,15 @@ class PostgresGraph:
         return task
 
     def complete_at_once(
-        self, connection: Any, task_id: str, agent_id: str, result: AgentResult
+        self, connection: Any, task_id: str, agent_id: str, result: AgentResult, token: int | None = None
     ) -> AgentTask | None:
         """One usual completion: :meth:`complete_many` for one."""
-        return self.complete_many(connection, [(task_id, agent_id, result)])[0]
+        return self.complete_many(connection, [(task_id, agent_id, result, token)])[0]
 
     def complete_many(
-        self, connection: Any, completions: list[tuple[str, str, AgentResult]]
+        self, connection: Any, completions: list[tuple[str, str, AgentResult, int | None]]
     ) -> list[AgentTask | None]:
-        """Usual completions ``(task_id, agent_id, result)`` in one statement (one round
+        """Usual completions ``(task_id, agent_id, result, token)`` in one statement (one round
         trip, one commit: run it with ``Database.run(..., single=True)``): each owner's task
         COMPLETED, the dependents' counts decremented (by as many of their dependencies as
         completed here), the events logged, the types that became ready announced.
@@ -594,7 +618,7 @@ class PostgresGraph:
         out: list[AgentTask | None] = [None] * len(completions)
         given: list[dict[str, Any]] = []
         positions: list[int] = []
-        for index, (task_id, agent_id, result) in enumerate(completions):
+        for index, (task_id, agent_id, result, token) in enumerate(completions):
             encoded = _encode(result)
             if (
                 result.task_id != task_id
@@ -603,7 +627,7 @@ class PostgresGraph:
             ):
                 continue
             positions.append(index)
-            given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id,
+            given.append({"k": len(given) + 1, "id": task_id, "agent": agent_id, "token": token,
                           "result": msgspec.Raw(encoded), "payload": result_payload(result)})  # fmt: skip
         if not given:
             return out
@@ -611,13 +635,13 @@ class PostgresGraph:
         rows = connection.execute(
             f"""WITH given AS (
                     SELECT * FROM jsonb_to_recordset(%(given)s::jsonb)
-                        AS g(k integer, id text, agent text, result jsonb, payload jsonb)),
+                        AS g(k integer, id text, agent text, token bigint, result jsonb, payload jsonb)),
                 done AS (
                     UPDATE gr_tasks t SET status = 'COMPLETED', lease_expires_at = NULL, updated_at = %(now)s,
                         doc = jsonb_set(t.doc, '{{result}}', given.result)
                     FROM given
                     WHERE t.id = ANY(%(ids)s::text[]) AND t.id = given.id AND t.status = 'IN_PROGRESS'
-                        AND t.owner = given.agent
+                        AND t.owner = given.agent AND (given.token IS NULL OR t.token = given.token)
                     RETURNING given.k, given.payload, {_prefixed("t")}),
                 met AS (
                     SELECT d.task_id, count(*) AS n FROM gr_deps d JOIN done ON d.dep_id = done.id
@@ -652,8 +676,10 @@ class PostgresGraph:
             out[positions[row[0] - 1]] = _task(row[1:-1])
         return out
 
-    def fail(self, connection: Any, task_id: str, agent_id: str, error: AgentError) -> AgentTask:
-        task = self._owned(connection, task_id, agent_id, "fail")
+    def fail(
+        self, connection: Any, task_id: str, agent_id: str, error: AgentError, token: int | None = None
+    ) -> AgentTask:
+        task = self._owned(connection, task_id, agent_id, "fail", token)
         return self._end_attempt(connection, task, _printable(self.limits.clip(error)), agent_id)
 
     def _end_attempt(
@@ -709,10 +735,17 @@ class PostgresGraph:
             events.append(self._transition_event(TASK_FAILED, dependent))
         return events
 
-    def release(self, connection: Any, task_id: str, agent_id: str, attempt: int | None = None) -> AgentTask:
+    def release(
+        self,
+        connection: Any,
+        task_id: str,
+        agent_id: str,
+        attempt: int | None = None,
+        token: int | None = None,
+    ) -> AgentTask:
         """The owner hands the task back unfinished: PENDING again, the attempt refunded.
         ``attempt``: only that attempt (a grant handed back must not end a later one)."""
-        task = self._owned(connection, task_id, agent_id, "release")
+        task = self._owned(connection, task_id, agent_id, "release", token)
         if attempt is not None and task.attempt != attempt:
             raise InvalidTransition(task_id, f"{task.status.value} in attempt {task.attempt}", "release")
         task = msgspec.structs.replace(task, status=TaskStatus.PENDING, owner=None, attempt=task.attempt - 1,
@@ -722,9 +755,11 @@ class PostgresGraph:
         self._notify(connection, {task.type})
         return task
 
-    def park(self, connection: Any, task_id: str, agent_id: str, call: dict[str, Any]) -> AgentTask:
+    def park(
+        self, connection: Any, task_id: str, agent_id: str, call: dict[str, Any], token: int | None = None
+    ) -> AgentTask:
         """The owner parks its task for a person to decide ``call`` (``greenroom.store.parked``)."""
-        task = self._owned(connection, task_id, agent_id, "park")
+        task = self._owned(connection, task_id, agent_id, "park", token)
         task = parked(task, call, self.limits, self.clock())
         self._write(connection, task)
         self._emit(connection, [self._transition_event(TASK_WAITING, task)])

@@ -215,6 +215,10 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX gr_entity_answers_asker ON gr_entity_answers (asker, seq)",
     ],
+    [  # 11: fencing: each grant of a task gives its attempt the next token, and every report
+        # of an attempt (and every step it records) names it — refused once a newer exists
+        "ALTER TABLE gr_tasks ADD COLUMN token bigint NOT NULL DEFAULT 0",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

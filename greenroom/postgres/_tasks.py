@@ -442,15 +442,23 @@ async def _call(store: PostgresTaskStore, message: Any) -> Any:
     """One request other than a claim or a completion, in its own transaction."""
     graph, db, lease = store.graph, store.db, store.lease_seconds
     if isinstance(message, Heartbeat):
-        return await db.run(lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease))
+        return await db.run(
+            lambda c: graph.heartbeat(c, message.task_id, message.agent_id, lease, message.token)
+        )
     if isinstance(message, Fail):
-        return await db.run(lambda c: graph.fail(c, message.task_id, message.agent_id, message.error))
+        return await db.run(
+            lambda c: graph.fail(c, message.task_id, message.agent_id, message.error, message.token)
+        )
     if isinstance(message, Release):
-        return await db.run(lambda c: graph.release(c, message.task_id, message.agent_id, message.attempt))
+        return await db.run(
+            lambda c: graph.release(c, message.task_id, message.agent_id, message.attempt, message.token)
+        )
     if isinstance(message, Cancel):
         return await db.run(lambda c: graph.cancel(c, message.task_id, message.reason))
     if isinstance(message, Park):
-        return await db.run(lambda c: graph.park(c, message.task_id, message.agent_id, message.call))
+        return await db.run(
+            lambda c: graph.park(c, message.task_id, message.agent_id, message.call, message.token)
+        )
     if isinstance(message, Decide):
         return await db.run(lambda c: graph.decide(c, message))
     if isinstance(message, Retry):
@@ -521,7 +529,7 @@ async def _completions(store: PostgresTaskStore, jobs: list[_Job]) -> None:
     too large a result) goes through the full path, which says why."""
     graph = store.graph
     completes: list[Complete] = [job.message for job in jobs]
-    items = [(m.task_id, m.agent_id, m.result) for m in completes]
+    items = [(m.task_id, m.agent_id, m.result, m.token) for m in completes]
     done = await _batch(store, jobs, lambda c: graph.complete_many(c, items), _completions)
     if done is None:
         return
@@ -535,7 +543,9 @@ async def _completions(store: PostgresTaskStore, jobs: list[_Job]) -> None:
 
 def _complete_alone(graph: PostgresGraph, message: Complete, connection: Any) -> Any:
     """A completion the batch left unchanged, in a transaction of its own (it says why)."""
-    return graph.complete(connection, message.task_id, message.agent_id, message.result, at_once=False)
+    return graph.complete(
+        connection, message.task_id, message.agent_id, message.result, at_once=False, token=message.token
+    )
 
 
 class _Announcer(Actor):

@@ -28,6 +28,26 @@ class NotOwner(TaskGraphError):
         )
 
 
+class Fenced(TaskGraphError):
+    """A write made under an ownership whose fencing token is no longer the live one (its
+    lease lapsed and another owner holds a newer token, or its attempt ended): refused,
+    nothing changed. The stale owner gives its work up; nothing is wrong with the store.
+    ``token``: the writer's; ``current``: the newest one (``None``: not known here — the
+    task is finished and archived)."""
+
+    def __init__(self, what: str, token: int, current: int | None, why: str = "") -> None:
+        self.what = what
+        self.token = token
+        self.current = current
+        said = f" ({why})" if why else ""
+        newest = "not known" if current is None else str(current)
+        super().__init__(
+            f"{what}: a write under fencing token {token} was refused; the newest token is {newest}{said}",
+            field="token",
+            value=token,
+        )
+
+
 class InvalidTransition(TaskGraphError):
     def __init__(self, task_id: str, status: str, action: str) -> None:
         self.task_id = task_id

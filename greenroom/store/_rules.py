@@ -30,7 +30,7 @@ from ..messages import (
     TaskStatus,
 )
 from ..messages._events import GraphEvent
-from ._errors import InvalidSubmission, InvalidTransition
+from ._errors import Fenced, InvalidSubmission, InvalidTransition
 
 FINAL = frozenset(status for status in TaskStatus if status.final)
 """The statuses a task never leaves."""
@@ -296,6 +296,25 @@ def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
         task, status=TaskStatus.PENDING, waiting=None, decisions={**task.decisions, waiting_step: kept},
         lease_expires_at=None, updated_at=now,
     )  # fmt: skip
+
+
+# -- fencing -------------------------------------------------------------------------------
+
+
+def fenced(task: AgentTask | None, task_id: str, agent_id: str, token: int, action: str) -> Fenced | None:
+    """The refusal of ``action`` by ``agent_id`` under the attempt token ``token`` — the
+    one rule both stores apply — or ``None`` when that attempt is the task's live one
+    (``task``: the task as stored, ``None`` when it is gone from the live graph)."""
+    what = f"task {task_id!r} ({action} by {agent_id!r})"
+    if task is None:
+        return Fenced(what, token, None, "the task is finished and archived")
+    if token != task.token:
+        return Fenced(what, token, task.token, "a later attempt was granted")
+    if task.status is not TaskStatus.IN_PROGRESS:
+        return Fenced(what, token, task.token, f"its attempt ended: the task is {task.status.value}")
+    if task.owner != agent_id:
+        return Fenced(what, token, task.token, f"its owner is {task.owner!r}")
+    return None
 
 
 # -- what a person may do to a task now -----------------------------------------------------

@@ -3,6 +3,7 @@
 
 from ..store import (
     DuplicateTask,
+    Fenced,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
@@ -16,6 +17,7 @@ __all__ = [
     "MAX_BULK",
     "BulkDecision",
     "DuplicateTask",
+    "Fenced",
     "InvalidSubmission",
     "InvalidTransition",
     "NotOwner",

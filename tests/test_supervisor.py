@@ -173,3 +173,71 @@ def test_a_supervisor_needs_a_task_store() -> None:
 async def test_bad_limits_are_named() -> None:
     with pytest.raises(msgspec.ValidationError, match="max_error_chars"):
         msgspec.convert({"max_error_chars": 3}, TaskLimits)
+
+
+class _LateClaims:
+    """A task store that answers claims later (as PostgreSQL's does, from its workers):
+    the test says when, and with what."""
+
+    lease_seconds = 30.0
+
+    def __init__(self) -> None:
+        from greenroom.messages import TaskLimits
+
+        self.limits = TaskLimits()
+        self.claims: list[Any] = []  # (claim, reply) not answered yet
+
+    async def open(self, owner: Any) -> None:
+        self.owner = owner
+
+    def request(self, message: Any, reply: Any) -> None:
+        from greenroom.messages import Claim
+
+        if isinstance(message, Claim):
+            self.claims.append((message, reply))
+        else:  # anything else: answered at once, with nothing
+            reply.succeed(None)
+
+    unflushed = False
+    batch_full = False
+
+    async def flush(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for _, reply in self.claims:
+            reply.succeed(None)
+
+
+async def test_a_claim_answered_none_after_work_became_ready_looks_again_instead_of_parking() -> None:
+    """A claim whose store looked before a submission committed, and answered "none" after
+    the submission's "tasks became ready" reached the supervisor, must not park (nobody
+    would wake it until the next lease check): it asks the store again (issue 48, point 11,
+    found by the PostgreSQL tests under load)."""
+    from greenroom.messages import Claim, Granted
+    from greenroom.store import TasksRunnable
+
+    store = _LateClaims()
+    async with ActorSystem() as system:
+        supervisor = await system.spawn(
+            lambda: SupervisorActor(store, lease_check_interval=60.0)  # type: ignore[arg-type]
+        )
+        async with anyio.create_task_group() as tg:
+            granted: list[Any] = []
+
+            async def claim() -> None:
+                granted.append(await supervisor.ask(Claim("a", "w", wait=True), timeout=None))
+
+            tg.start_soon(claim)
+            with anyio.fail_after(5):
+                while not store.claims:
+                    await anyio.sleep(0.005)
+            supervisor.tell(TasksRunnable(frozenset({"w"})))  # the work committed meanwhile
+            await supervisor.ask(Stats())  # (after the tell: the mailbox is in order)
+            store.claims.pop(0)[1].succeed(None)  # the store's look, from before the work was there
+            with anyio.fail_after(5):
+                while not store.claims:  # looked again, at once
+                    await anyio.sleep(0.005)
+            task = AgentTask(id="t", type="w", status=TaskStatus.IN_PROGRESS, owner="a", attempt=1, token=1)
+            store.claims.pop(0)[1].succeed(task)
+        assert isinstance(granted[0], Granted) and granted[0].task.id == "t"

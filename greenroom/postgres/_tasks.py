@@ -87,6 +87,8 @@ def _jobs(batch: Batch[Any]) -> list[_Job]:
 
 
 _LISTEN = object()
+_ANY = "\x00any"
+"""What the listener says when it has just begun listening: any type may be ready."""
 _HANDLED = (
     Claim,
     Park,
@@ -590,6 +592,9 @@ class _Listener(Actor):
         if self.connection is None:
             self.connection = self.db.connect()
             self.connection.execute(f"LISTEN {CHANNEL}")
+            # a claim parked before this connection listened may have missed what was
+            # announced meanwhile: every parked claim looks once more, now
+            return {_ANY}
         # back as soon as a packet of notifications arrives (up to a second without one):
         # gathering them for the whole second kept a parked claim waiting up to a second
         return {notice.payload for notice in self.connection.notifies(timeout=1.0, stop_after=1)}
@@ -611,7 +616,9 @@ class _Listener(Actor):
             await anyio.sleep(1.0)
             types = set()
         try:
-            if types:
+            if _ANY in types:
+                self.supervisor.tell(TasksRunnable(None))
+            elif types:
                 self.supervisor.tell(TasksRunnable(frozenset(types)))
             self.context.ref.tell(_LISTEN)
         except ActorStopped:

@@ -162,12 +162,14 @@ class _ClaimReply:
     """A claim's answer from the store (the task, or ``None``) made into the protocol's:
     ``Granted`` (handed back if its asker gave up), a parked claim, or ``NoWork``."""
 
-    __slots__ = ("claim", "found_nothing", "owner", "pending", "sweeping")
+    __slots__ = ("claim", "found_nothing", "owner", "pending", "seen", "sweeping")
 
     def __init__(self, owner: SupervisorActor, pending: PendingReply, claim: Claim) -> None:
         self.owner = owner
         self.pending = pending
         self.claim = claim
+        self.seen = owner.notified
+        """The owner's count of "tasks became ready" when this claim went to the store."""
         self.sweeping = False
         """Tried again from the parked ones: a ``None`` now puts it back in its place."""
         self.found_nothing = False
@@ -190,6 +192,10 @@ class _ClaimReply:
         elif owner.closing:
             pending.succeed(NoWork(closing=True))
         elif self.claim.wait and pending.wanted:
+            if owner.notified != self.seen:  # work became ready while the store looked: look again
+                self.seen = owner.notified
+                owner.store.request(self.claim, self)
+                return
             owner._park(self)
         else:
             pending.succeed(NoWork())
@@ -226,6 +232,10 @@ class SupervisorActor(Actor):
         """Failed attempts reported to it since it started (``GraphStats.failures_here``)."""
         """Tasks completed through this actor since it started (``GraphStats.completed_here``)."""
         self._parked: dict[str, deque[_ClaimReply]] = {}
+        self.notified = 0
+        """How many times tasks were said to become ready: a claim the store answered "none"
+        after one (its query may have run before that work committed) is tried again
+        instead of parked — a store that answers later would otherwise lose the wake-up."""
         self.changes = 0
         """Changes of the graph seen by this actor (``GraphStats.changes``, ``AwaitChange``)."""
         self._awaiting: list[PendingReply] = []
@@ -339,6 +349,7 @@ class SupervisorActor(Actor):
         those types are tried again, oldest first. A store that answers a claim at once
         stops a type's sweep at the first that finds nothing (the rest keep their places);
         one that answers later gets them all, and parks again what finds nothing."""
+        self.notified += 1
         if self.closing or not self._parked:
             return
         wanted = list(self._parked) if types is None else [t for t in types if t in self._parked]

@@ -511,3 +511,69 @@ async def test_a_journal_whose_syncer_is_gone_still_makes_its_steps_durable_when
             assert [s.body for s in await steps.read("t1")] == [{"text": "kept"}]
         finally:
             await steps.aclose()
+
+
+async def test_a_stale_attempts_steps_are_refused_and_its_call_never_runs_twice(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Issue 49: attempt 1 runs a writing tool; while it runs, its lease is gone and the
+    task is granted again (attempt 2, a newer fencing token). When the tool returns, the
+    step of its result is refused (``Fenced``: the phase ends, nothing more is written
+    under token 1), and attempt 2 — finding the call let run without a result — asks a
+    person instead of running it again: the tool ran once."""
+    import anyio
+    from _stores import open_node
+
+    from greenroom.messages import AgentTask, Claim, Release, Submit
+    from greenroom.store import Fenced
+
+    effects: list[str] = []
+    running, returning = anyio.Event(), anyio.Event()
+
+    async def write(text: str) -> str:
+        effects.append(text)
+        running.set()
+        await returning.wait()  # the lease is gone meanwhile (a pause, a blocked loop)
+        return f"wrote {text}"
+
+    tools = [Tool("note", write, risk=RiskLevel.WRITES)]
+    async with await make_store(store_url, tmp_path / "data") as store, open_node(store) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([AgentTask(id="t1", type="w")]))
+        first = (await sup.ask(Claim("a", "w"))).task
+        writer = await node.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        journal = await TaskJournal.load("t1", first.attempt, writer, token=first.token)
+        harness = await Harness.spawn(
+            node.system, model_for_two_turns(), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+            journal=journal,
+        )  # fmt: skip
+        outcome: list[Any] = []
+
+        async def attempt_one() -> None:
+            try:
+                outcome.append(await harness.run_bounded("write it down", max_iterations=5))
+            except Fenced as fenced:
+                outcome.append(fenced)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attempt_one)
+            await running.wait()
+            await sup.ask(Release("t1", "a", token=first.token))  # (as its lease running out would)
+            second = (await sup.ask(Claim("b", "w"))).task
+            assert second.token == first.token + 1
+            returning.set()
+        assert isinstance(outcome[0], Fenced), outcome
+        assert (outcome[0].token, outcome[0].current) == (first.token, second.token)
+        steps = await writer.ask(ReadSteps("t1"))
+        assert [s.kind for s in steps if s.key == "p0/main/m0/t0"] == ["tool_started", "tool_released"]
+        await harness.aclose()
+        journal2 = await TaskJournal.load("t1", second.attempt, writer, token=second.token)
+        harness2 = await Harness.spawn(
+            node.system, model_for_two_turns(), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+            journal=journal2,
+        )  # fmt: skip
+        with pytest.raises(ApprovalNeeded):  # "it may have run": a person says, the tool is not run again
+            await harness2.run_bounded("write it down", max_iterations=5)
+        await harness2.aclose()
+        await writer.stop()
+    assert effects == ["hello"]

@@ -1460,6 +1460,42 @@ async def test_steps_are_read_back_in_order_per_task_and_a_replay_never_rewrites
         await journal.aclose()
 
 
+async def test_a_step_under_an_old_attempt_token_is_refused_and_the_rest_of_its_batch_written(
+    backend: Store,
+) -> None:
+    """Issue 49: a step names its attempt's token; once a later attempt was granted (or
+    the attempt ended) the store refuses it — checked where the attempts are serialised —
+    and writes the other steps of the same batch."""
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t"), task("other")]))
+        assert (await sup.ask(Claim("a", "w"))).task.token == 1
+        assert (await sup.ask(Claim("b", "w"))).task.id == "other"
+        journal = backend.step_store()
+        try:
+            assert await journal.write([_step("t", "p0/main/m0", token=1)]) == {}  # the live attempt
+            await sup.ask(Release("t", "a", token=1))
+            assert (await sup.ask(Claim("a", "w"))).task.token == 2  # the same agent, a new attempt
+            refused = await journal.write([
+                _step("t", "p0/main/m1", token=1),  # the stale attempt's
+                _step("t", "p0/main/m1", "tool_started", token=2),  # the live one's
+                _step("other", "p0/main/m0", token=1),  # another task's live attempt
+                _step("loose", "p0/main/m0"),  # no token: not fenced
+            ])  # fmt: skip
+            assert list(refused) == [("t", 1)]
+            fence = refused[("t", 1)]
+            assert isinstance(fence, Fenced) and (fence.token, fence.current, fence.task_id) == (1, 2, "t")
+            assert [(s.key, s.kind) for s in await journal.read("t")] == [
+                ("p0/main/m0", "model"), ("p0/main/m1", "tool_started")
+            ]  # fmt: skip
+            assert len(await journal.read("other")) == 1 and len(await journal.read("loose")) == 1
+            await sup.ask(Complete("t", "a", done("t"), token=2))
+            ended = await journal.write([_step("t", "p0/main/m2", token=2)])  # its attempt ended
+            assert list(ended) == [("t", 2)] and "COMPLETED" in str(ended[("t", 2)])
+        finally:
+            await journal.aclose()
+
+
 async def test_a_step_the_journal_cannot_keep_is_refused_by_name_and_nothing_of_its_batch_is_written(
     backend: Store,
 ) -> None:

@@ -165,6 +165,7 @@ PUBLIC: dict[str, list[str]] = {
         "NotOwner",
         "Origin",
         "Posted",
+        "Refused",
         "Reply",
         "Retention",
         "Spent",

@@ -285,7 +285,7 @@ class BaseAgent:
             durable: dict[str, Any] = {}
             if runtime.journal is not None:  # replay what earlier attempts recorded
                 durable["journal"] = await TaskJournal.load(
-                    task.id, task.attempt, runtime.journal, task.decisions
+                    task.id, task.attempt, runtime.journal, task.decisions, task.token
                 )
             self._harness = await self.llm.spawn(
                 self._parent if self._parent is not None else runtime.supervisor.system,

@@ -11,7 +11,7 @@ or not at all.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +20,8 @@ import msgspec
 
 from .._errors import storage_error
 from .._process import boot_id
-from ..store import Step, check_step, encoded_body, step_from_row
+from ..messages import AgentTask
+from ..store import Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._sqlite import SQLiteFile
 
 STEPS_DB = "steps.sqlite3"
@@ -44,22 +45,39 @@ CREATE TABLE IF NOT EXISTS steps (
 _encoder = msgspec.json.Encoder()
 
 
-class SQLiteStepStore:
-    """``StepStore`` on one SQLite file. Close it with :meth:`aclose`."""
+LiveTask = Callable[[str], "tuple[bool, AgentTask | None]"]
+"""``task_id -> (this process owns the task graph, the task as it is live there or None)``."""
 
-    def __init__(self, path: str | Path) -> None:
+
+class SQLiteStepStore:
+    """``StepStore`` on one SQLite file. Close it with :meth:`aclose`.
+
+    ``live_task``: how this process's task graph sees a task now — the one data dir's
+    owner process serialises its attempts there, so a step's token is checked against it
+    as the step is handed to the file (on the event loop, where grants happen too)."""
+
+    def __init__(self, path: str | Path, *, live_task: LiveTask | None = None) -> None:
         self.path = Path(path)
         self._file = SQLiteFile(self.path, _SCHEMA, synchronous="NORMAL")
         self._run = self._file.run
+        self._live_task = live_task
 
-    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> Refused:
         rows = []
+        refused: Refused = {}
         for step in steps:
             check_step(step)
+        for step in steps:
+            if step.token and self._live_task is not None:
+                owned, task = self._live_task(step.task_id)
+                refusal = fenced(task, step.task_id, None, step.token, "record a step") if owned else None
+                if refusal is not None:
+                    refused[(step.task_id, step.token)] = refusal
+                    continue
             body = encoded_body(step)
             rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
         if not rows:
-            return
+            return refused
 
         def insert(db: sqlite3.Connection) -> None:
             db.executemany(
@@ -69,6 +87,7 @@ class SQLiteStepStore:
             )
 
         await self._file.write(insert, durable=durable)
+        return refused
 
     async def sync(self) -> None:
         try:

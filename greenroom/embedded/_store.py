@@ -62,6 +62,7 @@ class EmbeddedStore:
         self.compact_min_bytes = compact_min_bytes
         self.data_dir: Path
         self.where = "" if data_dir is None else str(data_dir)
+        self._tasks: FileTaskStore | None = None
 
     async def __aenter__(self) -> Self:
         self.data_dir = await anyio.to_thread.run_sync(
@@ -92,7 +93,7 @@ class EmbeddedStore:
         clock: Callable[[], float] = time.time,
         retention: Retention | None = None,
     ) -> TaskStore:
-        return FileTaskStore(
+        tasks = FileTaskStore(
             self.data_dir,
             lease_seconds=lease_seconds,
             limits=limits,
@@ -101,6 +102,8 @@ class EmbeddedStore:
             retention=retention,
             steps=self.step_store,
         )
+        self._tasks = tasks  # the attempts the step journal's writes are fenced against
+        return tasks
 
     def event_store(self, *, retention: Retention | None = None) -> EventStore:
         return FileEventStore(self.data_dir, retention=retention)
@@ -113,7 +116,15 @@ class EmbeddedStore:
     def step_store(self) -> StepStore:
         from ._steps import STEPS_DB, SQLiteStepStore
 
-        return SQLiteStepStore(self.data_dir / STEPS_DB)
+        return SQLiteStepStore(self.data_dir / STEPS_DB, live_task=self._live_task)
+
+    def _live_task(self, task_id: str) -> tuple[bool, AgentTask | None]:
+        """The task as this process's task graph has it live (``None``: not live); ``False``
+        first when this process owns no open task graph (nothing to fence against here)."""
+        tasks = self._tasks
+        if tasks is None or not tasks.is_open:
+            return False, None
+        return True, tasks.graph.tasks.get(task_id)
 
     def budget_store(self) -> BudgetStore:
         from ._budgets import BUDGETS_DB, SQLiteBudgetStore

@@ -142,6 +142,11 @@ class FileTaskStore:
 
     # -- opening and closing ------------------------------------------------------------
 
+    @property
+    def is_open(self) -> bool:
+        """This process owns the data dir's graph now (between ``open`` and ``close``)."""
+        return self._files is not None
+
     async def open(self, owner: GraphOwner) -> None:
         self._owner = owner
         data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)

@@ -43,7 +43,7 @@ from .._errors import DataError, GreenroomError
 from .._process import alive, boot_id
 from .._request import Request
 from ..actors import Actor, ActorRef, ActorStopped, PendingReply
-from ..store import Step, StepStore
+from ..store import Refused, Step, StepStore
 
 logger = logging.getLogger("greenroom.harness")
 
@@ -75,7 +75,7 @@ class OpenTaskJournal(msgspec.Struct, Request["tuple[list[Step], StepSink]"], fr
 class _Batch:
     """Steps put into a sink since the journal last took them, and who waits for them."""
 
-    __slots__ = ("done", "error", "handed", "steps")
+    __slots__ = ("done", "error", "handed", "refused", "steps")
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
@@ -84,6 +84,8 @@ class _Batch:
         self.done = anyio.Event()
         """Set once the batch is durable (or could not be written: ``error``)."""
         self.error: BaseException | None = None
+        self.refused: Refused = {}
+        """The attempts whose steps the store refused (fenced off), known once handed."""
 
     def succeed(self, value: object) -> None:
         """Durable: every waiter goes on."""
@@ -142,12 +144,16 @@ class StepSink:
         return batch
 
 
-async def wait_written(batch: _Batch) -> None:
-    """Return once ``batch`` is durable; raise the store's error if it could not be."""
+async def wait_written(batch: _Batch, task_id: str | None = None, token: int = 0) -> None:
+    """Return once ``batch`` is durable; raise the store's error if it could not be, and
+    ``Fenced`` if the steps of ``task_id``'s attempt ``token`` in it were refused."""
     if not batch.done.is_set():
         await batch.done.wait()
     if batch.error is not None:
         raise batch.error
+    refusal = batch.refused.get((task_id, token)) if task_id is not None and token else None
+    if refusal is not None:
+        raise refusal
 
 
 class DropSteps(msgspec.Struct, Request[int], frozen=True):
@@ -320,15 +326,19 @@ class StepJournalActor(Actor):
         """Hand the write lane's batch to the store; its waiters go to the sync lane (or, a
         durable write, are answered at once)."""
 
+        refused: Refused = {}
+
         async def write(values: list[tuple[Sequence[Step], bool]]) -> None:
             steps = [step for batch_steps, _ in values for step in batch_steps]
             durable = any(at_once for _, at_once in values)
-            await self.store.write(steps, durable=durable)
+            refused.update(await self.store.write(steps, durable=durable))
             self.written += len(steps)
 
         batch = await self._writes.commit(write, stopped=lambda: ActorStopped(self.context.ref), answer=False)
         if batch is None:
             return
+        if refused:
+            self._fence(batch, refused)
         for pending in batch.owed:
             if isinstance(pending, _Batch):
                 pending.handed.set()
@@ -342,6 +352,21 @@ class StepJournalActor(Actor):
         for pending in batch.owed:
             self._syncs.add(pending, None)
         self._sync_soon()
+
+    def _fence(self, batch: Batch[tuple[Sequence[Step], bool]], refused: Refused) -> None:
+        """The store refused some steps (their attempt was fenced off): a sink's batch
+        carries the refusals for its waiters to find; an ask is failed with its own now,
+        and owes nothing more."""
+        for index, (pending, (steps, _)) in enumerate(batch):
+            hits = {(step.task_id, step.token) for step in steps} & refused.keys()
+            if not hits:
+                continue
+            if isinstance(pending, _Batch):
+                pending.refused = {hit: refused[hit] for hit in hits}
+            elif pending is not None:
+                pending.fail(refused[next(iter(hits))])
+                batch.owed[index] = None
+            logger.warning("journal: %s", refused[next(iter(hits))])
 
     def _sync_soon(self) -> None:
         """Ask the syncer to make what was handed to the store durable, unless a sync is in
@@ -423,8 +448,11 @@ class TaskJournal:
         writer: ActorRef,
         decisions: dict[str, dict[str, Any]] | None = None,
         sink: StepSink | None = None,
+        token: int = 0,
     ) -> None:
         self.task_id = task_id
+        self.token = token
+        """The attempt's fencing token: every step names it (``0``: not fenced)."""
         self.sink = sink
         """Where new steps go (the writer's group commit); ``None``: a ``RecordSteps`` ask each."""
         self.incarnation = sink.incarnation if sink is not None else None
@@ -444,12 +472,18 @@ class TaskJournal:
 
     @classmethod
     async def load(
-        cls, task_id: str, attempt: int, writer: ActorRef, decisions: dict[str, dict[str, Any]] | None = None
+        cls,
+        task_id: str,
+        attempt: int,
+        writer: ActorRef,
+        decisions: dict[str, dict[str, Any]] | None = None,
+        token: int = 0,
     ) -> TaskJournal:
         """The journal of ``task_id`` as recorded so far (a request to the writer), with
-        the decisions people made on its calls (``AgentTask.decisions``)."""
+        the decisions people made on its calls (``AgentTask.decisions``); ``token``: the
+        attempt's fencing token, named by every step it records."""
         steps, sink = await writer.ask(OpenTaskJournal(task_id), timeout=None)
-        return cls(task_id, attempt, steps, writer, decisions, sink)
+        return cls(task_id, attempt, steps, writer, decisions, sink, token)
 
     def next_phase(self) -> int:
         """The place of the next phase of this attempt (0, 1, ...)."""
@@ -514,6 +548,7 @@ class TaskJournal:
             return
         if trusted is not None and self.record_soon(key, "tool_released", asked, b"{}"):
             await self.handed()
+            self._check_fenced()  # the store has the release, or refused it: a stale owner runs nothing
         else:  # visible only once durable (its beginning goes in the same or an earlier write)
             step = self._step(key, "tool_released", asked, {}, b"")
             await self.writer.ask(RecordSteps((step,), at_once=True), timeout=None)
@@ -529,7 +564,7 @@ class TaskJournal:
         else:
             batch = self.sink.put(step)
             await self.sync()
-            await wait_written(batch)
+            await wait_written(batch, self.task_id, self.token)
         self._written.add(f"{key}\x00{kind}")  # its place only: the step itself goes with its batch
         self.recorded += 1
 
@@ -554,6 +589,7 @@ class TaskJournal:
         return Step(
             task_id=self.task_id, key=key, kind=kind,  # type: ignore[arg-type]
             fingerprint=asked, body=body, encoded=encoded, attempt=self.attempt, at=time.time(),
+            token=self.token,
         )  # fmt: skip
 
     async def handed(self) -> None:
@@ -569,5 +605,12 @@ class TaskJournal:
         """Return once every step recorded so far is durable (the store's error if one
         could not be written)."""
         while self._unsynced:
-            await wait_written(self._unsynced[0])
+            await wait_written(self._unsynced[0], self.task_id, self.token)
             del self._unsynced[0]
+
+    def _check_fenced(self) -> None:
+        """Raise ``Fenced`` if the store refused a step of this attempt already handed."""
+        for batch in self._unsynced:
+            refusal = batch.refused.get((self.task_id, self.token)) if self.token else None
+            if refusal is not None:
+                raise refusal

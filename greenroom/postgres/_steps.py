@@ -10,7 +10,8 @@ from typing import Any
 
 import msgspec
 
-from ..store import Step, check_step, encoded_body, step_from_row
+from ..messages import AgentTask, TaskStatus
+from ..store import Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._db import Database
 
 _encoder = msgspec.json.Encoder()
@@ -30,26 +31,52 @@ class PostgresStepStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
-        rows = []
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> Refused:
+        """One transaction; the tasks of the fenced steps are locked ``FOR SHARE`` in it
+        first (a grant of one of them waits for this commit, or this write sees the grant)."""
         for step in steps:
             check_step(step)
-            body = encoded_body(step).decode()
-            rows.append((step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at))
-        if not rows:
-            return
+        if not steps:
+            return {}
+        fenced_ids = sorted({step.task_id for step in steps if step.token})
 
-        def insert(connection: Any) -> None:
+        def insert(connection: Any) -> Refused:
+            refused: Refused = {}
             with connection.cursor() as cursor:
                 if not durable:  # the server has it once committed: this process dying loses nothing
                     cursor.execute("SET LOCAL synchronous_commit TO off")
-                cursor.executemany(
-                    "INSERT INTO gr_steps (task_id, key, kind, fingerprint, body, attempt, at) "
-                    "VALUES (%s, %s, %s, %s, %s::json, %s, %s) ON CONFLICT (task_id, key, kind) DO NOTHING",
-                    rows,
-                )
+                live: dict[str, AgentTask] = {}
+                if fenced_ids:
+                    for row in cursor.execute(
+                        "SELECT id, status, owner, token FROM gr_tasks WHERE id = ANY(%s) "
+                        "ORDER BY id FOR SHARE",
+                        (fenced_ids,),
+                    ):
+                        live[row[0]] = AgentTask(
+                            id=row[0], type="-", status=TaskStatus(row[1]), owner=row[2], token=row[3]
+                        )
+                rows = []
+                for step in steps:
+                    if step.token:
+                        refusal = fenced(
+                            live.get(step.task_id), step.task_id, None, step.token, "record a step"
+                        )
+                        if refusal is not None:
+                            refused[(step.task_id, step.token)] = refusal
+                            continue
+                    body = encoded_body(step).decode()
+                    rows.append(
+                        (step.task_id, step.key, step.kind, step.fingerprint, body, step.attempt, step.at)
+                    )
+                if rows:
+                    cursor.executemany(
+                        "INSERT INTO gr_steps (task_id, key, kind, fingerprint, body, attempt, at) VALUES "
+                        "(%s, %s, %s, %s, %s::json, %s, %s) ON CONFLICT (task_id, key, kind) DO NOTHING",
+                        rows,
+                    )
+            return refused
 
-        await self.db.run(insert)
+        return await self.db.run(insert)
 
     async def sync(self) -> None:
         """A transaction with an id commits synchronously: the server flushes its WAL up to

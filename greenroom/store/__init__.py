@@ -94,7 +94,7 @@ from ._rules import (
     revived,
     transition_payload,
 )
-from ._steps import Step, StepStore, check_step, encoded_body, step_from_row
+from ._steps import Refused, Step, StepStore, check_step, encoded_body, step_from_row
 from ._store import Store, StoreSizes
 from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 
@@ -123,6 +123,7 @@ __all__ = [
     "NotOwner",
     "Origin",
     "Posted",
+    "Refused",
     "Reply",
     "Retention",
     "Spent",

@@ -35,10 +35,14 @@ class Fenced(TaskGraphError):
     ``token``: the writer's; ``current``: the newest one (``None``: not known here — the
     task is finished and archived)."""
 
-    def __init__(self, what: str, token: int, current: int | None, why: str = "") -> None:
+    def __init__(
+        self, what: str, token: int, current: int | None, why: str = "", task_id: str | None = None
+    ) -> None:
         self.what = what
         self.token = token
         self.current = current
+        self.task_id = task_id
+        """The task whose attempt it was (``None``: not a task's)."""
         said = f" ({why})" if why else ""
         newest = "not known" if current is None else str(current)
         super().__init__(

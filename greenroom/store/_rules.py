@@ -301,19 +301,22 @@ def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
 # -- fencing -------------------------------------------------------------------------------
 
 
-def fenced(task: AgentTask | None, task_id: str, agent_id: str, token: int, action: str) -> Fenced | None:
-    """The refusal of ``action`` by ``agent_id`` under the attempt token ``token`` — the
-    one rule both stores apply — or ``None`` when that attempt is the task's live one
-    (``task``: the task as stored, ``None`` when it is gone from the live graph)."""
-    what = f"task {task_id!r} ({action} by {agent_id!r})"
+def fenced(
+    task: AgentTask | None, task_id: str, agent_id: str | None, token: int, action: str
+) -> Fenced | None:
+    """The refusal of ``action`` by ``agent_id`` (``None``: whoever holds the token) under
+    the attempt token ``token`` — the one rule both stores apply — or ``None`` when that
+    attempt is the task's live one (``task``: the task as stored, ``None`` when it is not
+    in the live graph)."""
+    what = f"task {task_id!r} ({action}{'' if agent_id is None else f' by {agent_id!r}'})"
     if task is None:
-        return Fenced(what, token, None, "the task is finished and archived")
+        return Fenced(what, token, None, "the task is not in the live graph: finished and archived", task_id)
     if token != task.token:
-        return Fenced(what, token, task.token, "a later attempt was granted")
+        return Fenced(what, token, task.token, "a later attempt was granted", task_id)
     if task.status is not TaskStatus.IN_PROGRESS:
-        return Fenced(what, token, task.token, f"its attempt ended: the task is {task.status.value}")
-    if task.owner != agent_id:
-        return Fenced(what, token, task.token, f"its owner is {task.owner!r}")
+        return Fenced(what, token, task.token, f"its attempt ended: the task is {task.status.value}", task_id)
+    if agent_id is not None and task.owner != agent_id:
+        return Fenced(what, token, task.token, f"its owner is {task.owner!r}", task_id)
     return None
 
 

@@ -21,6 +21,7 @@ import msgspec
 
 from .._errors import DataError, InvalidInput
 from ..messages._codec import prepare_types
+from ._errors import Fenced
 
 StepKind = Literal["model", "tool_started", "tool_released", "tool"]
 """``model``: a model's reply; ``tool_started``: a tool call is about to begin (durable
@@ -28,6 +29,9 @@ before a tool that is not read-only may run, so a crash mid-call is known);
 ``tool_released``: it was let run (the store has it before the tool starts, so a begun
 call without one never ran); ``tool``: its result."""
 STEP_KINDS = ("model", "tool_started", "tool_released", "tool")
+
+Refused = dict[tuple[str, int], Fenced]
+"""The steps a write refused, by ``(task_id, token)``: the attempt's ``Fenced``."""
 
 MAX_KEY = 512
 MAX_BODY = 16 << 20
@@ -54,6 +58,10 @@ class Step(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     attempt: int = 0
     """The attempt that recorded it (for the reader; replay ignores it)."""
     at: float = 0.0
+    token: int = 0
+    """The fencing token of the attempt that recorded it (``AgentTask.token``): the store
+    refuses the step once that attempt is not the task's live one. ``0``: not fenced (a
+    step written outside an attempt, as a test or a tool might)."""
 
 
 def check_step(step: Step) -> None:
@@ -100,11 +108,18 @@ class StepStore(Protocol):
     """The step journal's storage. Every call is one transaction; ``write`` returns once
     its steps are durable (a reply means on disk, as everywhere in greenroom)."""
 
-    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> None:
+    async def write(self, steps: Sequence[Step], *, durable: bool = True) -> Refused:
         """Record ``steps`` (in order) in one transaction. A step whose ``(task_id, key,
         kind)`` is already recorded keeps what was recorded first (a replay never rewrites
         history): the write is idempotent. ``InvalidInput`` (naming the field) for a step
         that cannot be kept, before anything is written.
+
+        Fencing: a step with a ``token`` is written only while that token's attempt is the
+        task's live one, checked where the write is serialised (PostgreSQL: the task's row
+        locked in the same transaction, so a grant waits for it or it sees the grant; the
+        files: against the process's own task graph, which owns the attempts). The others
+        of the batch are written; the refused ones come back: ``{(task_id, token):
+        Fenced}`` (empty: all written).
 
         ``durable=True``: returns once the steps are durable (a power loss keeps them).
         ``durable=False``: returns once they are the store's — this process dying (SIGKILL)

@@ -1507,3 +1507,36 @@ async def test_retention_never_forgets_a_conversation_while_a_request_holds_it_o
         history = await store.load_history("alice", "brand-new", 10)
         assert [m.content for m in history] == ["hello", result.response]
     assert Racing.forgotten[0] == 1 and Racing.forgotten[1:] and set(Racing.forgotten[1:]) == {0}
+
+
+async def test_a_frozen_session_holding_a_row_lock_is_cut_by_the_server_and_others_go_on(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: every greenroom connection carries the session bounds; a process that
+    stops answering inside a transaction (here: a connection that locks a task's row and
+    then does nothing) is ended by the server, so a report waiting on that row goes
+    through instead of stalling (the bounds shortened for the test)."""
+    from greenroom.postgres import _db
+
+    monkeypatch.setattr(
+        _db, "SESSION_BOUNDS", {**_db.SESSION_BOUNDS, "idle_in_transaction_session_timeout": "1s"}
+    )
+    async with _ready(pg_url) as db:
+        shown = await db.run(
+            lambda c: [c.execute(f"SHOW {name}").fetchone()[0] for name in _db.SESSION_BOUNDS]
+        )
+        assert shown == ["1s", "5s", "5min"]
+        graph = PostgresGraph()
+        await db.run(lambda c: graph.submit(c, [task("held")]))
+        got = await db.run(lambda c: graph.claim(c, "agent", "w", 30.0))
+        assert got is not None
+        frozen = await anyio.to_thread.run_sync(lambda: db.connect(autocommit=False))
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: frozen.execute("SELECT id FROM gr_tasks WHERE id = 'held' FOR UPDATE").fetchall()
+            )  # ...and then it stops answering, its transaction open
+            with anyio.fail_after(30):
+                beat = await db.run(lambda c: graph.heartbeat(c, "held", "agent", 30.0, got.token))
+            assert beat.token == got.token
+        finally:
+            await anyio.to_thread.run_sync(frozen.close)

@@ -62,9 +62,23 @@ class ConflictError(DatabaseError):
     and the same request may be retried."""
 
 
+SESSION_BOUNDS = {
+    "idle_in_transaction_session_timeout": "10s",
+    "lock_timeout": "5s",
+    "statement_timeout": "300s",
+}
+"""What greenroom sets on every connection it opens, so no frozen process stalls the fleet:
+a session that stops answering inside a transaction (a ``SIGSTOP``, a laptop lid, a network
+that hangs) is ended by the server after 10 s, its row locks released; a statement waits
+for a lock 5 s at most (then fails, and is retried by its caller), and runs 5 minutes at
+most. A claim never waits on another's lock at all (``SKIP LOCKED``); a report on a row a
+frozen session locked waits at most the idle bound plus the lock bound (15 s)."""
+
+
 class Database:
     """A connection pool to ``url`` (``min_size`` connections kept open, at most
-    ``max_size``). Open it with ``async with Database(url) as db:``."""
+    ``max_size``). Open it with ``async with Database(url) as db:``. Every connection has
+    :data:`SESSION_BOUNDS`."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> None:
         self.url = check_url(url)
@@ -174,7 +188,11 @@ class Database:
         import psycopg
 
         try:
-            return psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
+            connection = psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.timeout))
+            _bound(connection)
+            if not autocommit:
+                connection.commit()  # the bounds are the session's, not this transaction's
+            return connection
         except psycopg.Error as error:
             raise DatabaseError(f"cannot connect to PostgreSQL at {redact(self.url)}: {error}") from None
 
@@ -185,6 +203,12 @@ def _configure(connection: Any) -> None:
     re-plans a statement whose generic plan it estimates dearer than the last custom ones
     (a batch's arrays), and planning a claim or a completion costs more CPU than running it."""
     connection.execute("SET plan_cache_mode = force_generic_plan")
+    _bound(connection)
+
+
+def _bound(connection: Any) -> None:
+    for setting, value in SESSION_BOUNDS.items():
+        connection.execute(f"SET {setting} = '{value}'")
 
 
 def _first_line(error: BaseException) -> str:

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from _support import eventually
 
-from greenroom import ActorSystem
+from greenroom import ActorSystem, InvalidInput
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget, Tool
 from greenroom.llm import ScriptedModel, Unavailable
 from greenroom.messages import ChatReply, ChatRequest, ModelToolCall, Usage
@@ -728,3 +728,41 @@ async def test_a_harness_given_a_price_counts_by_it_rather_than_the_models(
     harness = await spawn(system, model, summary_path=summary, price=Price(input=0.0, output=100.0))
     await harness.run_bounded("go")
     assert json.loads(summary.read_text())["cost"] == pytest.approx(0.001)  # 10 completion tokens
+
+
+async def test_a_blocking_plain_tool_runs_in_a_thread_and_the_loop_goes_on(system: ActorSystem) -> None:
+    """Issue 49: a plain function tool runs in a worker thread by default, so one that
+    blocks (here: until the event loop itself releases it) stops nothing else — the
+    heartbeats of every lease go on; ``inline=True`` keeps a quick one on the loop."""
+    import threading
+
+    started, released = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    def blocking() -> str:
+        threads.append(threading.current_thread().name)
+        started.set()
+        return "released" if released.wait(10) else "the loop never got to run"
+
+    def quick() -> str:
+        threads.append(threading.current_thread().name)
+        return "quick"
+
+    calls = (ModelToolCall("c1", "blocking", {}), ModelToolCall("c2", "quick", {}))
+    model = ScriptedModel([ChatReply(tool_calls=calls, usage=USAGE), text("done")])
+    tools = [Tool("blocking", blocking), Tool("quick", quick, inline=True)]
+    harness = await Harness.spawn(system, model, tools=tools)
+
+    async def release_from_the_loop() -> None:
+        await anyio.to_thread.run_sync(started.wait)
+        released.set()  # the loop runs while the tool blocks
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(release_from_the_loop)
+        result = await harness.run_bounded("go", max_iterations=3)
+    await harness.aclose()
+    contents = [m.content for m in model.requests[1].messages if m.role == "tool"]
+    assert result.stop_reason == "done" and contents[0] == '"released"'
+    assert threads[0] != threading.main_thread().name and threads[1] == threading.main_thread().name
+    with pytest.raises(InvalidInput, match="inline must be true or false"):
+        Tool("bad", quick, inline="yes")  # type: ignore[arg-type]

@@ -121,10 +121,11 @@ class Sandbox:
 
         Raises ``RecordError`` (arguments that do not convert; it names the field),
         :class:`ToolRefused` (risk level, rate limit), :class:`ToolTimedOut` (an async tool
-        past ``tool_timeout``), or whatever the tool raised. A plain function runs inline
-        and cannot be interrupted. Cancellation propagates."""
+        past ``tool_timeout``: async, or a plain function in its worker thread — the thread
+        is then abandoned, running on), or whatever the tool raised. A plain ``inline``
+        function runs on the loop and cannot be interrupted. Cancellation propagates."""
         validated = tool.validate(arguments)
-        if not tool.is_async:
+        if not tool.is_async and tool.inline:
             self.check(tool)
             return tool.fn(**validated) if tool.args is None else tool.fn(validated)
         return await self.guard(tool.name, tool.risk, lambda: tool.call(validated))

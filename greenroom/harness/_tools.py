@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import msgspec
 
 from .._checks import check_seconds
@@ -41,9 +43,13 @@ class Tool:
     way: its parameters, their annotations and defaults are the schema the model is
     offered (a model shown an empty schema guesses, and every call fails). Only a
     function taking ``**kwargs`` (or whose annotations msgspec cannot describe) is
-    offered an open object. ``fn`` may be async; a plain function
-    runs inline on the event loop, so keep it quick (or wrap it in
-    ``anyio.to_thread.run_sync`` yourself). Its return value must encode as JSON.
+    offered an open object. ``fn`` may be async; a plain function runs in a worker thread
+    (``anyio.to_thread``), so a blocking one — an HTTP client that is not async, a
+    database driver — never stops the event loop, and with it every lease's heartbeat;
+    ``inline=True`` runs a quick one on the loop instead (no thread hop: for a function
+    that only computes, or that touches the loop's own objects). A thread cannot be
+    interrupted: cancelled or past the sandbox's ``tool_timeout``, the call is abandoned
+    (its answer dropped) and runs on to its end. Its return value must encode as JSON.
 
     A tool that changes things and takes a keyword parameter ``idempotency_key`` (not
     offered to the model) is given one by a durable harness: the same for every attempt
@@ -61,6 +67,7 @@ class Tool:
         risk: RiskLevel = RiskLevel.READ_ONLY,
         requires_approval: bool = False,
         approval_expires_in: float | None = None,
+        inline: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
             raise InvalidInput(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}", field="name")
@@ -83,6 +90,10 @@ class Tool:
         )  # fmt: skip
         """Seconds a call may wait for a decision; then it is denied (``None``: no limit)."""
         self.is_async = inspect.iscoroutinefunction(fn)
+        if not isinstance(inline, bool):
+            raise InvalidInput(f"Tool {name!r} inline must be true or false, got {inline!r}", field="inline")
+        self.inline = inline
+        """A plain function that runs on the event loop (``False``: in a worker thread)."""
         self.takes_idempotency_key = args is None and _has_keyword(fn, IDEMPOTENCY_KEY)
         """``fn`` takes ``idempotency_key``: a durable harness passes the call's own."""
         self._keywords = _signature_struct(name, fn) if args is None else None
@@ -121,10 +132,15 @@ class Tool:
         return {field: getattr(checked, field) for field in checked.__struct_fields__}
 
     async def call(self, validated: Any) -> Any:
-        result = self.fn(**validated) if self.args is None else self.fn(validated)
+        """Call ``fn`` with ``validated``: awaited if async, inline if ``inline``, else in
+        a worker thread (abandoned, still running, if this is cancelled)."""
+        fn = self.fn
         if self.is_async:
-            result = await result
-        return result
+            return await (fn(**validated) if self.args is None else fn(validated))
+        if self.inline:
+            return fn(**validated) if self.args is None else fn(validated)
+        call = functools.partial(fn, **validated) if self.args is None else functools.partial(fn, validated)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 
 IDEMPOTENCY_KEY = "idempotency_key"

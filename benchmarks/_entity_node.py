@@ -2,8 +2,9 @@
 
 ``python -m benchmarks._entity_node URL NODE LEASE BACKEND``
 
-Hosts ``Ledger`` entities on the PostgreSQL database at ``URL`` as node ``NODE`` (leases of
-``LEASE`` seconds), prints ``ready``, and runs until killed. A ``Ledger`` records each
+Hosts ``Ledger`` (and ``Tape``) entities on the PostgreSQL database at ``URL`` as node ``NODE`` (leases of
+``LEASE`` seconds), prints ``ready``, and runs until killed (SIGINT: it closes, passivating
+its entities, and prints ``given up N``: the entities another node took from it). A ``Ledger`` records each
 message id it is told or asked once (a repeat — mail is delivered at least once — is
 answered and not recorded again), saves before it answers, and answers the id.
 """
@@ -38,15 +39,34 @@ class Ledger(Entity[LedgerState]):
         return message
 
 
+class Tape(Entity[LedgerState]):
+    """Records every message id it is sent, repeats too, and never saves on its own: what
+    a message through the store did is durable with its answer (exactly once), or not."""
+
+    state_type = LedgerState
+    message_type = int
+    idle_after = 60.0
+
+    async def receive(self, message: Any) -> Any:
+        if message == 0:  # "what do you have"
+            return list(self.state.ids)
+        self.state.ids.append(message)
+        return message
+
+
 async def serve(url: str, node: str, lease: float) -> None:
     from greenroom.postgres import PostgresStore
 
     with tempfile.TemporaryDirectory() as tmp:
         async with PostgresStore(url, data_dir=Path(tmp), pool_size=8) as store, ActorSystem() as system:
             states = store.entity_store()
-            async with Entities(system, states, [Ledger], node=node, lease=lease):
-                print("ready", flush=True)
-                await anyio.sleep_forever()
+            entities = Entities(system, states, [Ledger, Tape], node=node, lease=lease)
+            try:
+                async with entities:
+                    print("ready", flush=True)
+                    await anyio.sleep_forever()
+            finally:  # (SIGINT: closed, its entities passivated) what it gave up to other nodes
+                print(f"given up {entities.given_up}", flush=True)
 
 
 if __name__ == "__main__":

@@ -52,13 +52,55 @@ IDLE_SECONDS = 10.0  # an asyncio worker thread idle this long exits
 
 async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn(*args)`` in a worker thread and return its result (see the module
-    docstring for cancellation: ``fn`` always runs to the end once started)."""
-    path = fast_path()
-    if path is None:
-        return await anyio.to_thread.run_sync(fn, *args)
-    kind, handle = path
-    result: T = await (_asyncio_run if kind == "asyncio" else _trio_run)(handle, fn, args)
-    return result
+    docstring for cancellation: ``fn`` always runs to the end once started). While it
+    runs, :func:`working` says so (a virtual clock does not jump past it)."""
+    began()
+    try:
+        path = fast_path()
+        if path is None:
+            return await anyio.to_thread.run_sync(fn, *args)
+        kind, handle = path
+        result: T = await (_asyncio_run if kind == "asyncio" else _trio_run)(handle, fn, args)
+        return result
+    finally:
+        ended()
+
+
+# --- work in threads, as a virtual clock sees it ---------------------------------------
+
+_working: dict[int, int] = {}
+"""Per event loop thread: greenroom's calls running in worker threads for it now."""
+hooks: list[Callable[[bool], None]] = []
+"""Told (on the loop's thread) when a loop's first call in a thread begins (``True``) and
+when its last one ends (``False``): ``greenroom.testing``'s virtual clocks hold still
+meanwhile — a database write slower than the jump threshold is work, not idleness."""
+
+
+def began() -> None:
+    """A call of greenroom's own work (a write, a query: never a long poll) went to a
+    worker thread for the calling loop's thread; :func:`ended` when it is back."""
+    thread = threading.get_ident()
+    count = _working.get(thread, 0)
+    _working[thread] = count + 1
+    if not count:
+        for hook in hooks:
+            hook(True)
+
+
+def ended() -> None:
+    thread = threading.get_ident()
+    count = _working.get(thread, 1) - 1
+    if count:
+        _working[thread] = count
+        return
+    _working.pop(thread, None)
+    for hook in hooks:
+        hook(False)
+
+
+def working(thread: int | None = None) -> bool:
+    """Whether greenroom work runs in worker threads for that loop thread (the caller's)."""
+    return (threading.get_ident() if thread is None else thread) in _working
 
 
 # --- trio ---------------------------------------------------------------------------

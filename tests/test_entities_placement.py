@@ -62,6 +62,45 @@ async def two_daemons(
             await states_b.aclose()
 
 
+class _EntityNode:
+    """A real daemon process hosting ``Ledger`` and ``Tape`` entities
+    (``benchmarks._entity_node``), started and ``ready``; what it printed in ``said``."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self.said = bytearray()
+
+    async def read_until(self, text: bytes, timeout: float = 30) -> None:
+        assert self.process.stdout is not None
+        with anyio.fail_after(timeout):
+            while text not in self.said:
+                self.said.extend(await self.process.stdout.receive())
+
+
+@asynccontextmanager
+async def entity_node(pg_url: str, name: str, backend: str, lease: float = 1.0) -> AsyncIterator[_EntityNode]:
+    """Start the node and wait for its ``ready``; on the way out it is killed (resumed
+    first, if it was stopped) and reaped."""
+    import signal
+    import subprocess
+    import sys
+
+    process = await anyio.open_process(
+        [sys.executable, "-m", "benchmarks._entity_node", pg_url, name, str(lease), backend],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    node = _EntityNode(process)
+    try:
+        await node.read_until(b"ready")
+        yield node
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+
+
 async def test_two_daemons_hold_each_entity_once_and_reach_it_through_the_database(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -106,58 +145,143 @@ async def test_a_daemon_killed_with_sigkill_gives_its_entities_up_and_they_move_
     SIGKILLed; an ask from this daemon, posted while the dead one's lease still holds, is
     answered once the lease lapses — the entity claimed here, from its last save."""
     import signal
-    import subprocess
-    import sys
 
     import msgspec
 
     from benchmarks._entity_node import Ledger
 
-    node = await anyio.open_process(
-        [sys.executable, "-m", "benchmarks._entity_node", pg_url, "doomed", "1.0", anyio_backend_name],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert node.stdout is not None
-        with anyio.fail_after(30):
-            said = b""
-            while b"\n" not in said:
-                said += await node.stdout.receive()
-        assert said.startswith(b"ready"), said
-        async with await make_store(pg_url, tmp_path / "client") as store:
-            client = store.entity_store()
-            try:
-                await client.wait("client", 0.0)
-                await client.post([("Ledger", "acct", msgspec.json.encode(1), "client", 1)])
+    async with (
+        entity_node(pg_url, "doomed", anyio_backend_name) as node,
+        await make_store(pg_url, tmp_path / "here") as store,
+    ):
+        client, states = store.entity_store(), store.entity_store()
+        try:
+            await client.wait("client", 0.0)
+            await ask_through_store(client, "Ledger", "acct", 1)  # the node claimed it (unheld mail)
+            assert (await client.claim("Ledger", ["acct"], "peek", 30)).elsewhere == {"acct": "doomed"}
+            node.process.send_signal(signal.SIGKILL)
+            await node.process.wait()
+            async with (
+                ActorSystem() as system,
+                Entities(system, states, [Ledger], node="here", lease=1.0) as here,
+            ):
+                with anyio.fail_after(20):
+                    assert await here.ref(Ledger, "acct").ask(2, timeout=None) == 2
+                assert here.is_active(Ledger, "acct")
+                assert (
+                    await here.ref(Ledger, "acct").ask(1, timeout=None) == 1
+                )  # a repeat: not recorded twice
+            saved = (await states.load("Ledger", ["acct"]))["acct"]
+            assert msgspec.json.decode(saved.state) == {"ids": [1, 2]}
+        finally:
+            await client.aclose()
+            await states.aclose()
 
-                async def answered() -> bool:
-                    return bool(await client.take_answers("client"))
 
-                await eventually(answered, timeout=20)  # the process claimed it (unheld mail) and answered
-                assert (await client.claim("Ledger", ["acct"], "peek", 30)).elsewhere == {"acct": "doomed"}
-            finally:
-                await client.aclose()
-        node.send_signal(signal.SIGKILL)
-        await node.wait()
-        async with (
-            await make_store(pg_url, tmp_path / "here") as store,
-            ActorSystem() as system,
-        ):
-            states = store.entity_store()
-            try:
-                async with Entities(system, states, [Ledger], node="here", lease=1.0) as here:
-                    with anyio.fail_after(20):
-                        assert await here.ref(Ledger, "acct").ask(2, timeout=None) == 2
-                    assert here.is_active(Ledger, "acct")
-                    assert (
-                        await here.ref(Ledger, "acct").ask(1, timeout=None) == 1
-                    )  # a repeat: not recorded twice
-                saved = (await states.load("Ledger", ["acct"]))["acct"]
-                assert msgspec.json.decode(saved.state) == {"ids": [1, 2]}
-            finally:
-                await states.aclose()
-    finally:
-        if node.returncode is None:
-            node.send_signal(signal.SIGKILL)
-        with anyio.CancelScope(shield=True):
-            await node.aclose()
+async def ask_through_store(client: Any, kind: str, key: str, ask_id: int) -> None:
+    """Post an ask of ``ask_id`` (a ``Ledger``'s answer is the id) as node ``client`` and
+    wait until its answer came back through the store."""
+    import msgspec
+
+    await client.post([(kind, key, msgspec.json.encode(ask_id), "client", ask_id)])
+
+    async def answered() -> bool:
+        return any(a.ask_id == ask_id for a in await client.take_answers("client"))
+
+    await eventually(answered, timeout=20)
+
+
+async def test_a_daemon_paused_past_its_leases_writes_nothing_over_their_new_holder(
+    pg_url: str, tmp_path: Path, anyio_backend_name: str
+) -> None:
+    """Issue 49: a real daemon process holds five entities and is frozen (SIGSTOP) past its
+    leases; this daemon takes them over and records new ids in each. The frozen one is
+    resumed (SIGCONT): it gives the five up without writing — still alive, it answers an
+    entity new to it — and when it closes (SIGINT, every entity it still has passivated
+    and saved) nothing it held overwrites the new holder's saves: each entity has every
+    id either daemon answered."""
+    import signal
+
+    import msgspec
+
+    from benchmarks._entity_node import Ledger
+
+    keys = [f"acct{i}" for i in range(5)]
+    async with (
+        entity_node(pg_url, "paused", anyio_backend_name) as node,
+        await make_store(pg_url, tmp_path / "here") as store,
+    ):
+        client, states = store.entity_store(), store.entity_store()
+        try:
+            await client.wait("client", 0.0)
+            for n, key in enumerate(keys, start=1):
+                await ask_through_store(client, "Ledger", key, n)  # claimed and answered by the node
+            held = await client.claim("Ledger", keys, "peek", 30)
+            assert held.elsewhere == dict.fromkeys(keys, "paused")
+            node.process.send_signal(signal.SIGSTOP)  # frozen, holding the five
+            async with (
+                ActorSystem() as system,
+                Entities(system, states, [Ledger], node="here", lease=1.0) as here,
+            ):
+                with anyio.fail_after(30):  # each claimed here once the frozen one's lease lapsed
+                    for n, key in enumerate(keys, start=10):
+                        assert await here.ref(Ledger, key).ask(n, timeout=None) == n
+                node.process.send_signal(signal.SIGCONT)
+                await ask_through_store(client, "Ledger", "fresh", 99)  # the resumed daemon is alive
+                for n, key in enumerate(keys, start=20):  # the new holder goes on
+                    assert await here.ref(Ledger, key).ask(n, timeout=None) == n
+                node.process.send_signal(signal.SIGINT)  # it closes: its entities passivated, saved
+                await node.read_until(b"given up")
+                with anyio.fail_after(30):
+                    assert await node.process.wait() in (0, 1, -signal.SIGINT)
+                saved = await client.load("Ledger", [*keys, "fresh"])  # as its closing left them
+                for i, key in enumerate(keys):
+                    assert msgspec.json.decode(saved[key].state) == {"ids": [1 + i, 10 + i, 20 + i]}
+                assert msgspec.json.decode(saved["fresh"].state) == {"ids": [99]}
+        finally:
+            await client.aclose()
+            await states.aclose()
+        given_up = int(bytes(node.said).split(b"given up ")[1].split()[0])
+        assert given_up == len(keys), bytes(node.said)  # each noticed by the paused daemon itself
+
+
+async def test_mail_handled_by_a_daemon_killed_right_after_counts_exactly_once_where_the_entity_moves(
+    pg_url: str, tmp_path: Path, anyio_backend_name: str
+) -> None:
+    """Issue 49's exactly once: a ``Tape`` records every id it is sent (repeats too) and
+    never saves on its own. A real daemon handles 40 asks through the store and is
+    SIGKILLed with no passivation; where the entity moves, it has each answered id once —
+    every answer was written with the state it left and its mail's ``done``."""
+    import signal
+
+    import msgspec
+
+    from benchmarks._entity_node import Tape
+
+    async with (
+        entity_node(pg_url, "killed", anyio_backend_name) as node,
+        await make_store(pg_url, tmp_path / "here") as store,
+    ):
+        client, states = store.entity_store(), store.entity_store()
+        try:
+            await client.wait("client", 0.0)
+            ids = list(range(1, 41))
+            await client.post([("Tape", "t", msgspec.json.encode(i), "client", i) for i in ids])
+            answered: set[int] = set()
+
+            async def all_answered() -> bool:
+                answered.update(a.ask_id for a in await client.take_answers("client"))
+                return answered == set(ids)
+
+            await eventually(all_answered, timeout=30)
+            node.process.send_signal(signal.SIGKILL)
+            await node.process.wait()
+            async with (
+                ActorSystem() as system,
+                Entities(system, states, [Tape], node="here", lease=1.0) as here,
+            ):
+                with anyio.fail_after(30):
+                    assert await here.ref(Tape, "t").ask(0, timeout=None) == ids
+        finally:
+            await client.aclose()
+            await states.aclose()

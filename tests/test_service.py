@@ -361,9 +361,14 @@ async def test_the_event_stream_resumes_after_a_sequence_number(tmp_path: Path) 
 
     async with running(tmp_path) as daemon, daemon.client("ops") as api:
         await api.submit([AgentTask(id=f"e{i}", type="w") for i in range(3)])
-        async with api.events(follow=False) as stream:
-            everything = [event async for event in stream]
-        assert [e.task_id for e in everything if e.type == "TASK_SUBMITTED"] == ["e0", "e1", "e2"]
+        everything: list[Any] = []
+
+        async def logged() -> bool:  # the log actor appends the submissions' events after the reply
+            async with api.events(follow=False) as stream:
+                everything[:] = [event async for event in stream]
+            return [e.task_id for e in everything if e.type == "TASK_SUBMITTED"] == ["e0", "e1", "e2"]
+
+        await eventually(logged, timeout=20)
         middle = everything[1].seq
         async with api.events(after=middle, follow=False) as stream:
             assert [e.seq for e in [event async for event in stream]] == [

@@ -1835,21 +1835,86 @@ async def test_an_entity_is_held_by_one_node_at_a_time_and_taken_over_once_relea
     try:
         claimed = await a.claim("Counter", ["y", "x", "x"], "node-a", 30)
         assert (claimed.taken, claimed.states, claimed.elsewhere) == (["x", "y"], {}, {})
+        assert claimed.tokens == {"x": 1, "y": 1}
         assert await a.load("Counter", ["x"]) == {} and await a.count("Counter") == 0  # placeholders
         await a.save("Counter", [("x", b"1")])
         other = await b.claim("Counter", ["x", "z"], "node-b", 30)
         assert (other.taken, other.elsewhere) == (["z"], {"x": "node-a"})
         mine = await a.claim("Counter", ["x"], "node-a", 30)
         assert mine.taken == ["x"] and mine.states["x"].state == b"1"
+        assert mine.tokens == {"x": 1}  # its own live lease: the same holding, the same token
         await a.release("Counter", ["x", "z"], "node-a")  # z is node-b's: left as it is
         moved = await b.claim("Counter", ["x"], "node-b", 30)
         assert moved.taken == ["x"] and (moved.states["x"].state, moved.states["x"].version) == (b"1", 1)
         assert (await a.claim("Counter", ["z"], "node-a", 30)).elsewhere == {"z": "node-b"}
-        assert await b.renew("node-b", 30) == 2  # x and z
+        assert moved.tokens == {"x": 2}  # a new holding: the next token
+        assert await b.renew("node-b", 30) == {("Counter", "x"): 2, ("Counter", "z"): 1}
         await b.claim("Counter", ["w"], "node-b", -1)  # a lease already lapsed: its node died
         assert (await a.claim("Counter", ["w"], "node-a", 30)).taken == ["w"]
         with pytest.raises(InvalidInput):
             await a.claim("no spaces", ["k"], "node-a", 30)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_an_entity_write_under_an_old_token_is_refused_whole_with_nothing_changed(
+    backend: Store,
+) -> None:
+    """Issue 49's fencing of entities: a record written under its lease's token commits its
+    state, its mail's ``done`` and its answers together; once another node took the lease
+    (a lapse, a release), a write under the old token is refused whole — the state, the
+    mail and the answers as they were — and the new holder's goes through."""
+    from greenroom.store import Fenced, Record
+
+    a, b = backend.entity_store(), backend.entity_store()
+    try:
+        token_a = (await a.claim("Counter", ["k"], "node-a", -1)).tokens["k"]  # lapses at once
+        first = await a.write("Counter", "node-a", [Record("k", b"1", token_a)])
+        assert first.versions == {"k": 1} and first.refused == {}  # lapsed, but nobody took it
+        await b.post([("Counter", "k", b'"inc"', "asker", 5)])
+        token_b = (await b.claim("Counter", ["k"], "node-b", 30)).tokens["k"]
+        assert token_b == token_a + 1
+        (mail,) = await b.take_mail("node-b")
+        stale = await a.write(
+            "Counter", "node-a", [Record("k", b"stale", token_a, (mail.seq,), (("asker", 5, True, b"2"),))]
+        )
+        refusal = stale.refused["k"]
+        assert stale.versions == {} and isinstance(refusal, Fenced)
+        assert (refusal.token, refusal.current) == (token_a, token_b)
+        assert str(token_a) in str(refusal) and str(token_b) in str(refusal)
+        assert (await b.load("Counter", ["k"]))["k"].state == b"1"  # nothing changed
+        assert await b.take_answers("asker") == []
+        await b.release("Counter", ["k"], "node-b")
+        assert await b.orphans() == [("Counter", "k")]  # the mail is still there
+        token_b = (await b.claim("Counter", ["k"], "node-b", 30)).tokens["k"]
+        (mail,) = await b.take_mail("node-b")
+        ok = await b.write(
+            "Counter", "node-b", [Record("k", b"2", token_b, (mail.seq,), (("asker", 5, True, b"2"),))]
+        )
+        assert ok.versions == {"k": 2} and ok.refused == {}
+        assert [(x.ask_id, x.body) for x in await a.take_answers("asker")] == [(5, b"2")]
+        assert await b.orphans() == [] and await b.take_mail("node-b") == []  # done with the state
+        settled = await b.write("Counter", "node-b", [Record("k", None, token_b)])  # the token only
+        assert settled.versions == {} and settled.refused == {}
+        await b.release("Counter", ["k"], "node-b")
+        late = await b.write("Counter", "node-b", [Record("k", b"3", token_b)])  # its holding ended
+        assert "released" in str(late.refused["k"])
+        never = await a.write("Counter", "node-a", [Record("nobody", b"x", 1)])
+        assert "never claimed" in str(never.refused["nobody"])
+        assert (await a.load("Counter", ["k"]))["k"].state == b"2"
+        for bad, field in [
+            ([Record("k", b"9", -1)], "token"),
+            ([Record("k", b"9", True)], "token"),  # type: ignore[arg-type]
+            ([Record("k", b"9", 1), Record("k", b"8", 2)], "token"),
+            ([Record("", b"9", 1)], "key"),
+            ([Record("k", "text", 1)], "state"),  # type: ignore[arg-type]
+            ([("k", b"9")], "records"),
+        ]:
+            with pytest.raises(InvalidInput) as caught:
+                await a.write("Counter", "node-a", bad)  # type: ignore[arg-type]
+            assert caught.value.field == field
+        assert (await a.load("Counter", ["k"]))["k"].state == b"2"  # nothing written by any
     finally:
         await a.aclose()
         await b.aclose()

@@ -10,7 +10,21 @@ from pathlib import Path
 
 import anyio
 
-from ..store import Answer, Claimed, Mail, Posted, StoredState, check_key, check_kind, save_rows
+from ..store import (
+    Answer,
+    Claimed,
+    Fenced,
+    Mail,
+    Posted,
+    Record,
+    StoredState,
+    Written,
+    check_key,
+    check_kind,
+    entity_fenced,
+    save_rows,
+    write_rows,
+)
 from ._sqlite import SQLiteFile
 
 ENTITIES_DB = "entities.sqlite3"
@@ -24,6 +38,7 @@ CREATE TABLE IF NOT EXISTS entities (
     saved_at REAL NOT NULL,
     node TEXT,
     lease_until REAL,
+    token INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (kind, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entities_by_node ON entities (node) WHERE node IS NOT NULL;
@@ -49,6 +64,17 @@ CREATE INDEX IF NOT EXISTS answers_by_asker ON answers (asker, seq);
 _CHUNK = 500
 
 
+def _upgrade(db: sqlite3.Connection) -> None:
+    """A file an older greenroom made: the leases' fencing ``token`` column added."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(entities)")}
+    if "token" not in columns:
+        try:
+            db.execute("ALTER TABLE entities ADD COLUMN token INTEGER NOT NULL DEFAULT 0")
+        except sqlite3.OperationalError as error:  # the other connection added it first
+            if "duplicate column" not in str(error):
+                raise
+
+
 class SQLiteEntityStore:
     """``EntityStore`` on one SQLite file. Close it with :meth:`aclose`. Not ``shared``
     (one process owns a data dir): its hosts need no claims, though they work."""
@@ -57,8 +83,8 @@ class SQLiteEntityStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._file = SQLiteFile(self.path, _SCHEMA)
-        self._reads = SQLiteFile(self.path, _SCHEMA)
+        self._file = SQLiteFile(self.path, _SCHEMA, upgrade=_upgrade)
+        self._reads = SQLiteFile(self.path, _SCHEMA, upgrade=_upgrade)
         """A connection of its own for loads: in WAL mode they read while a save's write
         and fsync run (an activation never waits behind a passivation's save)."""
 
@@ -85,23 +111,49 @@ class SQLiteEntityStore:
 
     async def save(self, kind: str, states: Sequence[tuple[str, bytes]]) -> dict[str, int]:
         rows = save_rows(kind, states)
+        written = await self.write(kind, None, [Record(key, state) for key, state in rows])
+        return written.versions
+
+    async def write(self, kind: str, node: str | None, records: Sequence[Record]) -> Written:
+        rows = write_rows(kind, records)
         if not rows:
-            return {}
+            return Written({}, {})
         now = time.time()
 
-        def upsert(db: sqlite3.Connection) -> dict[str, int]:
+        def write(db: sqlite3.Connection) -> Written:
             versions: dict[str, int] = {}
-            for key, state in rows:
-                (version,) = db.execute(
-                    "INSERT INTO entities (kind, key, state, version, saved_at) VALUES (?, ?, ?, 1, ?) "
-                    "ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state, "
-                    "version = entities.version + 1, saved_at = excluded.saved_at RETURNING version",
-                    (kind, key, state, now),
-                ).fetchone()
-                versions[key] = int(version)
-            return versions
+            refused: dict[str, Fenced] = {}
+            for record in rows:
+                if record.token is not None:
+                    held = db.execute(
+                        "SELECT node, token FROM entities WHERE kind = ? AND key = ?", (kind, record.key)
+                    ).fetchone()
+                    holder, current = (None, None) if held is None else (held[0], int(held[1]))
+                    fenced = entity_fenced(kind, record.key, node, record.token, holder, current)
+                    if fenced is not None:
+                        refused[record.key] = fenced
+                        continue
+                if record.state is not None:
+                    (version,) = db.execute(
+                        "INSERT INTO entities (kind, key, state, version, saved_at) VALUES (?, ?, ?, 1, ?) "
+                        "ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state, "
+                        "version = entities.version + 1, saved_at = excluded.saved_at RETURNING version",
+                        (kind, record.key, record.state, now),
+                    ).fetchone()
+                    versions[record.key] = int(version)
+                if record.done:
+                    db.executemany("DELETE FROM mail WHERE seq = ?", [(seq,) for seq in record.done])
+                if record.answers:
+                    db.executemany(
+                        "INSERT INTO answers (asker, ask_id, ok, body) VALUES (?, ?, ?, ?)",
+                        [(asker, ask_id, int(ok), body) for asker, ask_id, ok, body in record.answers],
+                    )
+            return Written(versions, refused)
 
-        return await self._file.write(upsert)
+        written = await self._file.write(write)
+        if any(record.answers for record in rows if record.key not in written.refused):
+            _wake(self.path)
+        return written
 
     async def delete(self, kind: str, keys: Sequence[str]) -> int:
         check_kind(kind)
@@ -141,44 +193,48 @@ class SQLiteEntityStore:
             taken: list[str] = []
             states: dict[str, StoredState] = {}
             elsewhere: dict[str, str] = {}
+            tokens: dict[str, int] = {}
             for key in wanted:
                 row = db.execute(
-                    "SELECT state, version, saved_at, node, lease_until FROM entities "
+                    "SELECT state, version, saved_at, node, lease_until, token FROM entities "
                     "WHERE kind = ? AND key = ?",
                     (kind, key),
                 ).fetchone()
                 if row is None:
                     db.execute(
-                        "INSERT INTO entities (kind, key, state, version, saved_at, node, lease_until) "
-                        "VALUES (?, ?, x'', 0, ?, ?, ?)",
+                        "INSERT INTO entities (kind, key, state, version, saved_at, node, lease_until, "
+                        "token) VALUES (?, ?, x'', 0, ?, ?, ?, 1)",
                         (kind, key, now, node, now + lease),
                     )
                     taken.append(key)
+                    tokens[key] = 1
                     continue
-                state, version, saved_at, holder, until = row
-                if holder is not None and holder != node and until is not None and until >= now:
+                state, version, saved_at, holder, until, token = row
+                live = holder is not None and until is not None and until >= now
+                if live and holder != node:
                     elsewhere[key] = holder
                     continue
+                token = int(token) if live else int(token) + 1  # a new holding: the next token
                 db.execute(
-                    "UPDATE entities SET node = ?, lease_until = ? WHERE kind = ? AND key = ?",
-                    (node, now + lease, kind, key),
+                    "UPDATE entities SET node = ?, lease_until = ?, token = ? WHERE kind = ? AND key = ?",
+                    (node, now + lease, token, kind, key),
                 )
                 taken.append(key)
+                tokens[key] = token
                 if int(version) > 0:
                     states[key] = StoredState(key, bytes(state), int(version), float(saved_at))
-            return Claimed(taken, states, elsewhere)
+            return Claimed(taken, states, elsewhere, tokens)
 
         return await self._file.write(take) if wanted else Claimed([], {}, {})
 
-    async def renew(self, node: str, lease: float) -> int:
+    async def renew(self, node: str, lease: float) -> dict[tuple[str, str], int]:
         until = time.time() + lease
-        return int(
-            await self._file.write(
-                lambda db: (
-                    db.execute("UPDATE entities SET lease_until = ? WHERE node = ?", (until, node)).rowcount
-                )
-            )
+        rows = await self._file.write(
+            lambda db: db.execute(
+                "UPDATE entities SET lease_until = ? WHERE node = ? RETURNING kind, key, token", (until, node)
+            ).fetchall()
         )
+        return {(kind, key): int(token) for kind, key, token in rows}
 
     async def release(self, kind: str, keys: Sequence[str], node: str) -> None:
         check_kind(kind)
@@ -208,16 +264,17 @@ class SQLiteEntityStore:
     async def take_mail(self, node: str, limit: int = 256) -> list[Mail]:
         def take(db: sqlite3.Connection) -> list[Mail]:
             rows = db.execute(
-                "SELECT m.seq, m.kind, m.key, m.body, m.asker, m.ask_id FROM mail m JOIN entities e "
-                "ON e.kind = m.kind AND e.key = m.key "
-                "WHERE e.node = ? AND (m.taken_by IS NULL OR m.taken_by <> ?) "
+                # taken under the holding (node and token): a new holding takes it again
+                "SELECT m.seq, m.kind, m.key, m.body, m.asker, m.ask_id, e.node || '#' || e.token "
+                "FROM mail m JOIN entities e ON e.kind = m.kind AND e.key = m.key "
+                "WHERE e.node = ? AND m.taken_by IS NOT e.node || '#' || e.token "
                 "ORDER BY m.seq LIMIT ?",
-                (node, node, limit),
+                (node, limit),
             ).fetchall()
-            db.executemany("UPDATE mail SET taken_by = ? WHERE seq = ?", [(node, row[0]) for row in rows])
+            db.executemany("UPDATE mail SET taken_by = ? WHERE seq = ?", [(row[6], row[0]) for row in rows])
             return [
                 Mail(int(seq), kind, key, bytes(body), asker, ask)
-                for seq, kind, key, body, asker, ask in rows
+                for seq, kind, key, body, asker, ask, _ in rows
             ]
 
         return await self._file.write(take)

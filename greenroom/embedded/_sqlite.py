@@ -34,7 +34,13 @@ T = TypeVar("T")
 
 class SQLiteFile:
     def __init__(
-        self, path: str | Path, schema: str, *, foreign_keys: bool = False, synchronous: str = "FULL"
+        self,
+        path: str | Path,
+        schema: str,
+        *,
+        foreign_keys: bool = False,
+        synchronous: str = "FULL",
+        upgrade: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInput(
@@ -44,6 +50,9 @@ class SQLiteFile:
             )
         self.path = Path(path)
         self._schema = schema
+        self._upgrade = upgrade
+        """Brings a file an older greenroom made up to ``schema`` (its columns added), once
+        the schema's statements ran."""
         self._foreign_keys = foreign_keys
         self._synchronous = synchronous
         self._lock = threading.Lock()
@@ -62,6 +71,8 @@ class SQLiteFile:
             if self._foreign_keys:
                 db.execute("PRAGMA foreign_keys=ON")
             db.executescript(self._schema)
+            if self._upgrade is not None:
+                self._upgrade(db)
             self._db = db
         return db
 

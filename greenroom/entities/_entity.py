@@ -27,8 +27,10 @@ room. Nothing already accepted is dropped, and the host goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -42,6 +44,34 @@ if TYPE_CHECKING:
 
 S = TypeVar("S")
 logger = logging.getLogger("greenroom.entities")
+
+
+class Mailed:
+    """A message that came through the store (another node's): the entity answers it with
+    ``(value, state, token)`` — what ``receive`` returned, the state it left encoded at
+    that instant and its lease's token — so that the mail's ``done``, its answer and that
+    state are written together (exactly once)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
+def _answering_mail(receive: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``receive`` as it is, but for a :class:`Mailed` message: handled by ``receive``,
+    answered with the state it left (see :class:`Mailed`)."""
+
+    @functools.wraps(receive)
+    async def wrapped(self: Entity[Any], message: Any) -> Any:
+        if type(message) is not Mailed:
+            return await receive(self, message)
+        value = await receive(self, message.message)
+        slot = self._slot
+        return value, encode_state(self), None if slot is None else slot.token
+
+    wrapped._answers_mail = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 class Entity(Actor, Generic[S]):
@@ -71,6 +101,9 @@ class Entity(Actor, Generic[S]):
         super().__init_subclass__(**kwargs)
         if "kind" not in cls.__dict__ or not cls.__dict__["kind"]:
             cls.kind = cls.__name__
+        receive = cls.__dict__.get("receive")
+        if receive is not None and not getattr(receive, "_answers_mail", False):
+            cls.receive = _answering_mail(receive)  # type: ignore[method-assign,assignment]
         check_kind(cls.kind)
         size = cls.mailbox_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
@@ -124,7 +157,7 @@ class Entity(Actor, Generic[S]):
         slot = self._slot
         # only the instance that ends a passivation saves: one stopped by its failure (to be
         # restarted, or for good) leaves the last save standing, as a restart promises
-        if slot is not None and slot.passivating and self.context.failure is None:
+        if slot is not None and slot.passivating and not slot.fenced and self.context.failure is None:
             try:
                 await self.on_passivate()
             except Exception:  # its state is saved all the same (as it is now)

@@ -52,7 +52,7 @@ from .._checks import check_int, check_seconds
 from .._errors import DataError, GreenroomError, InvalidInput
 from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
-from ..store import EntityStore, StoredState, check_key
+from ..store import EntityStore, Fenced, Mail, MailAnswer, Record, StoredState, check_key
 from ._entity import Entity
 from ._placement import Placement, new_node
 from ._ref import EntityRef
@@ -83,10 +83,12 @@ class _Slot:
     runs now, and what the janitor needs."""
 
     __slots__ = (
+        "claimed_at",
         "cls",
         "encoded",
         "entity",
         "epoch",
+        "fenced",
         "host",
         "initial",
         "key",
@@ -96,15 +98,23 @@ class _Slot:
         "ref",
         "reload",
         "seen",
+        "token",
         "used",
         "version",
     )
 
-    def __init__(self, host: Entities, cls: type[Entity[Any]], key: str, version: int) -> None:
+    def __init__(
+        self, host: Entities, cls: type[Entity[Any]], key: str, version: int, token: int | None = None
+    ) -> None:
         self.host = host
         self.cls = cls
         self.key = key
         self.version = version
+        self.token = token
+        """The fencing token of this node's lease on it (``None``: a store one process owns)."""
+        self.claimed_at = anyio.current_time()
+        self.fenced = False
+        """Its lease is another node's now: it was given up, and writes nothing more."""
         self.ref: ActorRef | None = None
         self.entity: Entity[Any] | None = None
         self.reload = False
@@ -150,6 +160,7 @@ class _Waiting:
         "queued",
         "ref",
         "remote",
+        "token",
         "told",
         "version",
     )
@@ -168,17 +179,41 @@ class _Waiting:
         self.encoded: bytes | None = None
         """The state a passivation just saved (an activation right after uses it)."""
         self.version = 0
+        self.token: int | None = None
+        """The lease's token that state was saved under (kept: the lease was not released)."""
 
 
 class _Save:
-    __slots__ = ("done", "encoded", "error", "slot", "version")
+    """A write on its way to the store: an entity's state (``None``: kept — only the mail
+    settled) under its lease's token, with the mail it handled and their answers."""
 
-    def __init__(self, slot: _Slot, encoded: bytes) -> None:
+    __slots__ = ("answers", "done", "encoded", "error", "finished", "key", "kind", "slot", "token", "version")
+
+    def __init__(
+        self,
+        slot: _Slot | None,
+        encoded: bytes | None,
+        *,
+        kind: str = "",
+        key: str = "",
+        token: int | None = None,
+        done: tuple[int, ...] = (),
+        answers: tuple[MailAnswer, ...] = (),
+    ) -> None:
         self.slot = slot
+        self.kind = slot.cls.kind if slot is not None else kind
+        self.key = slot.key if slot is not None else key
+        self.token = slot.token if slot is not None else token
         self.encoded = encoded
-        self.done = anyio.Event()
+        self.done = done
+        self.answers = answers
+        self.finished = anyio.Event()
         self.error: BaseException | None = None
+        """The store's error, or the :class:`Fenced` refusal (nothing of it was written)."""
         self.version = 0
+
+    def record(self) -> Record:
+        return Record(self.key, self.encoded, self.token, self.done, self.answers)
 
 
 class Entities:
@@ -246,6 +281,8 @@ class Entities:
         self._closed = False
         self.activations = 0
         self.passivations = 0
+        self.given_up = 0
+        """Entities given up because another node holds their lease now (a pause, a stall)."""
 
     # -- addressing -------------------------------------------------------------------------
 
@@ -441,12 +478,13 @@ class Entities:
             return
         to_load = [key for key in wanted if self._waiting[(kind, key)].encoded is None]
         stored: dict[str, StoredState] = {}
+        tokens: dict[str, int] = {}
         if to_load:
             try:
                 if self._placement is None:
                     stored = await self.store.load(kind, to_load)
                 else:  # claimed for this node, and read, in one transaction
-                    stored, elsewhere = await self._placement.claim(kind, to_load)
+                    stored, elsewhere, tokens = await self._placement.claim(kind, to_load)
                     for key in elsewhere:
                         waiting = self._waiting.pop((kind, key), None)
                         if waiting is not None:
@@ -464,13 +502,21 @@ class Entities:
             waiting = self._waiting.get(ident)
             if waiting is None:
                 continue
-            encoded, version = waiting.encoded, waiting.version
-            if encoded is None and key in stored:
-                encoded, version = stored[key].state, stored[key].version
-            await self._start(cls, key, waiting, encoded, version)
+            encoded, version, token = waiting.encoded, waiting.version, waiting.token
+            if encoded is None:
+                token = tokens.get(key)
+                if key in stored:
+                    encoded, version = stored[key].state, stored[key].version
+            await self._start(cls, key, waiting, encoded, version, token)
 
     async def _start(
-        self, cls: type[Entity[Any]], key: str, waiting: _Waiting, encoded: bytes | None, version: int
+        self,
+        cls: type[Entity[Any]],
+        key: str,
+        waiting: _Waiting,
+        encoded: bytes | None,
+        version: int,
+        token: int | None,
     ) -> None:
         ident = (cls.kind, key)
         if self._closed:
@@ -483,7 +529,7 @@ class Entities:
             reason = f"its saved state (version {version}) does not decode as {wanted}: {error}"
             self._fail_waiting(ident, ActivationFailed(cls.kind, key, reason))
             return
-        slot = _Slot(self, cls, key, version)
+        slot = _Slot(self, cls, key, version, token)
         slot.seen = anyio.current_time()
         slot.initial = state
         try:
@@ -611,6 +657,7 @@ class Entities:
             return
         waiting.passivating = False
         waiting.encoded, waiting.version = slot.encoded, slot.version
+        waiting.token = None if slot.fenced else slot.token
         if waiting.told or waiting.asks:
             if self._closed:
                 self._fail_waiting(ident, EntitiesClosed("the entity host closed first"))
@@ -639,7 +686,11 @@ class Entities:
         for slot in slots:
             by_kind.setdefault(slot.cls.kind, []).append(slot)
         for kind_slots in by_kind.values():
-            saves = [_Save(slot, slot.encoded) for slot in kind_slots if slot.encoded is not None]
+            saves = [
+                _Save(slot, slot.encoded)
+                for slot in kind_slots
+                if slot.encoded is not None and not slot.fenced
+            ]
             if saves:
                 await self._write_until_done(saves)
         released: dict[str, list[str]] = {}
@@ -665,8 +716,8 @@ class Entities:
             self._saves.extend(saves)
             self._saves_waiting.set()
             for save in saves:
-                await save.done.wait()
-            failed = [save for save in saves if save.error is not None]
+                await save.finished.wait()
+            failed = [save for save in saves if save.error is not None and not isinstance(save.error, Fenced)]
             if not failed:
                 return
             logger.error(
@@ -675,38 +726,121 @@ class Entities:
             )  # fmt: skip
             await anyio.sleep(pause)
             pause = min(pause * 2, 5.0)
-            saves = [_Save(save.slot, save.encoded) for save in failed]
+            saves = [_Save(save.slot, save.encoded) for save in failed if save.slot is not None]
 
     # -- saving -----------------------------------------------------------------------------
 
     async def _save(self, slot: _Slot, encoded: bytes) -> None:
+        """:meth:`Entity.save`: ``Fenced`` when its lease is another node's (the entity is
+        given up meanwhile), or the store's error."""
+        if slot.fenced:
+            raise Fenced(f"entity {slot.cls.kind}/{slot.key!r}", slot.token or 0, None, "it was given up")
         save = _Save(slot, encoded)
-        self._saves.append(save)
-        self._saves_waiting.set()
-        await save.done.wait()
+        await self._write(save)
         if save.error is not None:
             raise save.error
+
+    async def _settle(
+        self, mail: Mail, encoded: bytes | None, token: int | None, answers: tuple[MailAnswer, ...]
+    ) -> BaseException | None:
+        """Write the state ``mail`` left (``None``: as saved) with its ``done`` and
+        ``answers``, under ``token``; the store's error or refusal, if any."""
+        slot = self._active.get((mail.kind, mail.key))
+        if slot is not None and slot.token != token:
+            slot = None
+        save = _Save(
+            slot, encoded, kind=mail.kind, key=mail.key, token=token, done=(mail.seq,), answers=answers
+        )
+        await self._write(save)
+        return save.error
+
+    async def _write(self, save: _Save) -> None:
+        """Hand ``save`` to the saver and wait until it was written or refused."""
+        self._saves.append(save)
+        self._saves_waiting.set()
+        await save.finished.wait()
 
     async def _saver(self) -> None:
         while True:
             while not self._saves:
                 self._saves_waiting = anyio.Event()
                 await self._saves_waiting.wait()
+            placement = self._placement
+            if placement is not None and placement.lapsed():  # woken from a pause: what is ours?
+                await placement.renew_now()
             saves, self._saves = self._saves, []
-            by_kind: dict[str, list[_Save]] = {}
+            by_kind: dict[str, dict[str, list[_Save]]] = {}
+            later: list[_Save] = []
+            deferred: set[tuple[str, str]] = set()
             for save in saves:
-                by_kind.setdefault(save.slot.cls.kind, []).append(save)
-            for kind, kind_saves in by_kind.items():
+                line = by_kind.setdefault(save.kind, {}).setdefault(save.key, [])
+                if (save.kind, save.key) in deferred or (line and line[0].token != save.token):
+                    deferred.add((save.kind, save.key))
+                    later.append(save)  # another holding of that key: the next write, in order
+                else:
+                    line.append(save)
+            self._saves[:0] = later
+            node = None if placement is None else self.node
+            for kind, keyed in by_kind.items():
+                kind_saves = [save for line in keyed.values() for save in line]
                 try:
-                    versions = await self.store.save(kind, [(s.slot.key, s.encoded) for s in kind_saves])
+                    written = await self.store.write(kind, node, [save.record() for save in kind_saves])
                 except Exception as error:  # each waiter gets it (a passivation tries again)
                     for save in kind_saves:
                         save.error = error
-                        save.done.set()
+                        save.finished.set()
                     continue
                 for save in kind_saves:
-                    save.slot.version = save.version = versions.get(save.slot.key, save.slot.version)
-                    save.done.set()
+                    refusal = written.refused.get(save.key)
+                    if refusal is not None:
+                        save.error = refusal
+                        if save.slot is not None:
+                            self._give_up(save.slot, refusal)
+                    elif save.slot is not None:
+                        save.slot.version = save.version = written.versions.get(save.key, save.slot.version)
+                    save.finished.set()
+
+    # -- leases lost ------------------------------------------------------------------------
+
+    def _give_up(self, slot: _Slot, why: Fenced) -> None:
+        """``slot``'s lease is another node's: stop its actor now (what it had queued fails
+        with ``ActorStopped``), save nothing of it; messages sent from now on go where the
+        entity is (an activation claims it and finds its holder). Logged once."""
+        if slot.fenced:
+            return
+        slot.fenced = True
+        slot.encoded = None
+        logger.warning("entities: %s/%r given up, nothing more written: %s", slot.cls.kind, slot.key, why)
+        self.given_up += 1
+        if self._leave(slot) and self._task_group is not None:
+            self._task_group.start_soon(self._drop, slot)
+
+    async def _drop(self, slot: _Slot) -> None:
+        if slot.ref is not None:
+            await slot.ref.stop(now=True)
+        self._stopped(slot)
+        waiting, ident = slot.leaving, (slot.cls.kind, slot.key)
+        slot.leaving = None
+        if waiting is not None and self._waiting.get(ident) is waiting and not waiting.queued:
+            del self._waiting[ident]
+
+    def _held(self, held: dict[tuple[str, str], int], asked_at: float) -> None:
+        """A renewal asked at ``asked_at`` found this node holding ``held``: give up every
+        entity claimed before it whose lease is not among them (or under another token)."""
+        for slot in [*self._active.values(), *self._stopping]:
+            if slot.token is None or slot.fenced or slot.claimed_at >= asked_at:
+                continue
+            ident = (slot.cls.kind, slot.key)
+            current = held.get(ident)
+            if current != slot.token:
+                why = "its lease lapsed and another node holds it" if current is None else "a newer lease"
+                self._give_up(slot, Fenced(f"entity {ident[0]}/{ident[1]!r}", slot.token, current, why))
+
+    def _give_up_all(self, why: str) -> None:
+        """This node's renewals failed for a whole lease: others may hold its entities now."""
+        for slot in [*self._active.values(), *self._stopping]:
+            if slot.token is not None and not slot.fenced:
+                self._give_up(slot, Fenced(f"entity {slot.cls.kind}/{slot.key!r}", slot.token, None, why))
 
     # -- telling subscribers ----------------------------------------------------------------
 

@@ -34,7 +34,8 @@ import anyio
 import msgspec
 
 from .._errors import GreenroomError, InvalidInput
-from ..store import Claimed, EntityStore, Mail, Posted, StoredState
+from ..store import Claimed, EntityStore, Fenced, Mail, MailAnswer, Posted, StoredState
+from ._entity import Mailed
 
 if TYPE_CHECKING:
     from ._host import Entities, Id, _Waiting
@@ -75,16 +76,21 @@ class Placement:
         self._outgoing: list[Posted] = []
         self._posting = anyio.Event()
         self._chains: dict[Id, list[Mail]] = {}
+        self._renewed = 0.0
+        """When (this process's clock) the last renewal that went through was asked."""
 
     # -- claims -------------------------------------------------------------------------------
 
-    async def claim(self, kind: str, keys: list[str]) -> tuple[dict[str, StoredState], dict[str, str]]:
-        """Take ``keys`` for this node and read their states; those held elsewhere apart."""
+    async def claim(
+        self, kind: str, keys: list[str]
+    ) -> tuple[dict[str, StoredState], dict[str, str], dict[str, int]]:
+        """Take ``keys`` for this node and read their states; those held elsewhere apart;
+        the fencing token of each key taken."""
         claimed: Claimed = await self.store.claim(kind, keys, self.node, self.lease)
         now = anyio.current_time()
         for key, holder in claimed.elsewhere.items():
             self._holders[(kind, key)] = (holder, now + self.lease / 2)
-        return claimed.states, claimed.elsewhere
+        return claimed.states, claimed.elsewhere, claimed.tokens
 
     def holder_of(self, ident: Id) -> str | None:
         """The node that holds ``ident``, if a recent claim said so."""
@@ -155,13 +161,35 @@ class Placement:
 
     # -- the loops (in the host's task group) ----------------------------------------------------
 
+    def lapsed(self) -> bool:
+        """No renewal went through for half a lease (a pause, a stall): what this node
+        still holds is not known until the next one."""
+        return anyio.current_time() - self._renewed > self.lease / 2
+
+    async def renew_now(self) -> bool:
+        """Renew every lease of this node and give up the entities it no longer holds
+        (another node took them while this one did not renew); ``False`` if the store
+        could not be reached — past a whole lease without one, every entity is given up."""
+        asked_at = anyio.current_time()
+        try:
+            held = await self.store.renew(self.node, self.lease)
+        except Exception as error:  # the next renewal tries again; past the lease, others may claim
+            since = asked_at - self._renewed
+            logger.error(
+                "entities: could not renew this node's leases (%.1f s since the last): %s", since, error
+            )
+            if since > self.lease:
+                self.host._give_up_all(f"this node could not renew its leases for {since:.1f} s")
+            return False
+        self._renewed = asked_at
+        self.host._held(held, asked_at)
+        return True
+
     async def renewing(self) -> None:
+        self._renewed = anyio.current_time()  # the claims so far were made just now
         while True:
             await anyio.sleep(self.lease / 3)
-            try:
-                await self.store.renew(self.node, self.lease)
-            except Exception as error:  # the next renewal tries again; past the lease, others may claim
-                logger.error("entities: could not renew this node's leases: %s", error)
+            await self.renew_now()
 
     async def posting(self) -> None:
         while True:
@@ -231,24 +259,34 @@ class Placement:
             del self._chains[ident]
 
     async def _deliver_one(self, mail: Mail) -> None:
+        """Hand ``mail`` to its entity; its ``done`` and its answer are written with the
+        state it left (one transaction, under the entity's lease token: exactly once — a
+        holder that lost the lease meanwhile writes none of it, and the next holder handles
+        the mail again)."""
         host = self.host
+        ident = (mail.kind, mail.key)
         cls = host.classes.get(mail.kind)
+        encoded: bytes | None = None
+        token: int | None = None
         answer: tuple[bool, bytes]
         if cls is None:
             answer = (False, msgspec.json.encode(f"InvalidInput: no entity class of kind {mail.kind!r} here"))
         else:
             try:
                 message = msgspec.json.decode(mail.body, type=cls.message_type)
-                value = await host.ref(cls, mail.key).ask(message, timeout=None)
+                handled = await host.ref(cls, mail.key).ask(Mailed(message), timeout=None)
+                value, encoded, token = handled
                 answer = (True, msgspec.json.encode(value))
-            except Exception as error:  # the asker gets its type and text
+            except Exception as error:  # the asker gets its type and text; the state stays as saved
                 answer = (False, msgspec.json.encode(f"{type(error).__name__}: {error}"))
-        try:
-            if mail.asker is not None and mail.ask_id is not None:
-                await self.store.answer([(mail.asker, mail.ask_id, answer[0], answer[1])])
-            await self.store.done_mail([mail.seq])
-        except Exception as error:  # not done: taken again (at least once)
-            logger.warning("entities: mail %d handled but not marked done: %s", mail.seq, error)
+                slot = host._active.get(ident)
+                token = None if slot is None else slot.token
+        answers: tuple[MailAnswer, ...] = ()
+        if mail.asker is not None and mail.ask_id is not None:
+            answers = ((mail.asker, mail.ask_id, answer[0], answer[1]),)
+        failed = await host._settle(mail, encoded, token, answers)
+        if failed is not None and not isinstance(failed, Fenced):  # not done: taken again
+            logger.warning("entities: mail %d handled but not marked done: %s", mail.seq, failed)
 
 
 def _decoded(body: bytes) -> Any:

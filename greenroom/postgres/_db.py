@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from .. import _threads
 from .._errors import InternalError, InvalidInput, StoreUnavailable
 
 logger = logging.getLogger("greenroom.postgres")
@@ -181,7 +182,11 @@ class Database:
         """``fn(connection)`` in one transaction, on a worker thread (see the module doc
         for what cancellation does; ``single`` as in :meth:`run_sync`)."""
         call = partial(self.run_sync, fn, single=single)
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        _threads.began()  # work, not idleness, for a virtual clock
+        try:
+            return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        finally:
+            _threads.ended()
 
     def connect(self, *, autocommit: bool = True) -> Any:
         """A connection of its own, outside the pool (for ``LISTEN``). Blocking."""

@@ -11,7 +11,21 @@ from typing import Any
 
 import anyio
 
-from ..store import Answer, Claimed, Mail, Posted, StoredState, check_key, check_kind, save_rows
+from ..store import (
+    Answer,
+    Claimed,
+    Fenced,
+    Mail,
+    Posted,
+    Record,
+    StoredState,
+    Written,
+    check_key,
+    check_kind,
+    entity_fenced,
+    save_rows,
+    write_rows,
+)
 from ._db import Database
 
 logger = logging.getLogger("greenroom.entities")
@@ -36,19 +50,23 @@ class _Placement:
         def take(connection: Any) -> Claimed:
             now = time.time()
             rows = connection.execute(
-                "INSERT INTO gr_entities (kind, key, state, version, saved_at, node, lease_until) "
-                "SELECT %(kind)s, k, ''::bytea, 0, %(now)s, %(node)s, %(until)s "
+                "INSERT INTO gr_entities (kind, key, state, version, saved_at, node, lease_until, token) "
+                "SELECT %(kind)s, k, ''::bytea, 0, %(now)s, %(node)s, %(until)s, 1 "
                 "FROM unnest(%(keys)s::text[]) AS k ON CONFLICT (kind, key) DO UPDATE "
-                "SET node = excluded.node, lease_until = excluded.lease_until "
+                "SET node = excluded.node, lease_until = excluded.lease_until, "
+                # a lease this node still holds keeps its token; a new holding takes the next
+                "token = CASE WHEN gr_entities.node = excluded.node AND gr_entities.lease_until >= %(now)s "
+                "THEN gr_entities.token ELSE gr_entities.token + 1 END "
                 "WHERE gr_entities.node IS NULL OR gr_entities.node = excluded.node "
                 "OR gr_entities.lease_until < %(now)s "
-                "RETURNING key, state, version, saved_at",
+                "RETURNING key, state, version, saved_at, token",
                 {"kind": kind, "now": now, "node": node, "until": now + lease, "keys": wanted},
             ).fetchall()
             taken = [key for key, *_ in rows]
+            tokens = {key: int(token) for key, *_, token in rows}
             states = {
                 key: StoredState(key, bytes(state), int(version), float(at))
-                for key, state, version, at in rows
+                for key, state, version, at, _ in rows
                 if int(version) > 0
             }
             missing = sorted(set(wanted) - set(taken))
@@ -58,21 +76,19 @@ class _Placement:
                     "SELECT key, node FROM gr_entities WHERE kind = %s AND key = ANY(%s)", (kind, missing)
                 ):
                     elsewhere[key] = holder or ""
-            return Claimed(sorted(taken), states, elsewhere)
+            return Claimed(sorted(taken), states, elsewhere, tokens)
 
         return await self.db.run(take)
 
-    async def renew(self, node: str, lease: float) -> int:
+    async def renew(self, node: str, lease: float) -> dict[tuple[str, str], int]:
         until = time.time() + lease
-        return int(
-            await self.db.run(
-                lambda c: (
-                    c.execute(
-                        "UPDATE gr_entities SET lease_until = %s WHERE node = %s", (until, node)
-                    ).rowcount
-                )
-            )
+        rows = await self.db.run(
+            lambda c: c.execute(
+                "UPDATE gr_entities SET lease_until = %s WHERE node = %s RETURNING kind, key, token",
+                (until, node),
+            ).fetchall()
         )
+        return {(kind, key): int(token) for kind, key, token in rows}
 
     async def release(self, kind: str, keys: Sequence[str], node: str) -> None:
         check_kind(kind)
@@ -106,11 +122,13 @@ class _Placement:
     async def take_mail(self, node: str, limit: int = 256) -> list[Mail]:
         def take(connection: Any) -> list[Mail]:
             rows = connection.execute(
-                "UPDATE gr_entity_mail SET taken_by = %(node)s WHERE seq IN ("
+                # taken under the holding (node and token): a new holding takes it again
+                "UPDATE gr_entity_mail m SET taken_by = e.node || '#' || e.token FROM gr_entities e "
+                "WHERE e.kind = m.kind AND e.key = m.key AND m.seq IN ("
                 " SELECT m.seq FROM gr_entity_mail m JOIN gr_entities e ON e.kind = m.kind AND e.key = m.key"
-                " WHERE e.node = %(node)s AND (m.taken_by IS NULL OR m.taken_by <> %(node)s)"
+                " WHERE e.node = %(node)s AND m.taken_by IS DISTINCT FROM e.node || '#' || e.token"
                 " ORDER BY m.seq LIMIT %(limit)s FOR UPDATE OF m SKIP LOCKED"
-                ") RETURNING seq, kind, key, body, asker, ask_id",
+                ") RETURNING m.seq, m.kind, m.key, m.body, m.asker, m.ask_id",
                 {"node": node, "limit": limit},
             ).fetchall()
             found = [
@@ -214,23 +232,59 @@ class PostgresEntityStore(_Placement):
 
     async def save(self, kind: str, states: Sequence[tuple[str, bytes]]) -> dict[str, int]:
         rows = save_rows(kind, states)
+        written = await self.write(kind, None, [Record(key, state) for key, state in rows])
+        return written.versions
+
+    async def write(self, kind: str, node: str | None, records: Sequence[Record]) -> Written:
+        rows = write_rows(kind, records)
         if not rows:
-            return {}
+            return Written({}, {})
         now = time.time()
-        keys = [key for key, _ in rows]
-        values = [state for _, state in rows]
 
-        def upsert(connection: Any) -> dict[str, int]:  # one statement, rows in key order
-            found = connection.execute(
-                "INSERT INTO gr_entities (kind, key, state, version, saved_at) "
-                "SELECT %s, k, s, 1, %s FROM unnest(%s::text[], %s::bytea[]) AS u(k, s) "
-                "ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state, "
-                "version = gr_entities.version + 1, saved_at = excluded.saved_at RETURNING key, version",
-                (kind, now, keys, values),
-            )
-            return {key: int(version) for key, version in found}
+        def write(connection: Any) -> Written:
+            refused: dict[str, Fenced] = {}
+            fenced = [record.key for record in rows if record.token is not None]
+            if fenced:  # the holders locked, in key order, until the commit: a claim waits or sees it
+                held = {
+                    key: (holder, int(token))
+                    for key, holder, token in connection.execute(
+                        "SELECT key, node, token FROM gr_entities WHERE kind = %s AND key = ANY(%s) "
+                        "ORDER BY key FOR UPDATE",
+                        (kind, fenced),
+                    )
+                }
+                for record in rows:
+                    if record.token is not None:
+                        holder, current = held.get(record.key, (None, None))
+                        refusal = entity_fenced(kind, record.key, node, record.token, holder, current)
+                        if refusal is not None:
+                            refused[record.key] = refusal
+            accepted = [record for record in rows if record.key not in refused]
+            saved = [record for record in accepted if record.state is not None]
+            versions: dict[str, int] = {}
+            if saved:  # one statement, rows in key order
+                found = connection.execute(
+                    "INSERT INTO gr_entities (kind, key, state, version, saved_at) "
+                    "SELECT %s, k, s, 1, %s FROM unnest(%s::text[], %s::bytea[]) AS u(k, s) "
+                    "ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state, "
+                    "version = gr_entities.version + 1, saved_at = excluded.saved_at RETURNING key, version",
+                    (kind, now, [r.key for r in saved], [r.state for r in saved]),
+                )
+                versions = {key: int(version) for key, version in found}
+            done = [seq for record in accepted for seq in record.done]
+            if done:
+                connection.execute("DELETE FROM gr_entity_mail WHERE seq = ANY(%s)", (done,))
+            answers = [answer for record in accepted for answer in record.answers]
+            if answers:
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO gr_entity_answers (asker, ask_id, ok, body) VALUES (%s, %s, %s, %s)",
+                        answers,
+                    )
+                connection.execute("SELECT pg_notify(%s, '')", (MAIL_CHANNEL,))
+            return Written(versions, refused)
 
-        return await self.db.run(upsert)
+        return await self.db.run(write)
 
     async def delete(self, kind: str, keys: Sequence[str]) -> int:
         check_kind(kind)

@@ -219,6 +219,10 @@ MIGRATIONS: list[list[str]] = [
         # of an attempt (and every step it records) names it — refused once a newer exists
         "ALTER TABLE gr_tasks ADD COLUMN token bigint NOT NULL DEFAULT 0",
     ],
+    [  # 12: fencing for entities: each new holding of an entity's lease gives the next token,
+        # and a save (with the mail it settles) under an older one is refused
+        "ALTER TABLE gr_entities ADD COLUMN token bigint NOT NULL DEFAULT 0",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from .._errors import InvalidInput
+from ._errors import Fenced
 
 MAX_KIND = 200
 MAX_KEY = 512
@@ -87,11 +88,101 @@ def save_rows(kind: str, states: Sequence[tuple[str, bytes]]) -> list[tuple[str,
 class Claimed(msgspec.Struct, frozen=True):
     """What a claim found: the keys now held by the claiming node (``taken``) with the
     saved states of those that have one (``states``), and the keys another node's live
-    lease holds (``elsewhere``: key -> that node)."""
+    lease holds (``elsewhere``: key -> that node). ``tokens``: each taken key's fencing
+    token — the same as before for a lease the node still held, the next one (it only ever
+    grows) for a key that was free, released or lapsed."""
 
     taken: list[str]
     states: dict[str, StoredState]
     elsewhere: dict[str, str]
+    tokens: dict[str, int] = {}
+
+
+MailAnswer = tuple[str, int, bool, bytes]
+"""An answer to a mailed ask: asker, ask id, ok, body (the encoded value or error)."""
+
+
+class Record(msgspec.Struct, frozen=True):
+    """One entity's write (:meth:`EntityStore.write`): its new ``state`` (``None``: kept as
+    it is — only the token is checked and the mail settled), under the fencing ``token``
+    of the lease it was made under (``None``: unfenced, for a store one process owns), with
+    the mail it handled (``done``: forgotten) and the answers to it (``answers``: kept for
+    their askers) — all of it or none, in the same transaction as the state."""
+
+    key: str
+    state: bytes | None
+    token: int | None = None
+    done: tuple[int, ...] = ()
+    answers: tuple[MailAnswer, ...] = ()
+
+
+class Written(msgspec.Struct, frozen=True):
+    """What a write did: each accepted key's new ``version`` (a record that kept its
+    state: absent), and each refused key's :class:`Fenced` (nothing of that record was
+    written: its state, its mail's ``done``, its answers)."""
+
+    versions: dict[str, int]
+    refused: dict[str, Fenced]
+
+
+def write_rows(kind: str, records: Sequence[Record]) -> list[Record]:
+    """``records`` checked (as :func:`save_rows`) and one per key, in key order: records of
+    one key under one token merged (the last state, every mail's ``done`` and answers);
+    ``InvalidInput`` naming ``token`` for one key under two tokens, before anything is
+    written."""
+    check_kind(kind)
+    merged: dict[str, Record] = {}
+    for record in records:
+        if not isinstance(record, Record):
+            raise InvalidInput(
+                f"entity {kind}: a write takes Records, got {type(record).__name__}", field="records"
+            )
+        key = check_key(record.key)
+        if record.state is not None:
+            save_rows(kind, [(key, record.state)])
+        token = record.token
+        if token is not None and (isinstance(token, bool) or not isinstance(token, int) or token < 0):
+            raise InvalidInput(
+                f"entity {kind}/{key}: token must be an int >= 0, got {token!r}", field="token", value=token
+            )
+        before = merged.get(key)
+        if before is None:
+            merged[key] = record
+            continue
+        if before.token != token:
+            raise InvalidInput(
+                f"entity {kind}/{key}: one write holds it under two tokens ({before.token} and {token})",
+                field="token",
+                value=token,
+            )
+        merged[key] = Record(
+            key,
+            before.state if record.state is None else record.state,
+            token,
+            before.done + record.done,
+            before.answers + record.answers,
+        )
+    return [merged[key] for key in sorted(merged)]
+
+
+def entity_fenced(
+    kind: str, key: str, node: str | None, token: int | None, holder: str | None, current: int | None
+) -> Fenced | None:
+    """The refusal of a write to ``kind/key`` by ``node`` under ``token`` — the one rule
+    both stores apply — or ``None`` when it may be written: unfenced (``token`` ``None``), or
+    ``token`` is the key's current one (``current``; ``None``: the key was never claimed)
+    and ``node`` its ``holder`` (a lease released or taken by another node ended it)."""
+    if token is None:
+        return None
+    what = f"entity {kind}/{key!r} (a write by {node!r})"
+    if current is None:
+        return Fenced(what, token, None, "it was never claimed")
+    if token != current:
+        return Fenced(what, token, current, "its lease was taken by a newer holder")
+    if holder != node:
+        held = "released" if holder is None else f"held by {holder!r}"
+        return Fenced(what, token, current, f"its lease is {held}")
+    return None
 
 
 class Mail(msgspec.Struct, frozen=True):
@@ -133,8 +224,17 @@ class EntityStore(Protocol):
 
     async def save(self, kind: str, states: Sequence[tuple[str, bytes]]) -> dict[str, int]:
         """Save each ``(key, state)`` in one durable transaction (a key given twice: its
-        last state); answers each key's new ``version``. ``InvalidInput`` (naming the
-        field) for a bad kind, key or state, before anything is saved."""
+        last state), unfenced; answers each key's new ``version``. ``InvalidInput`` (naming
+        the field) for a bad kind, key or state, before anything is saved."""
+        ...
+
+    async def write(self, kind: str, node: str | None, records: Sequence[Record]) -> Written:
+        """Write each :class:`Record` of ``kind`` made by ``node`` in one durable
+        transaction: a record under a token that is not its key's current one, or whose
+        lease ``node`` no longer holds, is refused whole (:func:`entity_fenced`) and the
+        others written — their states (each version one more), their mail done, their
+        answers kept and their askers woken. ``InvalidInput`` (naming the field) before
+        anything is written (:func:`write_rows`)."""
         ...
 
     async def delete(self, kind: str, keys: Sequence[str]) -> int:
@@ -154,8 +254,11 @@ class EntityStore(Protocol):
         answered in ``elsewhere`` and left as it is."""
         ...
 
-    async def renew(self, node: str, lease: float) -> int:
-        """Extend every lease ``node`` holds to ``lease`` seconds from now; how many."""
+    async def renew(self, node: str, lease: float) -> dict[tuple[str, str], int]:
+        """Extend every lease ``node`` holds to ``lease`` seconds from now (one it let lapse
+        and nobody took too: its token stays); answers what it holds, ``(kind, key)`` ->
+        token. A lease missing from the answer was taken by another node: its holder here
+        gives the entity up without writing."""
         ...
 
     async def release(self, kind: str, keys: Sequence[str], node: str) -> None:
@@ -170,9 +273,12 @@ class EntityStore(Protocol):
         ...
 
     async def take_mail(self, node: str, limit: int = 256) -> list[Mail]:
-        """Messages (oldest first) for entities ``node`` holds, not taken by ``node``
-        already: marked as ``node``'s. A message taken by a node that since lost the
-        entity is taken again by its new holder (delivered at least once)."""
+        """Messages (oldest first) for entities ``node`` holds, not taken under its present
+        holding already: marked as taken under it (the node and the lease's token). A
+        message taken under an earlier holding — a node that since lost the entity, or
+        released and claimed it again — is taken again by the present one: handled
+        exactly once when its ``done`` is written with the state it left
+        (:meth:`write` under the lease's token), at least once otherwise."""
         ...
 
     async def done_mail(self, seqs: Sequence[int]) -> None:

@@ -12,9 +12,15 @@ is each event loop's own clock.
   clock jumps by ``t`` and the timer is due at once.
 
 With a threshold of 0 (the default) time jumps as soon as every task waits — also while
-one waits on a worker thread or a socket, as with trio's ``MockClock``. A test whose
-tasks wait on threads or real I/O under a deadline gives a threshold (e.g. 0.05 real
-seconds) so the clock does not jump past the deadline while the thread works.
+one waits on a socket, as with trio's ``MockClock``. A test whose tasks wait on real I/O
+under a deadline gives a threshold (e.g. 0.05 real seconds) so the clock does not jump
+past the deadline while the other side works.
+
+**greenroom's own work in worker threads holds the clock** (both loops): while a store
+write or query runs in a thread for the loop (``greenroom._threads.working``: the files'
+SQLite and journal calls, every PostgreSQL transaction), the clock does not jump — that
+is work, not idleness, however slow a loaded machine makes it. A long poll in a thread
+(the mail's ``LISTEN``) is not counted: the clock jumps past it as past any wait.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ import asyncio
 import functools
 import math
 import selectors
+import sys
 import time
+import weakref
 from typing import Any
 
+from .. import _threads
 from .._errors import InvalidInput
 
 
@@ -56,6 +65,10 @@ class _JumpingSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:  # no timer to jump to: wait for I/O
             return self._inner.select(None)
+        if timeout > 0 and _threads.working():  # work in a thread: real time, until it is back
+            ready = self._inner.select(timeout)
+            if ready or _threads.working():
+                return ready
         ready = self._inner.select(min(timeout, self._threshold))
         if not ready and timeout > 0:  # nothing came in the real wait: the timer is due now
             self._loop.jump_to_timer(timeout)
@@ -136,7 +149,31 @@ def virtual_time(backend: str, *, autojump_threshold: float = 0.0) -> tuple[str,
     if backend == "trio":
         from trio.testing import MockClock
 
-        return "trio", {"clock": MockClock(autojump_threshold=autojump_threshold)}
+        clock = MockClock(autojump_threshold=autojump_threshold)
+        _thresholds[clock] = autojump_threshold
+        return "trio", {"clock": clock}
     raise InvalidInput(
         f"backend must be 'asyncio' or 'trio', not {backend!r}", field="backend", value=backend
     )
+
+
+_thresholds: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""The trio clocks :func:`virtual_time` made, and their jump thresholds."""
+
+
+def _hold_trio_clock(working: bool) -> None:
+    """While greenroom work runs in a thread for a trio loop on one of our clocks, it
+    does not jump (threshold infinite); then it jumps as it did."""
+    trio = sys.modules.get("trio")
+    if trio is None or not _thresholds:
+        return
+    try:
+        clock = trio.lowlevel.current_clock()
+    except RuntimeError:  # not in trio
+        return
+    threshold = _thresholds.get(clock)
+    if threshold is not None:
+        clock.autojump_threshold = math.inf if working else threshold
+
+
+_threads.hooks.append(_hold_trio_clock)

@@ -577,3 +577,62 @@ async def test_a_stale_attempts_steps_are_refused_and_its_call_never_runs_twice(
         await harness2.aclose()
         await writer.stop()
     assert effects == ["hello"]
+
+
+async def test_a_writing_tool_knows_its_calls_key_and_token_and_never_starts_past_its_lease(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Issue 49's effects fenced where they can be: a tool reads its call's idempotency key
+    and its attempt's fencing token (``current_call``, also in a plain function's worker
+    thread) to hand to the system it changes. And before a writing tool starts, its
+    beginning is written only while the attempt's lease is current by the store's clock:
+    an attempt whose lease lapsed — nobody took the task yet, its token is still the
+    newest — does not start the effect (``Fenced``, "by the store's clock")."""
+    import time
+
+    import anyio
+    from _stores import open_node
+
+    from greenroom.harness import ToolCall, current_call
+    from greenroom.messages import AgentTask, Claim, Submit
+    from greenroom.store import Fenced
+
+    seen: list[ToolCall | None] = []
+
+    def note(text: str) -> str:  # a plain function: it runs in a worker thread
+        seen.append(current_call())
+        return f"noted {text}"
+
+    tools = [Tool("note", note, risk=RiskLevel.WRITES), Tool("look", lambda what: what)]
+    now = [time.time() - 1000.0]  # the graph's clock, as the claims see it
+    async with (
+        await make_store(store_url, tmp_path / "data") as store,
+        open_node(store, lease_check_interval=3600, clock=lambda: now[0]) as node,
+    ):
+        sup = node.supervisor
+        await sup.ask(Submit([AgentTask(id="t1", type="w"), AgentTask(id="t2", type="w")]))
+        writer = await node.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        first = (await sup.ask(Claim("a", "w"))).task
+        now[0] = time.time()  # while it works, its lease runs out (1,000 s ago, by the store's clock)
+        journal = await TaskJournal.load(first.id, first.attempt, writer, token=first.token)
+        harness = await Harness.spawn(
+            node.system, model_for_two_turns(), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+            journal=journal,
+        )  # fmt: skip
+        with pytest.raises(Fenced, match="by the store's clock"):
+            await harness.run_bounded("write it down", max_iterations=5)
+        assert seen == []  # the effect never started
+        await harness.aclose()
+        second = (await sup.ask(Claim("a", "w"))).task  # a lease good from now on
+        journal = await TaskJournal.load(second.id, second.attempt, writer, token=second.token)
+        harness = await Harness.spawn(
+            node.system, model_for_two_turns(), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+            journal=journal,
+        )  # fmt: skip
+        with anyio.fail_after(30):
+            await harness.run_bounded("write it down", max_iterations=5)
+        await harness.aclose()
+        await writer.stop()
+    step = "p0/main/m0/t0"
+    assert seen == [ToolCall(f"{second.id}/{step}", second.token, second.id, step)]
+    assert second.token > 0

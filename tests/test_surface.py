@@ -143,6 +143,7 @@ PUBLIC: dict[str, list[str]] = {
     "store": [
         "ACTIONS",
         "Answer",
+        "BEFORE_AN_EFFECT",
         "BudgetStore",
         "ChatStore",
         "Claimed",
@@ -323,8 +324,10 @@ PUBLIC: dict[str, list[str]] = {
         "StopSignal",
         "TokenBudget",
         "Tool",
+        "ToolCall",
         "ToolRefused",
         "ToolTimedOut",
+        "current_call",
     ],
     "agents": [
         "AgentActor",

@@ -21,7 +21,7 @@ import msgspec
 from .._errors import storage_error
 from .._process import boot_id
 from ..messages import AgentTask
-from ..store import Refused, Step, check_step, encoded_body, fenced, step_from_row
+from ..store import BEFORE_AN_EFFECT, Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._sqlite import SQLiteFile
 
 STEPS_DB = "steps.sqlite3"
@@ -45,8 +45,9 @@ CREATE TABLE IF NOT EXISTS steps (
 _encoder = msgspec.json.Encoder()
 
 
-LiveTask = Callable[[str], "tuple[bool, AgentTask | None]"]
-"""``task_id -> (this process owns the task graph, the task as it is live there or None)``."""
+LiveTask = Callable[[str], "tuple[bool, AgentTask | None, float]"]
+"""``task_id -> (this process owns the task graph, the task as it is live there or None,
+the graph's clock now)``."""
 
 
 class SQLiteStepStore:
@@ -69,8 +70,9 @@ class SQLiteStepStore:
             check_step(step)
         for step in steps:
             if step.token and self._live_task is not None:
-                owned, task = self._live_task(step.task_id)
-                refusal = fenced(task, step.task_id, None, step.token, "record a step") if owned else None
+                owned, task, now = self._live_task(step.task_id)
+                at = now if step.kind in BEFORE_AN_EFFECT else None  # the clock the graph's leases run on
+                refusal = fenced(task, step.task_id, None, step.token, "record a step", at) if owned else None
                 if refusal is not None:
                     refused[(step.task_id, step.token)] = refusal
                     continue

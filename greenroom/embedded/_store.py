@@ -118,13 +118,14 @@ class EmbeddedStore:
 
         return SQLiteStepStore(self.data_dir / STEPS_DB, live_task=self._live_task)
 
-    def _live_task(self, task_id: str) -> tuple[bool, AgentTask | None]:
-        """The task as this process's task graph has it live (``None``: not live); ``False``
-        first when this process owns no open task graph (nothing to fence against here)."""
+    def _live_task(self, task_id: str) -> tuple[bool, AgentTask | None, float]:
+        """The task as this process's task graph has it live (``None``: not live), and the
+        graph's clock; ``False`` first when this process owns no open task graph (nothing
+        to fence against here)."""
         tasks = self._tasks
         if tasks is None or not tasks.is_open:
-            return False, None
-        return True, tasks.graph.tasks.get(task_id)
+            return False, None, 0.0
+        return True, tasks.graph.tasks.get(task_id), tasks.clock()
 
     def budget_store(self) -> BudgetStore:
         from ._budgets import BUDGETS_DB, SQLiteBudgetStore

@@ -19,7 +19,7 @@ from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
 from ._stop import StopSignal
 from ._timings import CallTimings
-from ._tools import RiskLevel, Tool
+from ._tools import RiskLevel, Tool, ToolCall, current_call
 
 __all__ = [
     "STOP_REASONS",
@@ -40,6 +40,8 @@ __all__ = [
     "StopSignal",
     "TokenBudget",
     "Tool",
+    "ToolCall",
     "ToolRefused",
     "ToolTimedOut",
+    "current_call",
 ]

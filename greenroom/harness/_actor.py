@@ -53,7 +53,7 @@ from ._phase import PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._stop import StopSignal
 from ._timings import CallTimings
-from ._tools import RiskLevel, Tool
+from ._tools import RiskLevel, Tool, ToolCall, called, calling
 
 logger = logging.getLogger("greenroom.harness")
 
@@ -467,15 +467,25 @@ class HarnessActor(Actor):
                 if refused is not None:
                     return refused
             await journal.begin(step, asked, f"{name} {arguments!r:.200}", release=not keyed)
+        key = f"{journal.task_id}/{step}" if journal else call_id  # the same in every attempt
         if tool.takes_idempotency_key:
-            # the same key in every attempt: the tool can tell a retry from a new call
-            arguments = {**arguments, "idempotency_key": f"{journal.task_id}/{step}" if journal else call_id}
+            arguments = {**arguments, "idempotency_key": key}
+        context = calling(
+            ToolCall(
+                key,
+                journal.token or None if journal else None,
+                journal.task_id if journal else None,
+                step if journal else None,
+            )
+        )
         try:
             result = await (self.sandbox.run(tool, arguments) if loop is None else loop.tool(tool, arguments))
         except (RecordError, ToolRefused, ToolTimedOut) as refused:
             return _failed(record, str(refused))
         except Exception as failed:  # cancellation is a BaseException: it propagates
             return _failed(record, f"{type(failed).__name__}: {failed}")
+        finally:
+            called(context)
         try:
             content = _encoder.encode(result)
         except (TypeError, msgspec.EncodeError) as bad:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import inspect
@@ -54,7 +55,8 @@ class Tool:
     A tool that changes things and takes a keyword parameter ``idempotency_key`` (not
     offered to the model) is given one by a durable harness: the same for every attempt
     of the same call, so it can tell a retry after a crash from a new call. Without one,
-    a durable harness does not run again a call that may have run.
+    a durable harness does not run again a call that may have run. Any tool can read its
+    call's key and its attempt's fencing token from :func:`current_call`.
     """
 
     def __init__(
@@ -144,6 +146,44 @@ class Tool:
 
 
 IDEMPOTENCY_KEY = "idempotency_key"
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """What a running tool knows of its call (:func:`current_call`).
+
+    ``idempotency_key``: the same for every attempt of this call of a durable task
+    (``<task id>/<step>``), the call's own id otherwise — pass it to the system the tool
+    changes, so it can tell a retry after a crash from a new call. ``fencing_token``: the
+    token of the task attempt the call runs under (it only ever grows: a later attempt
+    has a greater one; ``None`` outside a durable task) — pass it along too, and a system
+    that keeps the greatest token it has seen per task can refuse a write from an attempt
+    that paused past its lease and woke after another attempt wrote (the store refuses
+    such an attempt's own writes; only the tool can fence the outside world)."""
+
+    idempotency_key: str
+    fencing_token: int | None = None
+    task_id: str | None = None
+    step: str | None = None
+
+
+_current_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "greenroom_tool_call", default=None
+)
+
+
+def current_call() -> ToolCall | None:
+    """The call the calling tool runs for (in an async tool, or a plain function's worker
+    thread: the context goes with it); ``None`` outside a tool call."""
+    return _current_call.get()
+
+
+def calling(call: ToolCall) -> contextvars.Token[ToolCall | None]:
+    """Make ``call`` the current one (:func:`current_call`) until the token is reset."""
+    return _current_call.set(call)
+
+
+def called(token: contextvars.Token[ToolCall | None]) -> None:
+    _current_call.reset(token)
 
 
 def _has_keyword(fn: Callable[..., Any], name: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from ..messages import AgentTask, TaskStatus
-from ..store import Refused, Step, check_step, encoded_body, fenced, step_from_row
+from ..store import BEFORE_AN_EFFECT, Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._db import Database
 
 _encoder = msgspec.json.Encoder()
@@ -46,20 +46,29 @@ class PostgresStepStore:
                 if not durable:  # the server has it once committed: this process dying loses nothing
                     cursor.execute("SET LOCAL synchronous_commit TO off")
                 live: dict[str, AgentTask] = {}
+                now: float | None = None  # the server's clock: a paused writer's own clock says nothing
                 if fenced_ids:
                     for row in cursor.execute(
-                        "SELECT id, status, owner, token FROM gr_tasks WHERE id = ANY(%s) "
+                        "SELECT id, status, owner, token, lease_expires_at, "
+                        "extract(epoch FROM clock_timestamp())::float8 FROM gr_tasks WHERE id = ANY(%s) "
                         "ORDER BY id FOR SHARE",
                         (fenced_ids,),
                     ):
                         live[row[0]] = AgentTask(
-                            id=row[0], type="-", status=TaskStatus(row[1]), owner=row[2], token=row[3]
+                            id=row[0],
+                            type="-",
+                            status=TaskStatus(row[1]),
+                            owner=row[2],
+                            token=row[3],
+                            lease_expires_at=row[4],
                         )
+                        now = row[5]
                 rows = []
                 for step in steps:
                     if step.token:
+                        at = now if step.kind in BEFORE_AN_EFFECT else None
                         refusal = fenced(
-                            live.get(step.task_id), step.task_id, None, step.token, "record a step"
+                            live.get(step.task_id), step.task_id, None, step.token, "record a step", at
                         )
                         if refusal is not None:
                             refused[(step.task_id, step.token)] = refusal

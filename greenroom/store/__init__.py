@@ -76,6 +76,7 @@ from ._load import LoadEntry, LoadRecordStore, check_entries, check_prefix, chec
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
 from ._rules import (
     ACTIONS,
+    BEFORE_AN_EFFECT,
     FAILED_STATES,
     bound_report,
     check_submission,
@@ -105,6 +106,7 @@ from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 
 __all__ = [
     "ACTIONS",
+    "BEFORE_AN_EFFECT",
     "FAILED_STATES",
     "FIXED_PART",
     "Answer",

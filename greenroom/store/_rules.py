@@ -301,13 +301,25 @@ def decided(task: AgentTask, decision: Decide, now: float) -> AgentTask:
 # -- fencing -------------------------------------------------------------------------------
 
 
+BEFORE_AN_EFFECT = frozenset({"tool_started", "tool_released"})
+"""The steps recorded just before a tool that changes things runs: written only while the
+attempt's lease is current by the store's clock (``fenced``'s ``now``), so an owner that
+paused past its lease does not start the effect even where nobody took the task yet."""
+
+
 def fenced(
-    task: AgentTask | None, task_id: str, agent_id: str | None, token: int, action: str
+    task: AgentTask | None,
+    task_id: str,
+    agent_id: str | None,
+    token: int,
+    action: str,
+    now: float | None = None,
 ) -> Fenced | None:
     """The refusal of ``action`` by ``agent_id`` (``None``: whoever holds the token) under
     the attempt token ``token`` — the one rule both stores apply — or ``None`` when that
     attempt is the task's live one (``task``: the task as stored, ``None`` when it is not
-    in the live graph)."""
+    in the live graph). ``now``: the store's clock, given for a write that must also find
+    the attempt's lease unexpired (:data:`BEFORE_AN_EFFECT`)."""
     what = f"task {task_id!r} ({action}{'' if agent_id is None else f' by {agent_id!r}'})"
     if task is None:
         return Fenced(what, token, None, "the task is not in the live graph: finished and archived", task_id)
@@ -317,6 +329,11 @@ def fenced(
         return Fenced(what, token, task.token, f"its attempt ended: the task is {task.status.value}", task_id)
     if agent_id is not None and task.owner != agent_id:
         return Fenced(what, token, task.token, f"its owner is {task.owner!r}", task_id)
+    if now is not None and task.lease_expires_at is not None and task.lease_expires_at < now:
+        late = now - task.lease_expires_at
+        return Fenced(
+            what, token, task.token, f"its lease lapsed {late:.1f} s ago by the store's clock", task_id
+        )
     return None
 
 

@@ -21,6 +21,7 @@ import anyio
 
 from .._errors import StorageError, StoreUnavailable
 from .._files import resolve_data_dir
+from .._loopwatch import LoopWatch
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
 from ..harness._journal import StepJournalActor
@@ -139,6 +140,10 @@ class AgentHost:
 
     async def _start(self) -> None:
         config = self.config
+        await self.system.spawn(  # a quarter of the lease: said well before a lease is lost
+            lambda: LoopWatch(config.lease_seconds / 4, "every lease's heartbeat and check waited"),
+            name="loopwatch",
+        )
         await self._spawn_stores()
         self.initial_stats = await self.stats()
         heartbeat = config.heartbeat_interval or config.lease_seconds / 3

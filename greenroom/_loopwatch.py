@@ -112,9 +112,10 @@ class LoopWatch(Actor):
         frame = sys._current_frames().get(self._loop_thread)
         stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
         tail = " <- ".join(f"{f.name} ({_short(f.filename)}:{f.lineno})" for f in reversed(stack[-6:]))
+        cost = f": {self.what}" if self.what else ""
         logger.warning(
             "the event loop has been blocked for %.1f s (more than %.1f s)%s, in %s — stack: %s",
-            blocked, self.threshold, f": {self.what}" if self.what else "", _culprit(stack), tail or "unknown",
+            blocked, self.threshold, cost, _culprit(stack), tail or "unknown",
         )  # fmt: skip
 
 

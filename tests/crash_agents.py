@@ -183,3 +183,74 @@ class HeldAgent(BaseAgent):
         HeldAgent.started.set()
         await HeldAgent.gate.wait()
         return AgentResult(task_id=task.id, outcome="done")
+
+
+def _fenced_record(line: str, idempotency_key: str = "") -> str:
+    """A tool that honours its call's fencing token and idempotency key, as an outside
+    system should: under a lock (``$GREENROOM_TEST_LEDGER``) it keeps the greatest token it
+    has seen per task and the keys it applied; a call under a smaller token is refused
+    (``stale``), a key applied already is not applied again. Each applied effect is a line
+    ``applied <key> <token> <pid>`` in ``$GREENROOM_TEST_EFFECTS``."""
+    import fcntl
+    import json
+
+    from greenroom.harness import current_call
+
+    call = current_call()
+    assert call is not None and call.task_id is not None and call.fencing_token is not None
+    with open(os.environ["GREENROOM_TEST_LEDGER"], "a+") as ledger:
+        fcntl.flock(ledger, fcntl.LOCK_EX)
+        ledger.seek(0)
+        seen = json.loads(ledger.read() or '{"tokens": {}, "applied": []}')
+        newest = seen["tokens"].get(call.task_id, 0)
+        if call.fencing_token < newest:
+            _append(
+                os.environ["GREENROOM_TEST_EFFECTS"],
+                f"stale {idempotency_key} {call.fencing_token} {os.getpid()}",
+            )
+            return f"refused: token {call.fencing_token} < {newest}"
+        seen["tokens"][call.task_id] = call.fencing_token
+        if idempotency_key in seen["applied"]:
+            return "applied already"
+        seen["applied"].append(idempotency_key)
+        ledger.seek(0)
+        ledger.truncate()
+        ledger.write(json.dumps(seen))
+        ledger.flush()
+        _append(
+            os.environ["GREENROOM_TEST_EFFECTS"],
+            f"applied {idempotency_key} {call.fencing_token} {os.getpid()}",
+        )
+    return f"recorded {line}"
+
+
+class PausedAgent(BaseAgent):
+    """Four phases, each a model reply (0.1-0.3 s) asking one call of ``record`` (a writing
+    tool that honours the fencing token and the idempotency key), then an answer."""
+
+    agent_type = "pause"
+
+    def __init__(self, name: str | None = None, **options: object) -> None:
+        from greenroom.harness import HarnessSetup, RiskLevel, Sandbox, Tool
+        from greenroom.llm import ScriptedModel
+        from greenroom.messages import ChatReply, ChatRequest, ModelToolCall
+
+        def respond(request: ChatRequest) -> ChatReply:
+            last = request.messages[-1]
+            if last.role == "tool":
+                return ChatReply(text=f"done: {last.content}")
+            return ChatReply(tool_calls=(ModelToolCall("r1", "record", {"line": last.content or ""}),))
+
+        setup = HarnessSetup(
+            ScriptedModel(respond, latency=0.2),
+            tools=[Tool("record", _fenced_record, risk=RiskLevel.WRITES)],
+            sandbox=Sandbox(max_risk=RiskLevel.WRITES),
+        )
+        super().__init__(name, llm=setup, **options)  # type: ignore[arg-type]
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        for phase in range(4):
+            await self._run_phase(
+                user_message=f"{task.id} {phase}", tool_names=["record"], context_label=f"p{phase}"
+            )
+        return AgentResult(task_id=task.id, outcome="done")

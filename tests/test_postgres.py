@@ -941,17 +941,19 @@ def _wait_until(done: Callable[[], bool], deadline: float, why: Callable[[], str
 
 
 def _daemon(
-    url: str, config: Path, data_dir: Path, acks: Path, *, api: bool = False
+    url: str, config: Path, data_dir: Path, acks: Path, *, api: bool = False, **env: str
 ) -> subprocess.Popen[str]:
     """A daemon whose stderr goes to ``<data_dir>.err`` (read when a check fails); with
-    ``api``, serving its HTTP API on a free port of 127.0.0.1."""
+    ``api``, serving its HTTP API on a free port of 127.0.0.1; ``env`` added to its
+    environment."""
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{data_dir}.err", "a") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "greenroom", "run", "--store", url, "--config", str(config),
              *([] if api else ["--no-api"]), "--quiet", "--data-dir", str(data_dir)],
             stdout=subprocess.DEVNULL, stderr=err, text=True,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_TEST_ACKS": str(acks)},
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "GREENROOM_TEST_ACKS": str(acks),
+                 **env},
         )  # fmt: skip
 
 
@@ -1540,3 +1542,87 @@ async def test_a_frozen_session_holding_a_row_lock_is_cut_by_the_server_and_othe
             assert beat.token == got.token
         finally:
             await anyio.to_thread.run_sync(frozen.close)
+
+
+def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands_twice(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Issue 49, tasks: two daemons on one database run 16 durable tasks of four phases,
+    each phase one call of a writing tool that honours its call's fencing token and
+    idempotency key. Twice, daemon B is frozen (SIGSTOP) while it holds tasks, until daemon
+    A has taken every one of them over (their leases are 2 s), then resumed (SIGCONT). A
+    claims and completes work throughout the pause; B wakes, gives its stale attempts up
+    (its agents say so, nothing restarts) and stays alive; every task completes, and every
+    call's effect landed exactly once — a stale attempt's call that reached the tool was
+    refused there by its token."""
+    import collections
+
+    import psycopg
+
+    upgraded = _cli("db", "upgrade", "--store", pg_url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    ids = [f"p{i:02}" for i in range(16)]
+    tasks = tmp_path / "pause.json"
+    tasks.write_text(json.dumps([{"id": task_id, "type": "pause"} for task_id in ids]))
+    added = _cli("tasks", "add", "--file", str(tasks), "--store", pg_url, "--data-dir", str(tmp_path / "cli"))
+    assert added.returncode == 0, added.stderr
+    config = tmp_path / "pause.toml"
+    config.write_text(
+        'lease_seconds = 2\nshutdown_grace = 5\n\n[agents.pause]\nagent = "crash_agents:PausedAgent"\n'
+        "concurrency = 4\n"
+    )
+    effects, ledger = tmp_path / "effects.log", tmp_path / "ledger.json"
+    env = {"GREENROOM_TEST_EFFECTS": str(effects), "GREENROOM_TEST_LEDGER": str(ledger)}
+    acks = tmp_path / "acks.log"
+    a = _daemon(pg_url, config, tmp_path / "nodeA", acks, **env)
+    b = _daemon(pg_url, config, tmp_path / "nodeB", acks, **env)
+    watch = psycopg.connect(pg_url, autocommit=True)
+
+    def held_by(daemon: subprocess.Popen[str]) -> set[str]:
+        rows = watch.execute(
+            "SELECT id FROM gr_tasks WHERE status = 'IN_PROGRESS' AND owner LIKE %s", (f"%:{daemon.pid}",)
+        )
+        return {row[0] for row in rows.fetchall()}
+
+    def completed() -> int:
+        return int(watch.execute("SELECT count(*) FROM gr_tasks WHERE status = 'COMPLETED'").fetchone()[0])
+
+    def said() -> str:
+        rows = watch.execute("SELECT id, status, owner, token FROM gr_tasks ORDER BY id").fetchall()
+        errs = [(tmp_path / f"node{n}.err").read_text()[-1500:] for n in "AB"]
+        return f"{rows}; daemons said {errs}"
+
+    deadline = time.monotonic() + 150
+    pauses: list[dict[str, Any]] = []
+    try:
+        for _ in range(2):
+            _wait_until(lambda: bool(held_by(b)) or completed() == len(ids), deadline, said)
+            frozen = held_by(b)
+            if not frozen:
+                break
+            b.send_signal(signal.SIGSTOP)
+            before, began = completed(), time.monotonic()
+            # each task it held is granted again (to A) once its lease ran out, or completed
+            _wait_until(lambda frozen=frozen: not (held_by(b) & frozen), deadline, said)  # type: ignore[misc]
+            _wait_until(lambda n=before: completed() > n or completed() == len(ids), deadline, said)  # type: ignore[misc]
+            pauses.append({"held": len(frozen), "taken over in": round(time.monotonic() - began, 2)})
+            b.send_signal(signal.SIGCONT)
+        assert pauses, "daemon B never held a task"
+        _wait_until(lambda: completed() == len(ids), deadline, said)
+        assert b.poll() is None and a.poll() is None, said()  # the paused daemon is alive
+    finally:
+        if b.poll() is None:
+            b.send_signal(signal.SIGCONT)
+        _stop_all([a, b])
+        watch.close()
+    lines = [line.split() for line in effects.read_text().splitlines()]
+    applied = collections.Counter(key for kind, key, *_ in lines if kind == "applied")
+    assert set(applied) == {f"{task_id}/p{p}/p{p}/m0/t0" for task_id in ids for p in range(4)}, sorted(
+        applied
+    )
+    assert max(applied.values()) == 1, f"an effect landed twice: {applied.most_common(3)}"
+    stale = [key for kind, key, *_ in lines if kind == "stale"]
+    b_said = (tmp_path / "nodeB.err").read_text()
+    assert "Traceback" not in b_said and "restarts" not in b_said, b_said[-3000:]
+    print(f"\npauses: {pauses}; stale calls refused by the tool: {len(stale)}; "
+          f"attempts B gave up: {b_said.count('gave up task')}")  # fmt: skip

@@ -1544,20 +1544,23 @@ async def test_a_frozen_session_holding_a_row_lock_is_cut_by_the_server_and_othe
             await anyio.to_thread.run_sync(frozen.close)
 
 
+@pytest.mark.parametrize("how", ["sigstop", "stalled connection"])
 def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands_twice(
-    pg_url: str, tmp_path: Path
+    pg_url: str, tmp_path: Path, how: str
 ) -> None:
     """Issue 49, tasks: two daemons on one database run 16 durable tasks of four phases,
     each phase one call of a writing tool that honours its call's fencing token and
-    idempotency key. Twice, daemon B is frozen (SIGSTOP) while it holds tasks, until daemon
-    A has taken every one of them over (their leases are 2 s), then resumed (SIGCONT). A
-    claims and completes work throughout the pause; B wakes, gives its stale attempts up
-    (its agents say so, nothing restarts) and stays alive; every task completes, and every
-    call's effect landed exactly once — a stale attempt's call that reached the tool was
-    refused there by its token."""
+    idempotency key. Twice, daemon B is paused while it holds tasks — frozen (SIGSTOP), or
+    its PostgreSQL connections stalled by a proxy that stops forwarding — until daemon A
+    has taken every one of them over (their leases are 2 s), then resumed. A claims and
+    completes work throughout the pause; B wakes, gives its stale attempts up (its agents
+    say so, nothing restarts) and stays alive; every task completes, and every call's
+    effect landed exactly once — a stale attempt's call that reached the tool was refused
+    there by its token."""
     import collections
 
     import psycopg
+    from _support import StallingProxy
 
     upgraded = _cli("db", "upgrade", "--store", pg_url)
     assert upgraded.returncode == 0, upgraded.stderr
@@ -1574,8 +1577,16 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     effects, ledger = tmp_path / "effects.log", tmp_path / "ledger.json"
     env = {"GREENROOM_TEST_EFFECTS": str(effects), "GREENROOM_TEST_LEDGER": str(ledger)}
     acks = tmp_path / "acks.log"
+    info = psycopg.conninfo.conninfo_to_dict(pg_url)
+    proxy = StallingProxy(lambda: _server_socket(info))
+    b_url = f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{info['dbname']}"
     a = _daemon(pg_url, config, tmp_path / "nodeA", acks, **env)
-    b = _daemon(pg_url, config, tmp_path / "nodeB", acks, **env)
+    b = _daemon(b_url if how != "sigstop" else pg_url, config, tmp_path / "nodeB", acks, **env)
+    pause, resume = (
+        (lambda: b.send_signal(signal.SIGSTOP), lambda: b.send_signal(signal.SIGCONT))
+        if how == "sigstop"
+        else (proxy.stall, proxy.resume)
+    )
     watch = psycopg.connect(pg_url, autocommit=True)
 
     def held_by(daemon: subprocess.Popen[str]) -> set[str]:
@@ -1600,21 +1611,23 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
             frozen = held_by(b)
             if not frozen:
                 break
-            b.send_signal(signal.SIGSTOP)
+            pause()
             before, began = completed(), time.monotonic()
             # each task it held is granted again (to A) once its lease ran out, or completed
             _wait_until(lambda frozen=frozen: not (held_by(b) & frozen), deadline, said)  # type: ignore[misc]
             _wait_until(lambda n=before: completed() > n or completed() == len(ids), deadline, said)  # type: ignore[misc]
             pauses.append({"held": len(frozen), "taken over in": round(time.monotonic() - began, 2)})
-            b.send_signal(signal.SIGCONT)
+            resume()
         assert pauses, "daemon B never held a task"
         _wait_until(lambda: completed() == len(ids), deadline, said)
         assert b.poll() is None and a.poll() is None, said()  # the paused daemon is alive
     finally:
         if b.poll() is None:
             b.send_signal(signal.SIGCONT)
+        proxy.resume()
         _stop_all([a, b])
         watch.close()
+        proxy.close()
     lines = [line.split() for line in effects.read_text().splitlines()]
     applied = collections.Counter(key for kind, key, *_ in lines if kind == "applied")
     assert set(applied) == {f"{task_id}/p{p}/p{p}/m0/t0" for task_id in ids for p in range(4)}, sorted(
@@ -1624,5 +1637,17 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     stale = [key for kind, key, *_ in lines if kind == "stale"]
     b_said = (tmp_path / "nodeB.err").read_text()
     assert "Traceback" not in b_said and "restarts" not in b_said, b_said[-3000:]
-    print(f"\npauses: {pauses}; stale calls refused by the tool: {len(stale)}; "
+    print(f"\n{how}: pauses: {pauses}; stale calls refused by the tool: {len(stale)}; "
           f"attempts B gave up: {b_said.count('gave up task')}")  # fmt: skip
+
+
+def _server_socket(info: dict[str, Any]) -> Any:
+    """A connection to the server the test's URL names: its Unix socket, or its TCP port."""
+    import socket
+
+    host, port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
+    if host.startswith("/"):
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.connect(f"{host}/.s.PGSQL.{port}")
+        return unix
+    return socket.create_connection((host, port))

@@ -1580,6 +1580,79 @@ def test_steps_handed_to_the_store_without_a_sync_survive_the_process_being_kill
     assert [(s.key, s.body) for s in steps] == [("p0/main/m0", {"text": "handed"})]
 
 
+_NOTE_AND_DIE = """
+import os, signal, sys
+import anyio
+from greenroom.store import Step
+sys.path.insert(0, sys.argv[3])
+from _stores import make_store
+
+async def main() -> None:
+    store = await make_store(sys.argv[1] or None, __import__("pathlib").Path(sys.argv[2]))
+    async with store:
+        journal = store.step_store()
+        await journal.write([Step(task_id="t1", key="p0/main/m0/t0", kind="tool_released", fingerprint="f",
+                                  encoded=b'{}')], durable=False)
+        for n in range(3):
+            await journal.note(Step(task_id="t1", key=f"p0/main/m{n}/t0", kind="tool", fingerprint="f",
+                                    encoded=b'{"content":"ran %d"}' % n))
+        os.kill(os.getpid(), signal.SIGKILL)  # no batch, no sync, no close: the process just dies
+
+anyio.run(main)
+"""
+
+
+def test_a_noted_step_survives_the_process_being_killed_right_after(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Issue 49's crash window: ``note`` keeps a step at once, from the caller — a SIGKILL
+    right after it (nothing else written, no sync, no close) loses none of the notes; the
+    next process reads them as steps (the files fold them in when they are opened)."""
+    import signal
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "data"
+    died = subprocess.run(
+        [sys.executable, "-c", _NOTE_AND_DIE, store_url or "", str(data_dir), str(Path(__file__).parent)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert died.returncode == -signal.SIGKILL, died.stderr
+
+    async def read() -> list[Any]:
+        async with await make_store(store_url, data_dir) as store:
+            journal = store.step_store()
+            try:
+                return await journal.read("t1")
+            finally:
+                await journal.aclose()
+
+    steps = anyio.run(read)
+    assert [(s.key, s.kind, s.body) for s in steps] == [
+        ("p0/main/m0/t0", "tool_released", {}),
+        *[(f"p0/main/m{n}/t0", "tool", {"content": f"ran {n}"}) for n in range(3)],
+    ]
+    assert [s.key for s in anyio.run(read)] == [s.key for s in steps]  # folded once, read again
+
+
+async def test_a_note_under_an_old_attempt_token_is_refused(backend: Store) -> None:
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("t")]))
+        assert (await sup.ask(Claim("a", "w"))).task.token == 1
+        await sup.ask(Release("t", "a", token=1))
+        assert (await sup.ask(Claim("a", "w"))).task.token == 2
+        journal = backend.step_store()
+        try:
+            with pytest.raises(Fenced) as refused:
+                await journal.note(_step("t", "p0/main/m0/t0", "tool", token=1))
+            assert (refused.value.token, refused.value.current) == (1, 2)
+            await journal.note(_step("t", "p0/main/m0/t0", "tool", token=2, body={"ok": True}))
+            assert [s.body for s in await journal.read("t")] == [{"ok": True}]
+        finally:
+            await journal.aclose()
+
+
 async def test_a_sync_covers_the_writes_before_it_and_a_durable_write_reads_back(backend: Store) -> None:
     journal = backend.step_store()
     try:

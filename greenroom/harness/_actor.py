@@ -420,9 +420,13 @@ class HarnessActor(Actor):
                 loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
             )
             body = {"record": record, "content": content}
-            if not journal.record_soon(step, "tool", asked, _encoder.encode(body)):
+            encoded = _encoder.encode(body)
+            # a call that changed things: its result kept at once, from this task — the
+            # window in which a crash leaves it a question is the tool's own run
+            noted = journal.has(step, "tool_started") and await journal.note(step, "tool", asked, encoded)
+            if not journal.record_soon(step, "tool", asked, encoded):
                 await journal.record(step, "tool", asked, body)
-            elif journal.has(step, "tool_started"):  # it changed things: the store has it before
+            elif not noted and journal.has(step, "tool_started"):  # the store has it before
                 await journal.handed()  # anything else runs, so a crash from now on asks nobody
             return record, content
         return await self._run_tool_once(

@@ -32,7 +32,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -119,14 +119,21 @@ class StepSink:
     ``ActorStopped``; the steps put before it stopped are written first.
     """
 
-    __slots__ = ("_open", "_ref", "closed", "incarnation")
+    __slots__ = ("_open", "_ref", "closed", "incarnation", "note")
 
-    def __init__(self, ref: ActorRef, incarnation: str | None = None) -> None:
+    def __init__(
+        self,
+        ref: ActorRef,
+        incarnation: str | None = None,
+        note: Callable[[Step], Awaitable[None]] | None = None,
+    ) -> None:
         self._ref = ref
         self._open = _Batch()
         self.closed = False
         self.incarnation = incarnation
         """The store's (``StepStore.incarnation``), asked once when the journal started."""
+        self.note = note
+        """The store's ``note``: a step kept at once, from the caller's task (a result)."""
 
     def put(self, step: Step) -> _Batch:
         """Put ``step`` in the next batch, at once; the batch says when it is durable
@@ -270,7 +277,7 @@ class StepJournalActor(Actor):
         self.written = 0
 
     async def on_start(self) -> None:
-        self._sink = StepSink(self.context.ref, await self.store.incarnation())
+        self._sink = StepSink(self.context.ref, await self.store.incarnation(), self.store.note)
         self._syncer = await self.context.spawn(lambda: _WalSyncer(self.store), name="sync")
 
     async def receive(self, message: Any) -> Any:
@@ -583,6 +590,16 @@ class TaskJournal:
             unsynced.append(batch)
         self._written.add(f"{key}\x00{kind}")
         self.recorded += 1
+        return True
+
+    async def note(self, key: str, kind: str, asked: str, encoded: bytes) -> bool:
+        """Keep a step at once from this task (``StepStore.note``): this process dying
+        from now on cannot lose it, whatever the journal's batches wait behind. ``False``
+        (nothing done) with no store to note in. ``Fenced`` if the attempt is stale."""
+        sink = self.sink
+        if sink is None or sink.note is None:
+            return False
+        await sink.note(self._step(key, kind, asked, {}, encoded))
         return True
 
     def _step(self, key: str, kind: str, asked: str, body: dict[str, Any], encoded: bytes) -> Step:

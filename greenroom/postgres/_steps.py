@@ -87,6 +87,15 @@ class PostgresStepStore:
 
         return await self.db.run(insert)
 
+    async def note(self, step: Step) -> None:
+        """A transaction of its own for ``step`` (asynchronous commit: the server has it
+        once this returns), on a pool connection of its own — not behind the journal's
+        batch of other tasks' steps. Each call in flight holds a connection for its round
+        trip (a millisecond): a pool sized for the daemon's agents has room for them."""
+        refused = await self.write([step], durable=False)
+        if refused:
+            raise next(iter(refused.values()))
+
     async def sync(self) -> None:
         """A transaction with an id commits synchronously: the server flushes its WAL up to
         that commit, so every asynchronous commit before it is durable too."""

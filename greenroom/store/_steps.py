@@ -128,6 +128,15 @@ class StepStore(Protocol):
         durable too (a store keeps the order of its writes)."""
         ...
 
+    async def note(self, step: Step) -> None:
+        """Keep ``step`` so that this process dying cannot lose it, at once and from the
+        caller's own task — not behind the batches of other tasks' steps: the harness notes
+        a writing call's result the moment the tool returns, so a crash asks only about
+        calls it cut short. The files: one ``O_APPEND`` write the next process folds in;
+        PostgreSQL: a transaction of its own. Fenced as :meth:`write` (``Fenced`` raised).
+        The step is also written the usual way; :meth:`sync` makes it durable."""
+        ...
+
     async def sync(self) -> None:
         """Make every write that returned before this call durable (see :meth:`write`).
         Runs beside writes: a write never waits for a sync in flight."""

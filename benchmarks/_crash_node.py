@@ -75,7 +75,7 @@ async def main(argv: list[str]) -> None:
         _append(effects, line)
         return "written"
 
-    tool = Tool("write", write, risk=RiskLevel.WRITES)
+    tool = Tool("write", write, risk=RiskLevel.WRITES, inline=True)  # instant: no thread hop
     model = _Model(requests, turns, float(latency))
     if store_url:
         from greenroom.postgres import PostgresStore

@@ -56,6 +56,7 @@ from typing import Any
 import anyio
 
 from greenroom.actors import ActorSystem
+from greenroom.cli._args import int_between
 from greenroom.embedded import EmbeddedStore
 from greenroom.harness import Harness, PhaseResult, RiskLevel, StepJournalActor, Tool
 from greenroom.harness._journal import TaskJournal
@@ -298,7 +299,8 @@ def _kill_once(
         assert child.stdout is not None
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError("the crash run's process did not start its tasks")
-        time.sleep(rng.uniform(0.2, 0.8) * steps * latency)  # somewhere in the middle of the work
+        # somewhere in the middle of the work (at 0 ms a step still takes a few ms)
+        time.sleep(rng.uniform(0.2, 0.8) * steps * max(latency, 0.003))
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
@@ -424,7 +426,7 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Any) -> None:
     parser.add_argument("--crash-tasks", type=positive_int, default=100, help="with --kills: tasks at once")
     parser.add_argument("--crash-steps", type=positive_int, default=10, help="with --kills: steps per task")
     parser.add_argument(
-        "--crash-latency-ms", type=positive_int, default=20, help="with --kills: model latency"
+        "--crash-latency-ms", type=int_between(0, 1_000_000), default=20, help="with --kills: model latency"
     )
 
 

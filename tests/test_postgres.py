@@ -1111,12 +1111,47 @@ async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> No
         now = [100.0]
         a, b = PostgresChatStore(db, clock=lambda: now[0]), PostgresChatStore(db, clock=lambda: now[0])
         await a.open_conversation("alice", "c1", create=True)
-        assert await a.hold_conversation("c1", "host-a", 30.0)
-        assert not await b.hold_conversation("c1", "host-b", 30.0)  # busy on host a
+        assert await a.hold_conversation("c1", "host-a", 30.0) == 1
+        assert await a.hold_conversation("c1", "host-a", 30.0) == 1  # its own live hold: the same token
+        assert await b.hold_conversation("c1", "host-b", 30.0) is None  # busy on host a
         await a.let_go_conversation("c1", "host-a")
-        assert await b.hold_conversation("c1", "host-b", 30.0)
-        now[0] += 31  # host b died mid-request: its hold lapses at the deadline
-        assert await a.hold_conversation("c1", "host-a", 30.0)
+        assert await b.hold_conversation("c1", "host-b", 30.0) == 2
+        now[0] += 31  # host b paused mid-request: its hold lapses at the deadline
+        assert await a.hold_conversation("c1", "host-a", 30.0) == 3
+
+
+async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(pg_url: str) -> None:
+    """Issue 49's chat fencing: a request's host paused past its hold while another host
+    held the conversation and saved its turn; the paused request's turn (and its taking of
+    a pending confirmation) is refused — ``Fenced``, both tokens — and the history is the
+    other host's alone."""
+    from greenroom.postgres import PostgresChatStore
+    from greenroom.store import Fenced, StoredMessage, StoredPending
+
+    async with _ready(pg_url) as db:
+        now = [100.0]
+        a, b = PostgresChatStore(db, clock=lambda: now[0]), PostgresChatStore(db, clock=lambda: now[0])
+        await a.open_conversation("alice", "c1", create=True)
+        pending = StoredPending(
+            tool_name="delete_tasks", parameters={"ids": [1]}, title="delete 1", expires_at=1e12
+        )
+        said = [StoredMessage(role="user", content="delete 1", created_at=100.0)]
+        await a.save_turn("alice", "c1", said, pending)
+        stale = await a.hold_conversation("c1", "host-a", 30.0)
+        now[0] += 31  # host a froze
+        fresh = await b.hold_conversation("c1", "host-b", 30.0)
+        assert stale is not None and fresh == stale + 1
+        from_b = [StoredMessage(role="user", content="from b", created_at=131.0)]
+        await b.save_turn("alice", "c1", from_b, pending, hold=fresh)
+        from_a = [StoredMessage(role="user", content="from a", created_at=132.0)]
+        with pytest.raises(Fenced) as refused:  # host a wakes and saves its turn
+            await a.save_turn("alice", "c1", from_a, None, hold=stale)
+        assert (refused.value.token, refused.value.current) == (stale, fresh)
+        with pytest.raises(Fenced):
+            await a.take_pending("alice", "c1", pending, hold=stale)
+        assert [m.content for m in await b.load_history("alice", "c1", 10)] == ["delete 1", "from b"]
+        assert await b.load_pending("alice", "c1") == pending  # not taken by the stale request
+        assert await b.take_pending("alice", "c1", pending, hold=fresh)
 
 
 async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_conversation(pg_url: str) -> None:

@@ -35,7 +35,7 @@ from .. import _tracing
 from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
-from ..store import ChatStore, ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ..store import ChatStore, ConversationNotFound, Fenced, StoredMessage, StoredPending, TaskRow
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
 from ._stream import ChatEvents, ReplyStreamer, _Ended
@@ -76,16 +76,23 @@ request on one of them skips the read that opens a conversation."""
 
 
 class _Run:
-    __slots__ = ("context", "message", "opened", "streamer")
+    __slots__ = ("context", "hold", "message", "opened", "streamer")
 
     def __init__(
-        self, context: AgentContext, message: str, opened: bool, streamer: ReplyStreamer | None
+        self,
+        context: AgentContext,
+        message: str,
+        opened: bool,
+        streamer: ReplyStreamer | None,
+        hold: int | None = None,
     ) -> None:
         self.context = context
         self.message = message
         self.streamer = streamer
         self.opened = opened
         """``False``: the runner skipped opening a conversation it served before."""
+        self.hold = hold
+        """The token of the request's hold on its conversation: every write names it."""
 
 
 class _Refused:
@@ -165,13 +172,14 @@ class ChatRequestActor(Actor):
                     StoredMessage(role="assistant", content=answer, created_at=now),
                 ],
                 stored_pending,
+                hold=message.hold,
             )
             return AgentResult(True, answer, [], None)
         if (
             live
             and stored_pending is not None
             and is_confirmation(text, stored_pending)
-            and await store.take_pending(user, conversation, stored_pending)  # exactly one taker
+            and await store.take_pending(user, conversation, stored_pending, hold=message.hold)  # one taker
         ):
             pending = PendingAction(
                 stored_pending.tool_name,
@@ -219,6 +227,7 @@ class ChatRequestActor(Actor):
                 title=new_pending.title,
                 expires_at=new_pending.expires_at,
             ),
+            hold=message.hold,
         )
         return AgentResult(decision.error is None, response, list(decision.records), decision.error)
 
@@ -433,9 +442,9 @@ class AgentRunner(metaclass=NoPublicConstructor):
                     await self.store.open_conversation(context.user_id, conversation, create=True)
                 child = await self.ref.ask(_Admit(conversation), timeout=None)
                 assert child is not None
-                await self._hold(context.user_id, conversation, opened)
+                hold = await self._hold(context.user_id, conversation, opened)
                 held = True
-                run = _Run(context, message, opened, streamer)
+                run = _Run(context, message, opened, streamer, hold)
                 result: AgentResult | _Refused = await child.ask(run, timeout=None)
                 if isinstance(result, _Refused):
                     raise result.error
@@ -449,6 +458,9 @@ class AgentRunner(metaclass=NoPublicConstructor):
             raise
         except InvalidInput:
             raise
+        except Fenced as fenced:  # paused past its hold: another request has the conversation
+            logger.warning("chat: a request's turn was refused, nothing of it stored: %s", fenced)
+            return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
         except Exception as error:
             logger.error("chat: a request failed: %s", type(error).__name__, exc_info=error)
             return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
@@ -465,17 +477,18 @@ class AgentRunner(metaclass=NoPublicConstructor):
                 except Exception:  # the runner is stopping: its children stop with it
                     logger.debug("chat: the runner is gone; %r stops with it", child.name)
 
-    async def _hold(self, user_id: str, conversation: str, opened: bool) -> None:
+    async def _hold(self, user_id: str, conversation: str, opened: bool) -> int:
         """Wait (under the caller's deadline) until no other process sharing the store
         serves this conversation; that request is on another host, so nothing here can
         signal its end: the store is asked again every 50 ms. A refusal right after an
         open is a conversation another holder has; any other first opens it (a shared
         store holds stored conversations only, and one may have been forgotten since —
         by retention, even between this request's open and its hold). Once held,
-        retention passes it by until the request lets go."""
+        retention passes it by until the request lets go. Returns the hold's token."""
         while True:
-            if await self.store.hold_conversation(conversation, self.holder, self.timeout):
-                return
+            token = await self.store.hold_conversation(conversation, self.holder, self.timeout)
+            if token:
+                return token
             if not opened:
                 await self.store.open_conversation(user_id, conversation, create=True)
                 opened = True

@@ -240,6 +240,8 @@ class SQLiteChatStore:
         conversation_id: str,
         messages: list[StoredMessage],
         pending: StoredPending | None,
+        *,
+        hold: int | None = None,
     ) -> None:
         """Append a request's messages and set (or clear) its pending confirmation, in one
         transaction: a turn is stored whole or not at all."""
@@ -308,7 +310,9 @@ class SQLiteChatStore:
     async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
         return await self._run(lambda db: self._pending(db, user_id, conversation_id), write=False)
 
-    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
+    async def take_pending(
+        self, user_id: str, conversation_id: str, expected: StoredPending, *, hold: int | None = None
+    ) -> bool:
         """Remove the pending confirmation if it is still exactly ``expected``: ``True``
         for the one caller that took it (a second "yes delete" finds nothing)."""
 
@@ -322,11 +326,12 @@ class SQLiteChatStore:
 
         return await self._run(take)
 
-    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
-        """Always ``True``: one daemon owns a data dir, and its runner already serves a
-        conversation one request at a time. The hold only keeps :meth:`forget_idle` off it."""
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> int | None:
+        """Always token 1: one daemon owns a data dir, and its runner already serves a
+        conversation one request at a time (no other holder can take it: a turn's ``hold``
+        is never refused here). The hold only keeps :meth:`forget_idle` off it."""
         self._held[conversation_id] = self._held.get(conversation_id, 0) + 1
-        return True
+        return 1
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
         count = self._held.pop(conversation_id, 0) - 1

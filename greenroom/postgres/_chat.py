@@ -20,6 +20,7 @@ import msgspec
 
 from ..store import (
     ConversationNotFound,
+    Fenced,
     StoredMessage,
     StoredPending,
     TaskRow,
@@ -51,6 +52,21 @@ def _owner(connection: Any, conversation_id: str, *, lock: bool = False) -> str 
         (conversation_id,),
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def _check_hold(connection: Any, conversation_id: str, hold: int | None, action: str) -> None:
+    """``Fenced`` when ``hold`` is not the conversation's token now (its row locked by the
+    caller's transaction): another holder took it since the hold was given."""
+    if hold is None:
+        return
+    row = connection.execute(
+        "SELECT busy_token FROM greenroom_chat.conversations WHERE id = %s", (conversation_id,)
+    ).fetchone()
+    current = None if row is None else int(row[0])
+    if current != hold:
+        raise Fenced(
+            f"conversation {conversation_id!r} ({action})", hold, current, "another request holds it now"
+        )
 
 
 class PostgresChatStore:
@@ -169,11 +185,14 @@ class PostgresChatStore:
         conversation_id: str,
         messages: list[StoredMessage],
         pending: StoredPending | None,
+        *,
+        hold: int | None = None,
     ) -> None:
         def save(c: Any) -> None:
             # the conversation's row locked: two turns of one conversation number in turn
             if _owner(c, conversation_id, lock=True) != user_id:
                 raise ConversationNotFound(conversation_id)
+            _check_hold(c, conversation_id, hold, "save a turn")
             (last,) = c.execute(
                 "SELECT coalesce(max(seq), 0) FROM greenroom_chat.messages WHERE conversation_id = %s",
                 (conversation_id,),
@@ -241,9 +260,14 @@ class PostgresChatStore:
 
         return await self._run(load)
 
-    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
-        row = await self._run(
-            lambda c: c.execute(
+    async def take_pending(
+        self, user_id: str, conversation_id: str, expected: StoredPending, *, hold: int | None = None
+    ) -> bool:
+        def take(c: Any) -> bool:
+            if hold is not None:  # the hold checked with the row locked, as a turn's save is
+                _owner(c, conversation_id, lock=True)
+                _check_hold(c, conversation_id, hold, "take a pending confirmation")
+            row = c.execute(
                 "DELETE FROM greenroom_chat.pending_actions WHERE conversation_id = %s AND tool_name = %s "
                 "AND parameters = %s AND conversation_id IN "
                 "(SELECT id FROM greenroom_chat.conversations WHERE user_id = %s) RETURNING conversation_id",
@@ -254,19 +278,23 @@ class PostgresChatStore:
                     user_id,
                 ),
             ).fetchone()
-        )
-        return row is not None
+            return row is not None
 
-    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+        return bool(await self._run(take))
+
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> int | None:
         now = self.clock()
         row = await self._run(
             lambda c: c.execute(
-                "UPDATE greenroom_chat.conversations SET busy_by = %s, busy_until = %s WHERE id = %s "
-                "AND (busy_by IS NULL OR busy_until < %s OR busy_by = %s) RETURNING id",
-                (holder, now + seconds, conversation_id, now, holder),
+                "UPDATE greenroom_chat.conversations SET busy_by = %(holder)s, busy_until = %(until)s, "
+                # the same holder's live hold keeps its token; a new holding takes the next
+                "busy_token = CASE WHEN busy_by = %(holder)s AND busy_until >= %(now)s "
+                "THEN busy_token ELSE busy_token + 1 END WHERE id = %(id)s "
+                "AND (busy_by IS NULL OR busy_until < %(now)s OR busy_by = %(holder)s) RETURNING busy_token",
+                {"holder": holder, "until": now + seconds, "id": conversation_id, "now": now},
             ).fetchone()
         )
-        return row is not None
+        return None if row is None else int(row[0])
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
         await self._run(

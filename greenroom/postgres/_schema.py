@@ -223,6 +223,10 @@ MIGRATIONS: list[list[str]] = [
         # and a save (with the mail it settles) under an older one is refused
         "ALTER TABLE gr_entities ADD COLUMN token bigint NOT NULL DEFAULT 0",
     ],
+    [  # 13: fencing for chat: each new holding of a conversation gives the next token, and a
+        # turn saved under an older one is refused
+        "ALTER TABLE greenroom_chat.conversations ADD COLUMN busy_token bigint NOT NULL DEFAULT 0",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

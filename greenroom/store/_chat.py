@@ -131,10 +131,14 @@ class ChatStore(Protocol):
         conversation_id: str,
         messages: list[StoredMessage],
         pending: StoredPending | None,
+        *,
+        hold: int | None = None,
     ) -> None:
         """Append a request's messages and set (or clear, with ``None``) its pending
         confirmation, all in one transaction; :class:`ConversationNotFound` if the
-        conversation is not the user's."""
+        conversation is not the user's. ``hold``: the token of the request's hold — the
+        turn is refused whole (``Fenced``, nothing written) once another holder took the
+        conversation (the request paused past its hold, another daemon served the next)."""
         ...
 
     async def load_pending(self, user_id: str, conversation_id: str) -> StoredPending | None:
@@ -149,16 +153,23 @@ class ChatStore(Protocol):
         the conversation is not the user's."""
         ...
 
-    async def take_pending(self, user_id: str, conversation_id: str, expected: StoredPending) -> bool:
+    async def take_pending(
+        self, user_id: str, conversation_id: str, expected: StoredPending, *, hold: int | None = None
+    ) -> bool:
         """Remove the pending confirmation if it is still exactly ``expected``: ``True``
-        for the one caller that took it (across every process sharing the store)."""
+        for the one caller that took it (across every process sharing the store).
+        ``hold``: the token of the caller's hold (:meth:`hold_conversation`): refused with
+        ``Fenced`` once another holder took the conversation."""
         ...
 
-    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> bool:
+    async def hold_conversation(self, conversation_id: str, holder: str, seconds: float) -> int | None:
         """Take the conversation for one request for at most ``seconds`` across every
-        process sharing the store (``False``: another holder has it now). A store one
-        process owns may always answer ``True``: its runner already serves a conversation
-        one request at a time."""
+        process sharing the store: the hold's fencing token (``None``: another holder has
+        it now). The token stays while ``holder`` keeps a live hold, and grows when the
+        conversation passes to another holder (or a lapsed hold is taken again): a turn
+        saved under an older token is refused (``save_turn``'s ``hold``). A store one
+        process owns may always answer the same token: its runner already serves a
+        conversation one request at a time."""
         ...
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:

@@ -848,3 +848,59 @@ async def test_wait_idle_is_woken_by_the_work_ending_and_never_polls(tmp_path: P
             HeldAgent.gate.set()
         assert idle[0].by_status["COMPLETED"] == 1 and idle[0].by_status["IN_PROGRESS"] == 0
         assert asked == 1
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_daemon_paused_past_its_leases_on_the_files_finishes_every_task_with_no_effect_twice(
+    tmp_path: Path, backend: str
+) -> None:
+    """Issue 49 on the files: a daemon running durable tasks (four phases, each a call of a
+    writing tool that honours its call's token and key) is frozen (SIGSTOP) for 2.5x its
+    2 s lease, then resumed. Awake, whichever runs first — the agents' heartbeats, or the
+    lease check, which finds the running attempts' leases gone and grants those tasks again
+    to its other agents while the old attempts carry on (refused at their next write, they
+    give up quietly) — every task completes and no effect lands twice."""
+    import collections
+
+    data_dir = tmp_path / "data"
+    config = tmp_path / "pause.toml"
+    config.write_text(
+        'lease_seconds = 2\nshutdown_grace = 5\n\n[agents.pause]\nagent = "crash_agents:PausedAgent"\n'
+        "concurrency = 4\n"
+    )
+    ids = [f"p{i:02}" for i in range(12)]
+    (tmp_path / "tasks.json").write_text(json.dumps([{"id": i, "type": "pause"} for i in ids]))
+    assert (
+        greenroom("tasks", "add", "--file", str(tmp_path / "tasks.json"), data_dir=data_dir).returncode == 0
+    )
+    effects, ledger = tmp_path / "effects.log", tmp_path / "ledger.json"
+    env = {**_env(data_dir), "GREENROOM_TEST_EFFECTS": str(effects), "GREENROOM_TEST_LEDGER": str(ledger)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "greenroom", "run", "--data-dir", str(data_dir), "--config", str(config),
+         "--until-idle", "--quiet", "--backend", backend],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (effects.exists() and len(effects.read_text().splitlines()) >= 4):  # under way
+            assert time.monotonic() < deadline and process.poll() is None, "the daemon did no work"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(5.0)  # the pause itself (2.5 leases), not a wait for anything
+        process.send_signal(signal.SIGCONT)
+        _, said = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, said[-3000:]
+    graph = {t.id: t for t in GraphFiles(data_dir).load(owner=False)[0]}
+    assert all(graph[i].status is TaskStatus.COMPLETED for i in ids), {i: graph[i].status for i in ids}
+    lines = [line.split() for line in effects.read_text().splitlines()]
+    applied = collections.Counter(key for kind, key, *_ in lines if kind == "applied")
+    assert set(applied) == {f"{i}/p{p}/p{p}/m0/t0" for i in ids for p in range(4)}
+    assert max(applied.values()) == 1, applied.most_common(3)
+    assert "Traceback" not in said, said[-3000:]
+    print(f"\nstale calls refused by the tool: {sum(1 for kind, *_ in lines if kind == 'stale')}; "
+          f"attempts given up: {said.count('gave up task')}")  # fmt: skip

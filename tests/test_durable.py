@@ -164,21 +164,25 @@ async def test_each_model_step_keeps_what_the_call_cost_and_replays_as_before(
 async def test_a_call_that_changed_things_is_the_stores_before_the_phase_goes_on(
     store_url: str | None, tmp_path: Path
 ) -> None:
-    """The result of a call that is not read-only reaches the store (what a crash from then
-    on finds) before the next model request is sent — not with whatever next waits for
-    the disk — so a crash asks a person only about a call it cut short. Seen from a second
-    store on the same data (another process's view)."""
+    """The result of a call that is not read-only is kept (what a crash from then on
+    finds: noted from the harness's own task, ``StepStore.note``) before the next model
+    request is sent — not with whatever next waits for the disk — so a crash asks a person
+    only about a call it cut short. Seen from a fresh store on the same data dir at each
+    request: the next process's view, which folds the notes in."""
     data_dir = tmp_path / "data"
     seen: list[list[tuple[str, str]]] = []
     async with await make_store(store_url, data_dir) as reader:
-        steps = reader.step_store()
 
         class Looking:  # a model that does not stream: its calls are whole, through chat
             def __init__(self, inner: ScriptedModel) -> None:
                 self.inner = inner
 
             async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
-                seen.append([(step.key, step.kind) for step in await steps.read("t1")])
+                steps = reader.step_store()
+                try:
+                    seen.append([(step.key, step.kind) for step in await steps.read("t1")])
+                finally:
+                    await steps.aclose()
                 return await self.inner.chat(request, timeout=timeout)
 
             async def aclose(self) -> None:
@@ -186,12 +190,9 @@ async def test_a_call_that_changed_things_is_the_stores_before_the_phase_goes_on
 
         effects = Effects()
         model = Looking(ScriptedModel(lambda r: model_for_two_turns()._respond(r)))  # type: ignore[misc]
-        try:
-            async with journal_on(store_url, data_dir) as (system, writer):
-                result, _, harness = await run_attempt(system, writer, model, effects.tools(), 1)
-                await harness.aclose()
-        finally:
-            await steps.aclose()
+        async with journal_on(store_url, data_dir) as (system, writer):
+            result, _, harness = await run_attempt(system, writer, model, effects.tools(), 1)
+            await harness.aclose()
     assert result.stop_reason == "done"
     assert seen[0] == []
     assert ("p0/main/m0/t0", "tool") in seen[1], seen[1]  # note's result, before turn 2 was asked

@@ -11,7 +11,6 @@ or not at all.
 from __future__ import annotations
 
 import functools
-import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ import anyio
 import msgspec
 
 from .._errors import storage_error
+from .._notes import FOLD_AT, NoteLog, read_notes
 from .._process import boot_id
 from ..messages import AgentTask
 from ..store import BEFORE_AN_EFFECT, Refused, Step, check_step, encoded_body, fenced, step_from_row
@@ -50,8 +50,6 @@ _INSERT = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 NOTED_SUFFIX = ".noted"
-NOTES_FOLDED_AT = 1 << 20
-"""Bytes of notes past which a sync folds them into the file and starts a fresh log."""
 
 
 LiveTask = Callable[[str], "tuple[bool, AgentTask | None, float]"]
@@ -71,11 +69,8 @@ class SQLiteStepStore:
         self._file = SQLiteFile(self.path, _SCHEMA, synchronous="NORMAL")
         self._run = self._file.run
         self._live_task = live_task
-        self._noted = self.path.with_name(self.path.name + NOTED_SUFFIX)
-        """Steps noted (:meth:`note`), one JSON row a line, appended (``O_APPEND``) by the
-        event loop's thread: the kernel has each once its ``write`` returned."""
-        self._noted_fd: int | None = None
-        self._noted_bytes = 0
+        self._log = NoteLog(self.path.with_name(self.path.name + NOTED_SUFFIX))
+        """Steps noted (:meth:`note`): the kernel has each once its ``write`` returned."""
         self._folded = False
         """The notes a dead process left were folded into the file (before any read)."""
 
@@ -110,71 +105,49 @@ class SQLiteStepStore:
         return refused
 
     async def note(self, step: Step) -> None:
-        """One ``O_APPEND`` write of the step's row to ``steps.sqlite3.noted``, from the
-        caller's task, before anything else: no wait behind other tasks' batches. The
-        kernel has it once this returns (a SIGKILL loses nothing; a power loss may, until
-        the journal's sync). Folded into the file when the next process opens it, and
-        while this one runs once the notes grow past ``NOTES_FOLDED_AT`` bytes."""
-        rows, refused = self._checked_rows([step])
+        """One ``O_APPEND`` line in ``steps.sqlite3.noted`` (``greenroom._notes``), from the
+        caller's task, checked against the graph first (``Fenced``): no wait behind other
+        tasks' batches."""
+        _, refused = self._checked_rows([step])
         if refused:
             raise next(iter(refused.values()))
-        line = _encoder.encode([*rows[0][:4], rows[0][4].decode(), *rows[0][5:]]) + b"\n"
-        try:
-            if self._noted_fd is None:
-                self._noted_fd = os.open(self._noted, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._noted_fd, line)  # one write: a line whole or not at all
-        except OSError as error:
-            raise storage_error(self._noted, error) from None
-        self._noted_bytes += len(line)
+        self._log.append(step)
 
     async def sync(self) -> None:
         try:
             await self._file.sync()
-            if self._noted_bytes > NOTES_FOLDED_AT:
+            if self._log.size > FOLD_AT:
                 await self._fold()
         except OSError as error:
             raise storage_error(self.path, error) from None
 
     async def _fold_left(self) -> None:
-        """Fold the notes an earlier process left (once, before the first read or write)."""
+        """Fold the notes an earlier process left (once, before the first read or write, or
+        when the journal starts: before any task is granted again)."""
         if not self._folded:
             self._folded = True
-            await self._fold()  # one a fold cut short left, if any
+            await self._fold()  # what a fold cut short set aside, if anything
             await self._fold()
 
     async def _fold(self) -> None:
-        """Write the noted steps into the file durably (each kept only where its place is
-        still empty), then forget them. The notes are first set aside (renamed, on the
-        loop's thread between two notes: the next note starts a fresh log); a set left by a
-        fold cut short is folded instead, the log staying for the next fold."""
-        folding = self._noted.with_name(self._noted.name + ".folding")
-        if not folding.exists():
-            if self._noted_fd is not None:
-                os.close(self._noted_fd)
-                self._noted_fd = None
-            try:
-                os.replace(self._noted, folding)
-            except FileNotFoundError:
-                return
-            self._noted_bytes = 0
+        """Write the noted steps into the file durably (fenced as any write, each kept only
+        where its place is still empty), then forget them."""
+        aside = self._log.set_aside()
+        if aside is None:
+            return
+        rows, _ = self._checked_rows(await anyio.to_thread.run_sync(read_notes, aside))
 
         def fold(db: sqlite3.Connection) -> None:
-            rows = []
-            for line in folding.read_bytes().split(b"\n"):
-                try:
-                    task_id, key, kind, fingerprint, body, attempt, at = msgspec.json.decode(line)
-                except (msgspec.DecodeError, ValueError):  # the last line a crash cut short
-                    continue
-                rows.append((task_id, key, kind, fingerprint, body.encode(), attempt, at))
             db.executemany(_INSERT, rows)
 
         await self._file.write(fold, durable=True)
-        await anyio.to_thread.run_sync(functools.partial(folding.unlink, missing_ok=True))
+        await anyio.to_thread.run_sync(functools.partial(aside.unlink, missing_ok=True))
 
     async def incarnation(self) -> str | None:
         """The machine's boot (Linux's ``boot_id``): a commit is in the kernel's page cache
         until synced, and only a reboot (a power loss, a kernel crash) loses that. ``None``
         where the boot cannot be read."""
+        await self._fold_left()  # the journal asks first: notes folded before any grant
         boot = await anyio.to_thread.run_sync(boot_id)
         return None if boot is None else f"boot:{boot}"
 
@@ -226,7 +199,5 @@ class SQLiteStepStore:
         return await self._run(delete, write=True)
 
     async def aclose(self) -> None:
-        if self._noted_fd is not None:
-            os.close(self._noted_fd)
-            self._noted_fd = None
+        self._log.close()
         await self._file.aclose()

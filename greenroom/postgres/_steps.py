@@ -5,14 +5,22 @@ one recorded. Each call is one transaction on the backend's pool."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import msgspec
 
+from .._files import resolve_data_dir
+from .._notes import FOLD_AT, NoteLog, read_notes
 from ..messages import AgentTask, TaskStatus
 from ..store import BEFORE_AN_EFFECT, Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._db import Database
+
+logger = logging.getLogger("greenroom.harness")
 
 _encoder = msgspec.json.Encoder()
 
@@ -25,11 +33,20 @@ def drop_steps(connection: Any, task_ids: list[str]) -> int:
     return int(cursor.rowcount)
 
 
-class PostgresStepStore:
-    """``StepStore`` on the backend's database (the pool is the backend's)."""
+NOTES = "steps.noted"
+"""The file under a daemon's data dir its step store notes results in (``greenroom._notes``)."""
 
-    def __init__(self, db: Database) -> None:
+
+class PostgresStepStore:
+    """``StepStore`` on the backend's database (the pool is the backend's). ``data_dir``:
+    the daemon's (``None``: the default one), where :meth:`note` keeps results that this
+    process dying must not lose until the database has them."""
+
+    def __init__(self, db: Database, data_dir: str | os.PathLike[str] | None = None) -> None:
         self.db = db
+        self._data_dir = data_dir
+        self._log: NoteLog | None = None
+        self._folded = False
 
     async def write(self, steps: Sequence[Step], *, durable: bool = True) -> Refused:
         """One transaction; the tasks of the fenced steps are locked ``FOR SHARE`` in it
@@ -87,16 +104,7 @@ class PostgresStepStore:
 
         return await self.db.run(insert)
 
-    async def note(self, step: Step) -> None:
-        """A transaction of its own for ``step`` (asynchronous commit: the server has it
-        once this returns), on a pool connection of its own — not behind the journal's
-        batch of other tasks' steps. Each call in flight holds a connection for its round
-        trip (a millisecond): a pool sized for the daemon's agents has room for them."""
-        refused = await self.write([step], durable=False)
-        if refused:
-            raise next(iter(refused.values()))
-
-    async def sync(self) -> None:
+    async def _sync(self) -> None:
         """A transaction with an id commits synchronously: the server flushes its WAL up to
         that commit, so every asynchronous commit before it is durable too."""
 
@@ -108,10 +116,51 @@ class PostgresStepStore:
     async def incarnation(self) -> str | None:
         """``None``: an asynchronous commit lives in the server's memory until its WAL is
         flushed, and a server's crash and restart (which need not change its start time)
-        loses it; the journal makes what it must trust durable instead."""
+        loses it; the journal makes what it must trust durable instead (a call's release
+        is a durable write). The results this daemon's previous process noted are folded in
+        first (the journal asks this as it starts, before any task is granted again)."""
+        await self._fold_left()
         return None
 
+    async def note(self, step: Step) -> None:
+        """One ``O_APPEND`` line in ``steps.noted`` under the daemon's data dir, from the
+        caller's task (no round trip: the database has it with the journal's next batch).
+        It matters when this process dies first: its next process on the data dir folds
+        the notes in — fenced as any write, so a result noted by an attempt another daemon
+        took over since is refused — before granting anything. A result noted here helps a
+        restart of this daemon, not another daemon taking the task over meanwhile."""
+        await self._fold_left()
+        assert self._log is not None
+        self._log.append(step)
+
+    async def _fold_left(self) -> None:
+        if not self._folded:
+            self._folded = True
+            if self._log is None:
+                where = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir)
+                self._log = NoteLog(where / NOTES)
+            await self._fold()  # what a fold cut short set aside, if anything
+            await self._fold()
+
+    async def _fold(self) -> None:
+        assert self._log is not None
+        aside = self._log.set_aside()
+        if aside is None:
+            return
+        steps = await anyio.to_thread.run_sync(read_notes, aside)
+        refused = await self.write(steps, durable=True) if steps else {}
+        for fence in refused.values():
+            logger.warning("journal: a noted step of a process gone was not folded in: %s", fence)
+        await anyio.to_thread.run_sync(functools.partial(aside.unlink, missing_ok=True))
+
+    async def sync(self) -> None:
+        await self._sync()
+        if self._log is not None and self._log.size > FOLD_AT:
+            await self._fold()
+
     async def read(self, task_id: str) -> list[Step]:
+        await self._fold_left()
+
         def fetch(connection: Any) -> list[tuple[Any, ...]]:
             return list(
                 connection.execute(
@@ -124,6 +173,7 @@ class PostgresStepStore:
         return [step_from_row(task_id, row, "gr_steps") for row in await self.db.run(fetch)]
 
     async def read_many(self, task_ids: Sequence[str]) -> dict[str, list[Step]]:
+        await self._fold_left()
         ids = list(dict.fromkeys(task_ids))
 
         def fetch(connection: Any) -> list[tuple[Any, ...]]:

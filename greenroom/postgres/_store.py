@@ -153,7 +153,7 @@ class PostgresStore:
         return PostgresChatStore(self.db)
 
     def step_store(self) -> StepStore:
-        return PostgresStepStore(self.db)
+        return PostgresStepStore(self.db, self._data_dir_arg)
 
     def budget_store(self) -> BudgetStore:
         return PostgresBudgetStore(self.db)

@@ -1744,6 +1744,32 @@ async def test_load_records_keep_the_first_under_a_key_in_arrival_order_per_run(
         await records.aclose()
 
 
+async def test_load_records_under_an_old_attempt_token_are_refused_with_nothing_kept(backend: Store) -> None:
+    """Issue 49: a load session's records name its task attempt's token; once the task was
+    granted again (the session's agent paused past its lease), the old attempt's records
+    are refused whole — ``Fenced`` — and the live one's kept."""
+    from greenroom.store import LoadEntry
+
+    async with open_node(backend) as node:
+        sup = node.supervisor
+        await sup.ask(Submit([task("load-1")]))
+        assert (await sup.ask(Claim("a", "w"))).task.token == 1
+        records = backend.load_store()
+        try:
+            assert await records.add("run", [LoadEntry("r/0/1/0", b"{}")], fence=("load-1", 1)) == 1
+            await sup.ask(Release("load-1", "a", token=1))
+            assert (await sup.ask(Claim("b", "w"))).task.token == 2
+            with pytest.raises(Fenced) as refused:
+                await records.add("run", [LoadEntry("s/0", b'{"stale":1}')], fence=("load-1", 1))
+            assert (refused.value.token, refused.value.current) == (1, 2)
+            assert await records.add("run", [LoadEntry("s/0", b'{"live":1}')], fence=("load-1", 2)) == 1
+            assert [(e.key, e.body) for e in await records.read("run")] == [
+                ("r/0/1/0", b"{}"), ("s/0", b'{"live":1}')
+            ]  # fmt: skip
+        finally:
+            await records.aclose()
+
+
 async def test_a_bad_load_record_is_refused_by_name_and_nothing_of_its_batch_is_kept(backend: Store) -> None:
     from greenroom.store import LoadEntry
 

@@ -7,8 +7,9 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..store import LoadEntry, check_entries, check_prefix, check_run
+from ..store import LoadEntry, check_entries, check_prefix, check_run, fenced
 from ._sqlite import SQLiteFile
+from ._steps import LiveTask
 
 LOAD_DB = "load.sqlite3"
 
@@ -28,12 +29,20 @@ _SELECT = "FROM load_records WHERE run = ? AND substr(key, 1, ?) = ?"
 class SQLiteLoadRecordStore:
     """``LoadRecordStore`` on one SQLite file. Close it with :meth:`aclose`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, live_task: LiveTask | None = None) -> None:
         self.path = Path(path)
         self._file = SQLiteFile(self.path, _SCHEMA)
+        self._live_task = live_task
 
-    async def add(self, run: str, entries: Sequence[LoadEntry]) -> int:
+    async def add(
+        self, run: str, entries: Sequence[LoadEntry], *, fence: tuple[str, int] | None = None
+    ) -> int:
         check_entries(run, entries)
+        if fence is not None and self._live_task is not None:  # the one graph of the data dir
+            owned, task, _ = self._live_task(fence[0])
+            refusal = fenced(task, fence[0], None, fence[1], "record load") if owned else None
+            if refusal is not None:
+                raise refusal
         if not entries:
             return 0
         rows = [(run, entry.key, entry.body) for entry in entries]

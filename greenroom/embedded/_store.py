@@ -140,7 +140,7 @@ class EmbeddedStore:
     def load_store(self) -> LoadRecordStore:
         from ._load import LOAD_DB, SQLiteLoadRecordStore
 
-        return SQLiteLoadRecordStore(self.data_dir / LOAD_DB)
+        return SQLiteLoadRecordStore(self.data_dir / LOAD_DB, live_task=self._live_task)
 
     # -- reading ----------------------------------------------------------------------------
 

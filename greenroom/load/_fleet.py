@@ -159,7 +159,7 @@ class LoadAgent(BaseAgent):
         records = runtime.store.load_store()
         try:
             async with model:
-                done = await _run_order(order, task.attempt, runtime.agent_id, model, records)
+                done = await _run_order(order, task, runtime.agent_id, model, records)
         finally:
             with anyio.CancelScope(shield=True):
                 await records.aclose()
@@ -173,10 +173,17 @@ def _key(name: str | None) -> str | None:
 
 
 async def _run_order(
-    order: SessionOrder, attempt: int, agent_id: str, model: Any, records: LoadRecordStore
+    order: SessionOrder, task: AgentTask, agent_id: str, model: Any, records: LoadRecordStore
 ) -> list[int]:
     """The order's sessions (those not already recorded); their indexes. Each request's
-    record is written as the request ends, each session's as it ends."""
+    record is written as the request ends, each session's as it ends — under the task
+    attempt's fencing token: an attempt that paused past its lease, whose task another
+    agent runs now, records nothing more (``Fenced``: it gives up). Requests are keyed by
+    the token (it never goes back, as an attempt number may), so no two attempts' share a
+    key."""
+    attempt = task.attempt
+    fence = (task.id, task.token) if task.token else None
+    series = task.token or attempt
     # the run's start on this loop's clock: every time below is on it, and records are
     # kept relative to the start
     base = anyio.current_time() - (time.time() - order.start)
@@ -185,8 +192,8 @@ async def _run_order(
     async def recorded(record: RequestRecord) -> None:
         number = made.get(record.session, 0)
         made[record.session] = number + 1
-        key = request_key(record.session, attempt, number)
-        await records.add(order.run, [LoadEntry(key, _encode(_shift(record, base)))])
+        key = request_key(record.session, series, number)
+        await records.add(order.run, [LoadEntry(key, _encode(_shift(record, base)))], fence=fence)
 
     async with workload_tools(order.workload) as tools:
         sessions = Sessions(model, order.workload, seed=order.seed, tools=tools, recorded=recorded)
@@ -209,7 +216,7 @@ async def _run_order(
             body.update(agent=agent_id, attempt=attempt, cpu=[cpu, time.process_time()])
             if compatibility := model_compatibility(model):
                 body["compatibility"] = compatibility
-            await records.add(order.run, [LoadEntry(session_key(index), _encode(body))])
+            await records.add(order.run, [LoadEntry(session_key(index), _encode(body))], fence=fence)
             done.append(index)
         return done
 

@@ -245,8 +245,7 @@ def ensure_event_parts(connection: Any, width: int) -> int:
     each; how many were made. Under an advisory lock: daemons doing it at once make each
     one once."""
     connection.execute("SELECT pg_advisory_xact_lock(%s)", (EVENTS_LOCK,))
-    connection.execute("SET LOCAL lock_timeout = '5s'")
-    parts = event_parts(connection)
+    parts = event_parts(connection)  # (a lock waited for at most the session's 5 s: _db.SESSION_BOUNDS)
     next_seq = _next_seq(connection)
     if any(end - start > width and end > next_seq + width for start, end, _ in parts):
         _reshape(connection, parts, width)  # made wider than asked (another config): cut to size
@@ -325,7 +324,7 @@ def prune_history(connection: Any, retention: Retention, now: float) -> tuple[in
     the newest event. Records what was dropped first, in the same transaction. Returns
     ``(events dropped through, archived tasks dropped)``."""
     connection.execute("SELECT pg_advisory_xact_lock(%s)", (EVENTS_LOCK,))
-    connection.execute("SET LOCAL lock_timeout = '2s'")
+    connection.execute("SET LOCAL lock_timeout = '2s'")  # shorter than the session's: a pass waits less
     parts, _ = history_parts(connection)
     doomed = {part.name for part in over_budget(parts, retention.disk_budget)}
     if retention.events_for is not None:

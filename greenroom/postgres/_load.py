@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..store import LoadEntry, check_entries, check_prefix, check_run
+from ..messages import AgentTask, TaskStatus
+from ..store import LoadEntry, check_entries, check_prefix, check_run, fenced
 from ._db import Database
 
 
@@ -17,7 +18,9 @@ class PostgresLoadRecordStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def add(self, run: str, entries: Sequence[LoadEntry]) -> int:
+    async def add(
+        self, run: str, entries: Sequence[LoadEntry], *, fence: tuple[str, int] | None = None
+    ) -> int:
         check_entries(run, entries)
         if not entries:
             return 0
@@ -25,6 +28,17 @@ class PostgresLoadRecordStore:
         bodies = [entry.body for entry in entries]
 
         def insert(connection: Any) -> int:
+            if fence is not None:  # the session's attempt, checked with its task's row locked
+                task_id, token = fence
+                row = connection.execute(
+                    "SELECT status, owner, token FROM gr_tasks WHERE id = %s FOR SHARE", (task_id,)
+                ).fetchone()
+                live = None
+                if row is not None:
+                    live = AgentTask(task_id, "-", status=TaskStatus(row[0]), owner=row[1], token=row[2])
+                refusal = fenced(live, task_id, None, token, "record load")
+                if refusal is not None:
+                    raise refusal
             cursor = connection.execute(
                 "INSERT INTO gr_load (run, key, body) SELECT %s, k, b FROM unnest(%s::text[], %s::bytea[]) "
                 "WITH ORDINALITY AS t(k, b, n) ORDER BY n ON CONFLICT (run, key) DO NOTHING",

@@ -83,11 +83,17 @@ def check_entries(run: str, entries: Sequence[LoadEntry]) -> None:
 class LoadRecordStore(Protocol):
     """A load run's records. Every call is one transaction."""
 
-    async def add(self, run: str, entries: Sequence[LoadEntry]) -> int:
+    async def add(
+        self, run: str, entries: Sequence[LoadEntry], *, fence: tuple[str, int] | None = None
+    ) -> int:
         """Keep ``entries`` in one durable transaction (returns once they are on disk);
         an entry whose key the run already has keeps what was written first. How many
         were new. ``InvalidInput`` (naming the field) for a bad run, key or body, before
-        anything is written."""
+        anything is written. ``fence``: ``(task id, token)`` of the load session's task
+        attempt the entries were measured under — refused whole (``Fenced``, nothing
+        written) once that attempt is not the task's live one (``store.fenced``; on
+        PostgreSQL the task's row locked in the write's transaction, on the files against
+        the process's task graph)."""
         ...
 
     async def read(self, run: str, prefix: str = "") -> list[LoadEntry]:

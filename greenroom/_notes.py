@@ -81,9 +81,16 @@ class NoteLog:
             self._fd = None
 
 
+FACTS = frozenset({"tool_released", "tool_running"})
+"""Notes that say an effect may have started: folded in whatever became of their attempt
+(unfenced — their token is dropped), since leaving one out would let the call run again.
+A result noted by a stale attempt is refused as any stale write (then asked about)."""
+
+
 def read_notes(path: Path) -> list[Step]:
-    """The steps noted in ``path`` (a file set aside), in the order noted; a last line a
-    crash cut short is skipped. Blocking: for a worker thread."""
+    """The steps noted in ``path`` (a file set aside), in the order noted, those in
+    :data:`FACTS` without their token; a last line a crash cut short is skipped.
+    Blocking: for a worker thread."""
     steps = []
     for line in path.read_bytes().split(b"\n"):
         try:
@@ -99,7 +106,7 @@ def read_notes(path: Path) -> list[Step]:
                 encoded=body.encode(),
                 attempt=attempt,
                 at=at,
-                token=token,
+                token=0 if kind in FACTS else token,
             )
         )
     return steps

@@ -119,13 +119,14 @@ class StepSink:
     ``ActorStopped``; the steps put before it stopped are written first.
     """
 
-    __slots__ = ("_open", "_ref", "closed", "incarnation", "note")
+    __slots__ = ("_open", "_ref", "closed", "incarnation", "note", "notes_identity")
 
     def __init__(
         self,
         ref: ActorRef,
         incarnation: str | None = None,
         note: Callable[[Step], Awaitable[None]] | None = None,
+        notes_identity: str | None = None,
     ) -> None:
         self._ref = ref
         self._open = _Batch()
@@ -134,6 +135,8 @@ class StepSink:
         """The store's (``StepStore.incarnation``), asked once when the journal started."""
         self.note = note
         """The store's ``note``: a step kept at once, from the caller's task (a result)."""
+        self.notes_identity = notes_identity
+        """The store's notes (PostgreSQL's ``notes_identity``), folded as the journal began."""
 
     def put(self, step: Step) -> _Batch:
         """Put ``step`` in the next batch, at once; the batch says when it is durable
@@ -277,7 +280,9 @@ class StepJournalActor(Actor):
         self.written = 0
 
     async def on_start(self) -> None:
-        self._sink = StepSink(self.context.ref, await self.store.incarnation(), self.store.note)
+        incarnation = await self.store.incarnation()  # (a store folds its notes in first)
+        notes = getattr(self.store, "notes_identity", None)  # where releases are database writes
+        self._sink = StepSink(self.context.ref, incarnation, self.store.note, notes)
         self._syncer = await self.context.spawn(lambda: _WalSyncer(self.store), name="sync")
 
     async def receive(self, message: Any) -> Any:
@@ -524,8 +529,17 @@ class TaskJournal:
         begun = self._recorded.get(f"{key}\x00tool_started")
         if begun is None or f"{key}\x00tool" in self._recorded:
             return False
-        if f"{key}\x00tool_released" in self._recorded:
-            return True
+        released = self._recorded.get(f"{key}\x00tool_released")
+        if released is not None:
+            # released by a database write: it ran only if it was noted running — known
+            # when its process is gone and this one folded that process's notes
+            notes = released.body.get("notes")
+            folded = notes is not None and notes == (self.sink.notes_identity if self.sink else None)
+            return (
+                not folded
+                or f"{key}\x00tool_running" in self._recorded
+                or not _writer_gone(begun.body.get("writer"))
+            )
         if not _writer_gone(begun.body.get("writer")):
             return True
         release = begun.body.get("release")
@@ -565,10 +579,15 @@ class TaskJournal:
             await self.handed()
             self._check_fenced()  # the store has the release, or refused it: a stale owner runs nothing
         else:  # visible only once durable (its beginning goes in the same or an earlier write)
-            step = self._step(key, "tool_released", asked, {}, b"")
+            notes = self.sink.notes_identity if self.sink is not None else None
+            step = self._step(key, "tool_released", asked, {} if notes is None else {"notes": notes}, b"")
             await self.writer.ask(RecordSteps((step,), at_once=True), timeout=None)
             self._written.add(f"{key}\x00tool_released")
             self.recorded += 1
+            if notes is not None:  # the instant before the tool is invoked: a crash before it ran nothing
+                running = _encoder.encode({"writer": _writer()})
+                await self.note(key, "tool_running", asked, running)
+                self.record_soon(key, "tool_running", asked, running)
 
     async def record(self, key: str, kind: str, asked: str, body: dict[str, Any] | None = None) -> None:
         """Write a step and remember it; return once it — and every step recorded before

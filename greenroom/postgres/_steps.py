@@ -16,6 +16,7 @@ import msgspec
 
 from .._files import resolve_data_dir
 from .._notes import FOLD_AT, NoteLog, read_notes
+from .._process import boot_id
 from ..messages import AgentTask, TaskStatus
 from ..store import BEFORE_AN_EFFECT, Refused, Step, check_step, encoded_body, fenced, step_from_row
 from ._db import Database
@@ -47,6 +48,10 @@ class PostgresStepStore:
         self._data_dir = data_dir
         self._log: NoteLog | None = None
         self._folded = False
+        self.notes_identity: str | None = None
+        """This machine's boot and the notes' file, once known: a release that names it was
+        made by a process whose notes this one folded before reading (the same data dir,
+        the same boot), so what that process noted is here."""
 
     async def write(self, steps: Sequence[Step], *, durable: bool = True) -> Refused:
         """One transaction; the tasks of the fenced steps are locked ``FOR SHARE`` in it
@@ -141,6 +146,9 @@ class PostgresStepStore:
                 self._log = NoteLog(where / NOTES)
             await self._fold()  # what a fold cut short set aside, if anything
             await self._fold()
+            boot = await anyio.to_thread.run_sync(boot_id)
+            if boot is not None:
+                self.notes_identity = f"{boot}:{self._log.path.resolve()}"
 
     async def _fold(self) -> None:
         assert self._log is not None

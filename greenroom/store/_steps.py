@@ -23,12 +23,15 @@ from .._errors import DataError, InvalidInput
 from ..messages._codec import prepare_types
 from ._errors import Fenced
 
-StepKind = Literal["model", "tool_started", "tool_released", "tool"]
+StepKind = Literal["model", "tool_started", "tool_released", "tool_running", "tool"]
 """``model``: a model's reply; ``tool_started``: a tool call is about to begin (durable
 before a tool that is not read-only may run, so a crash mid-call is known);
 ``tool_released``: it was let run (the store has it before the tool starts, so a begun
-call without one never ran); ``tool``: its result."""
-STEP_KINDS = ("model", "tool_started", "tool_released", "tool")
+call without one never ran); ``tool_running``: noted (``StepStore.note``) the instant
+before the tool is invoked, where the release was a database write — a released call
+without one, whose process is gone and whose notes this process folded, never ran;
+``tool``: its result."""
+STEP_KINDS = ("model", "tool_started", "tool_released", "tool_running", "tool")
 
 Refused = dict[tuple[str, int], Fenced]
 """The steps a write refused, by ``(task_id, token)``: the attempt's ``Fenced``."""

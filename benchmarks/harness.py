@@ -109,7 +109,7 @@ async def _harnesses(
     model: ScriptedModel | _InstantModel = (
         ScriptedModel(_keep_calling, latency=latency) if latency else _InstantModel()
     )
-    note = Tool("note", _note, risk=_NOTE_RISK[0])
+    note = Tool("note", _note, risk=_NOTE_RISK[0], inline=True)  # quick: on the loop (no thread hop)
     async with AsyncExitStack() as stack:
         system = await stack.enter_async_context(ActorSystem())
         options: list[dict[str, Any]] = [{} for _ in range(actors)]
@@ -147,7 +147,7 @@ async def _recovery(actors: int, iterations: int, latency: float, journal_dir: s
     """Record the first half of every task's phase, then time resuming it from the journal
     (the half recorded is replayed, the rest asked) against a run from the start."""
     half = max(1, iterations // 2)
-    note = Tool("note", _note)
+    note = Tool("note", _note, inline=True)
     run = next(_runs)
     figures: dict[str, float] = {}
     async with EmbeddedStore(journal_dir) as store, ActorSystem() as system:

@@ -2,19 +2,23 @@
 most one of them, and a message for one active elsewhere reaches it through the store.
 
 - **Leases.** Activating claims the entity for this node (``EntityStore.claim``: the
-  claim and the load are one transaction); the node renews all its leases every
-  ``lease / 3`` seconds and releases an entity once it is passivated and saved. A node
-  that dies stops renewing: after ``lease`` seconds its entities can be claimed by
-  whoever messages them next.
+  claim and the load are one transaction, and the claim's fencing token is the slot's);
+  the node renews all its leases every ``lease / 3`` seconds and releases an entity once
+  it is passivated and saved. A node that dies stops renewing: after ``lease`` seconds its
+  entities can be claimed by whoever messages them next. A node that paused: its writes
+  under the old token are refused by the store, and its next renewal gives up what it no
+  longer holds (``Entities._held``); renewals failing for a whole lease give up all.
 - **Mail.** A message for an entity another node holds is posted to the store (encoded
   with msgspec: such messages must be msgspec types; the entity decodes them as its
   class's ``message_type``). The holder's mail loop takes its mail (woken by the store's
   notification, or every second), hands each message to the entity in order — an ask on
   the holder's side, so the mail is done only once the entity handled it — and answers
-  the asks through the store, where the asker's mail loop finds them. Mail is delivered
-  at least once: a holder that dies with mail taken but not done leaves it to the next
-  holder. Mail for an entity nobody holds (its holder released or died) is found by
-  every node's loop, once a second, and the entity activated there to take it.
+  the asks through the store, where the asker's mail loop finds them. Mail is handled
+  exactly once: its ``done`` and its answer are written with the state it left, under the
+  lease's token (``_settle``), so a holder that dies or loses the lease with mail taken but
+  not settled leaves it, and nothing of its handling, to the next holder. Mail for an
+  entity nobody holds (its holder released or died) is found by every node's loop, once a
+  second, and the entity activated there to take it.
 
 On a store only this process uses (the files), none of this runs: every activation is
 local.

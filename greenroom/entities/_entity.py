@@ -58,6 +58,18 @@ class Mailed:
         self.message = message
 
 
+def answer_mail(cls: type[Entity[Any]]) -> None:
+    """Make ``cls`` (and the classes it inherits ``receive`` from) answer a :class:`Mailed`
+    message with the state it left. Done by a host on a shared store, where mail exists,
+    once per class: a class hosted only on the files pays nothing per message."""
+    for klass in cls.__mro__:
+        receive = klass.__dict__.get("receive")
+        if klass is Entity or klass is Actor or not issubclass(klass, Entity):
+            continue
+        if receive is not None and not getattr(receive, "_answers_mail", False):
+            klass.receive = _answering_mail(receive)  # type: ignore[method-assign,assignment]
+
+
 def _answering_mail(receive: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     """``receive`` as it is, but for a :class:`Mailed` message: handled by ``receive``,
     answered with the state it left (see :class:`Mailed`)."""
@@ -101,9 +113,6 @@ class Entity(Actor, Generic[S]):
         super().__init_subclass__(**kwargs)
         if "kind" not in cls.__dict__ or not cls.__dict__["kind"]:
             cls.kind = cls.__name__
-        receive = cls.__dict__.get("receive")
-        if receive is not None and not getattr(receive, "_answers_mail", False):
-            cls.receive = _answering_mail(receive)  # type: ignore[method-assign,assignment]
         check_kind(cls.kind)
         size = cls.mailbox_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):

@@ -53,7 +53,7 @@ from .._errors import DataError, GreenroomError, InvalidInput
 from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
 from ..store import EntityStore, Fenced, Mail, MailAnswer, Record, StoredState, check_key
-from ._entity import Entity
+from ._entity import Entity, answer_mail
 from ._placement import Placement, new_node
 from ._ref import EntityRef
 
@@ -252,6 +252,8 @@ class Entities:
                     f"two entity classes share the kind {cls.kind!r}", field="kind", value=cls.kind
                 )
             self.classes[cls.kind] = cls
+            if self._placement is not None:  # mail exists: a mailed message answers its state
+                answer_mail(cls)
         self.max_active = None if max_active is None else check_int("Entities", "max_active", max_active)
         self.rate = (
             None

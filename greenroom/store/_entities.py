@@ -138,8 +138,9 @@ def write_rows(kind: str, records: Sequence[Record]) -> list[Record]:
                 f"entity {kind}: a write takes Records, got {type(record).__name__}", field="records"
             )
         key = check_key(record.key)
-        if record.state is not None:
-            save_rows(kind, [(key, record.state)])
+        state = record.state
+        if state is not None and (not isinstance(state, bytes) or len(state) > MAX_STATE):
+            save_rows(kind, [(key, state)])  # raises, naming the field
         token = record.token
         if token is not None and (isinstance(token, bool) or not isinstance(token, int) or token < 0):
             raise InvalidInput(

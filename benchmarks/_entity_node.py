@@ -3,7 +3,7 @@
 ``python -m benchmarks._entity_node URL NODE LEASE BACKEND``
 
 Hosts ``Ledger`` (and ``Tape``) entities on the PostgreSQL database at ``URL`` as node ``NODE`` (leases of
-``LEASE`` seconds), prints ``ready``, and runs until killed (SIGINT: it closes, passivating
+``LEASE`` seconds), prints ``ready``, and runs until killed (SIGTERM: it closes, passivating
 its entities, and prints ``given up N``: the entities another node took from it). A ``Ledger`` records each
 message id it is told or asked once (a repeat — mail is delivered at least once — is
 answered and not recorded again), saves before it answers, and answers the id.
@@ -11,6 +11,7 @@ answered and not recorded again), saves before it answers, and answers the id.
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -63,9 +64,11 @@ async def serve(url: str, node: str, lease: float) -> None:
             entities = Entities(system, states, [Ledger, Tape], node=node, lease=lease)
             try:
                 async with entities:
-                    print("ready", flush=True)
-                    await anyio.sleep_forever()
-            finally:  # (SIGINT: closed, its entities passivated) what it gave up to other nodes
+                    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                        print("ready", flush=True)
+                        async for _ in signals:  # a graceful stop: its entities passivated
+                            break
+            finally:  # what it gave up to other nodes
                 print(f"given up {entities.given_up}", flush=True)
 
 

@@ -1359,7 +1359,12 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
                 tg.start_soon(take)
         assert sorted(taken) == [False, False, False, True]  # exactly one taker
         assert await chat.load_pending("alice", "c1") is None
-        assert await chat.hold_conversation("c1", "me", 30.0)
+        hold = await chat.hold_conversation("c1", "me", 30.0)  # issue 49: a hold is a fencing token
+        assert isinstance(hold, int) and hold >= 1
+        assert await chat.hold_conversation("c1", "me", 30.0) == hold  # the same holder, the same token
+        said = [StoredMessage(role="user", content="under the hold", created_at=1.0)]
+        await chat.save_turn("alice", "c1", said, None, hold=hold)  # the current hold: written
+        assert [m.content for m in await chat.load_history("alice", "c1", 50)][-1] == "under the hold"
         await chat.let_go_conversation("c1", "me")
     finally:
         await chat.aclose()
@@ -1533,6 +1538,16 @@ async def test_steps_written_by_one_store_are_read_by_another_on_the_same_backen
             await journal.aclose()
 
 
+async def _read_as_the_next_process(store_url: str | None, data_dir: Path, task_id: str) -> list[Any]:
+    """A task's steps as a fresh process on the same data (another store) reads them."""
+    async with await make_store(store_url, data_dir) as store:
+        journal = store.step_store()
+        try:
+            return await journal.read(task_id)
+        finally:
+            await journal.aclose()
+
+
 _HAND_AND_DIE = """
 import os, signal, sys
 import anyio
@@ -1568,15 +1583,10 @@ def test_steps_handed_to_the_store_without_a_sync_survive_the_process_being_kill
     )  # fmt: skip
     assert died.returncode == -signal.SIGKILL, died.stderr
 
-    async def read() -> list[Any]:
-        async with await make_store(store_url, data_dir) as store:
-            journal = store.step_store()
-            try:
-                return await journal.read("t1")
-            finally:
-                await journal.aclose()
+    def read() -> list[Any]:
+        return anyio.run(_read_as_the_next_process, store_url, data_dir, "t1")
 
-    steps = anyio.run(read)
+    steps = read()
     assert [(s.key, s.body) for s in steps] == [("p0/main/m0", {"text": "handed"})]
 
 
@@ -1619,20 +1629,15 @@ def test_a_noted_step_survives_the_process_being_killed_right_after(
     )  # fmt: skip
     assert died.returncode == -signal.SIGKILL, died.stderr
 
-    async def read() -> list[Any]:
-        async with await make_store(store_url, data_dir) as store:
-            journal = store.step_store()
-            try:
-                return await journal.read("t1")
-            finally:
-                await journal.aclose()
+    def read() -> list[Any]:
+        return anyio.run(_read_as_the_next_process, store_url, data_dir, "t1")
 
-    steps = anyio.run(read)
+    steps = read()
     assert [(s.key, s.kind, s.body) for s in steps] == [
         ("p0/main/m0/t0", "tool_released", {}),
         *[(f"p0/main/m{n}/t0", "tool", {"content": f"ran {n}"}) for n in range(3)],
     ]
-    assert [s.key for s in anyio.run(read)] == [s.key for s in steps]  # folded once, read again
+    assert [s.key for s in read()] == [s.key for s in steps]  # folded once, read again
 
 
 async def test_a_note_under_an_old_attempt_token_is_never_read_as_a_step(backend: Store) -> None:

@@ -434,7 +434,7 @@ async def test_a_tool_that_raises_or_returns_garbage_is_a_friendly_reply(tmp_pat
 
 async def test_a_mcp_tool_that_raises_is_a_system_error_result(tmp_path: Path) -> None:
     class FailingStore(SQLiteChatStore):
-        async def add_task(self, user_id: str, title: str, description: str = "") -> Any:
+        async def add_task(self, user_id: str, title: str, description: str = "", **_: Any) -> Any:
             raise RuntimeError("disk I/O error in the tool")
 
     store = FailingStore(tmp_path / "chat.sqlite3")
@@ -454,6 +454,37 @@ async def test_a_tool_argument_with_a_nul_character_is_refused_naming_the_field(
     assert (refused.success, refused.error_code) == (False, "INVALID_INPUT")
     assert refused.data == {"field": "description"} and "NUL" in (refused.error or "")
     assert listed.data == []  # nothing stored
+
+
+async def test_a_malformed_hold_in_a_tool_call_is_refused_naming_it_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The request's hold travels in the call's ``_meta`` as ``[conversation id, token]``;
+    any other shape (from a caller that is not greenroom's executor) is refused by name —
+    a write made under a hold nobody can check would not be fenced."""
+    from mcp.client.client import Client
+
+    from greenroom.chat._tools import HOLD_META, USER_META
+
+    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    try:
+        async with Client(task_server(store), cache=None) as client:
+            answers = []
+            for hold in ("c1", ["c1"], ["c1", "2"], ["", 2], ["c1", 0], {"c1": 2}):
+                result = await client.call_tool(
+                    "add_task", {"title": "milk"}, meta={USER_META: "alice", HOLD_META: hold}
+                )
+                answers.append(result.structured_content)
+            fine = await client.call_tool(
+                "add_task", {"title": "eggs"}, meta={USER_META: "alice", HOLD_META: ["c1", 2]}
+            )
+        for answer in answers:
+            assert answer["success"] is False and answer["error_code"] == "INVALID_INPUT", answer
+            assert HOLD_META in answer["error"], answer
+        assert fine.structured_content["success"] is True
+        assert [t.title for t in await store.list_tasks("alice")] == ["eggs"]  # the malformed changed nothing
+    finally:
+        await store.aclose()
 
 
 async def test_replies_never_show_ids_tool_names_or_traces(tmp_path: Path) -> None:
@@ -1126,7 +1157,7 @@ async def test_the_deadline_cancels_a_tool_call_in_flight(tmp_path: Path) -> Non
     cancelled: list[bool] = []
 
     class SlowStore(SQLiteChatStore):
-        async def add_task(self, user_id: str, title: str, description: str = "") -> Any:
+        async def add_task(self, user_id: str, title: str, description: str = "", **_: Any) -> Any:
             started.set()
             try:
                 await anyio.sleep(30)

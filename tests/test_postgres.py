@@ -1154,6 +1154,100 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
         assert await b.take_pending("alice", "c1", pending, hold=fresh)
 
 
+async def test_a_to_do_write_under_a_lapsed_hold_is_refused_with_nothing_changed(pg_url: str) -> None:
+    """Issue 49's chat fencing, the assistant's to-do list: every write a request's tools
+    make names the request's hold; once another host holds the conversation, the paused
+    request's add, update, complete and deletes are refused (``Fenced``, both tokens) and
+    the list is as the live holder left it."""
+    from greenroom.postgres import PostgresChatStore
+    from greenroom.store import ConversationHold, Fenced
+
+    async with _ready(pg_url) as db:
+        now = [100.0]
+        a, b = PostgresChatStore(db, clock=lambda: now[0]), PostgresChatStore(db, clock=lambda: now[0])
+        await a.open_conversation("alice", "c1", create=True)
+        stale = ConversationHold("c1", await a.hold_conversation("c1", "host-a", 30.0) or 0)
+        kept = await a.add_task("alice", "kept", hold=stale)  # accepted while the hold is live
+        now[0] += 31  # host a froze past its hold; host b serves the conversation now
+        fresh = ConversationHold("c1", await b.hold_conversation("c1", "host-b", 30.0) or 0)
+        assert fresh.token == stale.token + 1
+        added = await b.add_task("alice", "from b", hold=fresh)
+        writes = {
+            "add": lambda: a.add_task("alice", "from a", hold=stale),
+            "update": lambda: a.update_task("alice", kept.id, title="renamed by a", hold=stale),
+            "complete": lambda: a.complete_task("alice", kept.id, hold=stale),
+            "delete": lambda: a.delete_task("alice", kept.id, hold=stale),
+            "delete many": lambda: a.delete_tasks("alice", [kept.id, added.id], hold=stale),
+        }
+        for name, write in writes.items():
+            with pytest.raises(Fenced) as refused:
+                await write()
+            assert (refused.value.token, refused.value.current) == (stale.token, fresh.token), name
+        tasks = await b.list_tasks("alice")
+        assert [(t.title, t.completed) for t in tasks] == [("kept", False), ("from b", False)]
+        assert await b.complete_task("alice", kept.id, hold=fresh) is not None
+
+
+async def test_a_chat_request_paused_past_its_hold_answers_an_error_and_stores_nothing(pg_url: str) -> None:
+    """Issue 49's chat fencing through two runners: runner A's request is held up in its
+    model call past its hold (its store's clock stands still, as a frozen host's does);
+    runner B takes the conversation and serves a turn. When A's model answers, the to-do
+    write it asks for is refused, its turn is refused, and A answers with an error: the
+    history and the list hold B's turn alone."""
+    from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+    from greenroom.llm import RuleBasedModel
+    from greenroom.messages import ChatReply, ChatRequest
+    from greenroom.postgres import PostgresChatStore
+
+    class HeldUp:
+        """The rule-based model, whose first reply waits until ``go`` is set."""
+
+        def __init__(self) -> None:
+            self.rules, self.asked, self.go = RuleBasedModel(), anyio.Event(), anyio.Event()
+
+        async def chat(self, request: ChatRequest, *, timeout: float | None = None) -> ChatReply:
+            if not self.go.is_set():
+                self.asked.set()
+                await self.go.wait()
+            return await self.rules.chat(request, timeout=timeout)
+
+        async def aclose(self) -> None:
+            await self.rules.aclose()
+
+    async with _ready(pg_url) as db:
+        frozen = time.time()
+        store_a = PostgresChatStore(db, clock=lambda: frozen)  # host A's clock stands still
+        store_b = PostgresChatStore(db, clock=lambda: time.time() + 120)  # past A's 60 s hold
+        model = HeldUp()
+        async with (
+            ActorSystem() as system,
+            MCPToolExecutor(task_server(store_a)) as tools_a,
+            MCPToolExecutor(task_server(store_b)) as tools_b,
+        ):
+            a = await AgentRunner.spawn(system, LLMAgentEngine(model, tools_a), store_a, name="a", timeout=60)
+            b = await AgentRunner.spawn(system, LLMAgentEngine(RuleBasedModel(), tools_b), store_b, name="b")
+            conversation = await b.new_conversation("alice")
+            context = AgentContext.from_request("alice", conversation, [])
+            answers: dict[str, Any] = {}
+
+            async def ask_a() -> None:
+                answers["a"] = await a.run(context, "add errand from a")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask_a)
+                with anyio.fail_after(20):
+                    await model.asked.wait()  # A holds the conversation, in its model call
+                answers["b"] = await b.run(context, "add errand from b")  # taken over: A's hold lapsed
+                model.go.set()
+            await a.aclose()
+            await b.aclose()
+        assert answers["b"].success, answers["b"]
+        assert not answers["a"].success, answers["a"]
+        assert [t.title for t in await store_b.list_tasks("alice")] == ["errand from b"]
+        history = await store_b.load_history("alice", conversation, 100)
+        assert [m.content for m in history if m.role == "user"] == ["add errand from b"]
+
+
 async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_conversation(pg_url: str) -> None:
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
     from greenroom.llm import RuleBasedModel

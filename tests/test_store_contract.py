@@ -58,6 +58,7 @@ from greenroom.messages import (
     TaskStatus,
 )
 from greenroom.store import (
+    ConversationHold,
     ConversationNotFound,
     DuplicateTask,
     Fenced,
@@ -1365,6 +1366,11 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
         said = [StoredMessage(role="user", content="under the hold", created_at=1.0)]
         await chat.save_turn("alice", "c1", said, None, hold=hold)  # the current hold: written
         assert [m.content for m in await chat.load_history("alice", "c1", 50)][-1] == "under the hold"
+        under = ConversationHold("c1", hold)  # the to-do list's writes under the current hold: made
+        added = await chat.add_task("alice", "held", hold=under)
+        assert (await chat.update_task("alice", added.id, description="d", hold=under)) is not None
+        assert (await chat.complete_task("alice", added.id, hold=under)) is not None
+        assert [t.id for t in await chat.delete_tasks("alice", [added.id], hold=under)] == [added.id]
         await chat.let_go_conversation("c1", "me")
     finally:
         await chat.aclose()

@@ -35,10 +35,19 @@ from .. import _tracing
 from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
-from ..store import ChatStore, ConversationNotFound, Fenced, StoredMessage, StoredPending, TaskRow
+from ..store import (
+    ChatStore,
+    ConversationHold,
+    ConversationNotFound,
+    Fenced,
+    StoredMessage,
+    StoredPending,
+    TaskRow,
+)
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
 from ._stream import ChatEvents, ReplyStreamer, _Ended
+from ._tools import holding
 from ._types import (
     AgentContext,
     AgentResult,
@@ -192,9 +201,11 @@ class ChatRequestActor(Actor):
             if stored
             else context.message_history
         )
-        decision = await self.engine.process_message(
-            DecisionContext(user, text, conversation, history, pending), streamer=message.streamer
-        )
+        hold = None if message.hold is None else ConversationHold(conversation, message.hold)
+        with holding(hold):  # the assistant's to-do writes are made under the request's hold
+            decision = await self.engine.process_message(
+                DecisionContext(user, text, conversation, history, pending), streamer=message.streamer
+            )
         response = decision.response_text or decision.clarification_question or replies.SYSTEM_ERROR
         if pending is None and is_confirmation(text) and not decision.records:
             response = replies.NOTHING_PENDING
@@ -456,16 +467,17 @@ class AgentRunner(metaclass=NoPublicConstructor):
             ) from None
         except anyio.get_cancelled_exc_class():
             raise
-        except InvalidInput:
-            raise
         except Fenced as fenced:  # paused past its hold: another request has the conversation
+            # (before InvalidInput, which it is: the caller's input was fine)
             logger.warning("chat: a request's turn was refused, nothing of it stored: %s", fenced)
             return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
+        except InvalidInput:
+            raise
         except Exception as error:
             logger.error("chat: a request failed: %s", type(error).__name__, exc_info=error)
             return AgentResult(False, replies.SYSTEM_ERROR, [], replies.SYSTEM_ERROR)
         finally:
-            if held:
+            if held:  # before the release: the runner admits its next request on it after
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     try:
                         await self.store.let_go_conversation(conversation, self.holder)

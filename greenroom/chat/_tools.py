@@ -6,7 +6,11 @@ and ``delete_completed_tasks`` (a bulk operation, in one transaction).
 None of them takes a ``user_id`` argument: the caller's user id travels in the MCP
 request's metadata (``_meta["dev.greenroom/user_id"]``), set by the executor from the
 authenticated request, never by the model. A model that writes ``user_id`` into its
-arguments changes nothing (unknown arguments are dropped before the call).
+arguments changes nothing (unknown arguments are dropped before the call). The request's
+hold on its conversation travels the same way (``_meta["dev.greenroom/hold"]``, the
+conversation's id and the hold's token, from :func:`holding`): every write is made under
+it, and refused — a ``SYSTEM_ERROR`` result, nothing changed — once another request took
+the conversation (this one paused past its hold).
 
 Each tool carries MCP annotations (read-only, destructive, closed-world), from which the
 executor's ``tool_risk`` gives the :class:`~greenroom.harness.RiskLevel` a sandbox allows it
@@ -20,10 +24,12 @@ something that is not a tool result, is a ``SYSTEM_ERROR`` result, never an exce
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
@@ -33,10 +39,26 @@ from mcp.types import ToolAnnotations
 
 from ..harness import RiskLevel
 from ..messages import ToolSpec
-from ..store import ChatStore, TaskRow
+from ..store import ChatStore, ConversationHold, Fenced, TaskRow
 
 USER_META = "dev.greenroom/user_id"
 """The ``_meta`` key that carries the authenticated user id to the tool server."""
+HOLD_META = "dev.greenroom/hold"
+"""The ``_meta`` key that carries the request's hold (``[conversation id, token]``)."""
+
+_HOLD: ContextVar[ConversationHold | None] = ContextVar("greenroom_chat_hold", default=None)
+
+
+@contextmanager
+def holding(hold: ConversationHold | None) -> Iterator[None]:
+    """Tool calls made inside (by this task and the tasks it starts) write under ``hold``:
+    :meth:`MCPToolExecutor.execute` sends it with each call."""
+    reset = _HOLD.set(hold)
+    try:
+        yield
+    finally:
+        _HOLD.reset(reset)
+
 
 TASK_TOOLS = (
     "add_task",
@@ -165,19 +187,53 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         user = meta.get(USER_META) if meta else None
         return user if isinstance(user, str) and user else None
 
-    @server.tool(annotations=_WRITES)
-    async def add_task(title: str, ctx: Context, description: str = "") -> dict[str, Any]:
-        """Create a new task for the user."""
+    def hold_of(ctx: Context) -> ConversationHold | dict[str, Any] | None:
+        """The request's hold, ``None`` (a caller that holds nothing), or a failure."""
+        meta = ctx.request_context.meta
+        sent = meta.get(HOLD_META) if meta else None
+        if sent is None:
+            return None
+        match sent:
+            case [str(conversation), int(token)] if conversation and token > 0:
+                return ConversationHold(conversation, token)
+        return _fail("INVALID_INPUT", f"{HOLD_META} must be [conversation id, token], not {sent!r:.80}")
+
+    def caller(ctx: Context) -> tuple[str, ConversationHold | None] | dict[str, Any]:
+        """Who calls (the user, and the hold its request writes under), or a failure."""
         user = user_of(ctx)
         if user is None:
             return _fail("UNAUTHORIZED", "no user")
+        hold = hold_of(ctx)
+        return hold if isinstance(hold, dict) else (user, hold)
+
+    def written(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
+        """A write tool: refused whole, as a result, when its request no longer holds the
+        conversation (another request took it)."""
+
+        @functools.wraps(tool)
+        async def under_hold(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            try:
+                return await tool(*args, **kwargs)
+            except Fenced as fenced:
+                return _fail("SYSTEM_ERROR", f"nothing changed: {fenced}")
+
+        return under_hold
+
+    @server.tool(annotations=_WRITES)
+    @written
+    async def add_task(title: str, ctx: Context, description: str = "") -> dict[str, Any]:
+        """Create a new task for the user."""
+        who = caller(ctx)
+        if isinstance(who, dict):
+            return who
+        user, hold = who
         clean = _text("title", title, 200, required=True)
         detail = _text("description", description, 2000, required=False)
         if isinstance(clean, dict):
             return clean
         if isinstance(detail, dict):
             return detail
-        return _ok(_task_view(await store.add_task(user, clean, detail)))
+        return _ok(_task_view(await store.add_task(user, clean, detail, hold=hold)))
 
     @server.tool(annotations=_READS)
     async def list_tasks(ctx: Context, status: str = "all") -> dict[str, Any]:
@@ -190,6 +246,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         return _ok([_task_view(t) for t in await store.list_tasks(user, status)])
 
     @server.tool(annotations=_WRITES)
+    @written
     async def update_task(
         ctx: Context,
         task_id: int | None = None,
@@ -198,9 +255,10 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         description: str | None = None,
     ) -> dict[str, Any]:
         """Change a task's title or description; name the task by id or by its title."""
-        user = user_of(ctx)
-        if user is None:
-            return _fail("UNAUTHORIZED", "no user")
+        who = caller(ctx)
+        if isinstance(who, dict):
+            return who
+        user, hold = who
         found = await _find(store, user, task_id, title)
         if isinstance(found, dict):
             return found
@@ -217,7 +275,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
             changes["description"] = detail
         if not changes:
             return _fail("INVALID_INPUT", "nothing to change", field="new_title")
-        updated = await store.update_task(user, found.id, **changes)
+        updated = await store.update_task(user, found.id, **changes, hold=hold)
         if updated is None:
             return _fail("NOT_FOUND", "no such task", query=found.title)
         return _ok({**_task_view(updated), "changed": sorted(changes), "old_title": found.title})
@@ -226,21 +284,24 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         ctx: Context,
         task_id: int | None,
         title: str | None,
-        act: Callable[[str, int], Awaitable[TaskRow | None]],
+        act: Callable[..., Awaitable[TaskRow | None]],
     ) -> dict[str, Any]:
-        """Find the task meant for this request's user, then ``act`` on it by id."""
-        user = user_of(ctx)
-        if user is None:
-            return _fail("UNAUTHORIZED", "no user")
+        """Find the task meant for this request's user, then ``act`` on it by id (under
+        the request's hold)."""
+        who = caller(ctx)
+        if isinstance(who, dict):
+            return who
+        user, hold = who
         found = await _find(store, user, task_id, title)
         if isinstance(found, dict):
             return found
-        changed = await act(user, found.id)
+        changed = await act(user, found.id, hold=hold)
         if changed is None:  # gone between the lookup and the change
             return _fail("NOT_FOUND", "no such task", query=found.title)
         return _ok(_task_view(changed))
 
     @server.tool(annotations=_WRITES)
+    @written
     async def complete_task(
         ctx: Context, task_id: int | None = None, title: str | None = None
     ) -> dict[str, Any]:
@@ -248,6 +309,7 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         return await on_found(ctx, task_id, title, store.complete_task)
 
     @server.tool(annotations=_REMOVES)
+    @written
     async def delete_task(
         ctx: Context, task_id: int | None = None, title: str | None = None
     ) -> dict[str, Any]:
@@ -255,17 +317,19 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
         return await on_found(ctx, task_id, title, store.delete_task)
 
     @server.tool(annotations=_REMOVES)
+    @written
     async def delete_completed_tasks(ctx: Context, task_ids: list[int] | None = None) -> dict[str, Any]:
         """Remove all of the user's completed tasks, in one go (the assistant asks the user
         to confirm first); ``task_ids`` limits it to those of them."""
-        user = user_of(ctx)
-        if user is None:
-            return _fail("UNAUTHORIZED", "no user")
+        who = caller(ctx)
+        if isinstance(who, dict):
+            return who
+        user, hold = who
         if task_ids is None:
             task_ids = [t.id for t in await store.list_tasks(user, "completed")]
         elif len(task_ids) > MAX_BULK:
             return _fail("INVALID_INPUT", f"at most {MAX_BULK} tasks at once", field="task_ids")
-        gone = await store.delete_tasks(user, task_ids, only_completed=True)
+        gone = await store.delete_tasks(user, task_ids, only_completed=True, hold=hold)
         return _ok({"deleted": [_task_view(t) for t in gone], "count": len(gone)})
 
     return server
@@ -345,8 +409,12 @@ class MCPToolExecutor:
             return ToolResult(success=False, error=f"unknown tool {tool_name!r}", error_code="INVALID_INPUT")
         arguments = {k: v for k, v in parameters.items() if k in accepted}  # user_id never passes
         try:
+            meta: dict[str, Any] = {USER_META: user_id}
+            hold = _HOLD.get()
+            if hold is not None:
+                meta[HOLD_META] = [hold.conversation_id, hold.token]
             result = await client.call_tool(
-                tool_name, arguments, read_timeout_seconds=self.call_timeout, meta={USER_META: user_id}
+                tool_name, arguments, read_timeout_seconds=self.call_timeout, meta=meta
             )
         except anyio.get_cancelled_exc_class():
             raise

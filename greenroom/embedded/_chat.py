@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import (
+    ConversationHold,
     ConversationNotFound,
     StoredMessage,
     StoredPending,
@@ -99,7 +100,9 @@ class SQLiteChatStore:
 
     _COLUMNS = "id, title, description, completed, created_at, updated_at"
 
-    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
+    async def add_task(
+        self, user_id: str, title: str, description: str = "", *, hold: ConversationHold | None = None
+    ) -> TaskRow:
         now = self.clock()
 
         def add(db: sqlite3.Connection) -> TaskRow:
@@ -133,7 +136,13 @@ class SQLiteChatStore:
         return None if row is None else self._row(row)
 
     async def update_task(
-        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+        self,
+        user_id: str,
+        task_id: int,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        hold: ConversationHold | None = None,
     ) -> TaskRow | None:
         now = self.clock()
 
@@ -151,7 +160,9 @@ class SQLiteChatStore:
 
         return await self._run(update)
 
-    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def complete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         now = self.clock()
 
         def complete(db: sqlite3.Connection) -> TaskRow | None:
@@ -163,7 +174,9 @@ class SQLiteChatStore:
 
         return await self._run(complete)
 
-    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def delete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         def delete(db: sqlite3.Connection) -> TaskRow | None:
             task = self._one(db, user_id, task_id)
             if task is not None:
@@ -173,7 +186,12 @@ class SQLiteChatStore:
         return await self._run(delete)
 
     async def delete_tasks(
-        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+        self,
+        user_id: str,
+        task_ids: list[int],
+        *,
+        only_completed: bool = False,
+        hold: ConversationHold | None = None,
     ) -> list[TaskRow]:
         ids = sorted(set(task_ids))
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..store import (
+    ConversationHold,
     ConversationNotFound,
     Fenced,
     StoredMessage,
@@ -54,19 +55,30 @@ def _owner(connection: Any, conversation_id: str, *, lock: bool = False) -> str 
     return None if row is None else str(row[0])
 
 
-def _check_hold(connection: Any, conversation_id: str, hold: int | None, action: str) -> None:
+def _check_hold(
+    connection: Any, conversation_id: str, hold: int | None, action: str, *, lock: bool = False
+) -> None:
     """``Fenced`` when ``hold`` is not the conversation's token now (its row locked by the
-    caller's transaction): another holder took it since the hold was given."""
+    caller's transaction, or here with ``lock``: a new holding waits for this commit, or
+    this write sees it): another holder took it since the hold was given."""
     if hold is None:
         return
     row = connection.execute(
-        "SELECT busy_token FROM greenroom_chat.conversations WHERE id = %s", (conversation_id,)
+        "SELECT busy_token FROM greenroom_chat.conversations WHERE id = %s" + (" FOR SHARE" if lock else ""),
+        (conversation_id,),
     ).fetchone()
     current = None if row is None else int(row[0])
     if current != hold:
         raise Fenced(
             f"conversation {conversation_id!r} ({action})", hold, current, "another request holds it now"
         )
+
+
+def _under(connection: Any, hold: ConversationHold | None, action: str) -> Any:
+    """The connection, once ``hold`` (if any) is checked current with its row locked."""
+    if hold is not None:
+        _check_hold(connection, hold.conversation_id, hold.token, action, lock=True)
+    return connection
 
 
 class PostgresChatStore:
@@ -82,14 +94,20 @@ class PostgresChatStore:
 
     # -- tasks ------------------------------------------------------------------------
 
-    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
+    async def add_task(
+        self, user_id: str, title: str, description: str = "", *, hold: ConversationHold | None = None
+    ) -> TaskRow:
         now = self.clock()
         row = await self._run(
-            lambda c: c.execute(
-                f"INSERT INTO greenroom_chat.tasks (user_id, title, description, created_at, updated_at) "
-                f"VALUES (%s, %s, %s, %s, %s) RETURNING {_TASK}",
-                (user_id, title, description, now, now),
-            ).fetchone()
+            lambda c: (
+                _under(c, hold, "add a task")
+                .execute(
+                    f"INSERT INTO greenroom_chat.tasks (user_id, title, description, created_at, updated_at) "
+                    f"VALUES (%s, %s, %s, %s, %s) RETURNING {_TASK}",
+                    (user_id, title, description, now, now),
+                )
+                .fetchone()
+            )
         )
         return _row(row)
 
@@ -103,49 +121,80 @@ class PostgresChatStore:
         return [_row(row) for row in rows]
 
     async def update_task(
-        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+        self,
+        user_id: str,
+        task_id: int,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        hold: ConversationHold | None = None,
     ) -> TaskRow | None:
         now = self.clock()
         row = await self._run(
-            lambda c: c.execute(
-                "UPDATE greenroom_chat.tasks SET title = coalesce(%s, title), "
-                "description = coalesce(%s, description), updated_at = %s "
-                f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
-                (title, description, now, user_id, task_id),
-            ).fetchone()
+            lambda c: (
+                _under(c, hold, "update a task")
+                .execute(
+                    "UPDATE greenroom_chat.tasks SET title = coalesce(%s, title), "
+                    "description = coalesce(%s, description), updated_at = %s "
+                    f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                    (title, description, now, user_id, task_id),
+                )
+                .fetchone()
+            )
         )
         return None if row is None else _row(row)
 
-    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def complete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         now = self.clock()
         row = await self._run(
-            lambda c: c.execute(
-                "UPDATE greenroom_chat.tasks SET completed = 1, updated_at = %s "
-                f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
-                (now, user_id, task_id),
-            ).fetchone()
+            lambda c: (
+                _under(c, hold, "complete a task")
+                .execute(
+                    "UPDATE greenroom_chat.tasks SET completed = 1, updated_at = %s "
+                    f"WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                    (now, user_id, task_id),
+                )
+                .fetchone()
+            )
         )
         return None if row is None else _row(row)
 
-    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def delete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         row = await self._run(
-            lambda c: c.execute(
-                f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = %s RETURNING {_TASK}",
-                (user_id, task_id),
-            ).fetchone()
+            lambda c: (
+                _under(c, hold, "delete a task")
+                .execute(
+                    f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = %s RETURNING {_TASK}",
+                    (user_id, task_id),
+                )
+                .fetchone()
+            )
         )
         return None if row is None else _row(row)
 
     async def delete_tasks(
-        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+        self,
+        user_id: str,
+        task_ids: list[int],
+        *,
+        only_completed: bool = False,
+        hold: ConversationHold | None = None,
     ) -> list[TaskRow]:
         ids = sorted(set(task_ids))
         rows = await self._run(
-            lambda c: c.execute(
-                f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = ANY(%s) "
-                f"AND (completed = 1 OR NOT %s) RETURNING {_TASK}",
-                (user_id, ids, only_completed),
-            ).fetchall()
+            lambda c: (
+                _under(c, hold, "delete tasks")
+                .execute(
+                    f"DELETE FROM greenroom_chat.tasks WHERE user_id = %s AND id = ANY(%s) "
+                    f"AND (completed = 1 OR NOT %s) RETURNING {_TASK}",
+                    (user_id, ids, only_completed),
+                )
+                .fetchall()
+            )
         )
         return sorted((_row(row) for row in rows), key=lambda task: task.id)
 

@@ -38,6 +38,7 @@ nothing else changes.
 from ._budgets import BudgetStore, Spent, check_budget_name, spend_rows
 from ._chat import (
     ChatStore,
+    ConversationHold,
     ConversationNotFound,
     StoredMessage,
     StoredPending,
@@ -113,6 +114,7 @@ __all__ = [
     "BudgetStore",
     "ChatStore",
     "Claimed",
+    "ConversationHold",
     "ConversationNotFound",
     "DuplicateTask",
     "EntityStore",

@@ -30,6 +30,16 @@ class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: float = 0.0
 
 
+class ConversationHold(msgspec.Struct, frozen=True):
+    """A request's hold on a conversation: its id and the token
+    :meth:`ChatStore.hold_conversation` gave. A to-do write made under it (the assistant's
+    tools, for the request) is refused with ``Fenced``, nothing changed, once another
+    holder took the conversation — the request paused past its hold."""
+
+    conversation_id: str
+    token: int
+
+
 class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["user", "assistant"]
     content: str
@@ -87,8 +97,12 @@ class ChatStore(Protocol):
     user only ever reaches their own tasks and conversations: another user's id finds
     nothing (``None``, ``[]``, :class:`ConversationNotFound`) and changes nothing."""
 
-    async def add_task(self, user_id: str, title: str, description: str = "") -> TaskRow:
-        """A new task of the user's, not completed; its ``id`` is new in the store."""
+    async def add_task(
+        self, user_id: str, title: str, description: str = "", *, hold: ConversationHold | None = None
+    ) -> TaskRow:
+        """A new task of the user's, not completed; its ``id`` is new in the store.
+        ``hold`` (here and in every to-do write): the request's hold, checked in the same
+        transaction — ``Fenced`` and nothing changed once another holder took it."""
         ...
 
     async def list_tasks(self, user_id: str, status: str = "all") -> list[TaskRow]:
@@ -96,21 +110,36 @@ class ChatStore(Protocol):
         ...
 
     async def update_task(
-        self, user_id: str, task_id: int, *, title: str | None = None, description: str | None = None
+        self,
+        user_id: str,
+        task_id: int,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        hold: ConversationHold | None = None,
     ) -> TaskRow | None:
         """Change what is given; the task as it is now, or ``None`` (not the user's)."""
         ...
 
-    async def complete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def complete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         """Mark it completed; the task, or ``None`` (not the user's)."""
         ...
 
-    async def delete_task(self, user_id: str, task_id: int) -> TaskRow | None:
+    async def delete_task(
+        self, user_id: str, task_id: int, *, hold: ConversationHold | None = None
+    ) -> TaskRow | None:
         """Remove it; the task as it was, or ``None`` (not the user's)."""
         ...
 
     async def delete_tasks(
-        self, user_id: str, task_ids: list[int], *, only_completed: bool = False
+        self,
+        user_id: str,
+        task_ids: list[int],
+        *,
+        only_completed: bool = False,
+        hold: ConversationHold | None = None,
     ) -> list[TaskRow]:
         """Remove those of ``task_ids`` that are the user's (and completed, with
         ``only_completed``), in one transaction; the tasks removed, as they were, by id."""

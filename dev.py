@@ -102,9 +102,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream", "entities")
+SUITES = ("actors", "graph", "log", "harness", "chat", "pipeline", "soak", "stream", "entities", "pauses")
 """Every suite ``python -m benchmarks`` has (a test keeps the two lists equal); soak loads a
-real daemon for 10 minutes per event loop."""
+real daemon for 10 minutes per event loop; pauses runs two daemons on a PostgreSQL server it
+starts (about 10 minutes for both loops and both kinds of pause)."""
 
 
 if __name__ == "__main__":

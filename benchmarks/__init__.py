@@ -62,7 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # the helper processes find us
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
 
-from . import chat, entities, graph, harness, log, pipeline, soak, stream  # noqa: E402 -- they import the helpers above
+from . import chat, entities, graph, harness, log, pauses, pipeline, soak, stream  # noqa: E402 -- they import the helpers above
 
 SUITES: dict[str, ModuleType] = {
     "graph": graph,
@@ -73,4 +73,5 @@ SUITES: dict[str, ModuleType] = {
     "soak": soak,
     "stream": stream,
     "entities": entities,
+    "pauses": pauses,
 }

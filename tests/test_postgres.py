@@ -1673,6 +1673,48 @@ async def test_a_frozen_session_holding_a_row_lock_is_cut_by_the_server_and_othe
             await anyio.to_thread.run_sync(frozen.close)
 
 
+async def test_the_pause_benchmark_s_auditor_counts_a_write_under_another_side_s_ownership(
+    pg_url: str,
+) -> None:
+    """``python -m benchmarks pauses`` counts stale writes with triggers in the database
+    (each writer named by its connection's ``application_name``): a step written by the
+    side that holds the task's attempt is fine; one by the other side, or on a task no
+    longer running, is counted — the auditor can see what it claims to count."""
+    from benchmarks.pauses import AUDIT, stale_writes
+
+    async with _ready(pg_url) as db:
+        graph = PostgresGraph()
+        await db.run(lambda c: graph.submit(c, [task("t1"), task("t2")]))
+        await db.run(lambda c: graph.claim(c, "agent@A:111", "w", 60.0))  # side A holds both
+        await db.run(lambda c: graph.claim(c, "agent@A:111", "w", 60.0))
+        await db.run(lambda c: graph.complete(c, "t2", "agent@A:111", AgentResult(task_id="t2")))
+        await db.run(lambda c: [c.execute(statement) for statement in AUDIT])
+
+        def write_step(c: Any, writer: str, task_id: str, key: str) -> None:
+            c.execute("SELECT set_config('application_name', %s, true)", (writer,))
+            c.execute(
+                "INSERT INTO gr_steps (task_id, key, kind, fingerprint, body, attempt, at) "
+                "VALUES (%s, %s, 'tool_result', '', '{}', 1, 0)",
+                (task_id, key),
+            )
+
+        for writer, task_id, key in [
+            ("A", "t1", "k1"),
+            ("B", "t1", "k2"),
+            ("A", "t2", "k3"),
+            ("probe", "t1", "k4"),
+        ]:
+            await db.run(lambda c, w=writer, t=task_id, k=key: write_step(c, w, t, k))
+        rows = await db.run(
+            lambda c: c.execute(
+                "SELECT at, writer, what, id, holder, status, token, new_token, lease FROM bench_audit"
+            ).fetchall()
+        )
+    stale, writes = stale_writes(rows, {"A": lambda h: bool(h) and h.endswith(":111"), "B": lambda h: False})
+    assert writes == 3  # the probe's own is not a side's
+    assert dict(stale) == {"step tool_result": 2}  # B's under A's attempt; A's on a finished task
+
+
 @pytest.mark.parametrize("how", ["sigstop", "stalled connection"])
 def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands_twice(
     pg_url: str, tmp_path: Path, how: str
@@ -1689,7 +1731,8 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     import collections
 
     import psycopg
-    from _support import StallingProxy
+
+    from benchmarks._proxy import StallingProxy, server_socket
 
     upgraded = _cli("db", "upgrade", "--store", pg_url)
     assert upgraded.returncode == 0, upgraded.stderr
@@ -1707,7 +1750,7 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     env = {"GREENROOM_TEST_EFFECTS": str(effects), "GREENROOM_TEST_LEDGER": str(ledger)}
     acks = tmp_path / "acks.log"
     info = psycopg.conninfo.conninfo_to_dict(pg_url)
-    proxy = StallingProxy(lambda: _server_socket(info))
+    proxy = StallingProxy(lambda: server_socket(info))
     b_url = f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{info['dbname']}"
     a = _daemon(pg_url, config, tmp_path / "nodeA", acks, **env)
     b = _daemon(b_url if how != "sigstop" else pg_url, config, tmp_path / "nodeB", acks, **env)
@@ -1768,15 +1811,3 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     assert "Traceback" not in b_said and "restarts" not in b_said, b_said[-3000:]
     print(f"\n{how}: pauses: {pauses}; stale calls refused by the tool: {len(stale)}; "
           f"attempts B gave up: {b_said.count('gave up task')}")  # fmt: skip
-
-
-def _server_socket(info: dict[str, Any]) -> Any:
-    """A connection to the server the test's URL names: its Unix socket, or its TCP port."""
-    import socket
-
-    host, port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
-    if host.startswith("/"):
-        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.connect(f"{host}/.s.PGSQL.{port}")
-        return unix
-    return socket.create_connection((host, port))

@@ -17,11 +17,12 @@ that instant. At the end: **stale writes accepted** (a write by one side while t
 held the ownership: a task attempt or an entity granted again, a conversation held by the
 other daemon), **answered asks lost** (an entity's answered id missing from its saved
 state), **effects twice** (the honouring tool's; the unkeyed tool's, each shown with
-whether a pause began between the call's last lease check — its release, as the auditor
-saw it committed — and its effect), whether B is alive and said no traceback, the
-questions a person was asked (answered from the effects: "it ran" or "run it"), and the live side's
-latency during the pauses against without them: a claim round trip (a probe node claiming
-its own tasks on the same database) and an entity's activation (an ask to a new key).
+whether a pause fell between the call's last lease check — its release, as the auditor saw
+it committed (the server commits what a frozen process sent) — and its effect), whether B
+is alive and said no traceback, the questions a person was asked (answered from the
+effects: "it ran" or "run it"), and the live side's latency during the pauses against
+without them: a claim round trip (a probe node claiming its own tasks on the same
+database) and an entity's activation (an ask to a new key).
 """
 
 from __future__ import annotations
@@ -436,10 +437,10 @@ class Run:
             row[3]: row[0] for row in audit if row[1] == "B" and row[2] == "step tool_released"
         }
         in_the_window = 0
-        for key, runs in twice.items():  # B's run: a pause began after its check, before its effect
+        for key, runs in twice.items():  # B's run: a pause fell between its check and its effect
             checked = released.get(key.replace("/", " ", 1))
             if checked is not None and any(
-                pid == b.daemon.pid and any(checked < start < landed for start, _ in self.windows)
+                pid == b.daemon.pid and any(start < landed and end > checked for start, end in self.windows)
                 for pid, landed in runs
             ):
                 in_the_window += 1
@@ -460,6 +461,7 @@ class Run:
             "writes_under_ownership": writes,
             "stale_writes_accepted": sum(stale.values()),
             "stale_by_kind": dict(stale),
+            "stale_examples": list(EXAMPLES),
             "asks": {
                 "sent": len(self.sent),
                 "answered": len(self.answered),
@@ -516,7 +518,14 @@ def stale_writes(
             late = not holds(holder)
         if late:
             stale[what] += 1
+            if stale[what] <= 3:
+                EXAMPLES.append(f"{what} by {writer} on {_id} at {at:.3f}: held by {holder} ({status}, "
+                                f"token {token}, until {lease})")  # fmt: skip
     return stale, writes
+
+
+EXAMPLES: list[str] = []
+"""The first stale writes of each kind the last :func:`stale_writes` found, as lines."""
 
 
 def measure(url: str, backend: str, how: str, pauses: int, lease: float, seed: int) -> dict[str, Any]:
@@ -541,6 +550,7 @@ def format_table(f: dict[str, Any]) -> str:
         f" (leases {f['lease_s']:g} s)",
         f"  stale writes accepted:        {f['stale_writes_accepted']} of {f['writes_under_ownership']} "
         f"writes under an ownership {f['stale_by_kind'] or ''}",
+        *(f"    {line}" for line in f["stale_examples"]),
         f"  answered asks lost:           {asks['lost']} ({asks['answered']} of {asks['sent']} answered)",
         f"  chat turns acked, then lost:  {chat['acked_lost_or_twice']} ({chat['turns_acked']} acked, "
         f"{chat['refused_or_cut']} refused or cut)",

@@ -1114,10 +1114,10 @@ async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> No
         assert await a.hold_conversation("c1", "host-a", 30.0) == 1
         assert await a.hold_conversation("c1", "host-a", 30.0) == 1  # its own live hold: the same token
         assert await b.hold_conversation("c1", "host-b", 30.0) is None  # busy on host a
-        await a.let_go_conversation("c1", "host-a")
-        assert await b.hold_conversation("c1", "host-b", 30.0) == 2
+        await a.let_go_conversation("c1", "host-a")  # the holding ends: its token is spent (2)
+        assert await b.hold_conversation("c1", "host-b", 30.0) == 3
         now[0] += 31  # host b paused mid-request: its hold lapses at the deadline
-        assert await a.hold_conversation("c1", "host-a", 30.0) == 3
+        assert await a.hold_conversation("c1", "host-a", 30.0) == 4
 
 
 async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(pg_url: str) -> None:
@@ -1152,6 +1152,16 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
         assert [m.content for m in await b.load_history("alice", "c1", 10)] == ["delete 1", "from b"]
         assert await b.load_pending("alice", "c1") == pending  # not taken by the stale request
         assert await b.take_pending("alice", "c1", pending, hold=fresh)
+        await b.let_go_conversation("c1", "host-b")  # the request ended (its deadline cut it) ...
+        with pytest.raises(Fenced):  # ... while its save was on its way: refused, nothing stored
+            await b.save_turn(
+                "alice",
+                "c1",
+                [StoredMessage(role="user", content="late", created_at=133.0)],
+                None,
+                hold=fresh,
+            )
+        assert [m.content for m in await b.load_history("alice", "c1", 10)] == ["delete 1", "from b"]
 
 
 async def test_a_to_do_write_under_a_lapsed_hold_is_refused_with_nothing_changed(pg_url: str) -> None:

@@ -348,8 +348,10 @@ class PostgresChatStore:
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
         await self._run(
             lambda c: c.execute(
-                "UPDATE greenroom_chat.conversations SET busy_by = NULL, busy_until = NULL "
-                "WHERE id = %s AND busy_by = %s",
+                # the holding ends: a write still on its way under it (a request cut by its
+                # deadline while its save was in flight) is refused, as a stale holder's is
+                "UPDATE greenroom_chat.conversations SET busy_by = NULL, busy_until = NULL, "
+                "busy_token = busy_token + 1 WHERE id = %s AND busy_by = %s",
                 (conversation_id, holder),
             )
         )

@@ -202,7 +202,9 @@ class ChatStore(Protocol):
         ...
 
     async def let_go_conversation(self, conversation_id: str, holder: str) -> None:
-        """Give back a hold ``holder`` has (nothing if it has none)."""
+        """Give back a hold ``holder`` has (nothing if it has none). The holding ends: a
+        write still on its way under its token (a request cut by its deadline whose save
+        was in flight) is refused on a store shared by several processes."""
         ...
 
     async def forget_idle(self, before: float, *, limit: int = 1000) -> int:

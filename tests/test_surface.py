@@ -147,6 +147,7 @@ PUBLIC: dict[str, list[str]] = {
         "BudgetStore",
         "ChatStore",
         "Claimed",
+        "ConversationHold",
         "ConversationNotFound",
         "DuplicateTask",
         "EntityStore",

@@ -87,6 +87,8 @@ PROBE_EVERY = 0.2
 
 def _named(url: str, name: str) -> str:
     """``url`` whose connections say ``name`` (``application_name``): the auditor's writer."""
+    if "://" not in url:  # a key=value conninfo
+        return f"{url} application_name={name}"
     return f"{url}{'&' if '?' in url else '?'}application_name={name}"
 
 
@@ -387,12 +389,11 @@ class Run:
                         stop_asks.set()
 
                     def unfinished() -> int:
-                        return int(
-                            watch.execute(
-                                "SELECT count(*) FROM gr_tasks WHERE type = 'pause' AND status NOT IN "
-                                "('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')"
-                            ).fetchone()[0]
-                        )
+                        (count,) = watch.execute(
+                            "SELECT count(*) FROM gr_tasks WHERE type = 'pause' AND status NOT IN "
+                            "('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')"
+                        ).fetchone() or (0,)
+                        return int(count)
 
                     for _ in range(900):  # every task fed finishes (3 minutes at most)
                         if not await anyio.to_thread.run_sync(unfinished):
@@ -610,13 +611,7 @@ def _server(store: str) -> Iterator[Callable[[str], str]]:
             with psycopg.connect(admin_url, autocommit=True) as admin:
                 suffix = f"{name}_{os.getpid()}_{int(time.time())}"
                 admin.execute(f'CREATE DATABASE "{suffix}"')
-            parts = psycopg.conninfo.conninfo_to_dict(admin_url)
-            parts["dbname"] = suffix
-            return (
-                psycopg.conninfo.make_conninfo(**parts)
-                if "://" not in admin_url
-                else _with_db(admin_url, suffix)
-            )
+            return _with_db(admin_url, suffix)
 
         return make
 
@@ -639,7 +634,11 @@ def _server(store: str) -> Iterator[Callable[[str], str]]:
 
 
 def _with_db(url: str, name: str) -> str:
+    """``url`` naming the database ``name`` instead (a URL, or a ``key=value`` conninfo)."""
+    import psycopg
+
+    if "://" not in url:
+        return psycopg.conninfo.make_conninfo(url, dbname=name)
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))

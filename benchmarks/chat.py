@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -238,8 +239,10 @@ async def _http(
     return figures
 
 
-async def _no_status() -> dict[str, Any]:
-    return {}
+async def _no_status() -> Any:
+    from greenroom.service import DaemonStatus
+
+    return DaemonStatus(version="bench", pid=os.getpid(), data_dir="", uptime=0.0)
 
 
 def measure(

@@ -122,6 +122,8 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
 
     status: dict[str, Any] = {
         "version": "9.9",
+        "pid": 1,
+        "data_dir": "/d",
         "uptime": 12.5,
         "tasks": {"total": 1, "completed_here": 0, "by_status": {"WAITING": 1}, "runnable_types": [],
                   "by_type": {"research": {"WAITING": 1}}},
@@ -140,7 +142,7 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
         "storage": {"bytes": 4096, "by_part": {"tasks": 4096}, "archived_tasks": 0, "archive_parts": 0,
                     "event_segments": 1, "events_dropped_through": 0},
     }  # fmt: skip
-    figures = samples(exposition(status).decode())
+    figures = samples(exposition(_typed(status)).decode())
     assert figures[("greenroom_approvals_waiting", ())] == 1
     assert figures[("greenroom_agent_queue_depth", (("type", "research"),))] == 3
     assert figures[("greenroom_agent_restarts_total", (("type", "research"),))] == 2
@@ -150,7 +152,7 @@ def test_the_exposition_is_written_by_prometheus_client_from_one_status_snapshot
     assert not any(name.startswith("greenroom_store_write_seconds") for name, _ in figures)  # none given
     status["tasks"]["writes"] = {"bounds": [0.001, 0.01], "counts": [2, 0, 1], "sum": 0.5}
     status["tasks"]["archived_here"] = 7
-    figures = samples(exposition(status).decode())
+    figures = samples(exposition(_typed(status)).decode())
     bucket = "greenroom_store_write_seconds_bucket"
     assert [figures[(bucket, (("le", le), ("part", "tasks")))] for le in ("0.001", "0.01", "+Inf")] == [
         2,
@@ -194,7 +196,7 @@ def test_time_to_first_token_is_a_histogram_of_every_call_merged_over_a_types_se
         5,
     )
     status: dict[str, Any] = {"agents": {"write": {"model_timing": summary}}}
-    figures = samples(exposition(status).decode())
+    figures = samples(exposition(_typed(status)).decode())
     name = "greenroom_model_first_token_histogram_seconds"
     assert figures[(f"{name}_bucket", (("le", "0.1"), ("type", "write")))] == 3
     assert figures[(f"{name}_bucket", (("le", "+Inf"), ("type", "write")))] == 5
@@ -226,7 +228,7 @@ def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() ->
     }
     history = History(every=2.0, keep=3)
     for at in range(5):
-        history.add(status, at=float(at))
+        history.add(_typed(status), at=float(at))
     document = history.document()
     assert document["every"] == 2.0 and [s["at"] for s in document["samples"]] == [2.0, 3.0, 4.0]
     last = document["samples"][-1]
@@ -236,3 +238,127 @@ def test_a_history_sample_keeps_what_the_charts_draw_and_the_last_ones_only() ->
     assert last["budgets"] == {"team": {"tokens": 90, "limit": 1000}}
     queued = last["queued_by_type"]  # each type's PENDING tasks, 0 for a type with none; 20 types at most
     assert len(queued) == 20 and (queued["a"], queued["b"], queued["c"], queued["z00"]) == (2, 1, 0, 1)
+
+
+def _typed(status: dict[str, Any]) -> Any:
+    """A status document (its JSON) as the ``DaemonStatus`` it is, the fields it leaves
+    out at their defaults."""
+    import msgspec
+
+    from greenroom.service import DaemonStatus
+
+    return msgspec.convert(
+        {"version": "0", "pid": 1, "data_dir": "/d", "uptime": 0.0, **status}, DaemonStatus
+    )
+
+
+def test_every_sample_of_a_scrape_is_a_field_of_the_status_snapshot() -> None:
+    """Issue 50's typed status: a snapshot with a distinct figure in every field the
+    scrape exports; the scrape has exactly the samples listed here, each the figure of its
+    field — a family added, dropped or read from the wrong field fails here (and a renamed
+    field fails the type check of ``_metrics``)."""
+    from greenroom.messages import Durations
+    from greenroom.service import (
+        AgentPool,
+        BudgetStatus,
+        ChatStatus,
+        DaemonStatus,
+        Histogram,
+        LogStatus,
+        ModelTiming,
+        Quantiles,
+        TaskFigures,
+    )
+    from greenroom.service._metrics import exposition
+    from greenroom.store import StoreSizes
+
+    status = DaemonStatus(
+        version="1.2", pid=7, data_dir="/d", uptime=11.5,
+        tasks=TaskFigures(
+            total=21, completed_here=22, granted_here=23, failures_here=24,
+            by_status={"WAITING": 25, "PENDING": 26}, by_type={"t": {"PENDING": 27}}, runnable_types=["t"],
+            archived_here=28, archive_dropped_here=29,
+            writes=Durations(bounds=[0.01], counts=[30, 31], sum=0.5),
+        ),
+        log=LogStatus(appended_here=32, writes=Durations(bounds=[0.01], counts=[33, 34], sum=0.25)),
+        agents={"t": AgentPool(
+            configured=35, alive=36, busy=37, queued=38, restarts=39, tokens_spent=40, model_calls=41,
+            cost=0.42, model="m",
+            model_timing=ModelTiming(
+                calls=43, first_token_ms=Quantiles(44.0, 45.0), tokens_per_second=Quantiles(46.0, 47.0),
+                first_token_histogram=Histogram([(0.1, 48), ("+Inf", 49)], 4.9),
+                duration_histogram=Histogram([(1.0, 50), ("+Inf", 51)], 5.1),
+            ),
+        )},
+        chat=ChatStatus(llm_calls=52, total_tokens=53, cost=0.54),
+        mailboxes={"log": 55},
+        budgets={"b": BudgetStatus(tokens=56, cost=0.57, limit=58, cost_limit=0.59, exhausted=True)},
+        storage=StoreSizes(
+            archived_tasks=60, archive_parts=61, bytes=62, by_part={"p": 63}, event_segments=64,
+            events_dropped_through=65,
+        ),
+    )  # fmt: skip
+    t, tm, b = (("type", "t"),), (("model", "m"), ("type", "t")), (("budget", "b"),)
+    expected = {
+        ("greenroom_info", (("version", "1.2"),)): 1,
+        ("greenroom_uptime_seconds", ()): 11.5,
+        ("greenroom_tasks", (("status", "PENDING"),)): 26,
+        ("greenroom_tasks", (("status", "WAITING"),)): 25,
+        ("greenroom_tasks_by_type", (("status", "PENDING"), *t)): 27,
+        ("greenroom_tasks_live", ()): 21,
+        ("greenroom_approvals_waiting", ()): 25,
+        ("greenroom_runnable_types", t): 1,
+        ("greenroom_tasks_completed_here_total", ()): 22,
+        ("greenroom_claims_granted_here_total", ()): 23,
+        ("greenroom_attempts_failed_here_total", ()): 24,
+        ("greenroom_tasks_archived_here_total", ()): 28,
+        ("greenroom_archive_dropped_here_total", ()): 29,
+        ("greenroom_events_appended_here_total", ()): 32,
+        ("greenroom_store_write_seconds_bucket", (("le", "0.01"), ("part", "tasks"))): 30,
+        ("greenroom_store_write_seconds_bucket", (("le", "+Inf"), ("part", "tasks"))): 61,
+        ("greenroom_store_write_seconds_count", (("part", "tasks"),)): 61,
+        ("greenroom_store_write_seconds_sum", (("part", "tasks"),)): 0.5,
+        ("greenroom_store_write_seconds_bucket", (("le", "0.01"), ("part", "events"))): 33,
+        ("greenroom_store_write_seconds_bucket", (("le", "+Inf"), ("part", "events"))): 67,
+        ("greenroom_store_write_seconds_count", (("part", "events"),)): 67,
+        ("greenroom_store_write_seconds_sum", (("part", "events"),)): 0.25,
+        ("greenroom_model_call_seconds_bucket", (("le", "1.0"), *t)): 50,
+        ("greenroom_model_call_seconds_bucket", (("le", "+Inf"), *t)): 51,
+        ("greenroom_model_call_seconds_count", t): 51,
+        ("greenroom_model_call_seconds_sum", t): 5.1,
+        ("greenroom_agents", t): 35,
+        ("greenroom_agents_alive", t): 36,
+        ("greenroom_agents_busy", t): 37,
+        ("greenroom_agent_queue_depth", t): 38,
+        ("greenroom_agent_restarts_total", t): 39,
+        ("greenroom_model_calls_total", tm): 41,
+        ("greenroom_model_tokens_total", tm): 40,
+        ("greenroom_model_cost_total", tm): 0.42,
+        ("greenroom_model_first_token_seconds", (("quantile", "0.5"), *t)): 0.044,
+        ("greenroom_model_first_token_seconds", (("quantile", "0.99"), *t)): 0.045,
+        ("greenroom_model_tokens_per_second", (("quantile", "0.5"), *t)): 46.0,
+        ("greenroom_model_tokens_per_second", (("quantile", "0.99"), *t)): 47.0,
+        ("greenroom_model_first_token_histogram_seconds_bucket", (("le", "0.1"), *t)): 48,
+        ("greenroom_model_first_token_histogram_seconds_bucket", (("le", "+Inf"), *t)): 49,
+        ("greenroom_model_first_token_histogram_seconds_count", t): 49,
+        ("greenroom_model_first_token_histogram_seconds_sum", t): 4.9,
+        ("greenroom_mailbox_depth", (("actor", "log"),)): 55,
+        ("greenroom_budget_spent_tokens", b): 56,
+        ("greenroom_budget_spent_cost", b): 0.57,
+        ("greenroom_budget_limit_tokens", b): 58,
+        ("greenroom_budget_limit_cost", b): 0.59,
+        ("greenroom_budget_exhausted", b): 1,
+        ("greenroom_chat_model_calls_total", ()): 52,
+        ("greenroom_chat_tokens_total", ()): 53,
+        ("greenroom_chat_cost_total", ()): 0.54,
+        ("greenroom_store_bytes", (("part", "p"),)): 63,
+        ("greenroom_store_bytes_total", ()): 62,
+        ("greenroom_tasks_archived", ()): 60,
+        ("greenroom_archive_parts", ()): 61,
+        ("greenroom_event_segments", ()): 64,
+        ("greenroom_events_dropped_through", ()): 65,
+    }
+    figures = samples(exposition(status).decode())
+    assert sorted(set(figures) - set(expected)) == []  # no sample this list does not name
+    assert sorted(set(expected) - set(figures)) == []  # every one it names is there
+    assert {key: pytest.approx(value) for key, value in expected.items()} == figures

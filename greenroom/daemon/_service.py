@@ -32,7 +32,20 @@ from ..harness._ledger import TrackBudget
 from ..harness._timings import merged
 from ..llm import ChatModel, RuleBasedModel
 from ..messages import Event, GraphStats, LogFigures, LogStats
-from ..service import DaemonInfo, Principal, TokenStore, create_app, parse_address
+from ..service import (
+    AgentPool,
+    BudgetStatus,
+    ChatStatus,
+    DaemonInfo,
+    DaemonStatus,
+    LogStatus,
+    ModelTiming,
+    Principal,
+    TaskFigures,
+    TokenStore,
+    create_app,
+    parse_address,
+)
 from ..service._app import ServiceParts
 from ..service._client import ADMIN_TOKEN_FILE, DAEMON_FILE
 from ..service._serve import bind, serve
@@ -230,7 +243,7 @@ class DaemonService:
                 forgetting.cancel()
                 sampling.cancel()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> DaemonStatus:
         host = self.host
         stats: GraphStats = await host.stats()
         log: LogFigures | None
@@ -238,71 +251,60 @@ class DaemonService:
             log = await host.log.ask(LogStats(), timeout=None)
         except ActorStopped:  # stopping: the rest of the snapshot still says something
             log = None
-        agents: dict[str, dict[str, Any]] = {}
+        agents: dict[str, AgentPool] = {}
         setups: dict[str, dict[int, CallTimings]] = {}  # per type, each setup's timings once
         for agent, ref in host.agents:
-            entry = agents.setdefault(
-                agent.agent_type or type(agent).__name__,
-                {
-                    "configured": 0,
-                    "alive": 0,
-                    "busy": 0,
-                    "queued": 0,
-                    "restarts": 0,
-                    "tokens_spent": 0,
-                    "model_calls": 0,
-                    "cost": 0.0,
-                },
-            )
-            entry["configured"] += 1
-            entry["alive"] += int(ref.is_alive)
+            agent_type = agent.agent_type or type(agent).__name__
+            pool = agents.setdefault(agent_type, AgentPool())
+            pool.configured += 1
+            pool.alive += int(ref.is_alive)
             runtime = host.runtimes.get(ref)
-            entry["busy"] += int(runtime is not None and runtime.running is not None)
-            entry["queued"] += ref.queued
-            entry["restarts"] += ref.statistics().restarts
+            pool.busy += int(runtime is not None and runtime.running is not None)
+            pool.queued += ref.queued
+            pool.restarts += ref.statistics().restarts
             if agent.llm is not None:
-                entry["tokens_spent"] += agent.llm.usage.spent
-                entry["model_calls"] += agent.llm.usage.calls
-                entry["cost"] += agent.llm.usage.cost
+                pool.tokens_spent += agent.llm.usage.spent
+                pool.model_calls += agent.llm.usage.calls
+                pool.cost += agent.llm.usage.cost
                 timings = agent.llm.timings
-                setups.setdefault(agent.agent_type or type(agent).__name__, {})[id(timings)] = timings
-        for agent_type, entry in agents.items():
-            entry["model"] = model_for(host.config, agent_type) if agent_type in host.config.agents else None
-            entry["cost"] = round(entry["cost"], 6)
-            entry["model_timing"] = merged(setups.get(agent_type, {}).values()).summary()
+                setups.setdefault(agent_type, {})[id(timings)] = timings
+        for agent_type, pool in agents.items():
+            pool.model = model_for(host.config, agent_type) if agent_type in host.config.agents else None
+            pool.cost = round(pool.cost, 6)
+            pool.model_timing = msgspec.convert(
+                merged(setups.get(agent_type, {}).values()).summary(), ModelTiming
+            )
         mailboxes = {"supervisor": host.supervisor.queued, "log": host.log.queued}
         runner = self.parts.chat
         if runner is not None:
             mailboxes["chat-runner"] = runner.ref.queued
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "data_dir": str(host.data_dir),
-            "uptime": round(time.time() - self.parts.started, 3),
-            "stopping": self.stop.is_set(),
-            "tasks": {
-                "total": stats.total,
-                "completed_here": stats.completed_here,
-                "granted_here": stats.granted_here,
-                "failures_here": stats.failures_here,
-                "by_status": stats.by_status,
-                "by_type": stats.by_type,
-                "runnable_types": stats.runnable_types,
-                "archived_here": stats.archived_here,
-                "archive_dropped_here": stats.archive_dropped_here,
-                "writes": None if stats.writes is None else msgspec.to_builtins(stats.writes),
-            },
-            "log": None
-            if log is None
-            else {"appended_here": log.appended, "writes": msgspec.to_builtins(log.writes)},
-            "agents": agents,
-            "chat": None if runner is None else _chat_status(runner.engine),
-            "mailboxes": mailboxes,
-            "budgets": self._budgets(),
-            "storage": msgspec.to_builtins(await host.store.sizes()),
-        }
+        return DaemonStatus(
+            version=__version__,
+            pid=os.getpid(),
+            data_dir=str(host.data_dir),
+            uptime=round(time.time() - self.parts.started, 3),
+            stopping=self.stop.is_set(),
+            tasks=TaskFigures(
+                total=stats.total,
+                completed_here=stats.completed_here,
+                granted_here=stats.granted_here,
+                failures_here=stats.failures_here,
+                by_status=stats.by_status,
+                by_type=stats.by_type,
+                runnable_types=stats.runnable_types,
+                archived_here=stats.archived_here,
+                archive_dropped_here=stats.archive_dropped_here,
+                writes=stats.writes,
+            ),
+            log=None if log is None else LogStatus(appended_here=log.appended, writes=log.writes),
+            agents=agents,
+            chat=None if runner is None else _chat_status(runner.engine),
+            mailboxes=mailboxes,
+            budgets=self._budgets(),
+            storage=await host.store.sizes(),
+        )
 
-    def _budgets(self) -> dict[str, dict[str, Any]]:
+    def _budgets(self) -> dict[str, BudgetStatus]:
         """The named budgets in use here (the agents' and the chat's): what every daemon of
         the store spent against each, as the ledger last read it."""
         budgets: dict[str, TokenBudget] = {}
@@ -313,13 +315,13 @@ class DaemonService:
             if budget is not None and budget.name is not None:
                 budgets.setdefault(budget.name, budget)
         return {
-            name: {
-                "tokens": budget.spent,
-                "cost": round(budget.cost, 6),
-                "limit": budget.limit,
-                "cost_limit": budget.cost_limit,
-                "exhausted": budget.exhausted,
-            }
+            name: BudgetStatus(
+                tokens=budget.spent,
+                cost=round(budget.cost, 6),
+                limit=budget.limit,
+                cost_limit=budget.cost_limit,
+                exhausted=budget.exhausted,
+            )
             for name, budget in sorted(budgets.items())
         }
 
@@ -338,15 +340,19 @@ class DaemonService:
         await self._close()
 
 
-def _chat_status(engine: Any) -> dict[str, Any]:
+def _chat_status(engine: Any) -> ChatStatus:
     """What the chat assistant spent in this daemon's run, and against its budget (the
     budget ``chat``: what every run and every daemon of the store spent)."""
-    budget = engine.budget
-    return {
-        **engine.spend.as_dict(),
-        "budget_spent_tokens": budget.spent,
-        "budget_spent_cost": round(budget.cost, 6),
-        "budget_tokens": budget.limit,
-        "budget_cost": budget.cost_limit,
-        "budget_exhausted": budget.exhausted,
-    }
+    budget, spend = engine.budget, engine.spend
+    return ChatStatus(
+        llm_calls=spend.calls,
+        prompt_tokens=spend.prompt_tokens,
+        completion_tokens=spend.completion_tokens,
+        total_tokens=spend.total_tokens,
+        cost=round(spend.cost, 6),
+        budget_spent_tokens=budget.spent,
+        budget_spent_cost=round(budget.cost, 6),
+        budget_tokens=budget.limit,
+        budget_cost=budget.cost_limit,
+        budget_exhausted=budget.exhausted,
+    )

@@ -14,6 +14,17 @@ if TYPE_CHECKING:
     from ._app import ApiError, create_app
     from ._client import DaemonInfo, ServiceClient, ServiceError, ServiceUnavailable, find_daemon
     from ._serve import parse_address
+    from ._status import (
+        AgentPool,
+        BudgetStatus,
+        ChatStatus,
+        DaemonStatus,
+        Histogram,
+        LogStatus,
+        ModelTiming,
+        Quantiles,
+        TaskFigures,
+    )
     from ._tokens import SCOPES, Principal, Scope, TokenFileError, TokenRecord, TokenStore
 
 __getattr__ = lazy(
@@ -22,6 +33,15 @@ __getattr__ = lazy(
         "ApiError": "._app",
         "create_app": "._app",
         "parse_address": "._serve",
+        "AgentPool": "._status",
+        "BudgetStatus": "._status",
+        "ChatStatus": "._status",
+        "DaemonStatus": "._status",
+        "Histogram": "._status",
+        "LogStatus": "._status",
+        "ModelTiming": "._status",
+        "Quantiles": "._status",
+        "TaskFigures": "._status",
         "DaemonInfo": "._client",
         "ServiceClient": "._client",
         "ServiceError": "._client",
@@ -38,13 +58,22 @@ __getattr__ = lazy(
 
 __all__ = [
     "SCOPES",
+    "AgentPool",
     "ApiError",
+    "BudgetStatus",
+    "ChatStatus",
     "DaemonInfo",
+    "DaemonStatus",
+    "Histogram",
+    "LogStatus",
+    "ModelTiming",
     "Principal",
+    "Quantiles",
     "Scope",
     "ServiceClient",
     "ServiceError",
     "ServiceUnavailable",
+    "TaskFigures",
     "TokenFileError",
     "TokenRecord",
     "TokenStore",

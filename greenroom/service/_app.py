@@ -63,6 +63,7 @@ from ..messages import (
     convert,
 )
 from ._page import page_routes
+from ._status import DaemonStatus
 from ._tokens import Principal, Scope, TokenStore
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class ServiceParts:
     events_dropped_through: Callable[[], Awaitable[int]]
     """The last ``seq`` retention dropped (a reader after an older one gets 410)."""
     tokens: TokenStore
-    status: Callable[[], Awaitable[dict[str, Any]]]
+    status: Callable[[], Awaitable[DaemonStatus]]
     stop: Callable[[], None]
     chat: AgentRunner | None = None
     steps: Callable[[str], Awaitable[list[Any]]] | None = None

@@ -19,47 +19,38 @@ from typing import Any
 
 import anyio
 
+from ._status import DaemonStatus
+
 logger = logging.getLogger("greenroom.service")
 
 MAX_TYPES = 20
 """Agent types a sample keeps the queue of (the first by name): a chart stays readable."""
 
 
-def sample(status: dict[str, Any], at: float) -> dict[str, Any]:
+def sample(status: DaemonStatus, at: float) -> dict[str, Any]:
     """The figures of one status snapshot that the charts draw."""
-    tasks = status.get("tasks") or {}
-    by_status = tasks.get("by_status") or {}
-    first_token: list[float] = []
-    first_token_p50: list[float] = []
-    rates: list[float] = []
-    for entry in (status.get("agents") or {}).values():
-        timing = entry.get("model_timing") or {}
-        p99 = (timing.get("first_token_ms") or {}).get("p99")
-        if p99 is not None:
-            first_token.append(p99)
-        median = (timing.get("first_token_ms") or {}).get("p50")
-        if median is not None:
-            first_token_p50.append(median)
-        p50 = (timing.get("tokens_per_second") or {}).get("p50")
-        if p50 is not None:
-            rates.append(p50)
+    tasks = status.tasks
+    by_status = tasks.by_status
+    timings = [pool.model_timing for pool in status.agents.values()]
+    first_token = [t.first_token_ms.p99 for t in timings if t.first_token_ms.p99 is not None]
+    first_token_p50 = [t.first_token_ms.p50 for t in timings if t.first_token_ms.p50 is not None]
+    rates = [t.tokens_per_second.p50 for t in timings if t.tokens_per_second.p50 is not None]
     return {
         "at": at,
-        "completed": tasks.get("completed_here", 0),
+        "completed": tasks.completed_here,
         "failed": by_status.get("FAILED", 0) + by_status.get("DEPENDENCY_FAILED", 0),
         "pending": by_status.get("PENDING", 0),
         "in_progress": by_status.get("IN_PROGRESS", 0),
         "waiting": by_status.get("WAITING", 0),
         "queued_by_type": {  # the queue of each agent type: its PENDING tasks (at most 20 types)
             agent_type: counts.get("PENDING", 0)
-            for agent_type, counts in sorted((tasks.get("by_type") or {}).items())[:MAX_TYPES]
+            for agent_type, counts in sorted(tasks.by_type.items())[:MAX_TYPES]
         },
         "first_token_p50_ms": max(first_token_p50) if first_token_p50 else None,
         "first_token_p99_ms": max(first_token) if first_token else None,
         "tokens_per_second_p50": min(rates) if rates else None,
         "budgets": {
-            name: {"tokens": budget.get("tokens", 0), "limit": budget.get("limit")}
-            for name, budget in (status.get("budgets") or {}).items()
+            name: {"tokens": budget.tokens, "limit": budget.limit} for name, budget in status.budgets.items()
         },
     }
 
@@ -71,14 +62,14 @@ class History:
         self.every = every
         self.samples: deque[dict[str, Any]] = deque(maxlen=keep)
 
-    def add(self, status: dict[str, Any], at: float | None = None) -> None:
+    def add(self, status: DaemonStatus, at: float | None = None) -> None:
         self.samples.append(sample(status, time.time() if at is None else at))
 
     def document(self) -> dict[str, Any]:
         """What ``GET /v1/history`` answers."""
         return {"every": self.every, "samples": list(self.samples)}
 
-    async def run(self, status: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def run(self, status: Callable[[], Awaitable[DaemonStatus]]) -> None:
         """Sample ``status()`` now and every ``every`` seconds until cancelled. A snapshot
         that cannot be taken (the store away) is skipped and said; the next one is tried."""
         while True:

@@ -92,12 +92,12 @@ async def test_a_runs_sessions_are_tasks_a_daemons_load_agents_run_and_record(
                 report, requests = await fleet_report(records, "r1", plan=plan, workload=SHORT, duration=1.0)
             finally:
                 await records.aclose()
-        assert (report["sessions"], report["sessions_ok"]) == (12, 12)
-        assert report["requests"] == len(requests) == len(server.seen) == 24  # 2 turns each
+        assert (report.sessions, report.sessions_ok) == (12, 12)
+        assert report.requests == len(requests) == len(server.seen) == 24  # 2 turns each
         assert sorted({r.session for r in requests}) == list(range(12))
-        assert report["ttft_ms"]["p50"] is not None and report["errors"] == 0
-        assert list(report["daemons"].values()) == [12]  # one process ran them all
-        assert report["client_cpu_s"] > 0
+        assert report.ttft_ms.p50 is not None and report.errors == 0
+        assert list(report.daemons.values()) == [12]  # one process ran them all
+        assert report.client_cpu_s > 0
         if loop == "open":  # each session's first request was due at its scheduled instant
             offsets = sorted(order_of(t).offset for t in tasks)
             firsts = sorted(r.scheduled for r in requests if r.turn == 0)

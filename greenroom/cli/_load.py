@@ -7,11 +7,14 @@ import csv
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._errors import GreenroomError, InvalidInput
+
+if TYPE_CHECKING:
+    from ..load import LoadReport, Spread
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -60,7 +63,7 @@ def run_command(args: argparse.Namespace) -> int:
             end="", file=sys.stderr, flush=True,
         )  # fmt: skip
 
-    async def main() -> dict[str, Any]:
+    async def main() -> LoadReport:
         async with model:
             if args.replay is not None:
                 return await replay(
@@ -77,7 +80,7 @@ def run_command(args: argparse.Namespace) -> int:
     return _show(args, report, records)
 
 
-def _show(args: argparse.Namespace, report: dict[str, Any], records: list[Any]) -> int:
+def _show(args: argparse.Namespace, report: LoadReport, records: list[Any]) -> int:
     if args.csv:
         _write_csv(args.csv, records)
     if args.html:
@@ -85,7 +88,9 @@ def _show(args: argparse.Namespace, report: dict[str, Any], records: list[Any]) 
 
         _write(args.html, html_report(report, records))
     if args.json:
-        print(json.dumps(report))
+        import msgspec
+
+        print(msgspec.json.encode(report).decode())
     else:
         print(format_report(report))
     failed = failure(report, _where(args))
@@ -99,19 +104,18 @@ class LoadFailed(GreenroomError):
     (the report is printed first; the command exits 1)."""
 
 
-def failure(report: dict[str, Any], where: str) -> str | None:
+def failure(report: LoadReport, where: str) -> str | None:
     """Why a run that measured nothing failed (``None`` when some request succeeded):
     the address and what happened when nothing ever reached it, else the kinds of error."""
-    requests = report["requests"]
-    if not requests or report["errors"] < requests:
+    requests = report.requests
+    if not requests or report.errors < requests:
         return None
-    kinds = report["errors_by_kind"]
-    examples = report.get("error_examples", {})
+    examples = report.error_examples
     said = "; ".join(
         f"{kind} in {count} request(s)" + (f", e.g. {examples[kind]}" if kind in examples else "")
-        for kind, count in sorted(kinds.items(), key=lambda item: -item[1])
+        for kind, count in sorted(report.errors_by_kind.items(), key=lambda item: -item[1])
     )
-    if report.get("unreached"):
+    if report.unreached:
         return f"could not reach the server at {where}: {said}"
     return f"every request of the run failed ({requests}): {said}"
 
@@ -124,6 +128,7 @@ def _where(args: argparse.Namespace) -> str:
 
 def _compare(args: argparse.Namespace) -> int:
     """``--compare A.json B.json ... --html FILE``: one page of several runs."""
+    from ..load import report_from
     from ..load._html import comparison_report
 
     if not args.html:
@@ -132,11 +137,12 @@ def _compare(args: argparse.Namespace) -> int:
     for name in args.compare:
         try:
             with open(name, "rb") as source:
-                reports.append(json.load(source))
+                document = json.load(source)
         except (OSError, ValueError) as error:
             raise InvalidInput(
                 f"--compare: cannot read {name!r}: {error}", field="--compare", value=name
             ) from None
+        reports.append(report_from(document, name))  # a report an older greenroom wrote reads too
     _write(args.html, comparison_report(reports, args.compare))
     print(f"wrote {args.html}: {len(reports)} runs compared")
     return 0
@@ -166,7 +172,7 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
     target = LoadTarget(base_url, name, client=args.client, timeout=args.timeout)
     live = not args.quiet and sys.stderr.isatty()
 
-    async def main() -> tuple[dict[str, Any], list[Any]]:
+    async def main() -> tuple[LoadReport, list[Any]]:
         where = await _operate.locate(args.data_dir, None, None, args.store)
         started = time.time() + 1.0  # the first session is due once every task is submitted
         tasks = fleet_tasks(run, workload, plan, target, start=started)
@@ -192,7 +198,7 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
                 )
             finally:
                 await records.aclose()
-        report["tasks_failed"] = len(failed)
+        report.tasks_failed = len(failed)
         return report, requests
 
     report, requests = anyio.run(main, backend=args.backend)
@@ -267,8 +273,8 @@ def _sweep(args: argparse.Namespace) -> int:
             )
 
     found = anyio.run(main, backend=args.backend)
-    last = found.get("last")
-    if last is not None and last.get("unreached"):  # nothing measured at all: not a sweep's answer
+    last: LoadReport | None = found.get("last")
+    if last is not None and last.unreached:  # nothing measured at all: not a sweep's answer
         raise LoadFailed(failure(last, _where(args)) or "the server was never reached")
     if args.html:
         from ..load._html import html_report
@@ -338,51 +344,49 @@ def _write_csv(path: str, records: list[Any]) -> None:
             ])  # fmt: skip
 
 
-def format_report(report: dict[str, Any]) -> str:
-    def row(name: str, figures: dict[str, Any], unit: str = "ms") -> str:
-        if figures["p50"] is None:
+def format_report(report: LoadReport) -> str:
+    def row(name: str, figures: Spread, unit: str = "ms") -> str:
+        if figures.p50 is None:
             return f"  {name:<8} -"
         return (
-            f"  {name:<8} p50 {figures['p50']:9.1f}  p90 {figures['p90']:9.1f}  p99 {figures['p99']:9.1f}"
-            f"  mean {figures['mean']:9.1f} {unit}"
+            f"  {name:<8} p50 {figures.p50:9.1f}  p90 {figures.p90 or 0:9.1f}  p99 {figures.p99 or 0:9.1f}"
+            f"  mean {figures.mean or 0:9.1f} {unit}"
         )
 
+    r = report
     lines = [
-        f"load: {report['workload']} · {report['sessions']} sessions ({report['sessions_ok']} ok) · "
-        f"{report['requests']} requests ({report['errors']} errors) in {report['duration_s']:.1f}s",
-        row("ttft", report["ttft_ms"]),
-        row("itl", report["itl_ms"]),
-        row("tpot", report["tpot_ms"]),
-        row("e2e", report["e2e_ms"]),
-        f"  sessions/s offered {report['offered_rate'] or '-'} · achieved {report['achieved_rate']:.2f} · "
-        f"goodput {report['goodput']:.2f} requests/s · output {report['output_tokens_per_s']:.0f} tokens/s",
-        f"  tools {report['tool_calls']} calls ({report['time_in_tools_s']:.1f}s) · client CPU "
-        f"{report['client_cpu_s']:.2f}s ({report['client_cpu_per_request_ms']:.2f} ms/request)",
-        f"  send lag p99 {report['send_lag_ms']['p99'] or 0:.1f} ms"
-        f" · loop lag p99 {report['loop_lag_ms']['p99'] or 0:.1f} ms",
+        f"load: {r.workload} · {r.sessions} sessions ({r.sessions_ok} ok) · "
+        f"{r.requests} requests ({r.errors} errors) in {r.duration_s:.1f}s",
+        row("ttft", r.ttft_ms),
+        row("itl", r.itl_ms),
+        row("tpot", r.tpot_ms),
+        row("e2e", r.e2e_ms),
+        f"  sessions/s offered {r.offered_rate or '-'} · achieved {r.achieved_rate:.2f} · "
+        f"goodput {r.goodput:.2f} requests/s · output {r.output_tokens_per_s:.0f} tokens/s",
+        f"  tools {r.tool_calls} calls ({r.time_in_tools_s:.1f}s) · client CPU "
+        f"{r.client_cpu_s:.2f}s ({r.client_cpu_per_request_ms:.2f} ms/request)",
+        f"  send lag p99 {r.send_lag_ms.p99 or 0:.1f} ms · loop lag p99 {r.loop_lag_ms.p99 or 0:.1f} ms",
     ]
-    if report.get("daemons"):
+    if r.daemons:
         lines.append(
-            f"  run {report['run']} on {len(report['daemons'])} daemon(s): "
-            + ", ".join(f"{name} {n} sessions" for name, n in sorted(report["daemons"].items()))
-            + (f"; {report['tasks_failed']} task(s) failed" if report.get("tasks_failed") else "")
+            f"  run {r.run} on {len(r.daemons)} daemon(s): "
+            + ", ".join(f"{name} {n} sessions" for name, n in sorted(r.daemons.items()))
+            + (f"; {r.tasks_failed} task(s) failed" if r.tasks_failed else "")
         )
-    if report["stopped"]:
-        lines.append(f"  stopped early: {report['stopped']}")
-    if report["errors_by_kind"]:
-        lines.append(
-            "  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(report["errors_by_kind"].items()))
-        )
-        for kind, example in sorted(report.get("error_examples", {}).items()):
+    if r.stopped:
+        lines.append(f"  stopped early: {r.stopped}")
+    if r.errors_by_kind:
+        lines.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(r.errors_by_kind.items())))
+        for kind, example in sorted(r.error_examples.items()):
             lines.append(f"    {kind}, e.g.: {example}")
-    if report.get("usage_estimated"):
+    if r.usage_estimated:
         lines.append(
-            f"  usage: the server reported none for {report['usage_estimated']} request(s); "
+            f"  usage: the server reported none for {r.usage_estimated} request(s); "
             "their token counts are estimates"
         )
-    for said in report.get("compatibility", ()):
+    for said in r.compatibility:
         lines.append(f"  compatibility: {said}")
-    if report["bottleneck"] == "client":
+    if r.bottleneck == "client":
         lines.append(
             "  warning: the generator itself ran late (send or loop lag > 10 ms): "
             "it is part of what was measured"

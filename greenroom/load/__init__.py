@@ -5,7 +5,7 @@ tokens from :class:`Dist` s, think time, :class:`SyntheticTool` s it really runs
 system prompt); :data:`PRESETS` names a few. A :class:`LoadPlan` says how sessions arrive
 (a closed loop of N, or an open loop at a rate: Poisson, bursty or uniform, with a
 ramp-up) and when the run ends. :func:`run_load` runs it against any ``ChatModel`` —
-streamed calls, each timed from the instant it was due — and returns the report: TTFT,
+streamed calls, each timed from the instant it was due — and returns a :class:`LoadReport`: TTFT,
 ITL, TPOT and end-to-end percentiles, goodput under a :class:`Slo`, offered and achieved
 rates, and the generator's own CPU, send lag and event-loop lag; an open loop that the
 server cannot keep up with stops early, saying so. :func:`sweep_rate` finds the highest
@@ -19,7 +19,7 @@ daemon's records.
 
 from ._dist import Dist
 from ._fleet import LoadAgent, LoadTarget, fleet_report, fleet_tasks
-from ._measure import RequestRecord, SessionRecord, Slo, quantiles
+from ._measure import LoadReport, RequestRecord, SessionRecord, Slo, Spread, quantiles, report_from
 from ._run import LoadPlan, run_load, sweep_rate
 from ._workload import PRESETS, SyntheticTool, Workload, load_workload, workload_from
 
@@ -28,16 +28,19 @@ __all__ = [
     "Dist",
     "LoadAgent",
     "LoadPlan",
+    "LoadReport",
     "LoadTarget",
     "RequestRecord",
     "SessionRecord",
     "Slo",
+    "Spread",
     "SyntheticTool",
     "Workload",
     "fleet_report",
     "fleet_tasks",
     "load_workload",
     "quantiles",
+    "report_from",
     "run_load",
     "sweep_rate",
     "workload_from",

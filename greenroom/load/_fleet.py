@@ -35,7 +35,7 @@ from ..llm import OpenAIChatModel
 from ..messages import AgentResult, AgentTask
 from ..store import LoadEntry, LoadRecordStore
 from ._arrivals import open_starts
-from ._measure import RequestRecord, SessionRecord, model_compatibility, summary
+from ._measure import LoadReport, RequestRecord, SessionRecord, model_compatibility, summary
 from ._run import LoadPlan, workload_tools
 from ._session import Sessions
 from ._workload import Workload
@@ -236,7 +236,7 @@ def _shift(record: Any, base: float) -> Any:
 
 async def fleet_report(
     records: LoadRecordStore, run: str, *, plan: LoadPlan, workload: Workload, duration: float
-) -> tuple[dict[str, Any], list[RequestRecord]]:
+) -> tuple[LoadReport, list[RequestRecord]]:
     """One report of everything every daemon recorded of ``run`` (as :func:`run_load`'s,
     with ``daemons``: each agent's process, its sessions and CPU) and the requests'
     records. The client's CPU is each daemon process's CPU between its first session's
@@ -268,14 +268,11 @@ async def fleet_report(
         loop_lags=[],
         slo=plan.slo,
     )
-    report["workload"] = workload.name
-    report["plan"] = msgspec.to_builtins(plan)
-    report["run"] = run
-    report["daemons"] = daemons
-    report["sessions_started"] = len(sessions)
-    report["stopped"] = None
-    lag = report["send_lag_ms"]["p99"] or 0.0
-    report["bottleneck"] = "client" if lag > 10.0 else "none"
-    report["tool_runs"] = {}
-    report["compatibility"] = compatibility
+    report.workload = workload.name
+    report.plan = msgspec.to_builtins(plan)
+    report.run = run
+    report.daemons = daemons
+    report.sessions_started = len(sessions)
+    report.bottleneck = "client" if (report.send_lag_ms.p99 or 0.0) > 10.0 else "none"
+    report.compatibility = compatibility
     return report, requests

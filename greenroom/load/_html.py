@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import InvalidInput
-from ._measure import RequestRecord
+from ._measure import LoadReport, RequestRecord
 
 
 def _pyplot() -> Any:
@@ -33,9 +33,7 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def charts(
-    report: dict[str, Any], records: Sequence[RequestRecord], sweep: dict[str, Any] | None
-) -> list[str]:
+def charts(report: LoadReport, records: Sequence[RequestRecord], sweep: dict[str, Any] | None) -> list[str]:
     """The report's charts, each a base64 PNG."""
     pyplot = _pyplot()
     drawn: list[str] = []
@@ -90,29 +88,30 @@ def charts(
 
 
 def html_report(
-    report: dict[str, Any], records: Sequence[RequestRecord], *, sweep: dict[str, Any] | None = None
+    report: LoadReport, records: Sequence[RequestRecord], *, sweep: dict[str, Any] | None = None
 ) -> str:
     """The page: the figures of ``report`` in a table, then the charts. ``InvalidInput``
     when matplotlib (the ``plot`` extra) is not installed."""
     _pyplot()  # before anything else: the one thing that may be missing
     rows = []
-    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "send_lag_ms"):
-        figures = report[key]
+    for key, figures in (("ttft_ms", report.ttft_ms), ("itl_ms", report.itl_ms), ("tpot_ms", report.tpot_ms),
+                         ("e2e_ms", report.e2e_ms), ("send_lag_ms", report.send_lag_ms)):  # fmt: skip
         cells = "".join(
-            f"<td>{'-' if figures[q] is None else f'{figures[q]:.1f}'}</td>"
-            for q in ("p50", "p90", "p99", "mean")
+            f"<td>{'-' if value is None else f'{value:.1f}'}</td>"
+            for value in (figures.p50, figures.p90, figures.p99, figures.mean)
         )
         rows.append(f"<tr><th>{html.escape(key)}</th>{cells}</tr>")
+    r = report
     facts = [
-        ("workload", report.get("workload")),
-        ("sessions (ok)", f"{report['sessions']} ({report['sessions_ok']})"),
-        ("requests (errors)", f"{report['requests']} ({report['errors']})"),
-        ("duration", f"{report['duration_s']:.1f} s"),
-        ("offered / achieved sessions/s", f"{report['offered_rate'] or '-'} / {report['achieved_rate']}"),
-        ("goodput (requests/s)", report["goodput"]),
-        ("output tokens/s", report["output_tokens_per_s"]),
-        ("client CPU", f"{report['client_cpu_s']} s ({report['client_cpu_per_request_ms']} ms/request)"),
-        ("stopped early", report.get("stopped") or "no"),
+        ("workload", r.workload),
+        ("sessions (ok)", f"{r.sessions} ({r.sessions_ok})"),
+        ("requests (errors)", f"{r.requests} ({r.errors})"),
+        ("duration", f"{r.duration_s:.1f} s"),
+        ("offered / achieved sessions/s", f"{r.offered_rate or '-'} / {r.achieved_rate}"),
+        ("goodput (requests/s)", r.goodput),
+        ("output tokens/s", r.output_tokens_per_s),
+        ("client CPU", f"{r.client_cpu_s} s ({r.client_cpu_per_request_ms} ms/request)"),
+        ("stopped early", r.stopped or "no"),
     ]
     if sweep is not None:
         facts.append(("highest rate meeting the objectives", sweep["rate"]))
@@ -128,49 +127,41 @@ def html_report(
         "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{text-align:left}"
         "</style></head><body>"
-        f"<h1>greenroom load: {html.escape(str(report.get('workload')))}</h1><table>{fact_rows}</table>"
+        f"<h1>greenroom load: {html.escape(str(report.workload))}</h1><table>{fact_rows}</table>"
         "<h2>latencies (ms, from when each request was due)</h2>"
         f"<table><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>mean</th></tr>{''.join(rows)}</table>"
         f"<h2>charts</h2>{images}</body></html>"
     )
 
 
-def comparison_report(reports: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    """One page comparing several runs' ``--json`` reports (``names``: where each came
-    from): percentiles and throughput against the concurrency (closed loops) and against
-    the offered rate (open loops), and a table of every run. ``InvalidInput`` when
-    matplotlib is missing or a report is not one of ``greenroom load``'s."""
+def comparison_report(reports: Sequence[LoadReport], names: Sequence[str]) -> str:
+    """One page comparing several runs' reports (``names``: where each came from; read
+    with :func:`report_from`): percentiles and throughput against the concurrency (closed
+    loops) and against the offered rate (open loops), and a table of every run.
+    ``InvalidInput`` when matplotlib is missing."""
     pyplot = _pyplot()
-    for name, report in zip(names, reports, strict=True):
-        if (
-            not isinstance(report, dict)
-            or not isinstance(report.get("plan"), dict)
-            or "ttft_ms" not in report
-        ):
-            raise InvalidInput(
-                f"--compare: {name!r} is not a report of greenroom load --json", field="--compare"
-            )
     images: list[str] = []
     for axis_key, label in (("concurrency", "sessions at once (closed loop)"),
                             ("rate", "sessions per second offered (open loop)")):  # fmt: skip
         runs = sorted(
-            (r for r in reports if r["plan"].get(axis_key) is not None), key=lambda r: r["plan"][axis_key]
+            (r for r in reports if (r.plan or {}).get(axis_key) is not None),
+            key=lambda r: (r.plan or {})[axis_key],
         )
         if not runs:
             continue
-        xs = [r["plan"][axis_key] for r in runs]
+        xs = [(r.plan or {})[axis_key] for r in runs]
         figure, (latency, throughput) = pyplot.subplots(1, 2, figsize=(11, 4))
-        for key, name in (("ttft_ms", "TTFT"), ("e2e_ms", "end to end")):
-            for quantile, style in (("p50", "-o"), ("p99", "--o")):
-                latency.plot(xs, [r[key][quantile] or 0 for r in runs], style, label=f"{name} {quantile}")
+        for spreads, name in (([r.ttft_ms for r in runs], "TTFT"), ([r.e2e_ms for r in runs], "end to end")):
+            latency.plot(xs, [spread.p50 or 0 for spread in spreads], "-o", label=f"{name} p50")
+            latency.plot(xs, [spread.p99 or 0 for spread in spreads], "--o", label=f"{name} p99")
         latency.set_xlabel(label)
         latency.set_ylabel("ms")
         latency.set_title("latency percentiles")
         latency.legend(fontsize=8)
-        throughput.plot(xs, [r["requests_per_s"] for r in runs], "-o", label="requests/s")
-        throughput.plot(xs, [r["goodput"] for r in runs], "--o", label="goodput (requests/s in the SLO)")
+        throughput.plot(xs, [r.requests_per_s for r in runs], "-o", label="requests/s")
+        throughput.plot(xs, [r.goodput for r in runs], "--o", label="goodput (requests/s in the SLO)")
         tokens = throughput.twinx()
-        tokens.plot(xs, [r["output_tokens_per_s"] for r in runs], ":s", color="gray", label="output tokens/s")
+        tokens.plot(xs, [r.output_tokens_per_s for r in runs], ":s", color="gray", label="output tokens/s")
         tokens.set_ylabel("output tokens/s")
         throughput.set_xlabel(label)
         throughput.set_title("throughput")
@@ -180,9 +171,9 @@ def comparison_report(reports: Sequence[dict[str, Any]], names: Sequence[str]) -
     header = "<tr><th>run</th><th>plan</th><th>requests</th><th>TTFT p50</th><th>TTFT p99</th>" \
         "<th>e2e p99</th><th>requests/s</th><th>goodput</th><th>output tokens/s</th></tr>"  # fmt: skip
     rows = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(_plan(r['plan']))}</td><td>{r['requests']}</td>"
-        f"<td>{_ms(r['ttft_ms']['p50'])}</td><td>{_ms(r['ttft_ms']['p99'])}</td><td>{_ms(r['e2e_ms']['p99'])}</td>"
-        f"<td>{r['requests_per_s']}</td><td>{r['goodput']}</td><td>{r['output_tokens_per_s']}</td></tr>"
+        f"<tr><th>{html.escape(name)}</th><td>{html.escape(_plan(r.plan or {}))}</td><td>{r.requests}</td>"
+        f"<td>{_ms(r.ttft_ms.p50)}</td><td>{_ms(r.ttft_ms.p99)}</td><td>{_ms(r.e2e_ms.p99)}</td>"
+        f"<td>{r.requests_per_s}</td><td>{r.goodput}</td><td>{r.output_tokens_per_s}</td></tr>"
         for name, r in zip(names, reports, strict=True)
     )
     pictures = "".join(f'<p><img alt="chart" src="data:image/png;base64,{png}"></p>' for png in images)

@@ -1,13 +1,14 @@
 """What a load run measures: a :class:`RequestRecord` per model request, timed from its
 scheduled instant (never after a client-side queue); a :class:`SessionRecord` per session;
-the summary a run reports; and :class:`LoopWatch`, the generator watching itself."""
+the :class:`LoadReport` a run makes of them; and :class:`LoopWatch`, the generator watching
+itself."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import msgspec
@@ -121,6 +122,103 @@ class LoopWatch:
             self.lags.append(max(0.0, anyio.current_time() - before - self.interval))
 
 
+class Spread(msgspec.Struct, frozen=True):
+    """``p50``, ``p90``, ``p99`` (nearest rank) and ``mean`` of some figures (``None``
+    each when there was nothing to count): :func:`quantiles` as a struct."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+
+class LoadReport(msgspec.Struct, kw_only=True):
+    """A run's report: what ``greenroom load --json`` prints (its JSON keys are these
+    fields) and ``--compare`` reads back — a report written by an older greenroom, with
+    fewer fields, reads with the rest at their defaults (:func:`report_from`). Times in
+    ``*_ms`` are milliseconds from when each request was due; ``*_s`` seconds."""
+
+    requests: int = 0
+    errors: int = 0
+    errors_by_kind: dict[str, int] = {}
+    """Failed requests by what happened (``"connection refused"``, ``"HTTP 500"``...)."""
+    error_examples: dict[str, str] = {}
+    """One message of each kind (naming the address)."""
+    unreached: bool = False
+    """No request reached the server."""
+    usage_estimated: int = 0
+    """Requests whose token counts are the client's estimate (the server said none)."""
+    sessions: int = 0
+    sessions_ok: int = 0
+    duration_s: float = 0.0
+    ttft_ms: Spread = Spread()
+    itl_ms: Spread = Spread()
+    tpot_ms: Spread = Spread()
+    e2e_ms: Spread = Spread()
+    session_s: Spread = Spread()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    output_tokens_per_s: float = 0.0
+    tool_calls: int = 0
+    time_in_tools_s: float = 0.0
+    time_in_model_s: float = 0.0
+    goodput: float = 0.0
+    """Requests per second that met the run's objectives."""
+    goodput_requests: int = 0
+    goodput_sessions: int = 0
+    offered_rate: float | None = None
+    achieved_rate: float = 0.0
+    requests_per_s: float = 0.0
+    client_cpu_s: float = 0.0
+    client_cpu_per_request_ms: float = 0.0
+    send_lag_ms: Spread = Spread()
+    loop_lag_ms: Spread = Spread()
+    workload: str | None = None
+    plan: dict[str, Any] | None = None
+    """The run's ``LoadPlan`` as JSON."""
+    tool_runs: dict[str, int] = {}
+    bottleneck: Literal["client", "none"] = "none"
+    """``"client"``: the generator's own timers ran late (p99 send or loop lag past 10 ms)."""
+    stopped: str | None = None
+    """Why the run ended early (saturated), or ``None``."""
+    sessions_started: int = 0
+    compatibility: list[str] = []
+    """What the client changed in its requests because the server refused something."""
+    run: str | None = None
+    """A fleet run's id (``--on-daemons``)."""
+    daemons: dict[str, int] = {}
+    """A fleet run's sessions per daemon process."""
+    tasks_failed: int = 0
+    """A fleet run's load tasks that failed."""
+    recorded_requests: int | None = None
+    """A replay's requests in its recording."""
+
+
+def report_from(document: Any, where: str) -> LoadReport:
+    """``document`` (a report's JSON, decoded) as a :class:`LoadReport`; ``InvalidInput``
+    naming ``where`` if it is not one of ``greenroom load``'s."""
+    from .._errors import InvalidInput
+
+    if (
+        not isinstance(document, dict)
+        or not isinstance(document.get("plan"), dict)
+        or "ttft_ms" not in document
+    ):
+        raise InvalidInput(
+            f"--compare: {where!r} is not a report of greenroom load --json", field="--compare"
+        )
+    try:
+        return msgspec.convert(document, LoadReport)
+    except msgspec.ValidationError as error:
+        raise InvalidInput(
+            f"--compare: {where!r} is not a report of greenroom load --json: {error}", field="--compare"
+        ) from None
+
+
+def _spread(values: Sequence[float], scale: float = 1000.0) -> Spread:
+    return Spread(**quantiles(values, scale))
+
+
 def summary(
     requests: Sequence[RequestRecord],
     sessions: Sequence[SessionRecord],
@@ -130,8 +228,9 @@ def summary(
     client_cpu_s: float,
     loop_lags: Sequence[float],
     slo: Slo,
-) -> dict[str, Any]:
-    """The report of a run (what ``--json`` prints)."""
+) -> LoadReport:
+    """The report of a run's records (what ``--json`` prints; the caller adds the run's
+    own fields: its workload, plan...)."""
     ok = [r for r in requests if r.error is None]
     errors: dict[str, int] = {}
     examples: dict[str, str] = {}
@@ -146,38 +245,38 @@ def summary(
     good = sum(1 for r in requests if slo.met_by(r))
     done = [s for s in sessions if s.ok and (slo.session_s is None or s.end - s.scheduled <= slo.session_s)]
     span = max(duration, 1e-9)
-    return {
-        "requests": len(requests),
-        "errors": sum(errors.values()),
-        "errors_by_kind": errors,
-        "error_examples": examples,
-        "unreached": all(r.error in UNREACHED for r in requests) if requests else False,
-        "usage_estimated": sum(1 for r in ok if r.usage_estimated),
-        "sessions": len(sessions),
-        "sessions_ok": sum(1 for s in sessions if s.ok),
-        "duration_s": round(duration, 3),
-        "ttft_ms": quantiles(ttfts),
-        "itl_ms": quantiles(itls),
-        "tpot_ms": quantiles(tpots),
-        "e2e_ms": quantiles([r.e2e for r in ok]),
-        "session_s": quantiles([s.end - s.scheduled for s in sessions], scale=1.0),
-        "tokens_in": sum(r.tokens_in for r in requests),
-        "tokens_out": sum(r.tokens_out for r in requests),
-        "output_tokens_per_s": round(sum(r.tokens_out for r in ok) / span, 3),
-        "tool_calls": sum(s.tool_calls for s in sessions),
-        "time_in_tools_s": round(sum(s.tools_s for s in sessions), 3),
-        "time_in_model_s": round(sum(s.model_s for s in sessions), 3),
-        "goodput": round(good / span, 3),
-        "goodput_requests": good,
-        "goodput_sessions": len(done),
-        "offered_rate": offered_rate,
-        "achieved_rate": round(len(sessions) / span, 3),
-        "requests_per_s": round(len(requests) / span, 3),
-        "client_cpu_s": round(client_cpu_s, 3),
-        "client_cpu_per_request_ms": round(client_cpu_s / max(1, len(requests)) * 1000, 3),
-        "send_lag_ms": quantiles([r.sent - r.scheduled for r in requests]),
-        "loop_lag_ms": quantiles(loop_lags),
-    }
+    return LoadReport(
+        requests=len(requests),
+        errors=sum(errors.values()),
+        errors_by_kind=errors,
+        error_examples=examples,
+        unreached=all(r.error in UNREACHED for r in requests) if requests else False,
+        usage_estimated=sum(1 for r in ok if r.usage_estimated),
+        sessions=len(sessions),
+        sessions_ok=sum(1 for s in sessions if s.ok),
+        duration_s=round(duration, 3),
+        ttft_ms=_spread(ttfts),
+        itl_ms=_spread(itls),
+        tpot_ms=_spread(tpots),
+        e2e_ms=_spread([r.e2e for r in ok]),
+        session_s=_spread([s.end - s.scheduled for s in sessions], scale=1.0),
+        tokens_in=sum(r.tokens_in for r in requests),
+        tokens_out=sum(r.tokens_out for r in requests),
+        output_tokens_per_s=round(sum(r.tokens_out for r in ok) / span, 3),
+        tool_calls=sum(s.tool_calls for s in sessions),
+        time_in_tools_s=round(sum(s.tools_s for s in sessions), 3),
+        time_in_model_s=round(sum(s.model_s for s in sessions), 3),
+        goodput=round(good / span, 3),
+        goodput_requests=good,
+        goodput_sessions=len(done),
+        offered_rate=offered_rate,
+        achieved_rate=round(len(sessions) / span, 3),
+        requests_per_s=round(len(requests) / span, 3),
+        client_cpu_s=round(client_cpu_s, 3),
+        client_cpu_per_request_ms=round(client_cpu_s / max(1, len(requests)) * 1000, 3),
+        send_lag_ms=_spread([r.sent - r.scheduled for r in requests]),
+        loop_lag_ms=_spread(loop_lags),
+    )
 
 
 def model_compatibility(model: object) -> list[str]:

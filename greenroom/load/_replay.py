@@ -30,7 +30,7 @@ from .._errors import InvalidInput
 from ..llm import ChatModel
 from ..llm._sse import parse_arguments
 from ..messages import ChatMessage, ChatRequest, ToolSpec
-from ._measure import LoopWatch, RequestRecord, SessionRecord, Slo, process_cpu, summary
+from ._measure import LoadReport, LoopWatch, RequestRecord, SessionRecord, Slo, process_cpu, summary
 from ._session import Sessions
 from ._workload import Workload, text_of
 
@@ -160,7 +160,7 @@ async def replay(
     speed: float = 1.0,
     slo: Slo | None = None,
     records: list[RequestRecord] | None = None,
-) -> dict[str, Any]:
+) -> LoadReport:
     """Send ``recording`` again (``speed``: 2 replays twice as fast); the same report as
     ``run_load`` (``workload`` ``"replay"``)."""
     if not speed > 0:
@@ -211,8 +211,8 @@ async def replay(
         sessions.requests, sessions.sessions, duration=anyio.current_time() - started, offered_rate=None,
         client_cpu_s=process_cpu() - cpu, loop_lags=watch.lags, slo=slo or Slo(),
     )  # fmt: skip
-    report["workload"] = "replay"
-    report["recorded_requests"] = sum(len(requests) for requests in recording.values())
+    report.workload = "replay"
+    report.recorded_requests = sum(len(requests) for requests in recording.values())
     if records is not None:
         records.extend(sessions.requests)
     return report

@@ -17,7 +17,7 @@ from .._errors import InvalidInput
 from ..harness import Tool
 from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
-from ._measure import LoopWatch, RequestRecord, Slo, model_compatibility, process_cpu, summary
+from ._measure import LoadReport, LoopWatch, RequestRecord, Slo, model_compatibility, process_cpu, summary
 from ._session import Sessions
 from ._tools import LoadTool, mcp_tools, python_tool
 from ._workload import Workload
@@ -87,13 +87,13 @@ async def run_load(
     every: float = 1.0,
     records: list[RequestRecord] | None = None,
     tools: Sequence[Tool] = (),
-) -> dict[str, Any]:
+) -> LoadReport:
     """Run ``plan`` of ``workload`` sessions against ``model`` (``tools``: your own
     :class:`~greenroom.harness.Tool` s, offered beside the workload's — its synthetic
     tools, its ``python_tools`` and the tools of its ``mcp`` servers, connected for the
     run — and run when the model calls them: their failures are told to the model, the
     load goes on); the report (``summary``), with ``tool_runs`` (each tool's runs) and the
-    plan. ``progress`` is called with a few live figures every ``every`` seconds;
+    plan (a :class:`LoadReport`). ``progress`` is called with a few live figures every ``every`` seconds;
     ``records`` receives every request's :class:`RequestRecord` (the rows of a CSV).
     Cancelled, the sessions in flight are cancelled with it (their requests' connections
     closed, the MCP servers' connections closed) and nothing is reported."""
@@ -110,7 +110,7 @@ async def _run(
     progress: Progress | None,
     every: float,
     records: list[RequestRecord] | None,
-) -> dict[str, Any]:
+) -> LoadReport:
     watch = LoopWatch()
     started = anyio.current_time()
     cpu = process_cpu()
@@ -118,7 +118,7 @@ async def _run(
     limit = plan.sessions if plan.sessions is not None else None
     counter = itertools.count()
     begun = 0
-    stopped: list[str] = []  # why the run ended early, if it did
+    saturation: _Saturation | None = None  # an open loop's: ends the run early, saying why
 
     def next_index() -> int | None:
         nonlocal begun
@@ -146,9 +146,8 @@ async def _run(
             else:
                 assert plan.rate is not None
                 if plan.stop_when_saturated:
-                    watching.start_soon(
-                        _watch_saturation, plan, sessions, lambda: begun, tg.cancel_scope, stopped
-                    )
+                    saturation = _Saturation(plan, sessions, lambda: begun)
+                    watching.start_soon(saturation.watch, tg.cancel_scope)
                 starts = open_starts(
                     plan.rate, pattern=plan.pattern, ramp_up=plan.ramp_up, rng=random.Random(plan.seed)
                 )
@@ -172,13 +171,13 @@ async def _run(
         loop_lags=watch.lags,
         slo=plan.slo,
     )
-    report["tool_runs"] = dict(sessions.tool_runs)
-    report["workload"] = workload.name
-    report["plan"] = msgspec.to_builtins(plan)
-    report["bottleneck"] = _bottleneck(report)
-    report["stopped"] = stopped[0] if stopped else None
-    report["sessions_started"] = begun
-    report["compatibility"] = model_compatibility(sessions.model)
+    report.tool_runs = dict(sessions.tool_runs)
+    report.workload = workload.name
+    report.plan = msgspec.to_builtins(plan)
+    report.bottleneck = _bottleneck(report)
+    report.stopped = None if saturation is None else saturation.reason
+    report.sessions_started = begun
+    report.compatibility = model_compatibility(sessions.model)
     if records is not None:
         records.extend(sessions.requests)
     return report
@@ -195,38 +194,44 @@ async def workload_tools(workload: Workload, tools: Sequence[LoadTool] = ()) -> 
         yield [*own, *served]
 
 
-async def _watch_saturation(
-    plan: LoadPlan, sessions: Sessions, begun: Callable[[], int], run: anyio.CancelScope, stopped: list[str]
-) -> None:
-    """Cancel ``run`` (the sessions and their arrivals) once the sessions in flight have
-    risen for four windows in a row to at least twice what they were and above a window's
-    worth of arrivals: the server is saturated and waiting grows without bound."""
-    assert plan.rate is not None
-    window = plan.saturation_window
-    backlog: list[int] = []
-    while True:
-        await anyio.sleep(window)
-        backlog.append(begun() - len(sessions.sessions))
-        last = backlog[-5:]
-        if (
-            len(last) == 5
-            and all(a < b for a, b in itertools.pairwise(last))
-            and last[-1] >= 2 * max(1, last[0])
-            and last[-1] >= plan.rate * window
-        ):
-            stopped.append(
-                f"saturated: the sessions in flight grew from {last[0]} to {last[-1]} over "
-                f"{4 * window:g}s at {plan.rate:g} sessions/s offered; the run stopped early"
-            )
-            run.cancel()
-            return
+class _Saturation:
+    """Watches an open loop's sessions in flight; :attr:`reason` says why it ended the
+    run early, if it did."""
+
+    def __init__(self, plan: LoadPlan, sessions: Sessions, begun: Callable[[], int]) -> None:
+        assert plan.rate is not None
+        self.rate, self.window = plan.rate, plan.saturation_window
+        self.sessions, self.begun = sessions, begun
+        self.reason: str | None = None
+
+    async def watch(self, run: anyio.CancelScope) -> None:
+        """Cancel ``run`` (the sessions and their arrivals) once the sessions in flight
+        have risen for four windows in a row to at least twice what they were and above a
+        window's worth of arrivals: the server is saturated and waiting grows without bound."""
+        window, backlog = self.window, []
+        while True:
+            await anyio.sleep(window)
+            backlog.append(self.begun() - len(self.sessions.sessions))
+            last = backlog[-5:]
+            if (
+                len(last) == 5
+                and all(a < b for a, b in itertools.pairwise(last))
+                and last[-1] >= 2 * max(1, last[0])
+                and last[-1] >= self.rate * window
+            ):
+                self.reason = (
+                    f"saturated: the sessions in flight grew from {last[0]} to {last[-1]} over "
+                    f"{4 * window:g}s at {self.rate:g} sessions/s offered; the run stopped early"
+                )
+                run.cancel()
+                return
 
 
-def _bottleneck(report: dict[str, Any]) -> Literal["client", "none"]:
+def _bottleneck(report: LoadReport) -> Literal["client", "none"]:
     """Whether the generator itself is what was measured: its timers ran late (p99 send
     lag or loop lag past 10 ms)."""
-    lag = report["send_lag_ms"]["p99"] or 0.0
-    loop = report["loop_lag_ms"]["p99"] or 0.0
+    lag = report.send_lag_ms.p99 or 0.0
+    loop = report.loop_lag_ms.p99 or 0.0
     return "client" if max(lag, loop) > 10.0 else "none"
 
 
@@ -283,12 +288,12 @@ async def sweep_rate(
         records: list[RequestRecord] = []
         report = await run_load(model, workload, plan, records=records)
         kept["last"], kept["records"] = report, records
-        requests = report["requests"]
-        met = report["goodput_requests"] / max(1, requests)
+        requests = report.requests
+        met = report.goodput_requests / max(1, requests)
         # nothing measured (no request in the step) proves nothing: not a pass
-        ok = requests > 0 and report["stopped"] is None and report["errors"] == 0 and met >= attainment
+        ok = requests > 0 and report.stopped is None and report.errors == 0 and met >= attainment
         steps.append({"rate": round(rate, 4), "passed": ok, "attainment": round(met, 4),
-                      "ttft_ms": report["ttft_ms"], "stopped": report["stopped"]})  # fmt: skip
+                      "ttft_ms": msgspec.to_builtins(report.ttft_ms), "stopped": report.stopped})  # fmt: skip
         return ok
 
     if not await passes(low):

@@ -178,13 +178,12 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
         tasks = fleet_tasks(run, workload, plan, target, start=started)
         ids = {task.id for task in tasks}
         await _operate.add_tasks(where, tasks)
-        finals = {"COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED"}
         async with where.backend() as store:
             records = store.load_store()
             try:
                 while True:
                     live_tasks = await _operate.list_tasks(where, None, AGENT_TYPE)
-                    open_ = [t for t in live_tasks if t.id in ids and t.status.value not in finals]
+                    open_ = [t for t in live_tasks if t.id in ids and not t.status.final]
                     if live:
                         done = await records.count(run, "s/")
                         print(f"\r[{time.time() - started:7.1f}s] run {run}: sessions {done}/{len(ids)} "

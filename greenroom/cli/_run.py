@@ -27,7 +27,7 @@ from ..daemon._config import StoreConfig
 from ..daemon._service import DaemonService
 from ..messages import AgentTask, GraphStats, ListTasks, Submit, TaskStatus
 
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
+FINAL = tuple(status.value for status in TaskStatus if status.final)
 
 
 # -- greenroom run ------------------------------------------------------------------------

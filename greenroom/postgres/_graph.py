@@ -93,7 +93,7 @@ commit; ``benchmarks/notify.py`` measured 4 daemons on one database (2 cores): b
 the limit there, and batching costs a transaction of its own."""
 ARCHIVE_LOCK = 0x6772_6172  # "grar": taken by archiving (exclusive) and submitting (shared)
 DAY = 86400.0
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "DEPENDENCY_FAILED")
+FINAL = tuple(status.value for status in TaskStatus if status.final)
 
 _COLUMNS = (
     "id, type, status, owner, priority, ord, attempt, max_attempts, crashes, created_at, updated_at, "
@@ -716,9 +716,9 @@ class PostgresGraph:
                     SELECT task_id, dep_id FROM gr_deps WHERE dep_id = %s
                     UNION SELECT d.task_id, d.dep_id FROM gr_deps d JOIN down ON d.dep_id = down.id)
                SELECT t.id, min(down.cause) FROM gr_tasks t JOIN down ON t.id = down.id
-               WHERE t.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'DEPENDENCY_FAILED')
+               WHERE NOT t.status = ANY(%s)
                GROUP BY t.id""",
-            (task_id,),
+            (task_id, list(FINAL)),
         ).fetchall()
         events: list[EventRow] = []
         for dependent_id, cause in rows:

@@ -125,3 +125,72 @@ def test_every_public_error_is_under_the_root_greenroom_exports() -> None:
                 if not issubclass(value, greenroom.GreenroomError):
                     outside.append(f"{module.name}.{name}")
     assert exported > 30 and outside == []
+
+
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
+    # (the private module, the package importing it): why its package's __init__ does not
+    # export the name. Everything else crosses packages through public names.
+    ("harness._journal", "agents"): "TaskJournal: the agent base wires an attempt's journal into its harness",
+    (
+        "harness._journal",
+        "daemon",
+    ): "ReadSteps: the daemon's API reads a task's steps through the journal actor",
+    ("harness._ledger", "daemon"): "the budget ledger actor and its message: the daemon hosts them",
+    ("harness._timings", "daemon"): "merged: the status merges the call timings of a type's setups",
+    ("log._policy", "agents"): "apply_policy: the log's visibility rule, applied to what an agent narrates",
+    ("log._policy", "pipeline"): "surfacing_flag: the same rule, for a pipeline's stages",
+    ("llm._price", "harness"): "price_of: what an adapter's call cost, charged to budgets",
+    ("llm._price", "chat"): "price_of: the same, for the chat engine's budget",
+    ("llm._stream", "harness"): "streams: whether a model streams (the adapters' own test)",
+    ("llm._tokens", "chat"): "TokenGauge: the token estimate the chat engine fits histories with",
+    ("llm._sse", "load"): "parse_arguments: a tool call's arguments as the adapters read them, sent again",
+    ("llm._openai", "daemon"): "NO_KEY: the placeholder key a daemon gives a local server",
+    ("messages._codec", "embedded"): "the one codec the files are decoded with (decode_json, prepare_types)",
+    ("messages._codec", "store"): "prepare_types: the codec's types prepared once, for the stores' records",
+    ("service._app", "daemon"): "ServiceParts: the daemon assembles the service from its parts",
+    ("service._client", "daemon"): "the files a daemon writes for its clients to find it",
+    ("service._client", "cli"): "DAEMON_LOCK_FILE: the command waits on a starting daemon's lock",
+    ("service._serve", "daemon"): "bind and serve: the daemon serves the app on its own socket",
+    ("service._tokens", "daemon"): "new_token: the daemon makes its admin token",
+    ("service._history", "daemon"): "History: the daemon samples its status for the page",
+    (
+        "daemon._backend",
+        "cli",
+    ): "choose_store: the commands open the store a daemon would (the daemon's rule)",
+    ("daemon._config", "cli"): "StoreConfig: `greenroom run` reads the store from the config",
+    ("daemon._service", "cli"): "DaemonService: `greenroom run` is the daemon's front end",
+    ("chat._types", "cli"): "check_id: the chat API's id rule, applied to a flag",
+    ("load._replay", "cli"): "imported on first use: the command loads the module it needs, not all of load",
+    ("load._html", "cli"): "imported on first use (matplotlib): only a command that draws pays for it",
+    ("load._fleet", "cli"): "AGENT_TYPE: the fleet's task type, which `--on-daemons` waits on",
+}
+
+
+def private_imports() -> dict[tuple[str, str], list[str]]:
+    """Every import of another package's private module: (module, importing package) ->
+    where."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) < 2:
+            continue
+        own = parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level != len(parts) or not node.module:
+                continue
+            names = node.module.split(".")
+            if len(names) >= 2 and names[0] != own and names[1].startswith("_"):
+                found.setdefault((".".join(names[:2]), own), []).append(
+                    f"{path.relative_to(ROOT)}:{node.lineno}"
+                )
+    return found
+
+
+def test_a_private_module_is_imported_across_packages_only_where_the_reason_is_written() -> None:
+    """Issue 50: another package's private module is imported only where its package
+    could not export the name, each pair listed with why; a pair no longer used is
+    dropped from the list."""
+    found = private_imports()
+    unexplained = {pair: where for pair, where in found.items() if pair not in PRIVATE_IMPORTS}
+    assert unexplained == {}, "import the public name, or say here why not"
+    assert sorted(set(PRIVATE_IMPORTS) - set(found)) == []

@@ -14,8 +14,8 @@ import anyio
 from .._errors import GreenroomError, expected
 from .._files import resolve_data_dir
 from ..actors import ActorContext
-from ..harness import Harness, HarnessSetup, PhaseResult, StopSignal
-from ..harness._journal import ApprovalNeeded, ReplayDiverged, TaskJournal
+from ..harness import ApprovalNeeded, Harness, HarnessSetup, PhaseResult, ReplayDiverged, StopSignal
+from ..harness._journal import TaskJournal
 from ..messages import AgentError, AgentResult, AgentTask
 from ..supervisor import Fenced, TaskGraphError
 from ._runtime import AgentRuntime

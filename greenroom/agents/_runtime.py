@@ -27,8 +27,7 @@ from ..messages import (
     Park,
     Release,
 )
-from ..store import Store
-from ..store._rules import result_payload
+from ..store import Store, result_payload
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 

@@ -60,7 +60,7 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _reset(args: argparse.Namespace) -> int:
-    from ..store._budgets import check_budget_name
+    from ..store import check_budget_name
 
     name = check_budget_name(args.name)
     async with _backend(args) as store:

@@ -30,7 +30,7 @@ def add_parsers(commands: Any) -> None:
 
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
     from .._files import resolve_data_dir
-    from ..service._tokens import TokenStore
+    from ..service import TokenStore
 
     return TokenStore(resolve_data_dir(args.data_dir, create=create))
 

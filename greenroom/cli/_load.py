@@ -154,7 +154,8 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
     import secrets
     import time
 
-    from ..load._fleet import AGENT_TYPE, LoadTarget, fleet_report, fleet_tasks
+    from ..load import LoadTarget, fleet_report, fleet_tasks
+    from ..load._fleet import AGENT_TYPE
     from ..store import check_run
     from . import _operate
 

@@ -25,7 +25,7 @@ import msgspec
 from .._errors import InvalidInput
 from .._files import resolve_data_dir
 from ..messages import AgentTask, Cancel, Decide, ListTasks, Retry, Submit, TaskStatus
-from ..service._client import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
+from ..service import ServiceClient, ServiceError, ServiceUnavailable, find_daemon
 from ..store import listed
 from . import _format as files
 

@@ -30,10 +30,9 @@ def choose_store(
     missing data dir (``False`` for commands that only read). Not opened yet: use
     ``async with``. Raises ``InvalidInput`` for a URL that is not ``postgresql://``."""
     if url is None:  # each backend imported only when chosen: a read on the files stays quick
-        from ..embedded._store import EmbeddedStore
+        from ..embedded import EmbeddedStore
 
         return EmbeddedStore(data_dir, create=create)
-    from ..postgres._db import check_url
-    from ..postgres._store import PostgresStore
+    from ..postgres import PostgresStore, check_url
 
     return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size, notify=notify)  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ from ..agents import BaseAgent
 from ..agents.examples import AGENTS
 from ..llm import Price
 from ..messages import RecordError, TaskLimits, convert
-from ..store._retention import Retention
+from ..store import Retention
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 

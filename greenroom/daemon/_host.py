@@ -24,7 +24,7 @@ from .._files import resolve_data_dir
 from .._loopwatch import LoopWatch
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
-from ..harness._journal import StepJournalActor
+from ..harness import StepJournalActor
 from ..harness._ledger import BudgetLedgerActor, TrackBudget
 from ..log import LogActor, NarratorCapability
 from ..messages import AwaitChange, GraphStats, Stats, StopGranting

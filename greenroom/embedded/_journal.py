@@ -33,9 +33,8 @@ from .._files import (
     replace_durably,
     truncate_durably,
 )
-from ..messages import AgentTask, RecordError, TaskStatus
+from ..messages import AgentTask, GraphEvent, RecordError, TaskStatus
 from ..messages._codec import decode_json, prepare_types
-from ..messages._events import GraphEvent
 from ..store import find_cycle
 from ._outbox import OutboxBatch
 

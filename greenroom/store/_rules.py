@@ -24,12 +24,12 @@ from ..messages import (
     Complete,
     Decide,
     Fail,
+    GraphEvent,
     ListTasks,
     Retry,
     TaskLimits,
     TaskStatus,
 )
-from ..messages._events import GraphEvent
 from ._errors import Fenced, InvalidSubmission, InvalidTransition
 
 FINAL = frozenset(status for status in TaskStatus if status.final)

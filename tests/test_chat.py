@@ -1379,12 +1379,44 @@ async def test_a_sandbox_rate_limit_bounds_chat_tool_calls(tmp_path: Path) -> No
 def test_a_tools_risk_comes_from_its_mcp_annotations() -> None:
     from mcp.types import ToolAnnotations
 
-    from greenroom.chat._tools import risk_of
+    from greenroom.harness import risk_of
 
     assert risk_of(None) is RiskLevel.WRITES  # unannotated: it may change things
     assert risk_of(ToolAnnotations(read_only_hint=True)) is RiskLevel.READ_ONLY
     assert risk_of(ToolAnnotations(read_only_hint=True, open_world_hint=True)) is RiskLevel.NETWORK
     assert risk_of(ToolAnnotations(destructive_hint=True)) is RiskLevel.WRITES
+
+
+async def test_one_mcp_client_lists_a_servers_tools_with_their_risks_and_answers_a_call(
+    tmp_path: Path,
+) -> None:
+    """Issue 50's one MCP client (``greenroom.harness.MCPClient``, under the chat's executor
+    and load's workload tools): the task server's tools listed with their schemas (no
+    title) and risks from their annotations; a call's structured answer; a tool that
+    raises is a ``failed`` answer, not an exception; a closed client refuses to call."""
+    from greenroom.chat._tools import TASK_TOOLS, USER_META
+    from greenroom.harness import MCPClient
+
+    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    try:
+        async with MCPClient(task_server(store), call_timeout=5.0) as client:
+            tools = client.tools
+            assert set(tools) == set(TASK_TOOLS)
+            assert tools["list_tasks"].risk is RiskLevel.READ_ONLY
+            assert (
+                tools["add_task"].risk is RiskLevel.WRITES and tools["delete_task"].risk is RiskLevel.WRITES
+            )
+            assert (
+                "title" not in tools["add_task"].schema and "title" in tools["add_task"].schema["properties"]
+            )
+            answer = await client.call("add_task", {"title": "milk"}, meta={USER_META: "alice"})
+            assert not answer.failed and answer.structured["data"]["title"] == "milk"
+            broken = await client.call("update_task", {"task_id": "not a number"}, meta={USER_META: "alice"})
+            assert broken.failed  # the server refused the arguments: an answer saying so
+        with pytest.raises(RuntimeError, match="not open"):
+            await client.call("list_tasks", {})
+    finally:
+        await store.aclose()
 
 
 def test_an_engine_with_a_budget_in_money_needs_a_price() -> None:

@@ -314,6 +314,9 @@ PUBLIC: dict[str, list[str]] = {
         "Harness",
         "HarnessActor",
         "HarnessSetup",
+        "MCPAnswer",
+        "MCPClient",
+        "MCPToolInfo",
         "PhaseResult",
         "ReplayDiverged",
         "RiskLevel",
@@ -329,6 +332,7 @@ PUBLIC: dict[str, list[str]] = {
         "ToolRefused",
         "ToolTimedOut",
         "current_call",
+        "risk_of",
     ],
     "agents": [
         "AgentActor",

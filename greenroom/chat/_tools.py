@@ -28,7 +28,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -37,7 +37,7 @@ import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from ..harness import RiskLevel
+from ..harness import MCPAnswer, MCPClient, RiskLevel
 from ..messages import ToolSpec
 from ..store import ChatStore, ConversationHold, Fenced, TaskRow
 
@@ -90,20 +90,6 @@ class ToolExecutor(Protocol):
     async def execute(self, tool_name: str, parameters: dict[str, Any], user_id: str) -> ToolResult: ...
 
     def get_available_tools(self) -> list[str]: ...
-
-
-def risk_of(annotations: ToolAnnotations | None) -> RiskLevel:
-    """A tool's :class:`~greenroom.harness.RiskLevel` from its MCP annotations:
-    ``read_only_hint`` true is ``READ_ONLY``; ``open_world_hint`` true (it reaches outside
-    the server's own data) is ``NETWORK``; anything else, unannotated tools included, is
-    ``WRITES`` (the MCP default assumes a tool may change things)."""
-    if annotations is None:
-        return RiskLevel.WRITES
-    if annotations.open_world_hint is True:
-        return RiskLevel.NETWORK
-    if annotations.read_only_hint is True:
-        return RiskLevel.READ_ONLY
-    return RiskLevel.WRITES
 
 
 _READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -339,7 +325,8 @@ def task_server(store: ChatStore, *, name: str = "greenroom-tasks") -> MCPServer
 
 
 class MCPToolExecutor:
-    """A ``ToolExecutor`` on one MCP client connection, held open while in use.
+    """A ``ToolExecutor`` on one MCP client connection (:class:`~greenroom.harness.MCPClient`),
+    held open while in use.
 
     ``server``: an ``MCPServer`` (in-process, the default: ``task_server(store)``), a URL
     (streamable HTTP) or ``mcp.StdioServerParameters`` (a command). ``call_timeout``:
@@ -351,49 +338,38 @@ class MCPToolExecutor:
     def __init__(self, server: Any, *, call_timeout: float = 10.0) -> None:
         self.server = server
         self.call_timeout = call_timeout
-        self._client: Any = None
-        self._stack: AsyncExitStack | None = None
+        self._client: MCPClient | None = None
         self._specs: dict[str, ToolSpec] = {}
         self._accepted: dict[str, frozenset[str]] = {}
-        self._risks: dict[str, RiskLevel] = {}
 
     async def __aenter__(self) -> MCPToolExecutor:
-        from mcp.client.client import Client
-
-        stack = AsyncExitStack()
-        try:
-            self._client = await stack.enter_async_context(Client(self.server, cache=None))
-            listing = await self._client.list_tools()
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
-        for tool in listing.tools:
-            schema = dict(tool.input_schema or {"type": "object", "properties": {}})
+        client = MCPClient(self.server, call_timeout=self.call_timeout)
+        await client.__aenter__()
+        self._client = client
+        for tool in client.tools.values():
+            schema = dict(tool.schema)
             properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != "user_id"}
             schema["properties"] = properties
             if "required" in schema:
                 schema["required"] = [r for r in schema["required"] if r != "user_id"]
-            schema.pop("title", None)
-            self._specs[tool.name] = ToolSpec(tool.name, tool.description or "", schema)
+            self._specs[tool.name] = ToolSpec(tool.name, tool.description, schema)
             self._accepted[tool.name] = frozenset(properties)
-            self._risks[tool.name] = risk_of(tool.annotations)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        stack, self._stack = self._stack, None
-        self._client = None
-        if stack is not None:
-            await stack.aclose()  # in the task that opened it: the client's task group lives there
+        client, self._client = self._client, None
+        if client is not None:
+            await client.__aexit__(None, None, None)  # in the task that opened it
 
     def get_available_tools(self) -> list[str]:
         return sorted(self._specs)
 
     def tool_risk(self, tool_name: str) -> RiskLevel:
         """How much harm ``tool_name`` can do, from the server's annotations (see
-        :func:`risk_of`): what a :class:`~greenroom.harness.Sandbox` allows it by.
-        ``WRITES`` for a tool the server does not list."""
-        return self._risks.get(tool_name, RiskLevel.WRITES)
+        :func:`~greenroom.harness.risk_of`): what a :class:`~greenroom.harness.Sandbox`
+        allows it by. ``WRITES`` for a tool the server does not list."""
+        found = None if self._client is None else self._client.tools.get(tool_name)
+        return RiskLevel.WRITES if found is None else found.risk
 
     def tool_specs(self, names: Sequence[str] | None = None) -> tuple[ToolSpec, ...]:
         """The tools as offered to a model: their JSON Schemas, with no ``user_id``."""
@@ -413,28 +389,25 @@ class MCPToolExecutor:
             hold = _HOLD.get()
             if hold is not None:
                 meta[HOLD_META] = [hold.conversation_id, hold.token]
-            result = await client.call_tool(
-                tool_name, arguments, read_timeout_seconds=self.call_timeout, meta=meta
-            )
+            answer = await client.call(tool_name, arguments, meta=meta)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:  # the server, the transport or the SDK failed: a result, not a crash
             return ToolResult(success=False, error=f"{type(error).__name__}", error_code="SYSTEM_ERROR")
-        return _decode_result(result)
+        return _decode_result(answer)
 
 
-def _decode_result(result: Any) -> ToolResult:
-    if getattr(result, "is_error", False):
+def _decode_result(answer: MCPAnswer) -> ToolResult:
+    if answer.failed:
         return ToolResult(success=False, error="the tool failed", error_code="SYSTEM_ERROR")
-    payload = getattr(result, "structured_content", None)
+    payload = answer.structured
     if payload is None:
-        texts = [c.text for c in getattr(result, "content", ()) if getattr(c, "type", "") == "text"]
-        if len(texts) != 1:
+        if len(answer.texts) != 1:
             return ToolResult(
                 success=False, error="the tool answered nothing usable", error_code="SYSTEM_ERROR"
             )
         try:
-            payload = msgspec.json.decode(texts[0])
+            payload = msgspec.json.decode(answer.texts[0])
         except msgspec.DecodeError:
             return ToolResult(
                 success=False, error="the tool answered nothing usable", error_code="SYSTEM_ERROR"

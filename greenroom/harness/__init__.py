@@ -14,6 +14,7 @@ from ._budget import Admission, TokenBudget
 from ._handle import Harness
 from ._journal import ApprovalNeeded, ReplayDiverged, StepJournalActor
 from ._loop import BoundedLoop, Spend
+from ._mcp import MCPAnswer, MCPClient, MCPToolInfo, risk_of
 from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
@@ -30,6 +31,9 @@ __all__ = [
     "Harness",
     "HarnessActor",
     "HarnessSetup",
+    "MCPAnswer",
+    "MCPClient",
+    "MCPToolInfo",
     "PhaseResult",
     "ReplayDiverged",
     "RiskLevel",
@@ -44,4 +48,5 @@ __all__ = [
     "ToolRefused",
     "ToolTimedOut",
     "current_call",
+    "risk_of",
 ]

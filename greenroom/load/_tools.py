@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from .._errors import InvalidInput
-from ..harness import Tool
+from ..harness import MCPClient, MCPToolInfo, Tool
 from ..messages import ToolSpec
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -70,14 +70,13 @@ class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class McpTool:
-    """One tool of an open MCP client: the server checks the arguments; its answer (the
-    structured content as JSON, else its text) is the result."""
+    """One tool of an open :class:`~greenroom.harness.MCPClient`: the server checks the
+    arguments; its answer (the structured content as JSON, else its text) is the result."""
 
-    def __init__(self, client: Any, name: str, description: str, schema: dict[str, Any], timeout: float):
-        self.name = name
+    def __init__(self, client: MCPClient, info: MCPToolInfo) -> None:
+        self.name = info.name
         self._client = client
-        self._spec = ToolSpec(name, description or f"The {name} tool.", schema)
-        self._timeout = timeout
+        self._spec = ToolSpec(info.name, info.description or f"The {info.name} tool.", info.schema)
 
     def spec(self) -> ToolSpec:
         return self._spec
@@ -86,14 +85,9 @@ class McpTool:
         return arguments
 
     async def call(self, validated: dict[str, Any]) -> str:
-        result = await self._client.call_tool(self.name, validated, read_timeout_seconds=self._timeout)
-        structured = getattr(result, "structured_content", None)
-        text = (
-            _encode(structured).decode()
-            if structured is not None
-            else "\n".join(c.text for c in getattr(result, "content", ()) if getattr(c, "type", "") == "text")
-        )
-        if getattr(result, "is_error", False):
+        answer = await self._client.call(self.name, validated)
+        text = _encode(answer.structured).decode() if answer.structured is not None else answer.text
+        if answer.failed:
             raise ToolFailed(text or "the tool failed")
         return text
 
@@ -108,7 +102,6 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
         yield tools
         return
     from mcp import StdioServerParameters
-    from mcp.client.client import Client
 
     async with AsyncExitStack() as stack:
         for number, server in enumerate(servers):
@@ -116,9 +109,8 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
             if target is None:
                 command = server.command or ""
                 target = StdioServerParameters(command=command, args=list(server.args), env=server.env)
-            client = await stack.enter_async_context(Client(target, cache=None))
-            listing = await client.list_tools()
-            found = {tool.name: tool for tool in listing.tools}
+            client = await stack.enter_async_context(MCPClient(target, call_timeout=server.timeout_s))
+            found = client.tools
             wanted = list(found) if server.tools is None else list(server.tools)
             missing = [name for name in wanted if name not in found]
             if missing:
@@ -129,11 +121,7 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
                     field=f"workload.mcp[{number}].tools",
                     value=missing[0],
                 )
-            for name in wanted:
-                tool = found[name]
-                schema = dict(tool.input_schema or {"type": "object", "properties": {}})
-                schema.pop("title", None)
-                tools.append(McpTool(client, name, tool.description or "", schema, server.timeout_s))
+            tools.extend(McpTool(client, found[name]) for name in wanted)
         yield tools
 
 

@@ -298,6 +298,53 @@ async def test_direct_tool_calls_execute_with_no_llm_call(system: ActorSystem) -
     assert model.requests == []
 
 
+async def test_an_mcp_servers_tools_run_in_a_harness_through_the_one_client(system: ActorSystem) -> None:
+    """Issue 50: ``MCPClient.harness_tools()`` offers a server's tools to a harness with
+    the server's schema and its risk; a call answers the server's structured content, and
+    a tool the server says failed is a failed call the model is told of."""
+    import logging
+
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    from greenroom.harness import MCPClient
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    server = MCPServer("sums", log_level="WARNING")
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def add(a: int, b: int) -> dict[str, int]:
+        """Add two numbers."""
+        return {"sum": a + b}
+
+    @server.tool()
+    def boom() -> str:
+        """Always fails."""
+        raise ValueError("the tool broke")
+
+    async with MCPClient(server, call_timeout=5.0) as client:
+        tools = client.harness_tools()
+        offered = {tool.name: tool for tool in tools}
+        assert set(offered["add"].spec().parameters["properties"]) == {"a", "b"}
+        assert (offered["add"].risk, offered["boom"].risk) == (RiskLevel.READ_ONLY, RiskLevel.WRITES)
+        harness = await Harness.spawn(
+            system, ScriptedModel([]), tools=tools, sandbox=Sandbox(max_risk=RiskLevel.WRITES)
+        )
+        result = await harness.run_bounded(
+            direct_tool_calls=[
+                {"name": "add", "arguments": {"a": 2, "b": 3}},
+                {"name": "boom", "arguments": {}},
+            ]
+        )
+        await harness.aclose()
+    (added, broke) = result.tool_calls
+    assert added["ok"] and added["result"] == {"sum": 5}, added
+    assert not broke["ok"] and broke["error"] == "MCPToolFailed: Error executing tool boom", broke
+
+
 async def test_direct_tool_calls_empty_makes_no_llm_call(system: ActorSystem) -> None:
     model = ScriptedModel([])
     harness = await spawn(system, model)

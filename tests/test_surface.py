@@ -316,6 +316,7 @@ PUBLIC: dict[str, list[str]] = {
         "HarnessSetup",
         "MCPAnswer",
         "MCPClient",
+        "MCPToolFailed",
         "MCPToolInfo",
         "PhaseResult",
         "ReplayDiverged",

@@ -1,6 +1,7 @@
 """``MCPClient``: one open connection to an MCP server through the official ``mcp`` SDK's
 client — the one greenroom's tool users share: the chat assistant's executor
-(``chat.MCPToolExecutor``) and ``greenroom load``'s workload tools.
+(``chat.MCPToolExecutor``), ``greenroom load``'s workload tools, and a harness's tools
+(:meth:`MCPClient.harness_tools`).
 
 The ``mcp`` package is imported when a client opens, never before: a process that uses
 no MCP server does not pay for it.
@@ -14,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ._tools import RiskLevel
+from ._tools import RiskLevel, Tool
 
 
 class MCPToolInfo(msgspec.Struct, frozen=True):
@@ -25,6 +26,10 @@ class MCPToolInfo(msgspec.Struct, frozen=True):
     description: str
     schema: dict[str, Any]
     risk: RiskLevel
+
+
+class MCPToolFailed(Exception):
+    """An MCP server said its tool failed (its text, if it sent one)."""
 
 
 class MCPAnswer(msgspec.Struct, frozen=True):
@@ -117,3 +122,34 @@ class MCPClient:
             structured=getattr(result, "structured_content", None),
             texts=texts,
         )
+
+    def harness_tools(self, names: list[str] | None = None) -> list[Tool]:
+        """The server's tools (``names``: only these) as harness :class:`Tool` s: each
+        offered with the server's schema and its risk, its call answered with the
+        structured content (else the text), a failure raised as :class:`MCPToolFailed`
+        (the model is told, as of any tool that raises). They call through this client:
+        keep it open while a harness may use them. ``KeyError`` naming a tool the server
+        does not have."""
+        wanted = list(self.tools) if names is None else names
+        tools = []
+        for name in wanted:
+            info = self.tools[name]
+            tools.append(
+                Tool(
+                    name,
+                    self._runner(name),
+                    description=info.description,
+                    risk=info.risk,
+                    parameters=info.schema,
+                )
+            )
+        return tools
+
+    def _runner(self, name: str) -> Any:
+        async def run(**arguments: Any) -> Any:
+            answer = await self.call(name, arguments)
+            if answer.failed:
+                raise MCPToolFailed(answer.text or f"the tool {name!r} failed")
+            return answer.structured if answer.structured is not None else answer.text
+
+        return run

@@ -52,6 +52,10 @@ class Tool:
     interrupted: cancelled or past the sandbox's ``tool_timeout``, the call is abandoned
     (its answer dropped) and runs on to its end. Its return value must encode as JSON.
 
+    ``parameters``: the JSON Schema offered to the model, for an ``fn`` taking
+    ``**arguments`` that something else checks (an MCP server's tool,
+    :meth:`MCPClient.harness_tools`): ``fn`` receives the arguments as the model sent them.
+
     A tool that changes things and takes a keyword parameter ``idempotency_key`` (not
     offered to the model) is given one by a durable harness: the same for every attempt
     of the same call, so it can tell a retry after a crash from a new call. Without one,
@@ -70,6 +74,7 @@ class Tool:
         requires_approval: bool = False,
         approval_expires_in: float | None = None,
         inline: bool = False,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
             raise InvalidInput(f"Tool name must be 1-64 letters, digits, _ or -, got {name!r}", field="name")
@@ -98,8 +103,10 @@ class Tool:
         """A plain function that runs on the event loop (``False``: in a worker thread)."""
         self.takes_idempotency_key = args is None and _has_keyword(fn, IDEMPOTENCY_KEY)
         """``fn`` takes ``idempotency_key``: a durable harness passes the call's own."""
-        self._keywords = _signature_struct(name, fn) if args is None else None
-        self._spec = ToolSpec(self.name, self.description, self._parameters())
+        if parameters is not None and (not isinstance(parameters, dict) or args is not None):
+            raise TypeError(f"Tool {name!r} parameters must be a JSON Schema (a dict), and not with args")
+        self._keywords = _signature_struct(name, fn) if args is None and parameters is None else None
+        self._spec = ToolSpec(self.name, self.description, parameters or self._parameters())
 
     def _parameters(self) -> dict[str, Any]:
         shape = self.args if self.args is not None else self._keywords

@@ -813,3 +813,21 @@ async def test_a_blocking_plain_tool_runs_in_a_thread_and_the_loop_goes_on(syste
     assert threads[0] != threading.main_thread().name and threads[1] == threading.main_thread().name
     with pytest.raises(InvalidInput, match="inline must be true or false"):
         Tool("bad", quick, inline="yes")  # type: ignore[arg-type]
+
+
+def test_a_tools_own_schema_is_a_dict_and_never_beside_args() -> None:
+    """``Tool(parameters=...)`` (a schema something else checks, as an MCP server does):
+    a schema that is not a dict, or one given beside ``args``, is refused by name; given,
+    it is what the model is offered and the arguments pass to ``fn`` as sent."""
+
+    async def echo(**arguments: object) -> object:
+        return arguments
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    with pytest.raises(TypeError, match="'echo' parameters must be a JSON Schema"):
+        Tool("echo", echo, parameters="q: string")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'echo' parameters must be a JSON Schema"):
+        Tool("echo", echo, parameters=schema, args=Query)
+    tool = Tool("echo", echo, parameters=schema)
+    assert tool.spec().parameters == schema
+    assert tool.validate({"q": "x", "extra": 1}) == {"q": "x", "extra": 1}  # the server checks them

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from .._errors import GreenroomError
 from ._tools import RiskLevel, Tool
 
 
@@ -28,7 +29,7 @@ class MCPToolInfo(msgspec.Struct, frozen=True):
     risk: RiskLevel
 
 
-class MCPToolFailed(Exception):
+class MCPToolFailed(GreenroomError):
     """An MCP server said its tool failed (its text, if it sent one)."""
 
 

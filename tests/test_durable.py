@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from _stores import make_store
+from mcp.server.mcpserver import Context
 
 from greenroom import ActorRef, ActorSystem
 from greenroom.harness import (
@@ -561,6 +562,7 @@ async def test_a_stale_attempts_steps_are_refused_and_its_call_never_runs_twice(
         async with anyio.create_task_group() as tg:
             tg.start_soon(attempt_one)
             await running.wait()
+            await journal.sync()  # what the call recorded before it ran is the store's, under token 1
             await sup.ask(Release("t1", "a", token=first.token))  # (as its lease running out would)
             second = (await sup.ask(Claim("b", "w"))).task
             assert second.token == first.token + 1
@@ -682,3 +684,59 @@ def test_a_call_released_by_a_database_write_is_asked_about_only_if_it_was_noted
     assert journal(dead, "notes-here", running=True).may_have_run("k")  # invoked: it may have run
     assert journal(dead, "notes-elsewhere", running=False).may_have_run("k")  # not our notes
     assert journal(f"{boot}:{os.getpid()}", "notes-here", running=False).may_have_run("k")  # alive
+
+
+async def test_an_mcp_tool_of_a_durable_harness_is_given_its_calls_key_and_token(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """Issue 49/50: an MCP server's tool run by a durable harness
+    (``MCPClient.harness_tools``) gets its call's idempotency key, its attempt's fencing
+    token and its task in the call's ``_meta``, as a Python tool gets them from
+    ``current_call`` — so a server can fence what it changes too."""
+    import logging
+
+    from _stores import open_node
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    from greenroom.harness import MCPClient
+    from greenroom.messages import AgentTask, Claim, Submit
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    server = MCPServer("ledger", log_level="WARNING")
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    seen: list[dict[str, Any]] = []
+
+    @server.tool()
+    def note(text: str, ctx: Context) -> str:
+        """Note a text."""
+        seen.append(dict(ctx.request_context.meta or {}))
+        return f"noted {text}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def look(what: str) -> str:
+        """Look at something."""
+        return f"saw {what}"
+
+    async with (
+        await make_store(store_url, tmp_path / "data") as store,
+        open_node(store) as node,
+        MCPClient(server, call_timeout=5.0) as client,
+    ):
+        await node.supervisor.ask(Submit([AgentTask(id="t1", type="w")]))
+        granted = (await node.supervisor.ask(Claim("a", "w"))).task
+        writer = await node.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
+        journal = await TaskJournal.load("t1", granted.attempt, writer, token=granted.token)
+        harness = await Harness.spawn(
+            node.system, model_for_two_turns(), tools=client.harness_tools(),
+            sandbox=Sandbox(max_risk=RiskLevel.WRITES), journal=journal,
+        )  # fmt: skip
+        result = await harness.run_bounded("write it down", max_iterations=5)
+        await harness.aclose()
+        await writer.stop()
+    assert result.stop_reason == "done"
+    (meta,) = seen
+    assert meta["dev.greenroom/idempotency_key"] == "t1/p0/main/m0/t0"
+    assert (meta["dev.greenroom/fencing_token"], meta["dev.greenroom/task_id"]) == (granted.token, "t1")

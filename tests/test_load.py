@@ -864,3 +864,19 @@ def test_a_run_whose_every_request_failed_exits_non_zero_with_the_kinds(server: 
     assert done.returncode == 1
     assert "every request of the run failed (3): HTTP 500 in 3 request(s)" in done.stderr
     assert "down for maintenance" in done.stderr
+
+
+def test_a_report_with_a_field_of_the_wrong_shape_is_refused_naming_the_file_and_the_field() -> None:
+    """``report_from``: a report-shaped document whose figure is not what a report holds
+    (a spread that is text) is refused naming the file and the field; a report an older
+    greenroom wrote, without the newer fields, reads with them at their defaults."""
+    from greenroom._errors import InvalidInput
+    from greenroom.load import LoadReport, report_from
+
+    with pytest.raises(
+        InvalidInput, match=r"'run7\.json' is not a report of greenroom load --json: .*ttft_ms"
+    ):
+        report_from({"plan": {}, "ttft_ms": "fast"}, "run7.json")
+    old = report_from({"plan": {"concurrency": 2}, "ttft_ms": {"p50": 12.0}, "requests": 3}, "old.json")
+    assert old == LoadReport(plan={"concurrency": 2}, ttft_ms=old.ttft_ms, requests=3)
+    assert (old.ttft_ms.p50, old.ttft_ms.p99, old.compatibility, old.unreached) == (12.0, None, [], False)

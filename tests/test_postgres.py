@@ -277,9 +277,10 @@ async def test_a_reader_sees_every_event_once_in_order_while_writers_commit_in_p
 
         async def reader(done: anyio.Event) -> None:
             while True:
+                finished = done.is_set()  # before the read: one begun earlier may miss the last commits
                 events = await db.run(cursor.read)
                 seen.extend(event.seq for event in events)
-                if done.is_set() and not events:
+                if finished and not events:
                     return
                 await anyio.sleep(0.001)
 

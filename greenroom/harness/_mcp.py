@@ -16,7 +16,15 @@ from typing import Any
 import msgspec
 
 from .._errors import GreenroomError
-from ._tools import RiskLevel, Tool
+from ._tools import RiskLevel, Tool, current_call
+
+KEY_META = "dev.greenroom/idempotency_key"
+"""The ``_meta`` key a harness's MCP call carries its idempotency key in (the same in
+every attempt of the call): a server that keeps the keys it applied runs a retry once."""
+TOKEN_META = "dev.greenroom/fencing_token"
+"""The ``_meta`` key of the call's attempt's fencing token (it only grows): a server that
+keeps the greatest it has seen per task refuses a stale attempt's call."""
+TASK_META = "dev.greenroom/task_id"
 
 
 class MCPToolInfo(msgspec.Struct, frozen=True):
@@ -128,9 +136,11 @@ class MCPClient:
         """The server's tools (``names``: only these) as harness :class:`Tool` s: each
         offered with the server's schema and its risk, its call answered with the
         structured content (else the text), a failure raised as :class:`MCPToolFailed`
-        (the model is told, as of any tool that raises). They call through this client:
-        keep it open while a harness may use them. ``KeyError`` naming a tool the server
-        does not have."""
+        (the model is told, as of any tool that raises). In a durable harness each call's
+        ``_meta`` carries its idempotency key, fencing token and task (:data:`KEY_META`,
+        :data:`TOKEN_META`, :data:`TASK_META`), as :func:`current_call` gives a Python
+        tool. They call through this client: keep it open while a harness may use them.
+        ``KeyError`` naming a tool the server does not have."""
         wanted = list(self.tools) if names is None else names
         tools = []
         for name in wanted:
@@ -148,7 +158,15 @@ class MCPClient:
 
     def _runner(self, name: str) -> Any:
         async def run(**arguments: Any) -> Any:
-            answer = await self.call(name, arguments)
+            call = current_call()  # a durable harness's call: the server may fence with them
+            meta = None
+            if call is not None and call.fencing_token is not None:
+                meta = {
+                    KEY_META: call.idempotency_key,
+                    TOKEN_META: call.fencing_token,
+                    TASK_META: call.task_id,
+                }
+            answer = await self.call(name, arguments, meta=meta)
             if answer.failed:
                 raise MCPToolFailed(answer.text or f"the tool {name!r} failed")
             return answer.structured if answer.structured is not None else answer.text

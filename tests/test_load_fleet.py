@@ -22,7 +22,7 @@ from _support import eventually
 
 from greenroom.daemon import AgentHost
 from greenroom.daemon._config import AgentPoolConfig, DaemonConfig
-from greenroom.load import LoadPlan, LoadTarget, Workload, fleet_report, fleet_tasks
+from greenroom.load import LoadPlan, LoadRecordStore, LoadTarget, Workload, fleet_report, fleet_tasks
 from greenroom.load._dist import fixed
 from greenroom.load._fleet import order_of
 from greenroom.messages import AgentTask, Submit, TaskStatus
@@ -87,7 +87,7 @@ async def test_a_runs_sessions_are_tasks_a_daemons_load_agents_run_and_record(
         async with AgentHost(_pools(4), tmp_path / "data", store=store) as host:
             await host.supervisor.ask(Submit(tasks), timeout=None)
             await _finished(host, {t.id for t in tasks})
-            records = host.store.load_store()
+            records = LoadRecordStore(host.store.records())
             try:
                 report, requests = await fleet_report(records, "r1", plan=plan, workload=SHORT, duration=1.0)
             finally:
@@ -186,7 +186,9 @@ def test_a_run_on_two_daemons_over_postgresql_counts_every_session_once_and_a_ki
         watch = psycopg.connect(pg_url, autocommit=True)
 
         def keys() -> set[str]:
-            return {row[0] for row in watch.execute("SELECT key FROM gr_load WHERE run = 'fleet'")}
+            return {
+                row[0] for row in watch.execute("SELECT key FROM gr_records WHERE collection = 'load/fleet'")
+            }
 
         def said() -> str:
             errs = [(tmp_path / f"node{n}.err").read_text()[-800:] for n in range(2)]
@@ -232,7 +234,12 @@ def _bodies(url: str) -> list[tuple[bytes]]:
     import psycopg
 
     with psycopg.connect(url) as db:
-        return [(bytes(row[0]),) for row in db.execute("SELECT body FROM gr_load WHERE key LIKE 's/%'")]
+        return [
+            (bytes(row[0]),)
+            for row in db.execute(
+                "SELECT body FROM gr_records WHERE collection LIKE 'load/%' AND key LIKE 's/%'"
+            )
+        ]
 
 
 def test_a_run_on_a_daemon_on_the_files_goes_through_its_api(tmp_path: Path) -> None:

@@ -1824,3 +1824,40 @@ def test_a_daemon_paused_past_its_leases_writes_nothing_more_and_no_effect_lands
     assert "Traceback" not in b_said and "restarts" not in b_said, b_said[-3000:]
     print(f"\n{how}: pauses: {pauses}; stale calls refused by the tool: {len(stale)}; "
           f"attempts B gave up: {b_said.count('gave up task')}")  # fmt: skip
+
+
+async def test_schema_13_s_budgets_and_load_runs_move_into_the_records_whole(pg_url: str) -> None:
+    """Migration 14: every budget's total and every load record of a version-13 database
+    is in ``gr_records`` after the upgrade, in the order written, read by the features."""
+    from greenroom.harness import BudgetStore, Spent
+    from greenroom.load import LoadRecordStore
+    from greenroom.postgres import PostgresStore
+    from greenroom.postgres._schema import MIGRATIONS
+
+    async with Database(pg_url) as db:
+
+        def version_13(connection: Any) -> None:
+            connection.execute("CREATE TABLE gr_schema (version integer NOT NULL)")
+            for statements in MIGRATIONS[:13]:
+                for statement in statements:
+                    connection.execute(statement)
+            connection.execute("INSERT INTO gr_schema VALUES (13)")
+            connection.execute("INSERT INTO gr_budgets VALUES ('team', 1200, 0.75, 9, 1700000000.0)")
+            for run, key, body in [
+                ("r1", "s/9", b'{"n":1}'),
+                ("r1", "r/0", b'{"n":2}'),
+                ("r2", "s/0", b"{}"),
+            ]:
+                connection.execute(
+                    "INSERT INTO gr_load (run, key, body) VALUES (%s, %s, %s)", (run, key, body)
+                )
+
+        await db.run(version_13)
+        assert await db.run(upgrade) == (13, len(MIGRATIONS))
+    async with PostgresStore(pg_url, pool_size=2) as store:
+        budgets, load = BudgetStore(store.records()), LoadRecordStore(store.records())
+        team = (await budgets.read())["team"]
+        assert (team.tokens, team.cost, team.calls, team.updated_at) == (1200, 0.75, 9, 1700000000.0)
+        assert [(e.key, e.body) for e in await load.read("r1")] == [("s/9", b'{"n":1}'), ("r/0", b'{"n":2}')]
+        assert await load.runs() == {"r1": 2, "r2": 1}
+        assert (await budgets.add({"team": Spent(1, 0.0, 1)}))["team"].tokens == 1201

@@ -24,6 +24,7 @@ from greenroom.daemon._config import AgentPoolConfig, ChatConfig
 from greenroom.daemon._host import AgentHost
 from greenroom.daemon._service import DaemonService
 from greenroom.embedded import EmbeddedStore
+from greenroom.harness import BudgetStore
 from greenroom.messages import AgentResult, AgentTask, TaskStatus
 from greenroom.service import ServiceClient, ServiceError, TokenFileError, TokenStore, find_daemon
 
@@ -665,7 +666,7 @@ async def test_a_team_budget_of_the_agents_continues_after_a_restart(tmp_path: P
 
     assert await run(["a", "b"]) == ["done", "done"]
     async with EmbeddedStore(tmp_path) as store:
-        budgets = store.budget_store()
+        budgets = BudgetStore(store.records())
         try:
             assert (await budgets.read())["research-team"].tokens == 100
         finally:

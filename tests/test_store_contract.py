@@ -1731,9 +1731,9 @@ async def test_dropping_the_steps_of_tasks_never_journaled_drops_and_makes_nothi
 
 
 async def test_load_records_keep_the_first_under_a_key_in_arrival_order_per_run(backend: Store) -> None:
-    from greenroom.store import LoadEntry
+    from greenroom.load import LoadEntry, LoadRecordStore
 
-    records = backend.load_store()
+    records = LoadRecordStore(backend.records())
     try:
         first = [LoadEntry("r/1/1/0", b'{"n":1}'), LoadEntry("r/1/1/1", b'{"n":2}'), LoadEntry("s/1", b"{}")]
         assert await records.add("run-a", first) == 3
@@ -1759,13 +1759,13 @@ async def test_load_records_under_an_old_attempt_token_are_refused_with_nothing_
     """Issue 49: a load session's records name its task attempt's token; once the task was
     granted again (the session's agent paused past its lease), the old attempt's records
     are refused whole — ``Fenced`` — and the live one's kept."""
-    from greenroom.store import LoadEntry
+    from greenroom.load import LoadEntry, LoadRecordStore
 
     async with open_node(backend) as node:
         sup = node.supervisor
         await sup.ask(Submit([task("load-1")]))
         assert (await sup.ask(Claim("a", "w"))).task.token == 1
-        records = backend.load_store()
+        records = LoadRecordStore(backend.records())
         try:
             assert await records.add("run", [LoadEntry("r/0/1/0", b"{}")], fence=("load-1", 1)) == 1
             await sup.ask(Release("load-1", "a", token=1))
@@ -1782,9 +1782,9 @@ async def test_load_records_under_an_old_attempt_token_are_refused_with_nothing_
 
 
 async def test_a_bad_load_record_is_refused_by_name_and_nothing_of_its_batch_is_kept(backend: Store) -> None:
-    from greenroom.store import LoadEntry
+    from greenroom.load import LoadEntry, LoadRecordStore
 
-    records = backend.load_store()
+    records = LoadRecordStore(backend.records())
     try:
         await records.add("run", [LoadEntry("s/0", b'{"kept":true}')])
         good = LoadEntry("s/1", b"{}")
@@ -1813,13 +1813,13 @@ async def test_load_records_written_by_two_processes_at_once_are_all_kept(
     store_url: str | None, tmp_path: Path
 ) -> None:
     """Two daemons' stores writing one run's records together: every one is kept once."""
-    from greenroom.store import LoadEntry
+    from greenroom.load import LoadEntry, LoadRecordStore
 
     async with (
         await make_store(store_url, tmp_path / "data") as one,
         await make_store(store_url, tmp_path / "data") as two,
     ):
-        writers = [one.load_store(), two.load_store()]
+        writers = [LoadRecordStore(one.records()), LoadRecordStore(two.records())]
         try:
 
             async def write(number: int, records: Any) -> None:
@@ -1841,9 +1841,9 @@ async def test_load_records_written_by_two_processes_at_once_are_all_kept(
 
 
 async def test_budget_spend_adds_up_and_each_write_answers_the_totals(backend: Store) -> None:
-    from greenroom.store import Spent
+    from greenroom.harness import BudgetStore, Spent
 
-    budgets = backend.budget_store()
+    budgets = BudgetStore(backend.records())
     try:
         first = await budgets.add({"team": Spent(100, 0.5, 1), "chat": Spent(7, 0.0, 1)})
         assert (first["team"].tokens, first["team"].cost, first["team"].calls) == (100, 0.5, 1)
@@ -1855,16 +1855,19 @@ async def test_budget_spend_adds_up_and_each_write_answers_the_totals(backend: S
         assert await budgets.read(["team", "nobody"]) == {"team": everything["team"]}
         had = await budgets.reset("team")
         assert had is not None and had.tokens == 150
-        assert await budgets.reset("team") is None
-        assert sorted(await budgets.read()) == ["chat"]
+        again = await budgets.reset("team")  # a reset total is zero, kept (its version grows)
+        assert again is not None and (again.tokens, again.cost, again.calls) == (0, 0.0, 0)
+        assert await budgets.reset("nobody") is None
+        assert {name: s.tokens for name, s in (await budgets.read()).items()} == {"chat": 7, "team": 0}
+        assert (await budgets.add({"team": Spent(5, 0.0, 1)}))["team"].tokens == 5  # the new period
     finally:
         await budgets.aclose()
 
 
 async def test_a_bad_budget_name_or_spend_is_refused_by_name_and_nothing_is_added(backend: Store) -> None:
-    from greenroom.store import Spent
+    from greenroom.harness import BudgetStore, Spent
 
-    budgets = backend.budget_store()
+    budgets = BudgetStore(backend.records())
     try:
         await budgets.add({"team": Spent(10, 0.0, 1)})
         for spends, field in (
@@ -2079,13 +2082,13 @@ async def test_budget_writers_at_once_never_lose_each_others_spend(
 ) -> None:
     """Two processes' stores (two daemons) adding to one budget together: every increment
     counts."""
-    from greenroom.store import Spent
+    from greenroom.harness import BudgetStore, Spent
 
     async with (
         await make_store(store_url, tmp_path / "data") as one,
         await make_store(store_url, tmp_path / "data") as two,
     ):
-        writers = [one.budget_store(), two.budget_store()]
+        writers = [BudgetStore(one.records()), BudgetStore(two.records())]
         try:
 
             async def spend(budgets: Any) -> None:
@@ -2109,7 +2112,7 @@ async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
     """A tracked budget starts from what was spent before (a restart), takes what another
     daemon spends, is not charged again for a replayed step, and takes an operator's reset."""
     from greenroom.actors import ActorSystem
-    from greenroom.harness import TokenBudget
+    from greenroom.harness import BudgetStore, TokenBudget
     from greenroom.harness._ledger import BudgetLedgerActor, TrackBudget
 
     async def spend(budget: TokenBudget, tokens: int) -> None:
@@ -2119,7 +2122,7 @@ async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
 
     data_dir = tmp_path / "data"
     async with await make_store(store_url, data_dir) as store, ActorSystem() as system:
-        ledger = await system.spawn(lambda: BudgetLedgerActor(store.budget_store()), name="budgets")
+        ledger = await system.spawn(lambda: BudgetLedgerActor(BudgetStore(store.records())), name="budgets")
         budget = TokenBudget(1000, name="team")
         assert (await ledger.ask(TrackBudget(budget))).tokens == 0
         await spend(budget, 300)
@@ -2134,9 +2137,11 @@ async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
         ActorSystem() as system,
     ):  # a restart: this daemon, and another on the same store
         ledger = await system.spawn(
-            lambda: BudgetLedgerActor(store.budget_store(), refresh_every=0.05), name="budgets"
+            lambda: BudgetLedgerActor(BudgetStore(store.records()), refresh_every=0.05), name="budgets"
         )
-        elsewhere = await system.spawn(lambda: BudgetLedgerActor(other.budget_store()), name="elsewhere")
+        elsewhere = await system.spawn(
+            lambda: BudgetLedgerActor(BudgetStore(other.records())), name="elsewhere"
+        )
         again, theirs = TokenBudget(1000, name="team"), TokenBudget(1000, name="team")
         assert (await ledger.ask(TrackBudget(again))).tokens == 500
         assert again.spent == 500 and round(again.cost, 6) == 0.02 and again.remaining == 500
@@ -2146,7 +2151,7 @@ async def test_a_named_budget_continues_from_its_stored_total_and_shares_it(
         await spend(again, 60)  # past the limit now, on both
         await eventually(lambda: again.exhausted and theirs.exhausted, timeout=10)
         assert await again.admit() is None
-        reset = other.budget_store()
+        reset = BudgetStore(other.records())
         try:
             assert (await reset.reset("team")) is not None
         finally:

@@ -38,10 +38,11 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 async def _list(args: argparse.Namespace) -> int:
+    from ..harness import BudgetStore
     from . import _format
 
     async with _backend(args) as store:
-        budgets = store.budget_store()
+        budgets = BudgetStore(store.records())
         try:
             totals = await budgets.read()
         finally:
@@ -60,11 +61,11 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _reset(args: argparse.Namespace) -> int:
-    from ..store import check_budget_name
+    from ..harness import BudgetStore, check_budget_name
 
     name = check_budget_name(args.name)
     async with _backend(args) as store:
-        budgets = store.budget_store()
+        budgets = BudgetStore(store.records())
         try:
             had = await budgets.reset(name)
         finally:

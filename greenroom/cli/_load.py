@@ -154,9 +154,8 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
     import secrets
     import time
 
-    from ..load import LoadTarget, fleet_report, fleet_tasks
+    from ..load import LoadRecordStore, LoadTarget, check_run, fleet_report, fleet_tasks
     from ..load._fleet import AGENT_TYPE
-    from ..store import check_run
     from . import _operate
 
     if args.sessions is None:
@@ -180,7 +179,7 @@ def _on_daemons(args: argparse.Namespace, workload: Any, plan: Any) -> int:
         ids = {task.id for task in tasks}
         await _operate.add_tasks(where, tasks)
         async with where.backend() as store:
-            records = store.load_store()
+            records = LoadRecordStore(store.records())
             try:
                 while True:
                     live_tasks = await _operate.list_tasks(where, None, AGENT_TYPE)

@@ -24,7 +24,7 @@ from .._files import resolve_data_dir
 from .._loopwatch import LoopWatch
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
-from ..harness import StepJournalActor
+from ..harness import BudgetStore, StepJournalActor
 from ..harness._ledger import BudgetLedgerActor, TrackBudget
 from ..log import LogActor, NarratorCapability
 from ..messages import AwaitChange, GraphStats, Stats, StopGranting
@@ -125,7 +125,9 @@ class AgentHost:
             lambda: LogActor(store.event_store(retention=config.retention), narrator=narrator), name="log"
         )
         self.journal = await self.system.spawn(lambda: StepJournalActor(store.step_store()), name="journal")
-        self.ledger = await self.system.spawn(lambda: BudgetLedgerActor(store.budget_store()), name="budgets")
+        self.ledger = await self.system.spawn(
+            lambda: BudgetLedgerActor(BudgetStore(store.records())), name="budgets"
+        )
         self.supervisor = await self.system.spawn(
             lambda: SupervisorActor(
                 store.task_store(

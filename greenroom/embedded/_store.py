@@ -23,11 +23,10 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
-    BudgetStore,
     ChatStore,
     EntityStore,
     EventStore,
-    LoadRecordStore,
+    RecordStore,
     Retention,
     StepStore,
     StoreSizes,
@@ -127,20 +126,15 @@ class EmbeddedStore:
             return False, None, 0.0
         return True, tasks.graph.tasks.get(task_id), tasks.clock()
 
-    def budget_store(self) -> BudgetStore:
-        from ._budgets import BUDGETS_DB, SQLiteBudgetStore
-
-        return SQLiteBudgetStore(self.data_dir / BUDGETS_DB)
-
     def entity_store(self) -> EntityStore:
         from ._entities import ENTITIES_DB, SQLiteEntityStore
 
         return SQLiteEntityStore(self.data_dir / ENTITIES_DB)
 
-    def load_store(self) -> LoadRecordStore:
-        from ._load import LOAD_DB, SQLiteLoadRecordStore
+    def records(self) -> RecordStore:
+        from ._records import RECORDS_DB, SQLiteRecordStore
 
-        return SQLiteLoadRecordStore(self.data_dir / LOAD_DB, live_task=self._live_task)
+        return SQLiteRecordStore(self.data_dir / RECORDS_DB, live_task=self._live_task)
 
     # -- reading ----------------------------------------------------------------------------
 

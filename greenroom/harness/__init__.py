@@ -21,12 +21,14 @@ from ._setup import HarnessSetup
 from ._stop import StopSignal
 from ._timings import CallTimings
 from ._tools import RiskLevel, Tool, ToolCall, current_call
+from ._totals import BudgetStore, Spent, check_budget_name
 
 __all__ = [
     "STOP_REASONS",
     "Admission",
     "ApprovalNeeded",
     "BoundedLoop",
+    "BudgetStore",
     "CallTimings",
     "Harness",
     "HarnessActor",
@@ -40,6 +42,7 @@ __all__ = [
     "RiskLevel",
     "Sandbox",
     "Spend",
+    "Spent",
     "StepJournalActor",
     "StopReason",
     "StopSignal",
@@ -48,6 +51,7 @@ __all__ = [
     "ToolCall",
     "ToolRefused",
     "ToolTimedOut",
+    "check_budget_name",
     "current_call",
     "risk_of",
 ]

@@ -29,7 +29,7 @@ import anyio
 from .._checks import check_int
 from .._errors import InvalidInput
 from ..actors import ActorRef, ActorStopped, MailboxFull
-from ..store import Spent, check_budget_name
+from ._totals import Spent, check_budget_name
 
 logger = logging.getLogger("greenroom.harness")
 

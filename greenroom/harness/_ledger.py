@@ -29,8 +29,8 @@ from .._commit import Batcher
 from .._errors import DataError, InvalidInput
 from .._request import Request
 from ..actors import Actor
-from ..store import BudgetStore, Spent
 from ._budget import WRITE_SPEND, TokenBudget
+from ._totals import BudgetStore, Spent
 
 logger = logging.getLogger("greenroom.harness")
 

@@ -20,6 +20,7 @@ daemon's records.
 from ._dist import Dist
 from ._fleet import LoadAgent, LoadTarget, fleet_report, fleet_tasks
 from ._measure import LoadReport, RequestRecord, SessionRecord, Slo, Spread, quantiles, report_from
+from ._records import LoadEntry, LoadRecordStore, check_run
 from ._run import LoadPlan, run_load, sweep_rate
 from ._workload import PRESETS, SyntheticTool, Workload, load_workload, workload_from
 
@@ -27,7 +28,9 @@ __all__ = [
     "PRESETS",
     "Dist",
     "LoadAgent",
+    "LoadEntry",
     "LoadPlan",
+    "LoadRecordStore",
     "LoadReport",
     "LoadTarget",
     "RequestRecord",
@@ -36,6 +39,7 @@ __all__ = [
     "Spread",
     "SyntheticTool",
     "Workload",
+    "check_run",
     "fleet_report",
     "fleet_tasks",
     "load_workload",

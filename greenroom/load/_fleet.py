@@ -6,8 +6,8 @@ at its scheduled instant; in a closed loop one task per virtual user, running it
 sessions back to back. Every daemon with a pool of :class:`LoadAgent` s takes them as it
 takes any work — the engine that shares tasks between machines shares the load — and its
 agents write a record of every request, as it ends, and of every session to the store
-(:class:`~greenroom.store.LoadRecordStore`). :func:`fleet_report` builds one report from
-all of them.
+(:class:`~greenroom.load.LoadRecordStore`, on the store's records). :func:`fleet_report`
+builds one report from all of them.
 
 Times: a task carries the run's start as wall-clock seconds; each agent places it on its
 own loop's clock once, and every duration is measured on the machine that made the
@@ -33,9 +33,9 @@ from .._errors import InvalidInput
 from ..agents import AgentRuntime, BaseAgent, TaskFailed
 from ..llm import OpenAIChatModel
 from ..messages import AgentResult, AgentTask
-from ..store import LoadEntry, LoadRecordStore
 from ._arrivals import open_starts
 from ._measure import LoadReport, RequestRecord, SessionRecord, model_compatibility, summary
+from ._records import LoadEntry, LoadRecordStore
 from ._run import LoadPlan, workload_tools
 from ._session import Sessions
 from ._workload import Workload
@@ -156,7 +156,7 @@ class LoadAgent(BaseAgent):
             api_key=_key(target.api_key_env),
             fallbacks=False,  # measured as the server behaves: a cut stream is an error, never a fallback
         )
-        records = runtime.store.load_store()
+        records = LoadRecordStore(runtime.store.records())
         try:
             async with model:
                 done = await _run_order(order, task, runtime.agent_id, model, records)

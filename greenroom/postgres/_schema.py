@@ -227,6 +227,28 @@ MIGRATIONS: list[list[str]] = [
         # turn saved under an older one is refused
         "ALTER TABLE greenroom_chat.conversations ADD COLUMN busy_token bigint NOT NULL DEFAULT 0",
     ],
+    [  # 14: keyed records with versions, the primitive durable features are built on; the
+        # budgets' totals and the load runs' records move into it (collections ``budgets``
+        # and ``load/<run>``, in the order they were written) and their tables go
+        "CREATE SEQUENCE gr_record_seq",
+        """CREATE TABLE gr_records (
+            collection text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            body bytea NOT NULL,
+            version bigint NOT NULL,
+            seq bigint NOT NULL DEFAULT nextval('gr_record_seq'),
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (collection, key)
+        )""",
+        "CREATE INDEX gr_records_by_seq ON gr_records (collection, seq)",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'budgets', name, convert_to(json_build_object('tokens', tokens, 'cost', cost, "
+        "'calls', calls)::text, 'UTF8'), 1, updated_at FROM gr_budgets ORDER BY name",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'load/' || run, key, body, 1, 0 FROM gr_load ORDER BY seq",
+        "DROP TABLE gr_budgets",
+        "DROP TABLE gr_load",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

@@ -25,22 +25,20 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
-    BudgetStore,
     ChatStore,
     EntityStore,
     EventStore,
-    LoadRecordStore,
+    RecordStore,
     Retention,
     StepStore,
     StoreSizes,
     TaskStore,
 )
-from ._budgets import PostgresBudgetStore
 from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, dropped_through, event_parts, partitions_repair, tail_events
 from ._graph import Notify, PostgresGraph
-from ._load import PostgresLoadRecordStore
+from ._records import PostgresRecordStore
 from ._schema import check
 from ._steps import PostgresStepStore
 from ._tasks import PostgresTaskStore
@@ -155,16 +153,13 @@ class PostgresStore:
     def step_store(self) -> StepStore:
         return PostgresStepStore(self.db, self._data_dir_arg)
 
-    def budget_store(self) -> BudgetStore:
-        return PostgresBudgetStore(self.db)
-
     def entity_store(self) -> EntityStore:
         from ._entities import PostgresEntityStore
 
         return PostgresEntityStore(self.db)
 
-    def load_store(self) -> LoadRecordStore:
-        return PostgresLoadRecordStore(self.db)
+    def records(self) -> RecordStore:
+        return PostgresRecordStore(self.db)
 
     # -- reading ----------------------------------------------------------------------------
 

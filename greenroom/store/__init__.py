@@ -8,10 +8,11 @@
   its :class:`GraphOwner` of :class:`ExpireLeases` and :class:`TasksRunnable`),
   :class:`EventStore` (the log actor's; an :class:`Origin` names a log's incarnation),
   :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
-  agent work: :class:`Step`), :class:`BudgetStore` (what each named budget spent:
-  :class:`Spent`), :class:`LoadRecordStore` (what a load run measured, every daemon's
-  records together: :class:`LoadEntry`), :class:`EntityStore` (entities' saved states:
-  :class:`StoredState`).
+  agent work: :class:`Step`), :class:`EntityStore` (entities' saved states:
+  :class:`StoredState`), and :class:`RecordStore` — keyed records with versions
+  (:class:`Versioned`, written by :class:`Put` or added once; :class:`Conflict`), the
+  primitive a durable feature is built on in its own package (budgets' totals, load runs'
+  records) with no backend code.
 - The task rules, the same on every backend: what a submission must be
   (:func:`check_submission`, :func:`find_cycle`, :func:`in_dependency_order`), the task a
   transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`, :func:`retried`,
@@ -24,18 +25,17 @@
   (:class:`TaskGraphError` and its kinds).
 - What every backend checks and decodes alike: step journals (:func:`check_step`,
   :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
-  :func:`pending_from_row`), budget spends (:func:`check_budget_name`,
-  :func:`spend_rows`), load records (:func:`check_run`, :func:`check_prefix`,
-  :func:`check_entries`), entities (:func:`check_kind`, :func:`check_key`,
-  :func:`save_rows`), retention (:class:`Retention`, :class:`HistoryPart`,
-  :data:`FIXED_PART`, :func:`over_budget`).
+  :func:`pending_from_row`), records (:func:`put_rows`, :func:`add_rows`,
+  :func:`check_collection`, :func:`check_record_key`, :func:`check_key_prefix`,
+  :func:`check_limit`, :func:`check_seq`, :func:`check_fence`, :func:`prefix_end`),
+  entities (:func:`check_kind`, :func:`check_key`, :func:`save_rows`), retention
+  (:class:`Retention`, :class:`HistoryPart`, :data:`FIXED_PART`, :func:`over_budget`).
 
 A third backend implements :class:`Store` and its parts from what this module exports,
 obeys the rules, and passes the contract suite (``tests/test_store_contract.py``);
 nothing else changes.
 """
 
-from ._budgets import BudgetStore, Spent, check_budget_name, spend_rows
 from ._chat import (
     ChatStore,
     ConversationHold,
@@ -73,7 +73,21 @@ from ._errors import (
     UnknownTask,
 )
 from ._events import EventStore, Origin
-from ._load import LoadEntry, LoadRecordStore, check_entries, check_prefix, check_run
+from ._records import (
+    Conflict,
+    Put,
+    RecordStore,
+    Versioned,
+    add_rows,
+    check_collection,
+    check_fence,
+    check_key_prefix,
+    check_limit,
+    check_record_key,
+    check_seq,
+    prefix_end,
+    put_rows,
+)
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
 from ._rules import (
     ACTIONS,
@@ -111,9 +125,9 @@ __all__ = [
     "FAILED_STATES",
     "FIXED_PART",
     "Answer",
-    "BudgetStore",
     "ChatStore",
     "Claimed",
+    "Conflict",
     "ConversationHold",
     "ConversationNotFound",
     "DuplicateTask",
@@ -126,18 +140,17 @@ __all__ = [
     "HistoryPart",
     "InvalidSubmission",
     "InvalidTransition",
-    "LoadEntry",
-    "LoadRecordStore",
     "Mail",
     "MailAnswer",
     "NotOwner",
     "Origin",
     "Posted",
+    "Put",
     "Record",
+    "RecordStore",
     "Refused",
     "Reply",
     "Retention",
-    "Spent",
     "Step",
     "StepStore",
     "Store",
@@ -150,14 +163,18 @@ __all__ = [
     "TaskStore",
     "TasksRunnable",
     "UnknownTask",
+    "Versioned",
     "Written",
+    "add_rows",
     "bound_report",
-    "check_budget_name",
-    "check_entries",
+    "check_collection",
+    "check_fence",
     "check_key",
+    "check_key_prefix",
     "check_kind",
-    "check_prefix",
-    "check_run",
+    "check_limit",
+    "check_record_key",
+    "check_seq",
     "check_step",
     "check_submission",
     "death_counted",
@@ -177,6 +194,8 @@ __all__ = [
     "parked",
     "pending_from_row",
     "poison_reason",
+    "prefix_end",
+    "put_rows",
     "refusal",
     "requeued_after_death",
     "result_event",
@@ -184,7 +203,6 @@ __all__ = [
     "retried",
     "revived",
     "save_rows",
-    "spend_rows",
     "step_from_row",
     "transition_payload",
     "write_rows",

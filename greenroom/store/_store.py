@@ -17,11 +17,10 @@ from typing import Protocol, Self, runtime_checkable
 import msgspec
 
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ._budgets import BudgetStore
 from ._chat import ChatStore
 from ._entities import EntityStore
 from ._events import EventStore
-from ._load import LoadRecordStore
+from ._records import RecordStore
 from ._retention import Retention
 from ._steps import StepStore
 from ._tasks import TaskStore
@@ -95,17 +94,15 @@ class Store(Protocol):
         its user closes it with ``aclose``)."""
         ...
 
-    def budget_store(self) -> BudgetStore:
-        """What each named budget spent (a new one each call: its user closes it)."""
-        ...
-
     def entity_store(self) -> EntityStore:
         """Entities' saved states (a new one each call: its user closes it)."""
         ...
 
-    def load_store(self) -> LoadRecordStore:
-        """What load runs measured, every daemon's records of a run together (a new one
-        each call: its user closes it)."""
+    def records(self) -> RecordStore:
+        """Keyed records with versions — what a durable feature keeps (a budget's total,
+        a load run's records) in a collection of its own, built on this in the feature's
+        package (a new one each call: its user closes it). A write under a task attempt
+        (``fence``) is checked against this store's task graph."""
         ...
 
     def events(

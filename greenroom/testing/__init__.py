@@ -8,6 +8,9 @@
 - :class:`ModelServer`: an OpenAI-compatible chat-completions server on 127.0.0.1 in a
   thread, answering from scripted :class:`Respond` s (:func:`completion` builds a body),
   recording each request.
+- :class:`MemoryRecordStore`: the store's records primitive in memory (a peer of the files
+  and PostgreSQL, proved by the same contract suite), for a durable feature's logic with
+  nothing on disk.
 
 Example (pytest with anyio's plugin, on both loops)::
 
@@ -27,11 +30,13 @@ Example (pytest with anyio's plugin, on both loops)::
             await probe.expect_no_message(within=59)
 """
 
+from ._memory import MemoryRecordStore
 from ._model_server import ModelServer, Respond, Seen, completion, error_body
 from ._probe import Probe, ProbeStopped, ProbeTimeout
 from ._virtual_time import VirtualTimeLoop, virtual_time
 
 __all__ = [
+    "MemoryRecordStore",
     "ModelServer",
     "Probe",
     "ProbeStopped",

@@ -1,28 +1,26 @@
-"""``LoadRecordStore``: what a load run measured, kept where every daemon of the run writes.
+"""``LoadRecordStore``: what a load run measured, kept where every daemon of the run writes
+— on the store's records (collection ``load/<run>``), no backend code of its own.
 
 A run of ``greenroom load`` spread over several daemons (its sessions are tasks in the
 shared graph) has each daemon's load agents write a record per request and per session
 here, as they are made; the command that started the run builds one report from all of
-them. A record is an opaque JSON object under a key unique in its run (the load package
-says what the keys and bodies are): the store keeps the first record written under a
-key — a session run again after a crash never counts twice — and keeps them in the order
-they arrived.
-
-The embedded store keeps them in SQLite under the data dir (``load.sqlite3``), the
-PostgreSQL store in a table every daemon of a fleet shares. Both are peers behind this
-interface, tested by one contract suite.
+them. A record is a JSON object under a key unique in its run (``r/...`` a request,
+``s/<index>`` a session): the first record written under a key is kept — a session run
+again after a crash never counts twice — and records read back in the order they arrived.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import msgspec
 
 from .._errors import InvalidInput
+from ..store import RecordStore
 
+PREFIX = "load/"
+"""Every run's collection is ``load/<run>``."""
 MAX_RUN = 100  # within a task id: load-<run>-<n>
 MAX_KEY = 200
 MAX_BODY = 1 << 20
@@ -60,7 +58,7 @@ def check_prefix(prefix: object) -> str:
 
 
 def check_entries(run: str, entries: Sequence[LoadEntry]) -> None:
-    """Refuse a batch a store cannot keep, naming the field (nothing of it is written)."""
+    """Refuse a batch the records cannot keep, naming the field (nothing of it is written)."""
     check_run(run)
     for entry in entries:
         key = entry.key
@@ -79,39 +77,45 @@ def check_entries(run: str, entries: Sequence[LoadEntry]) -> None:
             )
 
 
-@runtime_checkable
-class LoadRecordStore(Protocol):
-    """A load run's records. Every call is one transaction."""
+class LoadRecordStore:
+    """A load run's records on ``records`` (a :class:`~greenroom.store.RecordStore`:
+    ``store.records()``). Every call is one transaction. :meth:`aclose` closes
+    ``records``."""
+
+    def __init__(self, records: RecordStore) -> None:
+        self.records = records
 
     async def add(
         self, run: str, entries: Sequence[LoadEntry], *, fence: tuple[str, int] | None = None
     ) -> int:
-        """Keep ``entries`` in one durable transaction (returns once they are on disk);
-        an entry whose key the run already has keeps what was written first. How many
-        were new. ``InvalidInput`` (naming the field) for a bad run, key or body, before
+        """Keep ``entries`` in one durable transaction (returns once they are on disk); an
+        entry whose key the run already has keeps what was written first. How many were
+        new. ``InvalidInput`` (naming the field) for a bad run, key or body, before
         anything is written. ``fence``: ``(task id, token)`` of the load session's task
         attempt the entries were measured under — refused whole (``Fenced``, nothing
-        written) once that attempt is not the task's live one (``store.fenced``; on
-        PostgreSQL the task's row locked in the write's transaction, on the files against
-        the process's task graph)."""
-        ...
+        written) once that attempt is not the task's live one."""
+        check_entries(run, entries)
+        if not entries:
+            return 0
+        return await self.records.add(PREFIX + run, [(e.key, e.body) for e in entries], fence=fence)
 
     async def read(self, run: str, prefix: str = "") -> list[LoadEntry]:
         """The run's records whose key starts with ``prefix``, in the order they arrived."""
-        ...
+        found = await self.records.since(PREFIX + check_run(run), check_prefix(prefix))
+        return [LoadEntry(record.key, record.body) for record in found]
 
     async def count(self, run: str, prefix: str = "") -> int:
         """How many records of the run have a key starting with ``prefix``."""
-        ...
+        return await self.records.count(PREFIX + check_run(run), check_prefix(prefix))
 
     async def runs(self) -> dict[str, int]:
         """Every run kept, with its number of records, in name order."""
-        ...
+        return {name[len(PREFIX) :]: n for name, n in (await self.records.collections(PREFIX)).items()}
 
     async def drop(self, run: str) -> int:
         """Forget the run's records; how many went."""
-        ...
+        return await self.records.drop(PREFIX + check_run(run))
 
     async def aclose(self) -> None:
-        """Release what the store holds (a pool it was given stays open)."""
-        ...
+        """Close the records."""
+        await self.records.aclose()

@@ -1,0 +1,275 @@
+"""``SQLiteRecordStore``: the records primitive on one SQLite file under the data dir
+(``records.sqlite3``, WAL, ``synchronous=FULL``: a write returned is on disk).
+
+Records are rows keyed by ``(collection, key)``; ``seq`` comes from a one-row counter
+bumped in each writing transaction (writers take the write lock at once, so seqs follow
+commit order). A key prefix is read as the index range ``[prefix, prefix_end(prefix))``.
+
+The first open of a data dir an older greenroom wrote folds its ``budgets.sqlite3`` and
+``load.sqlite3`` in (the budgets as collection ``budgets``, a load run as ``load/<run>``,
+in the order they were written) and renames each to ``<name>.folded``: nothing kept there
+is lost, and a fold cut short is done again whole (the keys are written if absent).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..store import (
+    Conflict,
+    Put,
+    Versioned,
+    add_rows,
+    check_collection,
+    check_fence,
+    check_key_prefix,
+    check_limit,
+    check_record_key,
+    check_seq,
+    fenced,
+    prefix_end,
+    put_rows,
+)
+from ._sqlite import SQLiteFile
+from ._steps import LiveTask
+
+RECORDS_DB = "records.sqlite3"
+FOLDED = (("budgets.sqlite3", "budgets"), ("load.sqlite3", "load_records"))
+"""Files of the features an older greenroom kept apart, folded into the records."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body BLOB NOT NULL,
+    version INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (collection, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_by_seq ON records (collection, seq);
+CREATE TABLE IF NOT EXISTS record_seq (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
+INSERT OR IGNORE INTO record_seq VALUES (1, 0);
+"""
+
+_COLUMNS = "key, body, version, seq, updated_at"
+
+
+def _versioned(row: tuple[Any, ...]) -> Versioned:
+    return Versioned(row[0], bytes(row[1]), int(row[2]), int(row[3]), float(row[4]))
+
+
+def _take_seqs(db: sqlite3.Connection, n: int) -> int:
+    """Reserve ``n`` seqs in this transaction; the first of them."""
+    last = int(db.execute("UPDATE record_seq SET seq = seq + ? RETURNING seq", (n,)).fetchone()[0])
+    return last - n + 1
+
+
+def _where(prefix: str) -> tuple[str, tuple[str, ...]]:
+    if not prefix:
+        return "", ()
+    end = prefix_end(prefix)
+    if end is None:
+        return " AND key >= ?", (prefix,)
+    return " AND key >= ? AND key < ?", (prefix, end)
+
+
+class SQLiteRecordStore:
+    """``RecordStore`` on one SQLite file. Close it with :meth:`aclose`.
+
+    ``live_task``: how this process's task graph sees a task now, for fenced writes (the
+    data dir's one owner process grants its attempts)."""
+
+    def __init__(self, path: str | Path, *, live_task: LiveTask | None = None) -> None:
+        self.path = Path(path)
+        self._file = SQLiteFile(self.path, _SCHEMA, upgrade=self._fold)
+        self._live_task = live_task
+
+    def _check_fence(self, fence: tuple[str, int] | None, action: str) -> None:
+        if fence is None or self._live_task is None:  # a process that grants nothing
+            return
+        owned, task, _ = self._live_task(fence[0])
+        refusal = fenced(task, fence[0], None, fence[1], action) if owned else None
+        if refusal is not None:
+            raise refusal
+
+    async def get(self, collection: str, keys: Sequence[str]) -> dict[str, Versioned]:
+        check_collection(collection)
+        wanted = [check_record_key(key) for key in keys]
+
+        def select(db: sqlite3.Connection) -> dict[str, Versioned]:
+            found: dict[str, Versioned] = {}
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                rows = db.execute(
+                    f"SELECT {_COLUMNS} FROM records WHERE collection = ? AND key IN "
+                    f"({','.join('?' * len(chunk))})",
+                    (collection, *chunk),
+                )
+                found.update((row[0], _versioned(row)) for row in rows)
+            return found
+
+        return await self._file.run(select, write=False) if wanted else {}
+
+    async def scan(
+        self, collection: str, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[Versioned]:
+        check_collection(collection)
+        where, args = _where(check_key_prefix(prefix))
+        if after is not None:
+            where, args = where + " AND key > ?", (*args, check_record_key(after, "after"))
+        check_limit(limit)
+        query = f"SELECT {_COLUMNS} FROM records WHERE collection = ?{where} ORDER BY key LIMIT ?"
+        return await self._file.run(
+            lambda db: [_versioned(row) for row in db.execute(query, (collection, *args, limit or -1))],
+            write=False,
+        )
+
+    async def since(
+        self, collection: str, prefix: str = "", *, after: int = 0, limit: int | None = None
+    ) -> list[Versioned]:
+        check_collection(collection)
+        where, args = _where(check_key_prefix(prefix))
+        check_limit(limit)
+        check_seq(after)
+        query = f"SELECT {_COLUMNS} FROM records WHERE collection = ? AND seq > ?{where} ORDER BY seq LIMIT ?"
+        return await self._file.run(
+            lambda db: [
+                _versioned(row) for row in db.execute(query, (collection, after, *args, limit or -1))
+            ],
+            write=False,
+        )
+
+    async def count(self, collection: str, prefix: str = "") -> int:
+        check_collection(collection)
+        where, args = _where(check_key_prefix(prefix))
+        query = f"SELECT count(*) FROM records WHERE collection = ?{where}"
+        return await self._file.run(
+            lambda db: int(db.execute(query, (collection, *args)).fetchone()[0]), write=False
+        )
+
+    async def collections(self, prefix: str = "") -> dict[str, int]:
+        if prefix:
+            check_collection(prefix)
+        end = prefix_end(prefix)
+        query = "SELECT collection, count(*) FROM records WHERE collection >= ?"
+        args: tuple[str, ...] = (prefix,)
+        if end is not None:
+            query, args = query + " AND collection < ?", (prefix, end)
+
+        def select(db: sqlite3.Connection) -> dict[str, int]:
+            rows = db.execute(query + " GROUP BY collection ORDER BY collection", args)
+            return {name: int(n) for name, n in rows}
+
+        return await self._file.run(select, write=False)
+
+    async def put(
+        self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
+    ) -> dict[str, int]:
+        rows = put_rows(collection, puts)
+        self._check_fence(check_fence(fence), "put records")
+        if not rows:
+            return {}
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> dict[str, int]:
+            found = {
+                key: int(version)
+                for key, version in db.execute(
+                    "SELECT key, version FROM records WHERE collection = ? AND key IN "
+                    f"({','.join('?' * len(rows))})",
+                    (collection, *(put.key for put in rows)),
+                )
+            }
+            for put in rows:
+                if put.expect is not None and put.expect != found.get(put.key, 0):
+                    raise Conflict(collection, put.key, put.expect, found.get(put.key, 0))
+            seq = _take_seqs(db, len(rows))
+            versions: dict[str, int] = {}
+            for n, put in enumerate(rows):
+                if put.body is None:
+                    db.execute("DELETE FROM records WHERE collection = ? AND key = ?", (collection, put.key))
+                    versions[put.key] = 0
+                    continue
+                version = found.get(put.key, 0) + 1
+                db.execute(
+                    "INSERT OR REPLACE INTO records (collection, key, body, version, seq, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (collection, put.key, put.body, version, seq + n, now),
+                )
+                versions[put.key] = version
+            return versions
+
+        return await self._file.write(write)
+
+    async def add(
+        self, collection: str, records: Sequence[tuple[str, bytes]], *, fence: tuple[str, int] | None = None
+    ) -> int:
+        rows = add_rows(collection, records)
+        self._check_fence(check_fence(fence), "add records")
+        if not rows:
+            return 0
+        now = time.time()
+
+        def insert(db: sqlite3.Connection) -> int:
+            seq = _take_seqs(db, len(rows))
+            before = db.total_changes
+            db.executemany(
+                "INSERT OR IGNORE INTO records (collection, key, body, version, seq, updated_at) "
+                "VALUES (?, ?, ?, 1, ?, ?)",
+                [(collection, key, body, seq + n, now) for n, (key, body) in enumerate(rows)],
+            )
+            return db.total_changes - before
+
+        return await self._file.write(insert)
+
+    async def drop(self, collection: str, prefix: str = "") -> int:
+        check_collection(collection)
+        where, args = _where(check_key_prefix(prefix))
+        query = f"DELETE FROM records WHERE collection = ?{where}"
+        return await self._file.write(lambda db: int(db.execute(query, (collection, *args)).rowcount))
+
+    async def aclose(self) -> None:
+        await self._file.aclose()
+
+    # -- what an older greenroom kept apart ---------------------------------------------------------
+
+    def _fold(self, db: sqlite3.Connection) -> None:
+        """Fold the feature files an older greenroom wrote into the records, once (in the
+        connection's first moments, before any caller's transaction)."""
+        for name, table in FOLDED:
+            old = self.path.with_name(name)
+            if not old.exists():
+                continue
+            db.execute("ATTACH DATABASE ? AS old", (str(old),))
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                if table == "budgets":
+                    rows = db.execute(
+                        "SELECT name, json_object('tokens', tokens, 'cost', cost, 'calls', calls), "
+                        "updated_at FROM old.budgets ORDER BY name"
+                    ).fetchall()
+                    batch = [("budgets", key, body.encode(), at) for key, body, at in rows]
+                else:
+                    rows = db.execute("SELECT run, key, body FROM old.load_records ORDER BY seq").fetchall()
+                    batch = [(f"load/{run}", key, bytes(body), 0.0) for run, key, body in rows]
+                seq = _take_seqs(db, len(batch)) if batch else 0
+                db.executemany(
+                    "INSERT OR IGNORE INTO records (collection, key, body, version, seq, updated_at) "
+                    "VALUES (?, ?, ?, 1, ?, ?)",
+                    [(c, k, b, seq + n, at) for n, (c, k, b, at) in enumerate(batch)],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                db.execute("DETACH DATABASE old")
+            old.rename(old.with_name(name + ".folded"))
+            for suffix in ("-wal", "-shm"):
+                old.with_name(name + suffix).unlink(missing_ok=True)

@@ -6,6 +6,8 @@
     python3 dev.py test    create .venv, install greenroom[dev] (and, on Debian as root, the
                            chromium packages the browser tests use), run the tests
     python3 dev.py lint    ruff and mypy, as CI runs them
+    python3 dev.py docs    build the documentation site into site/ (strict: a broken link or
+                           reference fails it; the test suite builds it too)
     python3 dev.py bench   every benchmark on both backends (actors, graph, log, harness, chat, stream,
                            pipeline, soak); name suites to run only those (dev.py bench log chat)
 
@@ -74,7 +76,7 @@ def run(*args: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"run", "test", "lint", "bench"}:
+    if not argv or argv[0] not in {"run", "test", "lint", "docs", "bench"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
@@ -86,8 +88,10 @@ def main(argv: list[str]) -> int:
     if command == "test":
         ensure_chromium()
         return run("-m", "pytest", *rest)
+    if command == "docs":
+        return run("-m", "mkdocs", "build", "--strict", *rest)
     if command == "lint":
-        paths = ["greenroom", "tests", "benchmarks", "dev.py"]
+        paths = ["greenroom", "tests", "benchmarks", "docs", "dev.py"]
         return (
             run("-m", "ruff", "check", *paths)
             or run("-m", "ruff", "format", "--check", *paths)

@@ -24,7 +24,7 @@ def test_the_sdist_holds_the_package_tests_and_docs_only(tmp_path: Path) -> None
         names = [name.split("/", 1)[1] for name in sdist.getnames() if "/" in name]
     tops = {name.split("/", 1)[0] for name in names}
     assert tops <= {"greenroom", "tests", "benchmarks", "docs", "README.md", "CHANGELOG.md", "pyproject.toml",
-                    "PKG-INFO", ".gitignore"}  # fmt: skip
+                    "mkdocs.yml", "PKG-INFO", ".gitignore"}  # fmt: skip
     assert "greenroom/actors/_cell.py" in names and "docs/architecture.md" in names
     assert "benchmarks/graph.py" in names  # the tests run some suites small
     assert sdist_size_ok(archive)

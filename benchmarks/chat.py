@@ -33,7 +33,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -207,7 +206,7 @@ async def _http(
                     supervisor=supervisor,
                     events=lambda after, follow, last: backend.events(after=after, follow=follow, last=last),
                     events_dropped_through=backend.events_dropped_through,
-                    tokens=TokenStore(Path(tmp), extra=extra),
+                    tokens=TokenStore(None, extra=extra),
                     status=_no_status,
                     stop=stop.set,
                     chat=assistant.runner,

@@ -258,6 +258,20 @@ async def _warm_up(
     return restart
 
 
+async def _add_tokens(data: Path, store_url: str | None, wanted: list[tuple[str, str]]) -> dict[str, str]:
+    """A token for each ``(user, scope)`` in the store the daemon will use, by user."""
+    from greenroom.daemon._backend import choose_store
+    from greenroom.service import TokenStore
+
+    async with choose_store(store_url, data, pool_size=1) as store:
+        records = store.records()
+        try:
+            tokens = TokenStore(records)
+            return {user: (await tokens.add(user, scope))[0] for user, scope in wanted}
+        finally:
+            await records.aclose()
+
+
 async def _run(
     seconds: float,
     backend: str,
@@ -266,14 +280,8 @@ async def _run(
     rate: float = 1000.0,
     store_url: str | None = None,
 ) -> dict[str, Any]:
-    from greenroom.service import TokenStore
-
     with tempfile.TemporaryDirectory(prefix="greenroom-soak-") as tmp:
         data = Path(tmp)
-        store = TokenStore(data)
-        tokens = {user: store.add(user, "chat")[0] for user in ("u0", "u1", "u2", "u3", "u4")}
-        tokens["ops"] = store.add("ops", "tasks")[0]
-        admin = store.add("root", "admin")[0]
         retention = (
             "\n[retention]\narchive_after = 60\nkeep_finished = 10000\ncheck_every = 1\n"
             f"events_for = 120\narchive_for = 600\nchat_for = 60\ndisk_budget = {HISTORY_BUDGET}\n"
@@ -290,6 +298,9 @@ async def _run(
             )  # fmt: skip
             if upgraded.returncode:
                 raise RuntimeError(f"greenroom db upgrade: {upgraded.stderr}")
+        wanted = [(user, "chat") for user in ("u0", "u1", "u2", "u3", "u4")]
+        tokens = await _add_tokens(data, store_url, [*wanted, ("ops", "tasks"), ("root", "admin")])
+        admin = tokens.pop("root")
         restart_small = await _warm_up(data, backend, tokens, admin, 1000, store_url) if tasks else None
         process, _ = await _start(data, backend, store_url)
         samples: list[tuple[float, int, int, int]] = []  # (s, tasks completed, RSS KB, bytes on disk)

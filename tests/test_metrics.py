@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from _support import eventually
 from prometheus_client.parser import text_string_to_metric_families
-from test_service import running
+from test_service import add_tokens, running
 
 from greenroom.daemon._config import AgentPoolConfig
 from greenroom.messages import AgentError, AgentTask, Claim, Fail, TaskStatus
-from greenroom.service import TokenStore
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +28,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 async def test_a_scrape_after_a_seeded_run_has_the_counts_the_api_reports(tmp_path: Path) -> None:
     pools = {"write": AgentPoolConfig(agent="greenroom.agents.examples:WriteAgent", concurrency=2)}
-    scraper = TokenStore(tmp_path).add("prometheus", "metrics")[0]
+    scraper = (await add_tokens(tmp_path, ("prometheus", "metrics")))["prometheus"]
     async with running(tmp_path, agents=pools) as daemon, daemon.client("ops") as ops:
         await ops.submit([AgentTask(id=f"w{i}", type="write", input={"topic": "t"}) for i in range(5)])
         await ops.submit([AgentTask(id=f"p{i}", type="nobody") for i in range(3)])
@@ -104,7 +103,7 @@ async def test_metrics_need_a_metrics_tasks_or_admin_token(
 
 
 async def test_a_metrics_token_reads_metrics_and_nothing_else(tmp_path: Path) -> None:
-    scraper = TokenStore(tmp_path).add("prometheus", "metrics")[0]
+    scraper = (await add_tokens(tmp_path, ("prometheus", "metrics")))["prometheus"]
     async with running(tmp_path) as daemon:
         daemon.tokens["prometheus"] = scraper
         async with daemon.http("prometheus") as http:

@@ -1422,8 +1422,17 @@ def test_a_hundred_approvals_through_the_cli_and_the_api_run_each_approved_call_
     )
     acks = tmp_path / "acks.log"
     api_dir = tmp_path / "node1"
-    token = _cli(
-        "tokens", "add", "--user", "ops", "--scope", "tasks", "--data-dir", str(api_dir)
+    token = _cli(  # in the database: every daemon of the fleet knows it
+        "tokens",
+        "add",
+        "--user",
+        "ops",
+        "--scope",
+        "tasks",
+        "--store",
+        pg_url,
+        "--data-dir",
+        str(tmp_path / "cli"),
     ).stdout.strip()
     daemons = [
         _daemon(pg_url, config, tmp_path / "node0", acks),

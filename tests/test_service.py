@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from _support import eventually
 
+from greenroom import InvalidInput
 from greenroom.agents import AgentRuntime, BaseAgent
 from greenroom.daemon import DaemonConfig
 from greenroom.daemon._config import AgentPoolConfig, ChatConfig
@@ -26,7 +27,14 @@ from greenroom.daemon._service import DaemonService
 from greenroom.embedded import EmbeddedStore
 from greenroom.harness import BudgetStore
 from greenroom.messages import AgentResult, AgentTask, TaskStatus
-from greenroom.service import ServiceClient, ServiceError, TokenFileError, TokenStore, find_daemon
+from greenroom.service import (
+    ServiceClient,
+    ServiceError,
+    TokenFileError,
+    TokenRecord,
+    TokenStore,
+    find_daemon,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -54,14 +62,26 @@ def _config(**fields: Any) -> DaemonConfig:
 
 
 @asynccontextmanager
+async def token_store(data_dir: Path) -> AsyncIterator[TokenStore]:
+    """The data dir's tokens (its records), as ``greenroom tokens`` opens them."""
+    async with EmbeddedStore(data_dir) as store:
+        records = store.records()
+        try:
+            yield TokenStore(records, folded_from=data_dir)
+        finally:
+            await records.aclose()
+
+
+async def add_tokens(data_dir: Path, *wanted: tuple[str, str]) -> dict[str, str]:
+    """A token for each ``(user, scope)``, by user."""
+    async with token_store(data_dir) as store:
+        return {user: (await store.add(user, scope))[0] for user, scope in wanted}
+
+
+@asynccontextmanager
 async def running(tmp_path: Path, **config: Any) -> AsyncIterator[Running]:
-    store = TokenStore(tmp_path)
-    tokens = {
-        "alice": store.add("alice", "chat")[0],
-        "bob": store.add("bob", "chat")[0],
-        "ops": store.add("ops", "tasks")[0],
-        "root": store.add("root", "admin")[0],
-    }
+    users = (("alice", "chat"), ("bob", "chat"), ("ops", "tasks"), ("root", "admin"))
+    tokens = await add_tokens(tmp_path, *users)
     stop = anyio.Event()
     async with (
         AgentHost(_config(**config), tmp_path) as host,
@@ -94,8 +114,9 @@ async def test_a_wrong_or_revoked_token_is_401_and_changes_nothing(tmp_path: Pat
             ) as http:
                 response = await http.post("/v1/tasks", content=b'{"id": "t", "type": "w"}')
                 assert response.status_code == 401
-        record = next(r for r in TokenStore(tmp_path).load() if r.user == "ops")
-        TokenStore(tmp_path).revoke(record.id)  # the running daemon notices the changed file
+        async with token_store(tmp_path) as store:  # as `greenroom tokens revoke` beside the daemon
+            record = next(r for r in await store.load() if r.user == "ops")
+            await store.revoke(record.id)  # the running daemon reads the tokens again
         async with daemon.client("ops") as ops, daemon.client("root") as root:
             with anyio.fail_after(10):
                 while True:
@@ -491,22 +512,50 @@ async def test_the_cli_finds_the_local_daemon_through_owner_only_files(tmp_path:
     assert await anyio.to_thread.run_sync(find_daemon, tmp_path) is None
 
 
-async def test_tokens_are_stored_hashed_owner_only_and_a_damaged_file_is_named(tmp_path: Path) -> None:
-    store = TokenStore(tmp_path)
-    token, record = store.add("carol", "tasks", note="ci")
-    text = (tmp_path / "tokens.json").read_text()
-    assert token not in text and record.sha256 in text
-    assert stat.S_IMODE((tmp_path / "tokens.json").stat().st_mode) == 0o600
-    assert store.authenticate(token) is not None and store.authenticate(token + "x") is None
-    with pytest.raises(ValueError, match="scope must be one of chat, tasks, admin, metrics"):
-        store.add("carol", "root")
-    with pytest.raises(ValueError, match="user must be"):
-        store.add("carol smith", "chat")
-    (tmp_path / "tokens.json").write_text('{"format": "greenroom.tokens/1", "tokens": [{"id": 1}]}')
-    damaged = (tmp_path / "tokens.json").read_bytes()
-    with pytest.raises(TokenFileError, match=r"tokens\.json is not a valid tokens file"):
-        TokenStore(tmp_path).add("dave", "chat")
-    assert (tmp_path / "tokens.json").read_bytes() == damaged  # never overwritten
+def _bytes_of(directory: Path, pattern: str) -> bytes:
+    return b"".join(path.read_bytes() for path in directory.glob(pattern))
+
+
+async def test_tokens_are_stored_hashed_owner_only_and_a_bad_one_is_refused_by_name(tmp_path: Path) -> None:
+    async with token_store(tmp_path) as store:
+        token, record = await store.add("carol", "tasks", note="ci")
+        assert store.authenticate(token) is not None and store.authenticate(token + "x") is None
+        for bad, field in ((("carol", "root"), "scope"), (("carol smith", "chat"), "user")):
+            with pytest.raises(InvalidInput) as refused:
+                await store.add(*bad)
+            assert refused.value.field == field
+        with pytest.raises(InvalidInput) as refused:
+            await store.add("carol", "chat", note="n" * 201)
+        assert refused.value.field == "note"
+        with pytest.raises(InvalidInput) as refused:
+            await store.revoke("0123456789ab")
+        assert refused.value.field == "id"
+        assert [r.user for r in await store.load()] == ["carol"]  # nothing else was kept
+    raw = _bytes_of(tmp_path, "records.sqlite3*")
+    assert token.encode() not in raw and record.sha256.encode() in raw
+    assert stat.S_IMODE((tmp_path / "records.sqlite3").stat().st_mode) == 0o600
+
+
+async def test_an_older_tokens_file_is_folded_in_once_and_a_damaged_one_is_named_unchanged(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    made = TokenRecord("0123456789ab", "0" * 64, "dave", "tasks", 1.0, "from before")
+    (old / "tokens.json").write_bytes(msgspec.json.encode({"format": "greenroom.tokens/1", "tokens": [made]}))
+    async with token_store(old) as store:
+        assert await store.load() == [made]
+    assert not (old / "tokens.json").exists() and (old / "tokens.json.folded").exists()
+    async with token_store(old) as store:
+        assert await store.load() == [made]  # not twice
+    damaged_dir = tmp_path / "damaged"
+    damaged_dir.mkdir()
+    (damaged_dir / "tokens.json").write_text('{"format": "greenroom.tokens/1", "tokens": [{"id": 1}]}')
+    damaged = (damaged_dir / "tokens.json").read_bytes()
+    async with token_store(damaged_dir) as store:
+        with pytest.raises(TokenFileError, match=r"tokens\.json is not a valid tokens file"):
+            await store.add("dave", "chat")
+    assert (damaged_dir / "tokens.json").read_bytes() == damaged  # never overwritten
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

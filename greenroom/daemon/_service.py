@@ -102,8 +102,12 @@ class DaemonService:
                 self.url,
             )
         token, token_id = new_token()
-        tokens = TokenStore(host.data_dir, extra=[(token, Principal("local-admin", "admin", token_id))])
-        await anyio.to_thread.run_sync(tokens.load)
+        records = host.store.records()  # on PostgreSQL: the tokens every daemon of the fleet knows
+        self._stack.push_async_callback(records.aclose)
+        tokens = TokenStore(
+            records, extra=[(token, Principal("local-admin", "admin", token_id))], folded_from=host.data_dir
+        )
+        await tokens.load()
         runner = await self._open_chat() if self.config.chat.enabled else None
         self.parts = ServiceParts(
             supervisor=host.supervisor,
@@ -233,6 +237,13 @@ class DaemonService:
                     await self.history.run(self.status)
 
             tg.start_soon(sample_history)
+            following = anyio.CancelScope()
+
+            async def follow_tokens() -> None:
+                with following:
+                    await self.parts.tokens.follow()
+
+            tg.start_soon(follow_tokens)
             try:
                 await done.wait()
             finally:
@@ -242,6 +253,7 @@ class DaemonService:
                 shield.cancel()  # past the bound: close it hard
                 forgetting.cancel()
                 sampling.cancel()
+                following.cancel()
 
     async def status(self) -> DaemonStatus:
         host = self.host

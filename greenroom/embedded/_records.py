@@ -1,5 +1,6 @@
 """``SQLiteRecordStore``: the records primitive on one SQLite file under the data dir
-(``records.sqlite3``, WAL, ``synchronous=FULL``: a write returned is on disk).
+(``records.sqlite3``, WAL, ``synchronous=FULL``: a write returned is on disk; readable by
+its owner only, as it keeps the API's hashed tokens among the rest).
 
 Records are rows keyed by ``(collection, key)``; ``seq`` comes from a one-row counter
 bumped in each writing transaction (writers take the write lock at once, so seqs follow
@@ -86,7 +87,7 @@ class SQLiteRecordStore:
 
     def __init__(self, path: str | Path, *, live_task: LiveTask | None = None) -> None:
         self.path = Path(path)
-        self._file = SQLiteFile(self.path, _SCHEMA, upgrade=self._fold)
+        self._file = SQLiteFile(self.path, _SCHEMA, upgrade=self._fold, mode=0o600)
         self._live_task = live_task
 
     def _check_fence(self, fence: tuple[str, int] | None, action: str) -> None:

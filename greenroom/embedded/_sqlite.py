@@ -41,6 +41,7 @@ class SQLiteFile:
         foreign_keys: bool = False,
         synchronous: str = "FULL",
         upgrade: Callable[[sqlite3.Connection], None] | None = None,
+        mode: int | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInput(
@@ -53,6 +54,9 @@ class SQLiteFile:
         self._upgrade = upgrade
         """Brings a file an older greenroom made up to ``schema`` (its columns added), once
         the schema's statements ran."""
+        self._mode = mode
+        """The permissions a new file is made with (``None``: the umask's); SQLite gives
+        its WAL and shared-memory files the same."""
         self._foreign_keys = foreign_keys
         self._synchronous = synchronous
         self._lock = threading.Lock()
@@ -65,6 +69,10 @@ class SQLiteFile:
         db = self._db
         if db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self._mode is not None and not self.path.exists():
+                os.close(
+                    os.open(self.path, os.O_CREAT | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), self._mode)
+                )
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             _use_wal(db)
             db.execute(f"PRAGMA synchronous={self._synchronous}")

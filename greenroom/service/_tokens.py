@@ -1,4 +1,6 @@
-"""``TokenStore``: the API's bearer tokens, kept hashed in ``<data dir>/tokens.json``.
+"""``TokenStore``: the API's bearer tokens, kept hashed on the store's records
+(collection ``api/tokens``, a record per token) — so every daemon of a fleet on one
+database knows the same tokens, and a token added or revoked on one reaches them all.
 
 A token is ``grt_<id>_<secret>``: the ``id`` finds its record, the SHA-256 of the whole
 token is compared in constant time; the token itself is shown once, when it is made, and
@@ -9,27 +11,35 @@ stored nowhere. Each record maps to a user id and a scope:
 - ``metrics``: ``GET /metrics`` only (a Prometheus scraper's; ``tasks`` may read it too);
 - ``admin``: everything, and the only scope that may stop the daemon.
 
-The file is written whole (temp file, fsync, rename) with mode 0600; a damaged file is an
-error naming it, never overwritten. A running daemon reloads it when it changes, so a
-token added or revoked with ``greenroom tokens`` takes effect without a restart.
+A daemon authenticates from memory and reads the tokens again every second
+(:meth:`TokenStore.follow`), so ``greenroom tokens add|revoke`` takes effect without a
+restart. A data dir an older greenroom kept its tokens in (``tokens.json``) has them
+folded into the records the first time its tokens are read, and the file renamed
+``tokens.json.folded``; a damaged one is an error naming it, never changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
 from pathlib import Path
 from typing import Annotated, Literal
 
+import anyio
 import msgspec
 
 from .._errors import DataError, InvalidInput
-from .._files import replace_durably
+from ..store import Put, RecordStore
 
+logger = logging.getLogger("greenroom.service")
+
+COLLECTION = "api/tokens"
 TOKENS_FILE = "tokens.json"
+"""Where an older greenroom kept the tokens (folded into the records when found)."""
 FORMAT = "greenroom.tokens/1"
 
 Scope = Literal["chat", "tasks", "admin", "metrics"]
@@ -37,6 +47,7 @@ SCOPES: tuple[Scope, ...] = ("chat", "tasks", "admin", "metrics")
 UserId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.@:-]{1,128}$")]
 
 _TOKEN = re.compile(r"^grt_([0-9a-f]{12})_[A-Za-z0-9_-]{20,100}$")
+_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 class TokenRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -54,7 +65,8 @@ class TokensFile(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class TokenFileError(DataError):
-    """``tokens.json`` is unreadable or invalid; it was not changed."""
+    """A token record, or an older greenroom's ``tokens.json``, is unreadable or invalid;
+    nothing was changed."""
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -68,6 +80,10 @@ class Principal(msgspec.Struct, frozen=True):
         """``admin`` allows everything; ``tasks`` also reads ``metrics`` (an operator's
         token scrapes what it can read through the API anyway)."""
         return self.scope == "admin" or self.scope == scope or (scope == "metrics" and self.scope == "tasks")
+
+
+_decode_record = msgspec.json.Decoder(TokenRecord).decode
+_encode = msgspec.json.Encoder().encode
 
 
 def _digest(token: str) -> str:
@@ -97,83 +113,106 @@ def check_scope(scope: str) -> Scope:
 
 
 class TokenStore:
-    """The tokens of one data dir. Blocking methods (files): call them in a worker thread
-    from async code, except :meth:`authenticate`, which only reads memory (plus a
-    ``stat`` at most once a second to notice a changed file)."""
+    """The API's tokens on ``records`` (a :class:`~greenroom.store.RecordStore`:
+    ``store.records()``; ``None``: only the ``extra`` tokens, held in memory — a daemon's
+    local admin token, a test's). ``folded_from``: a data dir whose ``tokens.json`` (an
+    older greenroom's) is folded into the records before the first read.
 
-    def __init__(self, data_dir: Path, *, extra: list[tuple[str, Principal]] | None = None) -> None:
-        self.path = data_dir / TOKENS_FILE
+    :meth:`authenticate` reads memory only; the other calls are one transaction of the
+    records each (a cancelled caller stops waiting; the write finishes whole or not at all)."""
+
+    def __init__(
+        self,
+        records: RecordStore | None,
+        *,
+        extra: list[tuple[str, Principal]] | None = None,
+        folded_from: Path | None = None,
+    ) -> None:
+        self.records = records
         self._records: dict[str, TokenRecord] = {}
         self._extra = {_digest(token): principal for token, principal in extra or ()}
         """Tokens held in memory only (the daemon's local admin token)."""
-        self._mtime: int | None = None
-        self._checked = 0.0
+        self._legacy = None if folded_from is None else folded_from / TOKENS_FILE
+        self._folded = False
 
-    # -- the file ---------------------------------------------------------------------
+    # -- the records ------------------------------------------------------------------
 
-    def load(self) -> list[TokenRecord]:
-        try:
-            stat = self.path.stat()
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            self._records, self._mtime = {}, None
+    async def load(self) -> list[TokenRecord]:
+        """Every token's record, oldest first, read from the records (what
+        :meth:`authenticate` knows from then on). A record that does not decode is a
+        ``TokenFileError`` naming it; what was known before stays."""
+        if self.records is None:
             return []
-        except OSError as error:
-            raise TokenFileError(f"cannot read {self.path}: {error.strerror or error}") from None
-        try:
-            parsed = msgspec.json.decode(data, type=TokensFile)
-        except (msgspec.DecodeError, RecursionError) as error:
-            raise TokenFileError(f"{self.path} is not a valid tokens file: {error}") from None
-        if parsed.format != FORMAT:
-            raise TokenFileError(f"{self.path}: unsupported format {parsed.format!r} (expected {FORMAT!r})")
-        self._records = {record.id: record for record in parsed.tokens}
-        self._mtime = stat.st_mtime_ns
-        return list(parsed.tokens)
+        await self._fold()
+        found = await self.records.scan(COLLECTION)
+        records: dict[str, TokenRecord] = {}
+        for kept in found:
+            try:
+                records[kept.key] = _decode_record(kept.body)
+            except (msgspec.DecodeError, msgspec.ValidationError) as error:
+                raise TokenFileError(f"the token record {kept.key!r} is damaged: {error}") from None
+        self._records = records
+        return sorted(records.values(), key=lambda record: (record.created_at, record.id))
 
-    def _save(self, records: list[TokenRecord]) -> None:
-        data = msgspec.json.format(msgspec.json.encode(TokensFile(FORMAT, records)), indent=2)
-        replace_durably(self.path, data, mode=0o600)
-        self.load()
-
-    def add(self, user: str, scope: str, *, note: str = "") -> tuple[str, TokenRecord]:
-        """Make a token for ``user`` with ``scope``; returns it (shown once) and its record."""
-        records = self.load()
+    async def add(self, user: str, scope: str, *, note: str = "") -> tuple[str, TokenRecord]:
+        """Make a token for ``user`` with ``scope``; returns it (shown once) and its record.
+        ``InvalidInput`` naming the field for a bad user, scope or note."""
+        if not isinstance(note, str) or len(note) > 200:
+            raise InvalidInput(f"note must be at most 200 characters, got {note!r:.60}", field="note")
         token, token_id = new_token()
         record = TokenRecord(
             token_id, _digest(token), check_user(user), check_scope(scope), time.time(), note
         )
-        self._save([*records, record])
+        await self._fold()
+        await self._writable().put(COLLECTION, [Put(token_id, _encode(record), expect=0)])
+        self._records[token_id] = record
         return token, record
 
-    def revoke(self, token_id: str) -> TokenRecord:
-        records = self.load()
-        kept = [record for record in records if record.id != token_id]
-        if len(kept) == len(records):
+    async def revoke(self, token_id: str) -> TokenRecord:
+        """Revoke a token by its id: its record, as it was. ``InvalidInput`` naming ``id``
+        if there is none."""
+        await self._fold()
+        records = self._writable()
+        kept = (await records.get(COLLECTION, [token_id])).get(token_id) if _ID.match(token_id) else None
+        if kept is None:
             raise InvalidInput(f"no token with id {token_id!r:.40}", field="id", value=token_id)
-        self._save(kept)
-        return next(record for record in records if record.id == token_id)
+        await records.put(COLLECTION, [Put(token_id, None, expect=kept.version)])
+        self._records.pop(token_id, None)
+        return _decode_record(kept.body)
+
+    async def follow(self, every: float = 1.0) -> None:
+        """Read the tokens again every ``every`` seconds until cancelled (a daemon runs it
+        in its task group): a read that fails keeps the tokens known before — a damaged
+        record or an unreachable store never widens access, and a revoked token stops
+        working at the next read."""
+        while True:
+            await anyio.sleep(every)
+            try:
+                await self.load()
+            except DataError as error:
+                logger.warning("the API's tokens were not read again: %s", error)
+
+    def _writable(self) -> RecordStore:
+        if self.records is None:
+            raise InvalidInput("this token store keeps no tokens (no records)", field="records")
+        return self.records
+
+    async def _fold(self) -> None:
+        """Fold an older greenroom's ``tokens.json`` into the records, once."""
+        if self._folded or self._legacy is None or self.records is None:
+            return
+        legacy = self._legacy
+        parsed = await anyio.to_thread.run_sync(_read_legacy, legacy)
+        if parsed is not None:
+            await self.records.add(COLLECTION, [(record.id, _encode(record)) for record in parsed])
+            await anyio.to_thread.run_sync(legacy.rename, legacy.with_name(TOKENS_FILE + ".folded"))
+        self._folded = True
 
     # -- requests ---------------------------------------------------------------------
 
-    def _refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._checked < 1.0:
-            return
-        self._checked = now
-        try:
-            mtime: int | None = self.path.stat().st_mtime_ns
-        except FileNotFoundError:
-            mtime = None
-        except OSError:
-            return  # keep what was loaded
-        if mtime != self._mtime:
-            try:
-                self.load()
-            except TokenFileError:
-                pass  # a damaged file never widens access: keep the tokens loaded before
-
     def authenticate(self, token: str) -> Principal | None:
-        """The principal of ``token``, or ``None`` (unknown, revoked or malformed)."""
+        """The principal of ``token``, or ``None`` (unknown, revoked or malformed), from
+        what the last :meth:`load` read."""
         digest = _digest(token)
         principal = self._extra.get(digest)
         if principal is not None:
@@ -181,8 +220,25 @@ class TokenStore:
         match = _TOKEN.match(token)
         if match is None:
             return None
-        self._refresh()
         record = self._records.get(match.group(1))
         if record is None or not hmac.compare_digest(record.sha256, digest):
             return None
         return Principal(record.user, record.scope, record.id)
+
+
+def _read_legacy(path: Path) -> list[TokenRecord] | None:
+    """The tokens of an older greenroom's ``tokens.json`` (``None``: there is none);
+    ``TokenFileError`` naming it when it cannot be read or is not a tokens file."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise TokenFileError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        parsed = msgspec.json.decode(data, type=TokensFile)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise TokenFileError(f"{path} is not a valid tokens file: {error}") from None
+    if parsed.format != FORMAT:
+        raise TokenFileError(f"{path}: unsupported format {parsed.format!r} (expected {FORMAT!r})")
+    return list(parsed.tokens)

@@ -321,6 +321,7 @@ PUBLIC: dict[str, list[str]] = {
         "HarnessSetup",
         "MCPAnswer",
         "MCPClient",
+        "MCPServerConfig",
         "MCPToolFailed",
         "MCPToolInfo",
         "PhaseResult",

@@ -52,6 +52,7 @@ import msgspec
 from .._errors import InvalidInput
 from ..agents import BaseAgent
 from ..agents.examples import AGENTS
+from ..harness import MCPServerConfig
 from ..llm import Price
 from ..messages import RecordError, TaskLimits, convert
 from ..store import Retention
@@ -62,6 +63,7 @@ Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 Tokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
+ServerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]
 SCRIPTED = "scripted"
 """A pool's ``model`` value that keeps the agent's own (offline, scripted) model."""
 
@@ -73,6 +75,10 @@ class AgentPoolConfig(msgspec.Struct, forbid_unknown_fields=True):
     model: ModelName | None = None
     """The model of this type's LLM phases on the ``[llm]`` server (default: ``llm.model``);
     ``"scripted"`` keeps the agent's own model."""
+    mcp: list[ServerName] = []
+    """``[mcp.<name>]`` servers whose tools this type's LLM phases are given — and allowed,
+    beside the agent's own allowlist: the operator chose them (a phase that names its tools
+    offers only those)."""
 
 
 class PriceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -184,6 +190,10 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     retention: Retention = Retention()
     """When finished tasks leave the live graph for the archive, and how long it keeps them."""
+    mcp: dict[ServerName, MCPServerConfig] = {}
+    """MCP servers the agents' LLM phases may call (``[agents.<type>] mcp = [names]``):
+    each is connected once as the daemon starts, its clients shared by every agent using
+    it, closed when the daemon stops."""
 
 
 class ConfigError(InvalidInput):
@@ -233,6 +243,26 @@ def check_config(config: DaemonConfig, where: str) -> None:
             f"({config.lease_seconds}), got {hb}"
         )
     check_service(config, where)
+    for name, server in config.mcp.items():
+        try:
+            server.check(f"mcp.{name}")
+        except ValueError as error:
+            raise ConfigError(f"config {where!r}: field {error}") from None
+    used_servers: set[str] = set()
+    for agent_type, pool in config.agents.items():
+        for name in pool.mcp:
+            if name not in config.mcp:
+                raise ConfigError(
+                    f"config {where!r}: field 'agents.{agent_type}.mcp' names {name!r}, but there is no "
+                    f"[mcp.{name}] section saying how to reach it"
+                )
+        used_servers.update(pool.mcp)
+    for name in config.mcp:
+        if name not in used_servers:
+            raise ConfigError(
+                f"config {where!r}: field 'mcp.{name}' is a server no agent type uses "
+                "(name it in an [agents.<type>] mcp list)"
+            )
     for agent_type, pool in config.agents.items():
         agent_class(pool.agent, f"agents.{agent_type}.agent", agent_type, where)
         if pool.model is not None and pool.model != SCRIPTED and config.llm is None:

@@ -13,18 +13,19 @@ import logging
 import math
 import os
 import re
+from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import anyio
 
-from .._errors import StorageError, StoreUnavailable
+from .._errors import InvalidInput, StorageError, StoreUnavailable
 from .._files import resolve_data_dir
 from .._loopwatch import LoopWatch
 from ..actors import ActorRef, ActorStopped, ActorSystem, Directive, SupervisorStrategy
 from ..agents import AgentActor, AgentRuntime, BaseAgent
-from ..harness import BudgetStore, StepJournalActor
+from ..harness import BudgetStore, MCPClient, StepJournalActor
 from ..harness._ledger import BudgetLedgerActor, TrackBudget
 from ..log import LogActor, NarratorCapability
 from ..messages import AwaitChange, GraphStats, Stats, StopGranting
@@ -87,6 +88,10 @@ class AgentHost:
         """Keeps every named budget (a team's, the chat's) in step with its stored total."""
         self.models: dict[str, Any] = {}
         """The ``[llm]`` server's clients by model name (closed at shutdown)."""
+        self.mcp: dict[str, MCPClient] = {}
+        """The ``[mcp.<name>]`` servers' clients, open while the daemon runs (closed at
+        shutdown, after the agents stopped, in the task that opened them)."""
+        self._mcp_stack = AsyncExitStack()
         self._stopped = False
         self._store_open = False
         self.initial_stats: GraphStats
@@ -105,6 +110,7 @@ class AgentHost:
             with anyio.CancelScope(shield=True):
                 for model in self.models.values():
                     await model.aclose()
+            await self._mcp_stack.aclose()
             await self.system.__aexit__(type(error), error, error.__traceback__)
             await self._close_store()
             raise
@@ -147,6 +153,7 @@ class AgentHost:
             name="loopwatch",
         )
         await self._spawn_stores()
+        await self._open_mcp()
         self.initial_stats = await self.stats()
         heartbeat = config.heartbeat_interval or config.lease_seconds / 3
         for agent_type, pool in config.agents.items():
@@ -154,6 +161,7 @@ class AgentHost:
             for index in range(pool.concurrency):
                 agent = cls()
                 self._give_model(agent, agent_type)
+                self._give_mcp_tools(agent, agent_type)
                 safe_type = re.sub(r"[^\w\-]", "_", agent_type)
                 agent.place_workspace(self.data_dir / "agents", f"{safe_type}-{index + 1}")
                 runtime = AgentRuntime(
@@ -181,6 +189,38 @@ class AgentHost:
             if budget is not None and budget.name is not None and id(budget) not in tracked:
                 tracked.add(id(budget))
                 await self.ledger.ask(TrackBudget(budget), timeout=None)
+
+    async def _open_mcp(self) -> None:
+        """Connect to every ``[mcp.<name>]`` server, once: a server that cannot be reached,
+        or lacks a tool the config names, is a ``ConfigError`` naming it (the daemon does
+        not start half-equipped)."""
+        for name, server in self.config.mcp.items():
+            field = f"mcp.{name}"
+            try:
+                client = await self._mcp_stack.enter_async_context(server.client())
+                server.wanted(client, f"{field}.tools")
+            except InvalidInput as error:
+                raise ConfigError(f"config: {error}") from None
+            except OSError as error:
+                raise ConfigError(f"config: field {field!r}: the server cannot be started: {error}") from None
+            self.mcp[name] = client
+
+    def _give_mcp_tools(self, agent: BaseAgent, agent_type: str) -> None:
+        """Give the agent's LLM phases the tools of its pool's ``mcp`` servers."""
+        names = self.config.agents[agent_type].mcp
+        if not names:
+            return
+        if agent.llm is None:
+            raise ConfigError(
+                f"config: agent type {agent_type!r} ({type(agent).__name__}) has no LLM phases, so "
+                f"the tools of agents.{agent_type}.mcp would not be used; remove it"
+            )
+        for name in names:
+            server, client = self.config.mcp[name], self.mcp[name]
+            try:
+                agent.llm.add_tools(client.harness_tools(server.wanted(client, f"mcp.{name}.tools")))
+            except InvalidInput as error:
+                raise ConfigError(f"config: agents.{agent_type}.mcp: {error}") from None
 
     def _give_model(self, agent: BaseAgent, agent_type: str) -> None:
         """Put the agent's LLM phases on the ``[llm]`` server's model for its type (one
@@ -312,6 +352,9 @@ class AgentHost:
             await self.log.stop()
             for model in self.models.values():
                 await model.aclose()
+        # the MCP clients' task groups were entered after every scope above: they are left
+        # here, outside the shield (each client's own exit closes its server whatever comes)
+        await self._mcp_stack.aclose()
 
     async def __aexit__(
         self,

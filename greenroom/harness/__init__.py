@@ -14,7 +14,7 @@ from ._budget import Admission, TokenBudget
 from ._handle import Harness
 from ._journal import ApprovalNeeded, ReplayDiverged, StepJournalActor
 from ._loop import BoundedLoop, Spend
-from ._mcp import MCPAnswer, MCPClient, MCPToolFailed, MCPToolInfo, risk_of
+from ._mcp import MCPAnswer, MCPClient, MCPServerConfig, MCPToolFailed, MCPToolInfo, risk_of
 from ._phase import STOP_REASONS, PhaseResult, StopReason
 from ._sandbox import Sandbox, ToolRefused, ToolTimedOut
 from ._setup import HarnessSetup
@@ -35,6 +35,7 @@ __all__ = [
     "HarnessSetup",
     "MCPAnswer",
     "MCPClient",
+    "MCPServerConfig",
     "MCPToolFailed",
     "MCPToolInfo",
     "PhaseResult",

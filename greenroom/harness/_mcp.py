@@ -9,13 +9,14 @@ no MCP server does not pay for it.
 
 from __future__ import annotations
 
+import re
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
 
 import msgspec
 
-from .._errors import GreenroomError
+from .._errors import GreenroomError, InvalidInput
 from ._tools import RiskLevel, Tool, current_call
 
 KEY_META = "dev.greenroom/idempotency_key"
@@ -66,6 +67,56 @@ def risk_of(annotations: Any) -> RiskLevel:
     if getattr(annotations, "read_only_hint", None) is True:
         return RiskLevel.READ_ONLY
     return RiskLevel.WRITES
+
+
+class MCPServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How to reach an MCP server, as a config file says it: a ``command`` run with
+    ``args`` (stdio; ``env``: variables it gets beyond the few safe ones the ``mcp``
+    client passes on) or a ``url`` (streamable HTTP); ``tools``: only these of the ones it
+    lists (default: every one); ``timeout_s``: seconds per call. The daemon's
+    ``[mcp.<name>]`` tables and a load workload's ``mcp`` entries are these."""
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    url: str | None = None
+    tools: tuple[str, ...] | None = None
+    timeout_s: float = 30.0
+
+    def check(self, field: str) -> MCPServerConfig:
+        """This server, or ``ValueError`` naming ``field`` and what is wrong."""
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"{field} needs one of command (stdio) and url (streamable HTTP)")
+        if self.url is not None and not re.match(r"^https?://\S+$", self.url):
+            raise ValueError(f"{field}.url must be an http(s) URL, got {self.url!r}")
+        if self.command is not None and not self.command.strip():
+            raise ValueError(f"{field}.command must be a program, got {self.command!r}")
+        if not 0 < self.timeout_s <= 3600:
+            raise ValueError(f"{field}.timeout_s must be seconds in (0, 3600], got {self.timeout_s!r}")
+        return self
+
+    def client(self) -> MCPClient:
+        """A client of this server (not opened yet: ``async with``)."""
+        target: Any = self.url
+        if target is None:
+            from mcp import StdioServerParameters
+
+            target = StdioServerParameters(command=self.command or "", args=list(self.args), env=self.env)
+        return MCPClient(target, call_timeout=self.timeout_s)
+
+    def wanted(self, client: MCPClient, field: str) -> list[str]:
+        """The tools of the open ``client`` this config asks for; ``InvalidInput`` naming
+        ``field`` for one the server does not have."""
+        wanted = list(client.tools) if self.tools is None else list(self.tools)
+        missing = [name for name in wanted if name not in client.tools]
+        if missing:
+            raise InvalidInput(
+                f"{field}: the server has no tool {missing[0]!r} "
+                f"(it has {', '.join(sorted(client.tools)) or 'none'})",
+                field=field,
+                value=missing[0],
+            )
+        return wanted
 
 
 class MCPClient:

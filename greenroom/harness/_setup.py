@@ -69,6 +69,23 @@ class HarnessSetup:
         self.timings = CallTimings()
         """Times to first token and tokens per second of every run's streamed model calls."""
 
+    def add_tools(self, tools: Iterable[Tool], *, allow: bool = True) -> None:
+        """Give later runs ``tools`` beside the setup's own (``allow``: and let them past
+        the allowlist, if the setup has one). ``InvalidInput`` naming ``tools`` for a name
+        the setup has already (nothing is added then). Harnesses already spawned keep
+        their tools."""
+        added = tuple(tools)
+        have = {tool.name for tool in self.tools}
+        for tool in added:
+            if tool.name in have:
+                raise InvalidInput(
+                    f"HarnessSetup already has a tool named {tool.name!r}", field="tools", value=tool.name
+                )
+            have.add(tool.name)
+        self.tools = (*self.tools, *added)
+        if allow and self.tool_allowlist is not None:
+            self.tool_allowlist = self.tool_allowlist | {tool.name for tool in added}
+
     def use_model(self, model: ChatModel, price: Price | None = None) -> None:
         """Run later phases on ``model``, priced by ``price`` (default: the model's own).
         Raises ``ValueError`` when a budget in money would have no price to count by

@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from .._errors import InvalidInput
-from ..harness import MCPClient, MCPToolInfo, Tool
+from ..harness import MCPClient, MCPServerConfig, MCPToolInfo, Tool
 from ..messages import ToolSpec
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -43,30 +43,8 @@ class LoadTool(Protocol):
     async def call(self, validated: Any) -> Any: ...
 
 
-class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An MCP server whose tools the sessions are offered and really call: a ``command``
-    run with ``args`` (stdio; ``env``: variables it gets beyond the few safe ones the
-    ``mcp`` client passes on) or a ``url`` (streamable HTTP); ``tools``: only these of the
-    ones it lists (default: every one); ``timeout_s``: seconds per call."""
-
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: dict[str, str] | None = None
-    url: str | None = None
-    tools: tuple[str, ...] | None = None
-    timeout_s: float = 30.0
-
-    def check(self, field: str) -> McpServer:
-        """This server, or ``ValueError`` naming ``field`` and what is wrong."""
-        if (self.command is None) == (self.url is None):
-            raise ValueError(f"{field} needs one of command (stdio) and url (streamable HTTP)")
-        if self.url is not None and not re.match(r"^https?://\S+$", self.url):
-            raise ValueError(f"{field}.url must be an http(s) URL, got {self.url!r}")
-        if self.command is not None and not self.command.strip():
-            raise ValueError(f"{field}.command must be a program, got {self.command!r}")
-        if not 0 < self.timeout_s <= 3600:
-            raise ValueError(f"{field}.timeout_s must be seconds in (0, 3600], got {self.timeout_s!r}")
-        return self
+McpServer = MCPServerConfig
+"""A workload's MCP server (``greenroom.harness.MCPServerConfig``)."""
 
 
 class McpTool:
@@ -101,27 +79,15 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
     if not servers:  # the mcp package is not even imported
         yield tools
         return
-    from mcp import StdioServerParameters
-
     async with AsyncExitStack() as stack:
         for number, server in enumerate(servers):
-            target: Any = server.url
-            if target is None:
-                command = server.command or ""
-                target = StdioServerParameters(command=command, args=list(server.args), env=server.env)
-            client = await stack.enter_async_context(MCPClient(target, call_timeout=server.timeout_s))
-            found = client.tools
-            wanted = list(found) if server.tools is None else list(server.tools)
-            missing = [name for name in wanted if name not in found]
-            if missing:
+            client = await stack.enter_async_context(server.client())
+            try:
+                wanted = server.wanted(client, f"workload.mcp[{number}].tools")
+            except InvalidInput:
                 await stack.aclose()  # the clients closed first: the refusal is not an exception group
-                raise InvalidInput(
-                    f"workload.mcp[{number}].tools: the server has no tool {missing[0]!r} "
-                    f"(it has {', '.join(sorted(found)) or 'none'})",
-                    field=f"workload.mcp[{number}].tools",
-                    value=missing[0],
-                )
-            tools.extend(McpTool(client, found[name]) for name in wanted)
+                raise
+            tools.extend(McpTool(client, client.tools[name]) for name in wanted)
         yield tools
 
 

@@ -87,6 +87,20 @@ async def test_compare_and_set_writers_at_once_never_lose_an_increment(records: 
     assert (int(final.body), final.version) == (50, 50)
 
 
+async def test_a_write_across_collections_is_whole_or_nothing(records: RecordStore) -> None:
+    await records.put("a", [Put("k", b"1")])
+    written = await records.write([("b", Put("k", b"x", expect=0)), ("a", Put("k", b"2", expect=1))])
+    assert written == {("a", "k"): 2, ("b", "k"): 1}
+    with pytest.raises(Conflict) as refused:
+        await records.write([("c", Put("new", b"y")), ("a", Put("k", b"3", expect=1)), ("b", Put("k", None))])
+    assert (refused.value.collection, refused.value.key, refused.value.found) == ("a", "k", 2)
+    assert await records.get("c", ["new"]) == {}  # nothing of the refused write
+    assert (await records.get("b", ["k"]))["k"].body == b"x"
+    with pytest.raises(InvalidInput) as twice:
+        await records.write([("a", Put("k", b"4")), ("a", Put("k", b"5"))])
+    assert twice.value.field == "key"
+
+
 async def test_a_delete_is_a_put_of_none_and_can_be_expected(records: RecordStore) -> None:
     await records.put("c", [Put("a", b"1"), Put("b", b"1")])
     with pytest.raises(Conflict):

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..store import (
+    Change,
     Conflict,
     Put,
     Versioned,
     add_rows,
+    change_rows,
     check_collection,
     check_fence,
     check_key_prefix,
@@ -172,37 +174,41 @@ class SQLiteRecordStore:
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
         rows = put_rows(collection, puts)
-        self._check_fence(check_fence(fence), "put records")
+        written = await self.write([(collection, put) for put in rows], fence=fence)
+        return {key: version for (_, key), version in written.items()}
+
+    async def write(
+        self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        rows = change_rows(changes)
+        self._check_fence(check_fence(fence), "write records")
         if not rows:
             return {}
         now = time.time()
 
-        def write(db: sqlite3.Connection) -> dict[str, int]:
-            found = {
-                key: int(version)
-                for key, version in db.execute(
-                    "SELECT key, version FROM records WHERE collection = ? AND key IN "
-                    f"({','.join('?' * len(rows))})",
-                    (collection, *(put.key for put in rows)),
-                )
-            }
-            for put in rows:
-                if put.expect is not None and put.expect != found.get(put.key, 0):
-                    raise Conflict(collection, put.key, put.expect, found.get(put.key, 0))
+        def write(db: sqlite3.Connection) -> dict[tuple[str, str], int]:
+            found: dict[tuple[str, str], int] = {}
+            for collection, put in rows:
+                row = db.execute(
+                    "SELECT version FROM records WHERE collection = ? AND key = ?", (collection, put.key)
+                ).fetchone()
+                have = found[collection, put.key] = 0 if row is None else int(row[0])
+                if put.expect is not None and put.expect != have:
+                    raise Conflict(collection, put.key, put.expect, have)
             seq = _take_seqs(db, len(rows))
-            versions: dict[str, int] = {}
-            for n, put in enumerate(rows):
+            versions: dict[tuple[str, str], int] = {}
+            for n, (collection, put) in enumerate(rows):
                 if put.body is None:
                     db.execute("DELETE FROM records WHERE collection = ? AND key = ?", (collection, put.key))
-                    versions[put.key] = 0
+                    versions[collection, put.key] = 0
                     continue
-                version = found.get(put.key, 0) + 1
+                version = found[collection, put.key] + 1
                 db.execute(
                     "INSERT OR REPLACE INTO records (collection, key, body, version, seq, updated_at) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (collection, put.key, put.body, version, seq + n, now),
                 )
-                versions[put.key] = version
+                versions[collection, put.key] = version
             return versions
 
         return await self._file.write(write)

@@ -18,10 +18,12 @@ from typing import Any
 
 from ..messages import AgentTask, TaskStatus
 from ..store import (
+    Change,
     Conflict,
     Put,
     Versioned,
     add_rows,
+    change_rows,
     check_collection,
     check_fence,
     check_key_prefix,
@@ -171,17 +173,26 @@ class PostgresRecordStore:
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
         rows = put_rows(collection, puts)
+        written = await self.write([(collection, put) for put in rows], fence=fence)
+        return {key: version for (_, key), version in written.items()}
+
+    async def write(
+        self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        rows = change_rows(changes)
         fence = check_fence(fence)
         if not rows:
             return {}
         now = time.time()
 
-        def write(connection: Any) -> dict[str, int]:
-            _check_fence(connection, fence, "put records")
+        def write(connection: Any) -> dict[tuple[str, str], int]:
+            _check_fence(connection, fence, "write records")
             with connection.pipeline():  # every statement sent at once, read back at the end
-                cursors = [connection.execute(*_put_statement(collection, put, now)) for put in rows]
-            versions: dict[str, int] = {}
-            for put, cursor in zip(rows, cursors, strict=True):
+                cursors = [
+                    connection.execute(*_put_statement(collection, put, now)) for collection, put in rows
+                ]
+            versions: dict[tuple[str, str], int] = {}
+            for (collection, put), cursor in zip(rows, cursors, strict=True):
                 row = cursor.fetchone()
                 expect = put.expect
                 refused = (row is not None) if expect == 0 and put.body is None else (row is None)
@@ -189,9 +200,9 @@ class PostgresRecordStore:
                     there = connection.execute(
                         "SELECT version FROM gr_records WHERE collection = %s AND key = %s",
                         (collection, put.key),
-                    ).fetchone()  # the transaction rolls back: nothing of the put is written
+                    ).fetchone()  # the transaction rolls back: nothing of the write is kept
                     raise Conflict(collection, put.key, expect or 0, int(there[0]) if there else 0)
-                versions[put.key] = 0 if put.body is None else int(row[0])
+                versions[collection, put.key] = 0 if put.body is None else int(row[0])
             return versions
 
         return await self.db.run(write)

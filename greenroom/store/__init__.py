@@ -25,7 +25,7 @@
   (:class:`TaskGraphError` and its kinds).
 - What every backend checks and decodes alike: step journals (:func:`check_step`,
   :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
-  :func:`pending_from_row`), records (:func:`put_rows`, :func:`add_rows`,
+  :func:`pending_from_row`), records (:func:`put_rows`, :func:`change_rows`, :func:`add_rows`,
   :func:`check_collection`, :func:`check_record_key`, :func:`check_key_prefix`,
   :func:`check_limit`, :func:`check_seq`, :func:`check_fence`, :func:`prefix_end`),
   entities (:func:`check_kind`, :func:`check_key`, :func:`save_rows`), retention
@@ -74,11 +74,13 @@ from ._errors import (
 )
 from ._events import EventStore, Origin
 from ._records import (
+    Change,
     Conflict,
     Put,
     RecordStore,
     Versioned,
     add_rows,
+    change_rows,
     check_collection,
     check_fence,
     check_key_prefix,
@@ -125,6 +127,7 @@ __all__ = [
     "FAILED_STATES",
     "FIXED_PART",
     "Answer",
+    "Change",
     "ChatStore",
     "Claimed",
     "Conflict",
@@ -167,6 +170,7 @@ __all__ = [
     "Written",
     "add_rows",
     "bound_report",
+    "change_rows",
     "check_collection",
     "check_fence",
     "check_key",

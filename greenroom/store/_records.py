@@ -157,17 +157,30 @@ def _check_body(collection: str, key: str, body: object) -> bytes:
     return body
 
 
+Change = tuple[str, Put]
+"""A :class:`Put` in a collection: what :meth:`RecordStore.write` takes."""
+
+
 def put_rows(collection: str, puts: Sequence[Put]) -> list[Put]:
     """``puts`` checked and in key order (two writers lock rows in one order);
     ``InvalidInput`` naming the field — a key given twice among them — before anything is
     written."""
     check_collection(collection)
-    seen: dict[str, Put] = {}
-    for put in puts:
-        if not isinstance(put, Put):
+    return [put for _, put in change_rows([(collection, put) for put in puts])]
+
+
+def change_rows(changes: Sequence[Change]) -> list[Change]:
+    """``changes`` checked and in (collection, key) order (two writers lock rows in one
+    order); ``InvalidInput`` naming the field — a record given twice among them — before
+    anything is written."""
+    seen: dict[tuple[str, str], Change] = {}
+    for change in changes:
+        if not isinstance(change, tuple) or len(change) != 2 or not isinstance(change[1], Put):
             raise InvalidInput(
-                f"record {collection}: a put takes Puts, got {type(put).__name__}", field="puts"
+                f"a write takes (collection, Put) pairs, got {type(change).__name__}", field="puts"
             )
+        collection, put = change
+        check_collection(collection)
         key = check_record_key(put.key)
         if put.body is not None:
             _check_body(collection, key, put.body)
@@ -178,12 +191,12 @@ def put_rows(collection: str, puts: Sequence[Put]) -> list[Put]:
                 field="expect",
                 value=expect,
             )
-        if key in seen:
+        if (collection, key) in seen:
             raise InvalidInput(
                 f"record {collection}/{key!r}: one put writes it twice", field="key", value=key
             )
-        seen[key] = put
-    return [seen[key] for key in sorted(seen)]
+        seen[collection, key] = change
+    return [seen[where] for where in sorted(seen)]
 
 
 def add_rows(collection: str, records: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
@@ -264,6 +277,13 @@ class RecordStore(Protocol):
         a record is not at its put's ``expect``; ``Fenced`` (nothing written) under a
         ``fence`` that is not the task's live attempt; ``InvalidInput`` naming the field
         (:func:`put_rows`) before anything is written."""
+        ...
+
+    async def write(
+        self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        """:meth:`put` across collections: each ``(collection, Put)`` written in one durable
+        transaction, or none; each ``(collection, key)``'s new version (0: deleted)."""
         ...
 
     async def add(

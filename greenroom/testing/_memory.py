@@ -17,11 +17,13 @@ import anyio
 
 from ..messages import AgentTask
 from ..store import (
+    Change,
     Conflict,
     Fenced,
     Put,
     Versioned,
     add_rows,
+    change_rows,
     check_collection,
     check_fence,
     check_key_prefix,
@@ -94,23 +96,30 @@ class MemoryRecordStore:
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
         rows = put_rows(collection, puts)
-        self._check_fence(check_fence(fence), "put records")
-        records = self._collections.get(collection, {})
-        for put in rows:
+        written = await self.write([(collection, put) for put in rows], fence=fence)
+        return {key: version for (_, key), version in written.items()}
+
+    async def write(
+        self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        rows = change_rows(changes)
+        self._check_fence(check_fence(fence), "write records")
+        for collection, put in rows:
+            records = self._collections.get(collection, {})
             found = records[put.key].version if put.key in records else 0
             if put.expect is not None and put.expect != found:
                 raise Conflict(collection, put.key, put.expect, found)
         now = self._clock()
-        versions: dict[str, int] = {}
-        for put in rows:
+        versions: dict[tuple[str, str], int] = {}
+        for collection, put in rows:
             if put.body is None:
                 self._delete(collection, put.key)
-                versions[put.key] = 0
+                versions[collection, put.key] = 0
                 continue
-            before = records.get(put.key)
+            before = self._collections.get(collection, {}).get(put.key)
             version = 1 if before is None else before.version + 1
             self._write(collection, Versioned(put.key, put.body, version, self._next(), now))
-            versions[put.key] = version
+            versions[collection, put.key] = version
         await anyio.lowlevel.checkpoint()
         return versions
 

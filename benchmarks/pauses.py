@@ -72,13 +72,17 @@ AUDIT = [
         RETURN NULL; END $$""",
     "CREATE TRIGGER bench_entity AFTER UPDATE ON gr_entities FOR EACH ROW "
     "WHEN (NEW.version IS DISTINCT FROM OLD.version) EXECUTE FUNCTION bench_entity()",
+    # a chat turn's message (the chat's records: greenroom/chat/_kept.py), with its
+    # conversation's hold as it stands in the same transaction
     """CREATE FUNCTION bench_turn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
         INSERT INTO bench_audit SELECT bench_now(), current_setting('application_name'), 'chat turn',
-            NEW.conversation_id, c.busy_by, NULL, c.busy_token, NULL, c.busy_until
-            FROM greenroom_chat.conversations c WHERE c.id = NEW.conversation_id;
+            c.key, h->>'holder', NULL, coalesce((h->>'hold_token')::bigint, 0), NULL,
+            (h->>'hold_until')::float8
+            FROM gr_records c, LATERAL (SELECT convert_from(c.body, 'UTF8')::json AS h) j
+            WHERE c.collection = 'chat/conversations' AND c.key = split_part(NEW.key, chr(31), 1);
         RETURN NULL; END $$""",
-    "CREATE TRIGGER bench_turn AFTER INSERT ON greenroom_chat.messages FOR EACH ROW "
-    "EXECUTE FUNCTION bench_turn()",
+    "CREATE TRIGGER bench_turn AFTER INSERT OR UPDATE ON gr_records FOR EACH ROW "
+    "WHEN (NEW.collection = 'chat/conversations') EXECUTE FUNCTION bench_turn()",
 ]
 CONVERSATIONS = 4
 KEYS = 100
@@ -420,7 +424,9 @@ class Run:
         )
         turns = collections.defaultdict(list)
         for conversation, content in watch.execute(
-            "SELECT conversation_id, content FROM greenroom_chat.messages WHERE role = 'user' ORDER BY seq"
+            "SELECT split_part(key, chr(31), 1), m->>'content' FROM gr_records, "
+            "LATERAL (SELECT convert_from(body, 'UTF8')::json AS m) j "
+            "WHERE collection = 'chat/conversations' AND m->>'role' = 'user' ORDER BY key"
         ).fetchall():
             turns[conversation].append(content)
         chat_lost = sum(1 for c, said in self.chat.items() for line in said if turns[c].count(line) != 1)

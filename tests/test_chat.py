@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 import string
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,17 +26,27 @@ from greenroom.chat import (
     AgentContext,
     AgentEngineConfig,
     AgentRunner,
+    ChatStore,
     LLMAgentEngine,
     MCPToolExecutor,
+    StoredMessage,
     ToolResult,
     task_server,
 )
 from greenroom.chat import _replies as replies
-from greenroom.embedded import SQLiteChatStore, read_events
+from greenroom.embedded import SQLiteRecordStore, read_events
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget
 from greenroom.llm import ChatModel, Price, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
 from greenroom.messages import ChatReply, ChatRequest, Flush, ModelToolCall, Usage
-from greenroom.store import StoredMessage
+
+
+class FilesChatStore(ChatStore):
+    """The chat's data on a data dir's records (``records.sqlite3`` beside ``path``), as a
+    daemon on the files keeps it."""
+
+    def __init__(self, path: Path, *, clock: Any = time.time) -> None:
+        super().__init__(SQLiteRecordStore(Path(path).parent / "records.sqlite3"), shared=False, clock=clock)
+
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +54,7 @@ pytestmark = pytest.mark.anyio
 @dataclass
 class Chat:
     runner: AgentRunner
-    store: SQLiteChatStore
+    store: FilesChatStore
     tools: MCPToolExecutor
     system: ActorSystem
     log: ActorRef
@@ -60,7 +71,7 @@ def open_chat(
     *,
     config: AgentEngineConfig | None = None,
     timeout: float | None = None,
-    store_class: type[SQLiteChatStore] = SQLiteChatStore,
+    store_class: type[FilesChatStore] = FilesChatStore,
     **engine_options: Any,
 ) -> Any:
     from contextlib import asynccontextmanager
@@ -420,7 +431,7 @@ class BrokenTools:
 
 @pytest.mark.parametrize("mode", ["raise", "garbage"])
 async def test_a_tool_that_raises_or_returns_garbage_is_a_friendly_reply(tmp_path: Path, mode: str) -> None:
-    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    store = FilesChatStore(tmp_path / "chat.sqlite3")
     async with ActorSystem() as system:
         engine = LLMAgentEngine(RuleBasedModel(), BrokenTools(mode))
         runner = await AgentRunner.spawn(system, engine, store)
@@ -433,7 +444,7 @@ async def test_a_tool_that_raises_or_returns_garbage_is_a_friendly_reply(tmp_pat
 
 
 async def test_a_mcp_tool_that_raises_is_a_system_error_result(tmp_path: Path) -> None:
-    class FailingStore(SQLiteChatStore):
+    class FailingStore(FilesChatStore):
         async def add_task(self, user_id: str, title: str, description: str = "", **_: Any) -> Any:
             raise RuntimeError("disk I/O error in the tool")
 
@@ -446,7 +457,7 @@ async def test_a_mcp_tool_that_raises_is_a_system_error_result(tmp_path: Path) -
 
 
 async def test_a_tool_argument_with_a_nul_character_is_refused_naming_the_field(tmp_path: Path) -> None:
-    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    store = FilesChatStore(tmp_path / "chat.sqlite3")
     async with MCPToolExecutor(task_server(store)) as tools:
         refused = await tools.execute("add_task", {"title": "milk", "description": "a\x00b"}, "alice")
         listed = await tools.execute("list_tasks", {}, "alice")
@@ -466,7 +477,7 @@ async def test_a_malformed_hold_in_a_tool_call_is_refused_naming_it_and_changes_
 
     from greenroom.chat._tools import HOLD_META, USER_META
 
-    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    store = FilesChatStore(tmp_path / "chat.sqlite3")
     try:
         async with Client(task_server(store), cache=None) as client:
             answers = []
@@ -591,7 +602,7 @@ async def test_the_deadline_interrupts_the_request_and_stores_nothing(tmp_path: 
 async def test_a_crashing_request_actor_is_counted_and_the_caller_gets_a_friendly_reply(
     tmp_path: Path,
 ) -> None:
-    class BrokenHistory(SQLiteChatStore):
+    class BrokenHistory(FilesChatStore):
         async def load_conversation(self, user_id: str, conversation_id: str, limit: int) -> Any:
             raise RuntimeError("corrupt row")
 
@@ -670,7 +681,7 @@ async def test_a_conversation_served_before_is_not_opened_again_and_one_forgotte
     monkeypatch.setattr(_runner, "SERVED_REMEMBERED", 2)
     opened: list[tuple[str, str]] = []
 
-    class Counting(SQLiteChatStore):
+    class Counting(FilesChatStore):
         async def open_conversation(self, user_id: str, conversation_id: str, *, create: bool) -> None:
             opened.append((user_id, conversation_id))
             await super().open_conversation(user_id, conversation_id, create=create)
@@ -1145,7 +1156,7 @@ def test_making_the_task_server_leaves_the_root_logger_alone(tmp_path: Path) -> 
     root.handlers[:] = []  # as in an app that configured nothing: basicConfig would act
     root.setLevel(logging.WARNING)
     try:
-        task_server(SQLiteChatStore(tmp_path / "chat.sqlite3"))
+        task_server(FilesChatStore(tmp_path / "chat.sqlite3"))
         assert (root.handlers, root.level) == ([], logging.WARNING)
     finally:
         root.handlers[:] = saved[0]
@@ -1156,7 +1167,7 @@ async def test_the_deadline_cancels_a_tool_call_in_flight(tmp_path: Path) -> Non
     started = anyio.Event()
     cancelled: list[bool] = []
 
-    class SlowStore(SQLiteChatStore):
+    class SlowStore(FilesChatStore):
         async def add_task(self, user_id: str, title: str, description: str = "", **_: Any) -> Any:
             started.set()
             try:
@@ -1397,7 +1408,7 @@ async def test_one_mcp_client_lists_a_servers_tools_with_their_risks_and_answers
     from greenroom.chat._tools import TASK_TOOLS, USER_META
     from greenroom.harness import MCPClient
 
-    store = SQLiteChatStore(tmp_path / "chat.sqlite3")
+    store = FilesChatStore(tmp_path / "chat.sqlite3")
     try:
         async with MCPClient(task_server(store), call_timeout=5.0) as client:
             tools = client.tools
@@ -1437,7 +1448,7 @@ async def test_retention_never_forgets_a_conversation_while_a_request_holds_it(t
     passes the held conversation by, and the turn is stored."""
     from _support import RetentionAtTheWorstMoment, forgetting_model
 
-    class Racing(RetentionAtTheWorstMoment, SQLiteChatStore):
+    class Racing(RetentionAtTheWorstMoment, FilesChatStore):
         forgotten: list[int] = []
 
     Racing.forgotten = []
@@ -1455,3 +1466,65 @@ async def test_retention_never_forgets_a_conversation_while_a_request_holds_it(t
         assert [m.content for m in history] == ["hello", result.response]
     assert Racing.forgotten[0] == 1  # it was forgotten between the open and the hold...
     assert Racing.forgotten[1:] and set(Racing.forgotten[1:]) == {0}  # ...and never once held
+
+
+_OLD_CHAT_SCHEMA = """
+CREATE TABLE tasks (user_id TEXT NOT NULL, id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '', completed INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL);
+CREATE TABLE conversations (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE messages (conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL,
+    content TEXT NOT NULL, tool_calls TEXT, created_at REAL NOT NULL, PRIMARY KEY (conversation_id, seq));
+CREATE TABLE pending_actions (conversation_id TEXT PRIMARY KEY, tool_name TEXT NOT NULL,
+    parameters TEXT NOT NULL, title TEXT NOT NULL, expires_at REAL NOT NULL);
+INSERT INTO tasks VALUES ('alice', 3, 'milk', '2 l', 1, 100, 105), ('bob', 4, 'bread', '', 0, 100, 100);
+INSERT INTO conversations VALUES ('c1', 'alice', 100), ('empty', 'bob', 50);
+INSERT INTO messages VALUES ('c1', 1, 'user', 'add milk', NULL, 110),
+    ('c1', 2, 'assistant', 'Added milk', '[{"tool_name": "add_task", "parameters": {"title": "milk"}}]', 111);
+INSERT INTO pending_actions VALUES ('c1', 'delete_task', '{"task_id": 3}', 'Delete milk?', 9e9);
+"""
+
+
+def _old_chat_file(data_dir: Path) -> None:
+    import sqlite3
+
+    data_dir.mkdir()
+    with sqlite3.connect(data_dir / "chat.sqlite3") as db:
+        db.executescript(_OLD_CHAT_SCHEMA)
+
+
+async def test_an_older_data_dirs_chat_file_is_folded_into_the_records_whole_and_once(tmp_path: Path) -> None:
+    """A data dir from before the records: its ``chat.sqlite3`` — conversations, their
+    messages (with tool calls) and pending confirmations, every user's to-dos — is read
+    back through the chat store as it was, new to-do ids come after the old, and the file
+    is renamed (opened again, nothing is folded twice)."""
+    from greenroom.embedded import EmbeddedStore
+
+    data = tmp_path / "data"
+    await anyio.to_thread.run_sync(_old_chat_file, data)
+    async with EmbeddedStore(data) as backend:
+        chat = ChatStore(backend.records(), shared=backend.shared)
+        try:
+            pending, history = await chat.load_conversation("alice", "c1", 10)
+            assert pending is not None and (pending.tool_name, pending.parameters) == (
+                "delete_task",
+                {"task_id": 3},
+            )
+            assert [(m.role, m.content, m.created_at) for m in history] == [
+                ("user", "add milk", 110.0), ("assistant", "Added milk", 111.0)
+            ]  # fmt: skip
+            assert history[1].tool_calls == [{"tool_name": "add_task", "parameters": {"title": "milk"}}]
+            assert [(t.id, t.title, t.completed) for t in await chat.list_tasks("alice")] == [
+                (3, "milk", True)
+            ]
+            assert (await chat.add_task("bob", "jam")).id == 5
+            assert await chat.forget_idle(120.0) == 2  # c1 (idle since 111) and the empty one (50)
+        finally:
+            await chat.aclose()
+    assert not (data / "chat.sqlite3").exists() and (data / "chat.sqlite3.folded").exists()
+    async with EmbeddedStore(data) as backend:
+        chat = ChatStore(backend.records(), shared=backend.shared)
+        try:
+            assert [t.title for t in await chat.list_tasks("bob")] == ["bread", "jam"]  # not twice
+        finally:
+            await chat.aclose()

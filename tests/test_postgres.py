@@ -27,6 +27,7 @@ from _support import eventually
 from greenroom import ActorSystem
 from greenroom.agents import AgentRuntime, BaseAgent
 from greenroom.agents._actor import AgentActor
+from greenroom.chat import ChatStore
 from greenroom.log import LogActor
 from greenroom.messages import (
     AgentError,
@@ -50,6 +51,7 @@ from greenroom.postgres import (
     DatabaseError,
     DataRefused,
     PostgresEventStore,
+    PostgresRecordStore,
     PostgresTaskStore,
     SchemaError,
     check,
@@ -68,6 +70,14 @@ from greenroom.postgres._events import (
 )
 from greenroom.postgres._graph import PostgresGraph
 from greenroom.supervisor import InvalidSubmission, InvalidTransition, NotOwner, SupervisorActor
+
+
+class PostgresChatStore(ChatStore):
+    """The chat's data on the database's records, as a daemon on PostgreSQL keeps it."""
+
+    def __init__(self, db: Database, *, clock: Any = time.time) -> None:
+        super().__init__(PostgresRecordStore(db), shared=True, clock=clock)
+
 
 pytestmark = pytest.mark.anyio
 
@@ -1106,7 +1116,6 @@ def test_postgresql_restarted_mid_run_loses_nothing_acknowledged(
 
 
 async def test_a_conversation_is_served_by_one_host_at_a_time(pg_url: str) -> None:
-    from greenroom.postgres import PostgresChatStore
 
     async with _ready(pg_url) as db:
         now = [100.0]
@@ -1126,8 +1135,8 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
     held the conversation and saved its turn; the paused request's turn (and its taking of
     a pending confirmation) is refused — ``Fenced``, both tokens — and the history is the
     other host's alone."""
-    from greenroom.postgres import PostgresChatStore
-    from greenroom.store import Fenced, StoredMessage, StoredPending
+    from greenroom.chat import StoredMessage, StoredPending
+    from greenroom.store import Fenced
 
     async with _ready(pg_url) as db:
         now = [100.0]
@@ -1170,8 +1179,8 @@ async def test_a_to_do_write_under_a_lapsed_hold_is_refused_with_nothing_changed
     make names the request's hold; once another host holds the conversation, the paused
     request's add, update, complete and deletes are refused (``Fenced``, both tokens) and
     the list is as the live holder left it."""
-    from greenroom.postgres import PostgresChatStore
-    from greenroom.store import ConversationHold, Fenced
+    from greenroom.chat import ConversationHold
+    from greenroom.store import Fenced
 
     async with _ready(pg_url) as db:
         now = [100.0]
@@ -1208,7 +1217,6 @@ async def test_a_chat_request_paused_past_its_hold_answers_an_error_and_stores_n
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
     from greenroom.llm import RuleBasedModel
     from greenroom.messages import ChatReply, ChatRequest
-    from greenroom.postgres import PostgresChatStore
 
     class HeldUp:
         """The rule-based model, whose first reply waits until ``go`` is set."""
@@ -1262,7 +1270,6 @@ async def test_a_chat_request_paused_past_its_hold_answers_an_error_and_stores_n
 async def test_two_runners_on_one_store_serve_concurrent_requests_to_one_conversation(pg_url: str) -> None:
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
     from greenroom.llm import RuleBasedModel
-    from greenroom.postgres import PostgresChatStore
 
     async with _ready(pg_url) as db:
         store = PostgresChatStore(db)
@@ -1297,7 +1304,6 @@ async def test_a_runner_serves_again_a_conversation_retention_forgot_on_postgres
     retention deleted it since, the hold finds no row, and the runner opens it anew."""
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
     from greenroom.llm import RuleBasedModel
-    from greenroom.postgres import PostgresChatStore
 
     opened: list[str] = []
 
@@ -1382,7 +1388,6 @@ def test_greenroom_chat_keeps_its_tasks_in_the_shared_database_with_store(
     assert not (tmp_path / "chat.sqlite3").exists()  # nothing went to the files
 
     async def listed() -> list[str]:
-        from greenroom.postgres import PostgresChatStore
 
         async with Database(pg_url) as db:
             return [t.title for t in await PostgresChatStore(db).list_tasks("alice")]
@@ -1639,7 +1644,6 @@ async def test_retention_never_forgets_a_conversation_while_a_request_holds_it_o
     from _support import RetentionAtTheWorstMoment, forgetting_model
 
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
-    from greenroom.postgres import PostgresChatStore
 
     class Racing(RetentionAtTheWorstMoment, PostgresChatStore):
         forgotten: list[int] = []
@@ -1870,3 +1874,65 @@ async def test_schema_13_s_budgets_and_load_runs_move_into_the_records_whole(pg_
         assert [(e.key, e.body) for e in await load.read("r1")] == [("s/9", b'{"n":1}'), ("r/0", b'{"n":2}')]
         assert await load.runs() == {"r1": 2, "r2": 1}
         assert (await budgets.add({"team": Spent(1, 0.0, 1)}))["team"].tokens == 1201
+
+
+async def test_schema_14_s_chat_data_moves_into_the_records_and_reads_back_whole(pg_url: str) -> None:
+    """Migration 15: conversations (a pending confirmation, a hold), their messages (with
+    tool calls) and every user's to-dos of a version-14 database are the chat's records
+    after the upgrade: read back as they were, new to-do ids after the old, idle ones
+    forgotten."""
+    from greenroom.chat import StoredPending
+    from greenroom.postgres._schema import MIGRATIONS
+
+    calls = '[{"tool_name": "add_task", "parameters": {"title": "milk", "note": null}}]'
+    async with Database(pg_url) as db:
+
+        def version_14(connection: Any) -> None:
+            connection.execute("CREATE TABLE gr_schema (version integer NOT NULL)")
+            for statements in MIGRATIONS[:14]:
+                for statement in statements:
+                    connection.execute(statement)
+            connection.execute("INSERT INTO gr_schema VALUES (14)")
+            chat = "greenroom_chat"
+            connection.execute(
+                f"INSERT INTO {chat}.conversations (id, user_id, created_at, busy_by, busy_until, "
+                "busy_token) "
+                "VALUES ('c1', 'alice', 100, NULL, NULL, 3), ('c2', 'bob', 200, 'node-1', 9e9, 5)"
+            )
+            connection.execute(
+                f"INSERT INTO {chat}.messages VALUES ('c1', 1, 'user', 'add milk', NULL, 110), "
+                f"('c1', 2, 'assistant', 'Added milk', %s, 111)",
+                (calls,),
+            )
+            connection.execute(
+                f"INSERT INTO {chat}.pending_actions VALUES ('c1', 'delete_task', '{{\"task_id\": 7}}', "
+                "'Delete milk?', 9e9)"
+            )
+            connection.execute(
+                f"INSERT INTO {chat}.tasks (user_id, id, title, description, completed, created_at, "
+                "updated_at) "
+                "VALUES ('alice', 7, 'milk', '2 l', 1, 100, 105), ('bob', 9, 'bread', '', 0, 100, 100)"
+            )
+
+        await db.run(version_14)
+        assert await db.run(upgrade) == (14, len(MIGRATIONS))
+        chat = PostgresChatStore(db)
+        pending, history = await chat.load_conversation("alice", "c1", 10)
+        assert pending == StoredPending(
+            tool_name="delete_task", parameters={"task_id": 7}, title="Delete milk?", expires_at=9e9
+        )
+        assert [(m.role, m.content, m.created_at) for m in history] == [
+            ("user", "add milk", 110.0), ("assistant", "Added milk", 111.0)
+        ]  # fmt: skip
+        assert history[1].tool_calls == [
+            {"tool_name": "add_task", "parameters": {"title": "milk", "note": None}}
+        ]
+        todos = await chat.list_tasks("alice")
+        assert [(t.id, t.title, t.description, t.completed) for t in todos] == [(7, "milk", "2 l", True)]
+        assert [t.title for t in await chat.list_tasks("bob")] == ["bread"]
+        assert (await chat.add_task("alice", "eggs")).id == 10  # after every id given before
+        assert await chat.hold_conversation("c2", "node-2", 30) is None  # bob's hold came along
+        assert await chat.forget_idle(111.0) == 0  # c1 last spoke at 111
+        assert await chat.forget_idle(300.0) == 1  # then c1 goes, with its messages; c2 is held
+        assert await chat.load_history("alice", "c1", 10) == []
+        assert (await chat.load_conversation("bob", "c2", 10)) == (None, [])

@@ -101,6 +101,28 @@ async def test_a_write_across_collections_is_whole_or_nothing(records: RecordSto
     assert twice.value.field == "key"
 
 
+async def test_a_counter_many_draw_from_at_once_gives_each_a_value_once(records: RecordStore) -> None:
+    drawn: list[int] = []
+
+    async def draw() -> None:
+        for _ in range(10):
+            drawn.append(await records.bump("ids", "next"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(10):
+            tg.start_soon(draw)
+    assert sorted(drawn) == list(range(1, 101))
+    assert await records.bump("ids", "next", 5) == 105
+    await records.put("ids", [Put("text", b"not a number")])
+    with pytest.raises(InvalidInput) as refused:
+        await records.bump("ids", "text")
+    assert refused.value.field == "key"
+    with pytest.raises(InvalidInput) as bad:
+        await records.bump("ids", "next", True)  # type: ignore[arg-type]
+    assert bad.value.field == "by"
+    assert (await records.get("ids", ["text"]))["text"].body == b"not a number"  # unchanged
+
+
 async def test_a_delete_is_a_put_of_none_and_can_be_expected(records: RecordStore) -> None:
     await records.put("c", [Put("a", b"1"), Put("b", b"1")])
     with pytest.raises(Conflict):

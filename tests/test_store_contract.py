@@ -21,6 +21,7 @@ from _support import eventually, wait_for_status
 
 from greenroom import Actor, ActorRef, InvalidInput
 from greenroom.actors import ActorStopped, PendingReply
+from greenroom.chat import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending
 from greenroom.log import PolicyError
 from greenroom.messages import (
     AGENT_RESULT,
@@ -58,16 +59,12 @@ from greenroom.messages import (
     TaskStatus,
 )
 from greenroom.store import (
-    ConversationHold,
-    ConversationNotFound,
     DuplicateTask,
     Fenced,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
     Store,
-    StoredMessage,
-    StoredPending,
     TaskGraphError,
     UnknownTask,
 )
@@ -1277,7 +1274,7 @@ async def test_retention_drops_old_segments_whole_and_a_reader_from_before_is_to
 
 
 async def test_the_chat_store_keeps_users_apart(backend: Store) -> None:
-    chat = backend.chat_store()
+    chat = ChatStore(backend.records(), shared=backend.shared)
     try:
         milk = await chat.add_task("alice", "buy milk", "2 litres")
         bread = await chat.add_task("alice", "bread")
@@ -1302,7 +1299,7 @@ async def test_the_chat_store_keeps_users_apart(backend: Store) -> None:
 
 
 async def test_many_tasks_are_deleted_in_one_transaction_only_the_users_own(backend: Store) -> None:
-    chat = backend.chat_store()
+    chat = ChatStore(backend.records(), shared=backend.shared)
     try:
         done = [await chat.add_task("alice", f"done {n}") for n in range(3)]
         for task in done:
@@ -1322,7 +1319,7 @@ async def test_many_tasks_are_deleted_in_one_transaction_only_the_users_own(back
 
 
 async def test_conversations_keep_their_turns_and_confirmations(backend: Store) -> None:
-    chat = backend.chat_store()
+    chat = ChatStore(backend.records(), shared=backend.shared)
     try:
         await chat.open_conversation("alice", "c1", create=True)
         await chat.open_conversation("alice", "c1", create=True)  # again: still hers
@@ -1380,7 +1377,7 @@ async def test_idle_conversations_are_forgotten_whole_but_not_one_held_or_recent
     """``forget_idle`` (``[retention] chat_for``): a conversation with no turn since
     ``before`` goes with its messages and pending confirmation; one a request holds now,
     one with a recent turn and the user's task list stay."""
-    chat = backend.chat_store()
+    chat = ChatStore(backend.records(), shared=backend.shared)
     try:
         pending = StoredPending(tool_name="delete_task", parameters={"task_id": 1}, title="x", expires_at=9e9)
         await chat.add_task("alice", "keep me")
@@ -1411,7 +1408,7 @@ async def test_a_conversation_the_caller_names_is_opened_on_first_use_and_held(b
     from greenroom.chat import AgentContext, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
     from greenroom.llm import RuleBasedModel
 
-    chat = backend.chat_store()
+    chat = ChatStore(backend.records(), shared=backend.shared)
     try:
         async with MCPToolExecutor(task_server(chat)) as tools, ActorSystem() as system:
             runner = await AgentRunner.spawn(

@@ -4,14 +4,15 @@
 child of a long-lived runner actor) under a deadline; :class:`LLMAgentEngine` decides with
 any ``ChatModel`` and calls the task tools through a :class:`ToolExecutor` — an MCP client
 (:class:`MCPToolExecutor`) on the MCP server :func:`task_server` serves, in-process by
-default, or any MCP server by URL or command. The user's tasks and conversations live in a
-:class:`ChatStore` (``greenroom.store``; ``Store.chat_store()`` of the daemon's backend).
+default, or any MCP server by URL or command. The user's to-dos and conversations live in a
+:class:`ChatStore`, on the records of the daemon's store (``ChatStore(store.records(),
+shared=store.shared)``: no backend code of its own).
 ``AgentRunner.stream`` gives a request's answer as it is made (:class:`ChatEvents`).
 """
 
-from ..store import ConversationNotFound
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
+from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from ._runner import AgentRunner
 from ._stream import ChatEvent, ChatEvents, ReplyDelta, ToolFinished, ToolStarted
 from ._tools import TASK_TOOLS, MCPToolExecutor, ToolExecutor, ToolResult, task_server
@@ -42,6 +43,8 @@ __all__ = [
     "Assistant",
     "ChatEvent",
     "ChatEvents",
+    "ChatStore",
+    "ConversationHold",
     "ConversationNotFound",
     "DecisionContext",
     "DecisionType",
@@ -50,6 +53,9 @@ __all__ = [
     "MessageHistory",
     "PendingAction",
     "ReplyDelta",
+    "StoredMessage",
+    "StoredPending",
+    "TaskRow",
     "ToolCall",
     "ToolCallRecord",
     "ToolExecutor",

@@ -6,9 +6,9 @@ What ``greenroom chat`` runs, and the short way to embed it::
         conversation = await assistant.runner.new_conversation("alice")
         reply = await assistant.say("alice", conversation, "add buy milk")
 
-It opens the backend's chat store (``<data dir>/chat.sqlite3`` by default; or ``store``, an
-open ``greenroom.store.Store``, such as a shared PostgreSQL one), the MCP tool connection
-(the in-process task server by default, or ``mcp``: a URL or
+It opens the chat's data on the backend's records (``<data dir>/records.sqlite3`` by
+default; or ``store``, an open ``greenroom.store.Store``, such as a shared PostgreSQL one),
+the MCP tool connection (the in-process task server by default, or ``mcp``: a URL or
 ``mcp.StdioServerParameters``), an actor system with the log actor on the backend's event
 log (so ``greenroom events tail`` shows the decision and tool logs) and the runner;
 leaving the block closes them in reverse order. The model defaults to the offline
@@ -31,8 +31,9 @@ from ..embedded import EmbeddedStore
 from ..harness import Sandbox, StopSignal, TokenBudget
 from ..llm import ChatModel, RuleBasedModel
 from ..log import LogActor
-from ..store import ChatStore, Store
+from ..store import Store
 from ._engine import LLMAgentEngine
+from ._kept import ChatStore
 from ._runner import AgentRunner
 from ._stream import ChatEvents
 from ._tools import MCPToolExecutor, task_server
@@ -73,7 +74,7 @@ async def open_assistant(
 ) -> AsyncIterator[Assistant]:
     async with AsyncExitStack() as stack:
         backend = store if store is not None else await stack.enter_async_context(EmbeddedStore(data_dir))
-        chat = backend.chat_store()
+        chat = ChatStore(backend.records(), shared=backend.shared)
         stack.push_async_callback(chat.aclose)
         server = mcp if mcp is not None else task_server(chat)
         tools = await stack.enter_async_context(MCPToolExecutor(server))

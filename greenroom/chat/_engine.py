@@ -57,8 +57,8 @@ from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, ope
 from ..llm._price import price_of
 from ..llm._tokens import TokenGauge
 from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ModelToolCall, ToolSpec
-from ..store import StoredPending
 from . import _replies as replies
+from ._kept import StoredPending
 from ._stream import ReplyStreamer, ToolFinished, ToolStarted
 from ._tools import ToolExecutor, ToolResult, match_task
 from ._types import (

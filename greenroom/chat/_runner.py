@@ -35,17 +35,10 @@ from .. import _tracing
 from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
-from ..store import (
-    ChatStore,
-    ConversationHold,
-    ConversationNotFound,
-    Fenced,
-    StoredMessage,
-    StoredPending,
-    TaskRow,
-)
+from ..store import Fenced
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
+from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending, TaskRow
 from ._stream import ChatEvents, ReplyStreamer, _Ended
 from ._tools import holding
 from ._types import (

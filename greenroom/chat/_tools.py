@@ -39,7 +39,8 @@ from mcp.types import ToolAnnotations
 
 from ..harness import MCPAnswer, MCPClient, RiskLevel
 from ..messages import ToolSpec
-from ..store import ChatStore, ConversationHold, Fenced, TaskRow
+from ..store import Fenced
+from ._kept import ChatStore, ConversationHold, TaskRow
 
 USER_META = "dev.greenroom/user_id"
 """The ``_meta`` key that carries the authenticated user id to the tool server."""

@@ -155,7 +155,9 @@ async def serve_mcp(
     in each request's ``_meta``; calls without one are refused."""
     address = None if http is None else _address(http)
     async with choose_store(store, data_dir) as backend:
-        await _serve_tools(backend.chat_store(), address, err)
+        from ..chat import ChatStore
+
+        await _serve_tools(ChatStore(backend.records(), shared=backend.shared), address, err)
     return 0
 
 

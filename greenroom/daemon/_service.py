@@ -131,11 +131,19 @@ class DaemonService:
         return self.host.store.events(after=after, follow=follow, last=last)
 
     async def _open_chat(self) -> Any:
-        from ..chat import AgentEngineConfig, AgentRunner, LLMAgentEngine, MCPToolExecutor, task_server
+        from ..chat import (
+            AgentEngineConfig,
+            AgentRunner,
+            ChatStore,
+            LLMAgentEngine,
+            MCPToolExecutor,
+            task_server,
+        )
 
         host = self.host
         chat = self.config.chat
-        store = host.store.chat_store()  # on PostgreSQL: shared by every daemon on the database
+        # on PostgreSQL: shared by every daemon on the database
+        store = ChatStore(host.store.records(), shared=host.store.shared)
         self._stack.push_async_callback(store.aclose)
         model: ChatModel
         if chat.model == SCRIPTED or self.config.llm is None:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..store import (
     Change,
     Conflict,
@@ -27,12 +29,14 @@ from ..store import (
     Versioned,
     add_rows,
     change_rows,
+    check_bump,
     check_collection,
     check_fence,
     check_key_prefix,
     check_limit,
     check_record_key,
     check_seq,
+    counted,
     fenced,
     prefix_end,
     put_rows,
@@ -41,7 +45,7 @@ from ._sqlite import SQLiteFile
 from ._steps import LiveTask
 
 RECORDS_DB = "records.sqlite3"
-FOLDED = (("budgets.sqlite3", "budgets"), ("load.sqlite3", "load_records"))
+FOLDED = (("budgets.sqlite3", "budgets"), ("load.sqlite3", "load_records"), ("chat.sqlite3", "chat"))
 """Files of the features an older greenroom kept apart, folded into the records."""
 
 _SCHEMA = """
@@ -188,27 +192,43 @@ class SQLiteRecordStore:
 
         def write(db: sqlite3.Connection) -> dict[tuple[str, str], int]:
             found: dict[tuple[str, str], int] = {}
+            by_collection: dict[str, list[str]] = {}
             for collection, put in rows:
-                row = db.execute(
-                    "SELECT version FROM records WHERE collection = ? AND key = ?", (collection, put.key)
-                ).fetchone()
-                have = found[collection, put.key] = 0 if row is None else int(row[0])
+                by_collection.setdefault(collection, []).append(put.key)
+            for collection, keys in by_collection.items():  # one read per collection
+                for start in range(0, len(keys), 500):
+                    chunk = keys[start : start + 500]
+                    for key, version in db.execute(
+                        "SELECT key, version FROM records WHERE collection = ? AND key IN "
+                        f"({','.join('?' * len(chunk))})",
+                        (collection, *chunk),
+                    ):
+                        found[collection, key] = int(version)
+            for collection, put in rows:
+                have = found.setdefault((collection, put.key), 0)
                 if put.expect is not None and put.expect != have:
                     raise Conflict(collection, put.key, put.expect, have)
             seq = _take_seqs(db, len(rows))
             versions: dict[tuple[str, str], int] = {}
+            gone: list[tuple[str, str]] = []
+            kept: list[tuple[str, str, bytes, int, int, float]] = []
             for n, (collection, put) in enumerate(rows):
                 if put.body is None:
-                    db.execute("DELETE FROM records WHERE collection = ? AND key = ?", (collection, put.key))
+                    gone.append((collection, put.key))
                     versions[collection, put.key] = 0
-                    continue
-                version = found[collection, put.key] + 1
-                db.execute(
-                    "INSERT OR REPLACE INTO records (collection, key, body, version, seq, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (collection, put.key, put.body, version, seq + n, now),
+                else:
+                    version = versions[collection, put.key] = found[collection, put.key] + 1
+                    kept.append((collection, put.key, put.body, version, seq + n, now))
+            if gone:
+                db.executemany("DELETE FROM records WHERE collection = ? AND key = ?", gone)
+            if kept:
+                db.executemany(
+                    "INSERT INTO records (collection, key, body, version, seq, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (collection, key) DO UPDATE SET "
+                    "body = excluded.body, version = excluded.version, seq = excluded.seq, "
+                    "updated_at = excluded.updated_at",
+                    kept,
                 )
-                versions[collection, put.key] = version
             return versions
 
         return await self._file.write(write)
@@ -233,6 +253,31 @@ class SQLiteRecordStore:
             return db.total_changes - before
 
         return await self._file.write(insert)
+
+    async def bump(self, collection: str, key: str, by: int = 1) -> int:
+        check_bump(collection, key, by)
+        now = time.time()
+
+        def bump(db: sqlite3.Connection) -> int:
+            row = db.execute(
+                "SELECT body, version FROM records WHERE collection = ? AND key = ?", (collection, key)
+            ).fetchone()
+            value = counted(collection, key, None if row is None else bytes(row[0]), by)
+            db.execute(
+                "INSERT OR REPLACE INTO records (collection, key, body, version, seq, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    collection,
+                    key,
+                    b"%d" % value,
+                    1 if row is None else int(row[1]) + 1,
+                    _take_seqs(db, 1),
+                    now,
+                ),
+            )
+            return value
+
+        return await self._file.write(bump)
 
     async def drop(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)
@@ -261,6 +306,8 @@ class SQLiteRecordStore:
                         "updated_at FROM old.budgets ORDER BY name"
                     ).fetchall()
                     batch = [("budgets", key, body.encode(), at) for key, body, at in rows]
+                elif table == "chat":
+                    batch = _chat_rows(db)
                 else:
                     rows = db.execute("SELECT run, key, body FROM old.load_records ORDER BY seq").fetchall()
                     batch = [(f"load/{run}", key, bytes(body), 0.0) for run, key, body in rows]
@@ -280,3 +327,55 @@ class SQLiteRecordStore:
             old.rename(old.with_name(name + ".folded"))
             for suffix in ("-wal", "-shm"):
                 old.with_name(name + suffix).unlink(missing_ok=True)
+
+
+_SEP = "\x1f"
+_json = msgspec.json.Encoder()
+
+
+def _chat_rows(db: sqlite3.Connection) -> list[tuple[str, str, bytes, float]]:
+    """An older ``chat.sqlite3``'s data (attached as ``old``) as the chat package keeps it
+    on the records (``greenroom/chat/_kept.py``: collections ``chat/conversations`` — the
+    messages beside their conversation — ``chat/idle`` and ``chat/todo``, keys joined by
+    ``\\x1f``); the chat's own tests read a folded file back."""
+    rows: list[tuple[str, str, bytes, float]] = []
+    pending = {
+        conversation: {"tool_name": tool, "parameters": msgspec.json.decode(parameters), "title": title,
+                       "expires_at": expires}
+        for conversation, tool, parameters, title, expires in db.execute(
+            "SELECT conversation_id, tool_name, parameters, title, expires_at FROM old.pending_actions"
+        )
+    }  # fmt: skip
+    counts = {
+        conversation: (int(count), float(last))
+        for conversation, count, last in db.execute(
+            "SELECT conversation_id, max(seq), max(created_at) FROM old.messages GROUP BY conversation_id"
+        )
+    }
+    for conversation, user, created in db.execute("SELECT id, user_id, created_at FROM old.conversations"):
+        count, last = counts.get(conversation, (0, float(created)))
+        record = {"user": user, "created_at": created, "last_at": last, "count": count}
+        if conversation in pending:
+            record["pending"] = pending[conversation]
+        rows.append(("chat/conversations", conversation, _json.encode(record), last))
+        rows.append(("chat/idle", f"{last // 60 * 60:017.6f}{_SEP}{conversation}", b"", last))
+    for conversation, seq, role, content, calls, created in db.execute(
+        "SELECT conversation_id, seq, role, content, tool_calls, created_at FROM old.messages"
+    ):
+        message = {"role": role, "content": content, "created_at": created}
+        if calls is not None:
+            message["tool_calls"] = msgspec.json.decode(calls)
+        rows.append(
+            ("chat/conversations", f"{conversation}{_SEP}{int(seq):010d}", _json.encode(message), created)
+        )
+    last_id = 0
+    for user, todo_id, title, description, completed, created, updated in db.execute(
+        "SELECT user_id, id, title, description, completed, created_at, updated_at FROM old.tasks"
+    ):
+        todo = {"title": title, "description": description, "completed": bool(completed),
+                "created_at": created, "updated_at": updated}  # fmt: skip
+        rows.append(("chat/todo", f"{user}{_SEP}i{int(todo_id):012d}", _json.encode(todo), updated))
+        last_id = max(last_id, int(todo_id))
+    if last_id:
+        rows.append(("chat/todo", f"{_SEP}n", b"%d" % last_id, 0.0))
+    return rows

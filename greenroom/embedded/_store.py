@@ -1,8 +1,8 @@
 """``EmbeddedStore``: the default backend — files and SQLite under one data dir, no server.
 
 ``tasks.graph.json`` + its journal (the task graph, :class:`FileTaskStore`),
-``events.jsonl`` (the event log, :class:`FileEventStore`) and ``chat.sqlite3`` (the chat
-assistant, :class:`SQLiteChatStore`). One daemon owns a data dir at a time (OS locks);
+``events.jsonl`` (the event log, :class:`FileEventStore`) and ``records.sqlite3`` (the
+records durable features keep, :class:`SQLiteRecordStore`). One daemon owns a data dir at a time (OS locks);
 readers (``read_tasks``, ``events``) take no lock a writer would wait on, and never write.
 """
 
@@ -23,7 +23,6 @@ import anyio
 from .._files import OwnerLock, resolve_data_dir
 from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
-    ChatStore,
     EntityStore,
     EventStore,
     RecordStore,
@@ -106,11 +105,6 @@ class EmbeddedStore:
 
     def event_store(self, *, retention: Retention | None = None) -> EventStore:
         return FileEventStore(self.data_dir, retention=retention)
-
-    def chat_store(self) -> ChatStore:
-        from ._chat import CHAT_DB, SQLiteChatStore  # SQLite, for the commands that use it
-
-        return SQLiteChatStore(self.data_dir / CHAT_DB)
 
     def step_store(self) -> StepStore:
         from ._steps import STEPS_DB, SQLiteStepStore

@@ -1,9 +1,10 @@
 """The PostgreSQL backend: several daemons sharing one task graph, one event log and the
-chat assistant's data. psycopg 3's sync API on worker threads, so the same code runs on
+records durable features keep (budgets, load runs, the API's tokens, the chat assistant's
+data). psycopg 3's sync API on worker threads, so the same code runs on
 asyncio and trio.
 
 :class:`PostgresStore` is the backend; its parts are :class:`PostgresTaskStore`,
-:class:`PostgresEventStore` and :class:`PostgresChatStore` (peers of the embedded ones),
+:class:`PostgresEventStore` and :class:`PostgresRecordStore` (peers of the embedded ones),
 over a :class:`Database` pool and a versioned schema (:func:`upgrade`).
 
 Every name is imported on first use (``greenroom._lazy``): a command that only reads
@@ -15,9 +16,9 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy
 
 if TYPE_CHECKING:
-    from ._chat import PostgresChatStore
     from ._db import ConflictError, Database, DatabaseError, DataRefused, check_url, redact
     from ._events import PostgresEventStore
+    from ._records import PostgresRecordStore
     from ._schema import VERSION, SchemaError, check, current_version, upgrade
     from ._store import PostgresStore
     from ._tasks import PostgresTaskStore
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 __getattr__ = lazy(
     globals(),
     {
-        "PostgresChatStore": "._chat",
         "ConflictError": "._db",
         "Database": "._db",
         "DatabaseError": "._db",
@@ -33,6 +33,7 @@ __getattr__ = lazy(
         "check_url": "._db",
         "redact": "._db",
         "PostgresEventStore": "._events",
+        "PostgresRecordStore": "._records",
         "VERSION": "._schema",
         "SchemaError": "._schema",
         "check": "._schema",
@@ -49,8 +50,8 @@ __all__ = [
     "DataRefused",
     "Database",
     "DatabaseError",
-    "PostgresChatStore",
     "PostgresEventStore",
+    "PostgresRecordStore",
     "PostgresStore",
     "PostgresTaskStore",
     "SchemaError",

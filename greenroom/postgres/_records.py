@@ -24,12 +24,14 @@ from ..store import (
     Versioned,
     add_rows,
     change_rows,
+    check_bump,
     check_collection,
     check_fence,
     check_key_prefix,
     check_limit,
     check_record_key,
     check_seq,
+    counted,
     fenced,
     prefix_end,
     put_rows,
@@ -229,6 +231,28 @@ class PostgresRecordStore:
             return int(cursor.rowcount)
 
         return await self.db.run(insert, single=fence is None)
+
+    async def bump(self, collection: str, key: str, by: int = 1) -> int:
+        check_bump(collection, key, by)
+        now = time.time()
+
+        def bump(connection: Any) -> int:
+            row = connection.execute(  # the row locked by the upsert: writers take turns, none retries
+                "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+                "VALUES (%s, %s, '0', 0, %s) "
+                "ON CONFLICT (collection, key) DO UPDATE SET updated_at = excluded.updated_at "
+                "RETURNING body, version",
+                (collection, key, now),
+            ).fetchone()
+            value = counted(collection, key, bytes(row[0]), by)
+            connection.execute(
+                "UPDATE gr_records SET body = %s, version = %s, seq = nextval('gr_record_seq') "
+                "WHERE collection = %s AND key = %s",
+                (b"%d" % value, int(row[1]) + 1, collection, key),
+            )
+            return value
+
+        return await self.db.run(bump)
 
     async def drop(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)

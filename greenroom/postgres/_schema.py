@@ -249,6 +249,42 @@ MIGRATIONS: list[list[str]] = [
         "DROP TABLE gr_budgets",
         "DROP TABLE gr_load",
     ],
+    [  # 15: the chat assistant's data moves onto the records, as the chat package keeps it
+        # (greenroom/chat/_kept.py: collections chat/conversations — the messages beside
+        # their conversation — chat/idle and chat/todo, keys joined by chr(31)), and its
+        # schema goes
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'chat/conversations', c.id, convert_to(json_build_object('user', c.user_id, "
+        "'created_at', c.created_at, 'last_at', coalesce(m.last_at, c.created_at), 'count', "
+        "coalesce(m.n, 0), 'pending', CASE WHEN p.conversation_id IS NULL THEN NULL ELSE "
+        "json_build_object('tool_name', p.tool_name, 'parameters', p.parameters::json, 'title', p.title, "
+        "'expires_at', p.expires_at) END, "
+        "'holder', CASE WHEN c.busy_until IS NULL THEN NULL ELSE c.busy_by END, "
+        "'hold_until', coalesce(c.busy_until, 0), 'hold_token', c.busy_token)::text, 'UTF8'), 1, "
+        "coalesce(m.last_at, c.created_at) FROM greenroom_chat.conversations c "
+        "LEFT JOIN (SELECT conversation_id, max(seq) AS n, max(created_at) AS last_at "
+        "FROM greenroom_chat.messages GROUP BY conversation_id) m ON m.conversation_id = c.id "
+        "LEFT JOIN greenroom_chat.pending_actions p ON p.conversation_id = c.id",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'chat/idle', to_char(floor(updated_at / 60) * 60, 'FM0000000000.000000') || chr(31) || key, "
+        "'', 1, updated_at "
+        "FROM gr_records WHERE collection = 'chat/conversations'",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'chat/conversations', conversation_id || chr(31) || lpad(seq::text, 10, '0'), "
+        "convert_to(CASE WHEN tool_calls IS NULL THEN json_build_object('role', role, 'content', content, "
+        "'created_at', created_at) ELSE json_build_object('role', role, 'content', content, 'created_at', "
+        "created_at, 'tool_calls', tool_calls::json) END::text, 'UTF8'), 1, created_at "
+        "FROM greenroom_chat.messages ORDER BY conversation_id, seq",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'chat/todo', user_id || chr(31) || 'i' || lpad(id::text, 12, '0'), "
+        "convert_to(json_build_object('title', title, 'description', description, 'completed', "
+        "completed <> 0, 'created_at', created_at, 'updated_at', updated_at)::text, 'UTF8'), 1, updated_at "
+        "FROM greenroom_chat.tasks ORDER BY id",
+        "INSERT INTO gr_records (collection, key, body, version, updated_at) "
+        "SELECT 'chat/todo', chr(31) || 'n', convert_to(max(id)::text, 'UTF8'), 1, 0 "
+        "FROM greenroom_chat.tasks HAVING count(*) > 0",
+        "DROP SCHEMA greenroom_chat CASCADE",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 

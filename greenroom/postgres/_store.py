@@ -25,7 +25,6 @@ import anyio
 from .._files import replace_durably, resolve_data_dir
 from ..messages import AgentTask, Event, GraphStats, ListTasks, TaskLimits, TaskStatus
 from ..store import (
-    ChatStore,
     EntityStore,
     EventStore,
     RecordStore,
@@ -34,7 +33,6 @@ from ..store import (
     StoreSizes,
     TaskStore,
 )
-from ._chat import PostgresChatStore
 from ._db import Database, check_url, redact
 from ._events import PostgresEventStore, dropped_through, event_parts, partitions_repair, tail_events
 from ._graph import Notify, PostgresGraph
@@ -146,9 +144,6 @@ class PostgresStore:
         if retention is not None:
             self.event_width = retention.events_per_segment
         return PostgresEventStore(self.db, retention=retention)
-
-    def chat_store(self) -> ChatStore:
-        return PostgresChatStore(self.db)
 
     def step_store(self) -> StepStore:
         return PostgresStepStore(self.db, self._data_dir_arg)

@@ -221,7 +221,8 @@ class EventStream(Response):
 
 
 def _as_api_error(error: Exception) -> ApiError:
-    from ..store import ConversationNotFound, DuplicateTask, EventsGone, InvalidTransition, UnknownTask
+    from ..chat import ConversationNotFound
+    from ..store import DuplicateTask, EventsGone, InvalidTransition, UnknownTask
 
     if isinstance(error, ApiError):
         return error

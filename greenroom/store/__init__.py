@@ -7,12 +7,12 @@
   :class:`TaskStore` (the supervisor actor's: it answers through a :class:`Reply`, tells
   its :class:`GraphOwner` of :class:`ExpireLeases` and :class:`TasksRunnable`),
   :class:`EventStore` (the log actor's; an :class:`Origin` names a log's incarnation),
-  :class:`ChatStore` (the chat runner's), :class:`StepStore` (the step journal of durable
+  :class:`StepStore` (the step journal of durable
   agent work: :class:`Step`), :class:`EntityStore` (entities' saved states:
   :class:`StoredState`), and :class:`RecordStore` — keyed records with versions
   (:class:`Versioned`, written by :class:`Put` or added once; :class:`Conflict`), the
   primitive a durable feature is built on in its own package (budgets' totals, load runs'
-  records) with no backend code.
+  records, the API's tokens, the chat assistant's data) with no backend code.
 - The task rules, the same on every backend: what a submission must be
   (:func:`check_submission`, :func:`find_cycle`, :func:`in_dependency_order`), the task a
   transition makes (:func:`parked`, :func:`decided`, :func:`expired_decision`, :func:`retried`,
@@ -24,9 +24,8 @@
   keeps (:func:`listed`); refusals
   (:class:`TaskGraphError` and its kinds).
 - What every backend checks and decodes alike: step journals (:func:`check_step`,
-  :func:`encoded_body`, :func:`step_from_row`), chat rows (:func:`messages_from_rows`,
-  :func:`pending_from_row`), records (:func:`put_rows`, :func:`change_rows`, :func:`add_rows`,
-  :func:`check_collection`, :func:`check_record_key`, :func:`check_key_prefix`,
+  :func:`encoded_body`, :func:`step_from_row`), records (:func:`put_rows`, :func:`change_rows`,
+  :func:`add_rows`, :func:`check_collection`, :func:`check_record_key`, :func:`check_key_prefix`,
   :func:`check_limit`, :func:`check_seq`, :func:`check_fence`, :func:`prefix_end`),
   entities (:func:`check_kind`, :func:`check_key`, :func:`save_rows`), retention
   (:class:`Retention`, :class:`HistoryPart`, :data:`FIXED_PART`, :func:`over_budget`).
@@ -36,16 +35,6 @@ obeys the rules, and passes the contract suite (``tests/test_store_contract.py``
 nothing else changes.
 """
 
-from ._chat import (
-    ChatStore,
-    ConversationHold,
-    ConversationNotFound,
-    StoredMessage,
-    StoredPending,
-    TaskRow,
-    messages_from_rows,
-    pending_from_row,
-)
 from ._entities import (
     Answer,
     Claimed,
@@ -81,12 +70,14 @@ from ._records import (
     Versioned,
     add_rows,
     change_rows,
+    check_bump,
     check_collection,
     check_fence,
     check_key_prefix,
     check_limit,
     check_record_key,
     check_seq,
+    counted,
     prefix_end,
     put_rows,
 )
@@ -128,11 +119,8 @@ __all__ = [
     "FIXED_PART",
     "Answer",
     "Change",
-    "ChatStore",
     "Claimed",
     "Conflict",
-    "ConversationHold",
-    "ConversationNotFound",
     "DuplicateTask",
     "EntityStore",
     "EventStore",
@@ -158,11 +146,8 @@ __all__ = [
     "StepStore",
     "Store",
     "StoreSizes",
-    "StoredMessage",
-    "StoredPending",
     "StoredState",
     "TaskGraphError",
-    "TaskRow",
     "TaskStore",
     "TasksRunnable",
     "UnknownTask",
@@ -171,6 +156,7 @@ __all__ = [
     "add_rows",
     "bound_report",
     "change_rows",
+    "check_bump",
     "check_collection",
     "check_fence",
     "check_key",
@@ -181,6 +167,7 @@ __all__ = [
     "check_seq",
     "check_step",
     "check_submission",
+    "counted",
     "death_counted",
     "decided",
     "dependency_failed",
@@ -193,10 +180,8 @@ __all__ = [
     "lease_expired",
     "lease_report",
     "listed",
-    "messages_from_rows",
     "over_budget",
     "parked",
-    "pending_from_row",
     "poison_reason",
     "prefix_end",
     "put_rows",

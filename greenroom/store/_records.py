@@ -214,6 +214,27 @@ def add_rows(collection: str, records: Sequence[tuple[str, bytes]]) -> list[tupl
     return list(rows.items())
 
 
+def check_bump(collection: str, key: str, by: object) -> int:
+    """A counter's step (``InvalidInput`` naming the field otherwise)."""
+    check_collection(collection)
+    check_record_key(key)
+    if isinstance(by, bool) or not isinstance(by, int) or not -(2**62) < by < 2**62:
+        raise InvalidInput(f"by must be an int, got {by!r:.40}", field="by", value=by)
+    return by
+
+
+def counted(collection: str, key: str, body: bytes | None, by: int) -> int:
+    """A counter's value after adding ``by`` to what ``body`` holds (``None``: 0);
+    ``InvalidInput`` naming ``key`` for a body that is not a counter."""
+    try:
+        value = 0 if body is None else int(body.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidInput(
+            f"record {collection}/{key!r} is not a counter (its body is {body!r:.40})", field="key", value=key
+        ) from None
+    return value + by
+
+
 def prefix_end(prefix: str) -> str | None:
     """The least string greater than every string starting with ``prefix`` (code point
     order, which UTF-8's byte order and PostgreSQL's ``C`` collation keep), so a prefix is
@@ -292,6 +313,14 @@ class RecordStore(Protocol):
         """Keep each ``(key, body)`` whose key has no record yet, in one durable
         transaction, in the order given (a key that has one keeps what was written first);
         how many were new. ``Fenced`` and ``InvalidInput`` as :meth:`put`."""
+        ...
+
+    async def bump(self, collection: str, key: str, by: int = 1) -> int:
+        """Add ``by`` to the counter ``key`` (a record whose body is a decimal integer,
+        made at 0 if missing) in one durable transaction, and answer the new value: a
+        sequence of ids many writers draw from at once, none waiting for another to read
+        first. ``InvalidInput`` naming the field for a bad key or ``by``, or a record there
+        that is not a counter."""
         ...
 
     async def drop(self, collection: str, prefix: str = "") -> int:

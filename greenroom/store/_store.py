@@ -17,7 +17,6 @@ from typing import Protocol, Self, runtime_checkable
 import msgspec
 
 from ..messages import AgentTask, Event, GraphStats, TaskLimits, TaskStatus
-from ._chat import ChatStore
 from ._entities import EntityStore
 from ._events import EventStore
 from ._records import RecordStore
@@ -45,7 +44,7 @@ class StoreSizes(msgspec.Struct, frozen=True):
 @runtime_checkable
 class Store(Protocol):
     """A backend, opened with ``async with``. Its parts (a ``TaskStore`` for the
-    supervisor actor, an ``EventStore`` for the log actor, a ``ChatStore``) are made on
+    supervisor actor, an ``EventStore`` for the log actor, ``records()``) are made on
     demand, each new, so an actor restarted by its supervisor gets a fresh one."""
 
     where: str
@@ -85,12 +84,8 @@ class Store(Protocol):
         segments and which ones go (``None``: everything is kept)."""
         ...
 
-    def chat_store(self) -> ChatStore:
-        """The chat assistant's data."""
-        ...
-
     def step_store(self) -> StepStore:
-        """The step journal of durable agent work (a new one each call, as the chat store:
+        """The step journal of durable agent work (a new one each call, as the records:
         its user closes it with ``aclose``)."""
         ...
 

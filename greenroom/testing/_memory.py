@@ -24,12 +24,14 @@ from ..store import (
     Versioned,
     add_rows,
     change_rows,
+    check_bump,
     check_collection,
     check_fence,
     check_key_prefix,
     check_limit,
     check_record_key,
     check_seq,
+    counted,
     fenced,
     prefix_end,
     put_rows,
@@ -138,6 +140,15 @@ class MemoryRecordStore:
                 new += 1
         await anyio.lowlevel.checkpoint()
         return new
+
+    async def bump(self, collection: str, key: str, by: int = 1) -> int:
+        check_bump(collection, key, by)
+        before = self._collections.get(collection, {}).get(key)
+        value = counted(collection, key, None if before is None else before.body, by)
+        version = 1 if before is None else before.version + 1
+        self._write(collection, Versioned(key, b"%d" % value, version, self._next(), self._clock()))
+        await anyio.lowlevel.checkpoint()
+        return value
 
     async def drop(self, collection: str, prefix: str = "") -> int:
         keys = self._range(collection, prefix, None)

@@ -82,7 +82,8 @@ AUDIT = [
             WHERE c.collection = 'chat/conversations' AND c.key = split_part(NEW.key, chr(31), 1);
         RETURN NULL; END $$""",
     "CREATE TRIGGER bench_turn AFTER INSERT OR UPDATE ON gr_records FOR EACH ROW "
-    "WHEN (NEW.collection = 'chat/conversations') EXECUTE FUNCTION bench_turn()",
+    "WHEN (NEW.collection = 'chat/conversations' AND strpos(NEW.key, chr(31)) > 0) "
+    "EXECUTE FUNCTION bench_turn()",
 ]
 CONVERSATIONS = 4
 KEYS = 100
@@ -111,10 +112,11 @@ class Side:
     def __init__(self, name: str, url: str, root: Path, config: Path, lease: float, backend: str) -> None:
         self.name, self.data = name, root / f"node{name}"
         self.data.mkdir(parents=True)
-        self.tokens = {
-            scope: _cli("tokens", "add", "--user", "pat", "--scope", scope, "--data-dir", str(self.data))
+        self.tokens = {  # in the database: every daemon of the fleet reads them there
+            scope: _cli("tokens", "add", "--user", "pat", "--scope", scope, "--store", url,
+                        "--data-dir", str(self.data))
             for scope in ("tasks", "chat")
-        }
+        }  # fmt: skip
         self.err = open(root / f"node{name}.err", "w")  # noqa: SIM115 -- closed by stop()
         env = {**os.environ, "GREENROOM_BENCH_NAME": name}
         self.daemon = subprocess.Popen(

@@ -1491,6 +1491,10 @@ def test_a_hundred_approvals_through_the_cli_and_the_api_run_each_approved_call_
         _wait_until(lambda: (api_dir / "daemon.json").exists(), deadline, said)
         assert waiting_calls() == shown  # the same calls wait, exactly
         assert all(call["tool"] == "ship" for call in shown.values())
+        # a token made in the files of a data dir whose daemon reads them from the database
+        # would never be accepted: refused, naming --store
+        elsewhere = _cli("tokens", "add", "--user", "x", "--scope", "tasks", "--data-dir", str(api_dir))
+        assert elsewhere.returncode == 1 and "--store" in elsewhere.stderr, elsewhere.stderr
 
         ids = sorted(shown)
         approved = set(ids[0::5] + ids[1::5] + ids[2::5])  # 60 approved, 40 denied

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -44,12 +45,33 @@ async def _tokens(args: argparse.Namespace) -> AsyncIterator[Any]:
     from ..daemon._backend import choose_store
     from ..service import TokenStore
 
+    data_dir = resolve_data_dir(args.data_dir, create=True)
+    if args.store is None:
+        await anyio.to_thread.run_sync(_same_store_as_the_daemon, data_dir)
     async with choose_store(args.store, args.data_dir, pool_size=1) as store:
         records = store.records()
         try:
-            yield TokenStore(records, folded_from=resolve_data_dir(args.data_dir, create=True))
+            yield TokenStore(records, folded_from=data_dir)
         finally:
             await records.aclose()
+
+
+def _same_store_as_the_daemon(data_dir: Path) -> None:
+    """Refuse to keep tokens in the data dir's files when the daemon running on it keeps
+    them in a database: a token made there would never be accepted."""
+    from .._errors import DataError, InvalidInput
+    from ..service import find_daemon
+
+    try:
+        found = find_daemon(data_dir, wait=5.0)
+    except DataError:
+        return  # a daemon still starting: nothing known of its store yet
+    if found is not None and found[0].shared:
+        raise InvalidInput(
+            f"the daemon on {data_dir} keeps its tokens in {found[0].store}: pass --store with that "
+            "database (or set GREENROOM_STORE), or the token would be kept where it never looks",
+            field="--store",
+        )
 
 
 async def listing(args: argparse.Namespace) -> int:

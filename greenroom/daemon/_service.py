@@ -121,7 +121,9 @@ class DaemonService:
             max_body_bytes=self.config.api.max_body_bytes,
             history=self.history.document,
         )
-        info = DaemonInfo(self.url, os.getpid(), time.time(), __version__)
+        info = DaemonInfo(
+            self.url, os.getpid(), time.time(), __version__, store=host.store.where, shared=host.store.shared
+        )
         await anyio.to_thread.run_sync(self._write_files, info, token)
 
     async def _steps(self, task_id: str) -> list[Step]:

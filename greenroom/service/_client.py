@@ -38,6 +38,11 @@ class DaemonInfo(msgspec.Struct, frozen=True):
     pid: int
     started_at: float
     version: str = ""
+    store: str = ""
+    """Where the daemon keeps things, fit to print (its data dir, or a database URL with
+    no password): what a command run beside it must use too (``greenroom tokens``)."""
+    shared: bool = False
+    """Its store is one several daemons share (PostgreSQL)."""
 
 
 class ServiceError(GreenroomError):

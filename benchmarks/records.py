@@ -82,6 +82,32 @@ async def _greenroom(store: Any, writes: int, writers: int) -> dict[str, Measure
         await budgets.aclose()
 
 
+async def _plain(
+    insert: Callable[[str], None],
+    add: Callable[[], None],
+    limiter: anyio.CapacityLimiter,
+    writes: int,
+    writers: int,
+) -> dict[str, Measure]:
+    """The plain code's two workloads: ``insert`` per record by ``writers`` at once, ``add``
+    one at a time — each in a worker thread under ``limiter``."""
+
+    async def records() -> None:
+        async def writer(w: int) -> None:
+            for n in range(writes // writers):
+                await anyio.to_thread.run_sync(insert, f"r/{w}/1/{n}", limiter=limiter)
+
+        async with anyio.create_task_group() as tg:
+            for w in range(writers):
+                tg.start_soon(writer, w)
+
+    async def spends() -> None:
+        for _ in range(writes // 10):
+            await anyio.to_thread.run_sync(add, limiter=limiter)
+
+    return {"load records": await _timed(records), "budget adds": await _timed(spends)}
+
+
 async def _plain_sqlite(path: Path, writes: int, writers: int) -> dict[str, Measure]:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
@@ -106,21 +132,8 @@ async def _plain_sqlite(path: Path, writes: int, writers: int) -> dict[str, Meas
             )
         db.execute("COMMIT")
 
-    async def records() -> None:
-        async def writer(w: int) -> None:
-            for n in range(writes // writers):
-                await anyio.to_thread.run_sync(insert, f"r/{w}/1/{n}", limiter=limiter)
-
-        async with anyio.create_task_group() as tg:
-            for w in range(writers):
-                tg.start_soon(writer, w)
-
-    async def spends() -> None:
-        for _ in range(writes // 10):
-            await anyio.to_thread.run_sync(add, limiter=limiter)
-
     try:
-        return {"load records": await _timed(records), "budget adds": await _timed(spends)}
+        return await _plain(insert, add, limiter, writes, writers)
     finally:
         db.close()
 
@@ -153,21 +166,8 @@ async def _plain_postgres(url: str, writes: int, writers: int) -> dict[str, Meas
                     (name, tokens, cost),
                 )
 
-    async def records() -> None:
-        async def writer(w: int) -> None:
-            for n in range(writes // writers):
-                await anyio.to_thread.run_sync(insert, f"r/{w}/1/{n}", limiter=limiter)
-
-        async with anyio.create_task_group() as tg:
-            for w in range(writers):
-                tg.start_soon(writer, w)
-
-    async def spends() -> None:
-        for _ in range(writes // 10):
-            await anyio.to_thread.run_sync(add, limiter=limiter)
-
     try:
-        return {"load records": await _timed(records), "budget adds": await _timed(spends)}
+        return await _plain(insert, add, limiter, writes, writers)
     finally:
         pool.close()
 

@@ -212,6 +212,8 @@ PUBLIC: dict[str, list[str]] = {
         "parked",
         "poison_reason",
         "prefix_end",
+        "prefix_range",
+        "put_by_write",
         "put_rows",
         "refusal",
         "requeued_after_death",

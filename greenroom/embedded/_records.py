@@ -38,8 +38,8 @@ from ..store import (
     check_seq,
     counted,
     fenced,
-    prefix_end,
-    put_rows,
+    prefix_range,
+    put_by_write,
 )
 from ._sqlite import SQLiteFile
 from ._steps import LiveTask
@@ -74,15 +74,6 @@ def _take_seqs(db: sqlite3.Connection, n: int) -> int:
     """Reserve ``n`` seqs in this transaction; the first of them."""
     last = int(db.execute("UPDATE record_seq SET seq = seq + ? RETURNING seq", (n,)).fetchone()[0])
     return last - n + 1
-
-
-def _where(prefix: str) -> tuple[str, tuple[str, ...]]:
-    if not prefix:
-        return "", ()
-    end = prefix_end(prefix)
-    if end is None:
-        return " AND key >= ?", (prefix,)
-    return " AND key >= ? AND key < ?", (prefix, end)
 
 
 class SQLiteRecordStore:
@@ -126,7 +117,7 @@ class SQLiteRecordStore:
         self, collection: str, prefix: str = "", *, after: str | None = None, limit: int | None = None
     ) -> list[Versioned]:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "?")
         if after is not None:
             where, args = where + " AND key > ?", (*args, check_record_key(after, "after"))
         check_limit(limit)
@@ -140,7 +131,7 @@ class SQLiteRecordStore:
         self, collection: str, prefix: str = "", *, after: int = 0, limit: int | None = None
     ) -> list[Versioned]:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "?")
         check_limit(limit)
         check_seq(after)
         query = f"SELECT {_COLUMNS} FROM records WHERE collection = ? AND seq > ?{where} ORDER BY seq LIMIT ?"
@@ -153,7 +144,7 @@ class SQLiteRecordStore:
 
     async def count(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "?")
         query = f"SELECT count(*) FROM records WHERE collection = ?{where}"
         return await self._file.run(
             lambda db: int(db.execute(query, (collection, *args)).fetchone()[0]), write=False
@@ -162,11 +153,8 @@ class SQLiteRecordStore:
     async def collections(self, prefix: str = "") -> dict[str, int]:
         if prefix:
             check_collection(prefix)
-        end = prefix_end(prefix)
-        query = "SELECT collection, count(*) FROM records WHERE collection >= ?"
-        args: tuple[str, ...] = (prefix,)
-        if end is not None:
-            query, args = query + " AND collection < ?", (prefix, end)
+        where, args = prefix_range("collection", prefix, "?")
+        query = f"SELECT collection, count(*) FROM records WHERE true{where}"
 
         def select(db: sqlite3.Connection) -> dict[str, int]:
             rows = db.execute(query + " GROUP BY collection ORDER BY collection", args)
@@ -177,9 +165,7 @@ class SQLiteRecordStore:
     async def put(
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
-        rows = put_rows(collection, puts)
-        written = await self.write([(collection, put) for put in rows], fence=fence)
-        return {key: version for (_, key), version in written.items()}
+        return await put_by_write(self, collection, puts, fence)
 
     async def write(
         self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
@@ -281,7 +267,7 @@ class SQLiteRecordStore:
 
     async def drop(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "?")
         query = f"DELETE FROM records WHERE collection = ?{where}"
         return await self._file.write(lambda db: int(db.execute(query, (collection, *args)).rowcount))
 

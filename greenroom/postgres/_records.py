@@ -33,8 +33,8 @@ from ..store import (
     check_seq,
     counted,
     fenced,
-    prefix_end,
-    put_rows,
+    prefix_range,
+    put_by_write,
 )
 from ._db import Database
 
@@ -43,15 +43,6 @@ _COLUMNS = "key, body, version, seq, updated_at"
 
 def _versioned(rows: Any) -> list[Versioned]:
     return [Versioned(key, bytes(body), int(v), int(seq), float(at)) for key, body, v, seq, at in rows]
-
-
-def _where(prefix: str) -> tuple[str, tuple[str, ...]]:
-    if not prefix:
-        return "", ()
-    end = prefix_end(prefix)
-    if end is None:
-        return " AND key >= %s", (prefix,)
-    return " AND key >= %s AND key < %s", (prefix, end)
 
 
 def _check_fence(connection: Any, fence: tuple[str, int] | None, action: str) -> None:
@@ -125,7 +116,7 @@ class PostgresRecordStore:
         self, collection: str, prefix: str = "", *, after: str | None = None, limit: int | None = None
     ) -> list[Versioned]:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "%s")
         if after is not None:
             where, args = where + " AND key > %s", (*args, check_record_key(after, "after"))
         check_limit(limit)
@@ -138,7 +129,7 @@ class PostgresRecordStore:
         self, collection: str, prefix: str = "", *, after: int = 0, limit: int | None = None
     ) -> list[Versioned]:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "%s")
         check_limit(limit)
         check_seq(after)
         query = f"SELECT {_COLUMNS} FROM gr_records WHERE collection = %s AND seq > %s{where} "
@@ -150,7 +141,7 @@ class PostgresRecordStore:
 
     async def count(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "%s")
         query = f"SELECT count(*) FROM gr_records WHERE collection = %s{where}"
         return await self.db.run(
             lambda connection: int(connection.execute(query, (collection, *args)).fetchone()[0]), single=True
@@ -159,11 +150,8 @@ class PostgresRecordStore:
     async def collections(self, prefix: str = "") -> dict[str, int]:
         if prefix:
             check_collection(prefix)
-        end = prefix_end(prefix)
-        query = "SELECT collection, count(*) FROM gr_records WHERE collection >= %s"
-        args: tuple[str, ...] = (prefix,)
-        if end is not None:
-            query, args = query + " AND collection < %s", (prefix, end)
+        where, args = prefix_range("collection", prefix, "%s")
+        query = f"SELECT collection, count(*) FROM gr_records WHERE true{where}"
 
         def fetch(connection: Any) -> dict[str, int]:
             rows = connection.execute(query + " GROUP BY collection ORDER BY collection", args)
@@ -174,9 +162,7 @@ class PostgresRecordStore:
     async def put(
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
-        rows = put_rows(collection, puts)
-        written = await self.write([(collection, put) for put in rows], fence=fence)
-        return {key: version for (_, key), version in written.items()}
+        return await put_by_write(self, collection, puts, fence)
 
     async def write(
         self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None
@@ -256,7 +242,7 @@ class PostgresRecordStore:
 
     async def drop(self, collection: str, prefix: str = "") -> int:
         check_collection(collection)
-        where, args = _where(check_key_prefix(prefix))
+        where, args = prefix_range("key", check_key_prefix(prefix), "%s")
         query = f"DELETE FROM gr_records WHERE collection = %s{where}"
         return await self.db.run(
             lambda connection: int(connection.execute(query, (collection, *args)).rowcount), single=True

@@ -79,6 +79,8 @@ from ._records import (
     check_seq,
     counted,
     prefix_end,
+    prefix_range,
+    put_by_write,
     put_rows,
 )
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
@@ -184,6 +186,8 @@ __all__ = [
     "parked",
     "poison_reason",
     "prefix_end",
+    "prefix_range",
+    "put_by_write",
     "put_rows",
     "refusal",
     "requeued_after_death",

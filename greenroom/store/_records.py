@@ -249,6 +249,28 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
+async def put_by_write(
+    records: RecordStore, collection: str, puts: Sequence[Put], fence: tuple[str, int] | None
+) -> dict[str, int]:
+    """:meth:`RecordStore.put` as one :meth:`RecordStore.write` in ``collection`` — how
+    every backend answers ``put``."""
+    rows = put_rows(collection, puts)
+    written = await records.write([(collection, put) for put in rows], fence=fence)
+    return {key: version for (_, key), version in written.items()}
+
+
+def prefix_range(column: str, prefix: str, mark: str) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition ``" AND <column> >= <mark> [AND <column> < <mark>]"`` selecting the
+    strings that start with ``prefix`` as an index range (:func:`prefix_end`), and its
+    arguments; ``("", ())`` for the empty prefix. ``mark``: the driver's placeholder."""
+    if not prefix:
+        return "", ()
+    end = prefix_end(prefix)
+    if end is None:
+        return f" AND {column} >= {mark}", (prefix,)
+    return f" AND {column} >= {mark} AND {column} < {mark}", (prefix, end)
+
+
 def _encodable(key: str) -> bool:
     try:
         key.encode()

@@ -34,7 +34,7 @@ from ..store import (
     counted,
     fenced,
     prefix_end,
-    put_rows,
+    put_by_write,
 )
 
 LiveTask = Callable[[str], "AgentTask | None"]
@@ -97,9 +97,7 @@ class MemoryRecordStore:
     async def put(
         self, collection: str, puts: Sequence[Put], *, fence: tuple[str, int] | None = None
     ) -> dict[str, int]:
-        rows = put_rows(collection, puts)
-        written = await self.write([(collection, put) for put in rows], fence=fence)
-        return {key: version for (_, key), version in written.items()}
+        return await put_by_write(self, collection, puts, fence)
 
     async def write(
         self, changes: Sequence[Change], *, fence: tuple[str, int] | None = None

@@ -285,3 +285,53 @@ async def test_mail_handled_by_a_daemon_killed_right_after_counts_exactly_once_w
         finally:
             await client.aclose()
             await states.aclose()
+
+
+async def test_mail_for_another_node_is_bounded_a_full_tell_is_refused_and_a_send_waits(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Messages for an entity on another node wait to be posted through the store, at
+    most ``max_outgoing`` of them (beside the batch being posted): past it ``tell`` raises
+    ``OutgoingMailFull`` (a ``MailboxFull``, nothing kept) and ``send`` waits for room —
+    here while b's store holds its posts until released. Nothing accepted is lost."""
+    from greenroom.actors import MailboxFull
+    from greenroom.entities import OutgoingMailFull
+
+    async with two_daemons(pg_url, tmp_path, lease=5.0, max_outgoing=5) as (a, b):
+        assert await a.ref(Tallied, "k").ask("one") == 1  # active on a
+        assert await b.ref(Tallied, "k").ask("get") == 1  # b knows it is on a
+        store_b = b.store
+        real_post = store_b.post
+        taken, released = anyio.Event(), anyio.Event()
+
+        async def slow_post(mail: Any) -> None:
+            taken.set()
+            await released.wait()
+            await real_post(mail)
+
+        store_b.post = slow_post  # type: ignore[method-assign]
+        ref = b.ref(Tallied, "k")
+        for batch in range(2):  # the first five are taken to be posted (and held); five more wait
+            for n in range(5):
+                ref.tell(f"t{batch}{n}")
+            with pytest.raises(OutgoingMailFull) as refused:
+                ref.tell("one too many")
+            assert isinstance(refused.value, MailboxFull) and refused.value.size == 5
+            await taken.wait()
+        sent_before_release: list[bool] = []
+
+        async def send_one() -> None:
+            await ref.send("sent")  # room only once the held batch went and the next was taken
+            sent_before_release.append(not released.is_set())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_one)
+            await anyio.wait_all_tasks_blocked()  # the send had its chance: it waits for room
+            assert sent_before_release == []
+            released.set()
+        assert sent_before_release == [False]
+        await eventually(lambda: _count(a, 12), timeout=20)  # one, ten tells, the send
+
+
+async def _count(host: Entities, expected: int) -> bool:
+    return bool(await host.ref(Tallied, "k").ask("get") == expected)

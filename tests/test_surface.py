@@ -248,6 +248,7 @@ PUBLIC: dict[str, list[str]] = {
         "EntityAskTimeout",
         "EntityMailboxFull",
         "EntityRef",
+        "OutgoingMailFull",
         "RemoteEntityError",
     ],
     "log": [

@@ -9,7 +9,7 @@ what happens to messages sent meanwhile.
 
 from ._entity import Entity
 from ._host import ActivationFailed, Entities, EntitiesClosed
-from ._placement import RemoteEntityError
+from ._placement import OutgoingMailFull, RemoteEntityError
 from ._ref import EntityAskTimeout, EntityMailboxFull, EntityRef
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "EntityAskTimeout",
     "EntityMailboxFull",
     "EntityRef",
+    "OutgoingMailFull",
     "RemoteEntityError",
 ]

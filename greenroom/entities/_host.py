@@ -15,7 +15,9 @@ here (its state is in the store). ``entities.ref(Counter, "u-1")`` is valid fore
 - **Bounded waiting.** The messages told to one entity while it is not active are bounded
   by its class's ``mailbox_size`` (its actor's mailbox bound): past it ``tell`` raises
   :class:`EntityMailboxFull` (a ``MailboxFull``) to the sender and ``send`` waits for
-  room; nothing accepted is dropped and the host goes on.
+  room; nothing accepted is dropped and the host goes on. The same holds for messages to
+  entities on other nodes waiting to be posted through the store (``max_outgoing``,
+  default 10,000: :class:`OutgoingMailFull`; an ask waits for room).
 - **Passivation.** Every ``idle_after / 4`` seconds the janitor passivates the entities
   with no message since ``idle_after`` (per class). Passivating: the key leaves the table
   (new messages wait in the host), the actor is stopped (it handles what it had accepted,
@@ -54,7 +56,7 @@ from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
 from ..store import EntityStore, Fenced, Mail, MailAnswer, Record, StoredState, check_key
 from ._entity import Entity, answer_mail
-from ._placement import Placement, new_node
+from ._placement import MAX_OUTGOING, Placement, new_node
 from ._ref import EntityRef
 
 logger = logging.getLogger("greenroom.entities")
@@ -232,6 +234,7 @@ class Entities:
         close_timeout: float = 30.0,
         node: str | None = None,
         lease: float = 30.0,
+        max_outgoing: int = MAX_OUTGOING,
     ) -> None:
         self.system = system
         self.store = store
@@ -239,7 +242,9 @@ class Entities:
         """This host's name among the daemons sharing the store (placement and mail)."""
         self.lease = check_seconds("Entities", "lease", lease)
         self._placement = (
-            Placement(self, store, self.node, self.lease) if getattr(store, "shared", False) else None
+            Placement(self, store, self.node, self.lease, check_int("Entities", "max_outgoing", max_outgoing))
+            if getattr(store, "shared", False)
+            else None
         )
         self.classes: dict[str, type[Entity[Any]]] = {}
         for cls in classes:

@@ -38,6 +38,7 @@ import anyio
 import msgspec
 
 from .._errors import GreenroomError, InvalidInput
+from ..actors import MailboxFull
 from ..store import Claimed, EntityStore, Fenced, Mail, MailAnswer, Posted, StoredState
 from ._entity import Mailed
 
@@ -57,6 +58,27 @@ def new_node() -> str:
     return f"{socket.gethostname()[:60]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+MAX_OUTGOING = 10_000
+"""Messages for entities on other nodes a node keeps before they are posted (default)."""
+
+
+class OutgoingMailFull(MailboxFull):
+    """``tell`` to an entity on another node found as many messages waiting to be posted
+    through the store as the host's ``max_outgoing`` (the store is slow or away); this one
+    was not accepted (``await ref.send(message)`` waits for room instead). ``kind``,
+    ``key``, ``size``."""
+
+    def __init__(self, kind: str, key: str, size: int) -> None:  # no actor here: the entity is named
+        GreenroomError.__init__(
+            self,
+            f"entity {kind}/{key!r} is on another node, and {size} messages wait to be posted there "
+            "(max_outgoing): the store is slow or out of reach",
+        )
+        self.kind = kind
+        self.key = key
+        self.size = size
+
+
 class _RemoteAsk:
     __slots__ = ("answer", "done")
 
@@ -68,11 +90,18 @@ class _RemoteAsk:
 class Placement:
     """The host's side of placement and mail (see the module doc)."""
 
-    def __init__(self, host: Entities, store: EntityStore, node: str, lease: float) -> None:
+    def __init__(
+        self, host: Entities, store: EntityStore, node: str, lease: float, max_outgoing: int = MAX_OUTGOING
+    ) -> None:
         self.host = host
         self.store = store
         self.node = node
         self.lease = lease
+        self.max_outgoing = max_outgoing
+        """Messages for entities on other nodes this node keeps before they are posted: a
+        told one past it is refused (:class:`OutgoingMailFull`), a sent one or an ask
+        waits for room — as a full mailbox answers its sender."""
+        self._room = anyio.Event()
         self._holders: dict[Id, tuple[str, float]] = {}
         """Where an entity was held last time a claim said so, and until when to trust it."""
         self._asks: dict[int, _RemoteAsk] = {}
@@ -112,16 +141,31 @@ class Placement:
         for ident in stale:
             del self._holders[ident]
 
+    def full(self) -> bool:
+        """As many messages wait to be posted as :attr:`max_outgoing`."""
+        return len(self._outgoing) >= self.max_outgoing
+
+    async def room(self) -> None:
+        """Return once fewer than :attr:`max_outgoing` messages wait to be posted (the
+        posting loop took a batch). Cancelled: returns nothing, takes no room."""
+        while self.full():
+            if self._room.is_set():
+                self._room = anyio.Event()
+            await self._room.wait()
+
     def forward(self, ident: Id, waiting: _Waiting) -> None:
         """Send what waited for ``ident`` (held elsewhere) through the store; its asks,
-        woken, go there themselves."""
+        woken, go there themselves. Accepted already: never refused for room."""
         for message in waiting.told:
-            self.send(ident, message)
+            self.send(ident, message, accepted=True)
         waiting.remote = True
         waiting.done.set()
 
-    def send(self, ident: Id, message: Any) -> None:
-        """Post a told message (encoded now: one that cannot be is dropped, said)."""
+    def send(self, ident: Id, message: Any, *, accepted: bool = False) -> None:
+        """Post a told message (encoded now: one that cannot be is dropped, said).
+        :class:`OutgoingMailFull` (nothing kept) when :meth:`full`, unless ``accepted``."""
+        if not accepted and self.full():
+            raise OutgoingMailFull(ident[0], ident[1], self.max_outgoing)
         try:
             body = msgspec.json.encode(message)
         except (TypeError, msgspec.EncodeError) as error:
@@ -144,6 +188,7 @@ class Placement:
                 f"not {type(message).__name__}: {error}",
                 field="message",
             ) from None
+        await self.room()
         ask_id = next(self._ids)
         pending = self._asks[ask_id] = _RemoteAsk()
         try:  # behind the tells posted before it: a sender's messages arrive in the order sent
@@ -206,6 +251,7 @@ class Placement:
         """Post what waits to be posted (again after a failure, with a pause)."""
         while self._outgoing:
             batch, self._outgoing = self._outgoing, []
+            self._room.set()  # taken: senders waiting for room go on
             try:
                 await self.store.post(batch)
             except Exception as error:

@@ -25,6 +25,7 @@ from anyio.lowlevel import checkpoint
 from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped, AskTimeout, MailboxFull
+from ._placement import OutgoingMailFull
 
 if TYPE_CHECKING:
     from ._host import Entities, _Slot
@@ -81,7 +82,9 @@ class EntityRef(metaclass=NoPublicConstructor):
     def tell(self, message: Any) -> None:
         """Send ``message`` without waiting (see the module doc for where it waits).
         ``EntitiesClosed`` once the host is closed; ``MailboxFull`` when as many messages
-        as its class's ``mailbox_size`` wait already (this one was not accepted)."""
+        as its class's ``mailbox_size`` wait already (this one was not accepted), or
+        :class:`OutgoingMailFull` when it is on another node and the host's
+        ``max_outgoing`` messages wait to be posted there."""
         host = self._host
         slot = self._slot
         if slot is None or not slot.live:
@@ -123,8 +126,13 @@ class EntityRef(metaclass=NoPublicConstructor):
                         host._died(slot)
                     self._slot = None
                     continue
-            if host._tell_elsewhere(self._id, message):
-                return
+            try:
+                if host._tell_elsewhere(self._id, message):
+                    return
+            except OutgoingMailFull:  # on another node, and the store is behind: wait for room
+                assert host._placement is not None
+                await host._placement.room()
+                continue
             full = host._hold(self._id, message)
             if full is None:
                 return

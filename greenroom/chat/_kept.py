@@ -43,6 +43,7 @@ import msgspec
 
 from .._errors import InvalidInput, StorageError
 from ..store import Change, Conflict, Fenced, Put, RecordStore, Versioned
+from ._types import PendingAction
 
 CONVERSATIONS = "chat/conversations"
 MESSAGES = CONVERSATIONS
@@ -86,13 +87,9 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[dict[str, Any]] | None = None
 
 
-class StoredPending(msgspec.Struct, frozen=True, kw_only=True):
-    """A confirmation the user was asked for: exactly this call, once, before it expires."""
-
-    tool_name: str
-    parameters: dict[str, Any]
-    title: str
-    expires_at: float
+StoredPending = PendingAction
+"""A confirmation the user was asked for, as stored: spec 002's :class:`PendingAction`
+itself (one shape from the engine to the store; msgspec keeps the dataclass as it is)."""
 
 
 class ConversationNotFound(InvalidInput):

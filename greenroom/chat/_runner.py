@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 
 from .. import _tracing
 from .._errors import InvalidInput
@@ -38,7 +39,7 @@ from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, Supe
 from ..store import Fenced
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
-from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, TaskRow
 from ._stream import ChatEvents, ReplyStreamer, _Ended
 from ._tools import holding
 from ._types import (
@@ -183,12 +184,7 @@ class ChatRequestActor(Actor):
             and is_confirmation(text, stored_pending)
             and await store.take_pending(user, conversation, stored_pending, hold=message.hold)  # one taker
         ):
-            pending = PendingAction(
-                stored_pending.tool_name,
-                stored_pending.parameters,
-                stored_pending.title,
-                stored_pending.expires_at,
-            )
+            pending = stored_pending
         history = (
             tuple(MessageHistory(m.role, m.content, _stamp(m.created_at), m.tool_calls) for m in stored)
             if stored
@@ -206,16 +202,8 @@ class ChatRequestActor(Actor):
         # PostgreSQL cannot store: it becomes U+FFFD, as in any text decoder
         response = response.replace("\x00", "\ufffd")
         now = self.clock()
-        records = [
-            {
-                "tool_name": r.tool_name,
-                "parameters": r.parameters,
-                "result": r.result,
-                "duration_ms": r.duration_ms,
-            }
-            for r in decision.records
-        ]
-        new_pending = decision.pending_action
+        # spec 001's tool-call dicts are the ToolCallRecords themselves, as plain data
+        records = [msgspec.to_builtins(record) for record in decision.records]
         await store.save_turn(
             user,
             conversation,
@@ -223,14 +211,7 @@ class ChatRequestActor(Actor):
                 StoredMessage(role="user", content=text, created_at=now),
                 StoredMessage(role="assistant", content=response, created_at=now, tool_calls=records or None),
             ],
-            None
-            if new_pending is None
-            else StoredPending(
-                tool_name=new_pending.tool_name,
-                parameters=new_pending.parameters,
-                title=new_pending.title,
-                expires_at=new_pending.expires_at,
-            ),
+            decision.pending_action,  # spec 002's PendingAction is what is stored
             hold=message.hold,
         )
         return AgentResult(decision.error is None, response, list(decision.records), decision.error)

@@ -214,7 +214,6 @@ PUBLIC: dict[str, list[str]] = {
         "prefix_end",
         "prefix_range",
         "put_by_write",
-        "put_rows",
         "refusal",
         "requeued_after_death",
         "result_event",

@@ -438,6 +438,7 @@ class ChatStore:
             idle.append((record.key, conversation_id))
         found = await self.records.get(CONVERSATIONS, [c for _, c in idle]) if idle else {}
         gone = 0
+        stale: list[Put] = []  # index entries their conversation outlived: dropped together
         for key, conversation_id in idle:
             if gone >= limit:
                 break
@@ -446,7 +447,7 @@ class ChatStore:
             own = None if conversation is None else idle_key(conversation.last_at, conversation_id)
             if kept is None or conversation is None or conversation.last_at >= before:
                 if key != own:  # its conversation is gone, or was spoken in since (a newer entry stands)
-                    await self.records.put(IDLE, [Put(key, None)])
+                    stale.append(Put(key, None))
                 continue
             if conversation_id in self._held or (
                 conversation.holder is not None and conversation.hold_until >= now
@@ -465,6 +466,8 @@ class ChatStore:
             self._remember(conversation_id, None)
             await self.records.drop(MESSAGES, conversation_id + SEP)
             gone += 1
+        if stale:
+            await self.records.put(IDLE, stale)
         return gone
 
     # -- to-dos -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@
   keeps (:func:`listed`); refusals
   (:class:`TaskGraphError` and its kinds).
 - What every backend checks and decodes alike: step journals (:func:`check_step`,
-  :func:`encoded_body`, :func:`step_from_row`), records (:func:`put_rows`, :func:`change_rows`,
+  :func:`encoded_body`, :func:`step_from_row`), records (:func:`change_rows`,
   :func:`add_rows`, :func:`check_collection`, :func:`check_record_key`, :func:`check_key_prefix`,
   :func:`check_limit`, :func:`check_seq`, :func:`check_fence`, :func:`prefix_end`),
   entities (:func:`check_kind`, :func:`check_key`, :func:`save_rows`), retention
@@ -81,7 +81,6 @@ from ._records import (
     prefix_end,
     prefix_range,
     put_by_write,
-    put_rows,
 )
 from ._retention import FIXED_PART, HistoryPart, Retention, over_budget
 from ._rules import (
@@ -188,7 +187,6 @@ __all__ = [
     "prefix_end",
     "prefix_range",
     "put_by_write",
-    "put_rows",
     "refusal",
     "requeued_after_death",
     "result_event",

@@ -161,14 +161,6 @@ Change = tuple[str, Put]
 """A :class:`Put` in a collection: what :meth:`RecordStore.write` takes."""
 
 
-def put_rows(collection: str, puts: Sequence[Put]) -> list[Put]:
-    """``puts`` checked and in key order (two writers lock rows in one order);
-    ``InvalidInput`` naming the field — a key given twice among them — before anything is
-    written."""
-    check_collection(collection)
-    return [put for _, put in change_rows([(collection, put) for put in puts])]
-
-
 def change_rows(changes: Sequence[Change]) -> list[Change]:
     """``changes`` checked and in (collection, key) order (two writers lock rows in one
     order); ``InvalidInput`` naming the field — a record given twice among them — before
@@ -253,9 +245,9 @@ async def put_by_write(
     records: RecordStore, collection: str, puts: Sequence[Put], fence: tuple[str, int] | None
 ) -> dict[str, int]:
     """:meth:`RecordStore.put` as one :meth:`RecordStore.write` in ``collection`` — how
-    every backend answers ``put``."""
-    rows = put_rows(collection, puts)
-    written = await records.write([(collection, put) for put in rows], fence=fence)
+    every backend answers ``put`` (the write checks the puts, once)."""
+    check_collection(collection)
+    written = await records.write([(collection, put) for put in puts], fence=fence)
     return {key: version for (_, key), version in written.items()}
 
 
@@ -319,7 +311,7 @@ class RecordStore(Protocol):
         disk): each key's new version (0: deleted). :class:`Conflict` (nothing written) if
         a record is not at its put's ``expect``; ``Fenced`` (nothing written) under a
         ``fence`` that is not the task's live attempt; ``InvalidInput`` naming the field
-        (:func:`put_rows`) before anything is written."""
+        (:func:`change_rows`) before anything is written."""
         ...
 
     async def write(

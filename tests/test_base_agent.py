@@ -376,7 +376,7 @@ async def test_the_research_pattern_runs_subtopics_in_their_own_contexts_then_sy
 
     assert isinstance(result, AgentResult) and result.outcome == "done"
     assert queried == ["tides", "moons"]
-    assert result.artifacts["tides"] == 'notes on tides: "facts about tides"'
+    assert result.artifacts["tides"] == "notes on tides: facts about tides"
     # each subtopic saw only its own conversation
     moons_calls = [r for r in model.requests if "moons" in (r.messages[1].content or "")]
     assert all("tides" not in (m.content or "") for r in moons_calls for m in r.messages)

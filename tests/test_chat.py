@@ -29,7 +29,6 @@ from greenroom.chat import (
     ChatStore,
     LLMAgentEngine,
     MCPToolExecutor,
-    StoredMessage,
     ToolResult,
     task_server,
 )
@@ -37,7 +36,7 @@ from greenroom.chat import _replies as replies
 from greenroom.embedded import SQLiteRecordStore, read_events
 from greenroom.harness import Harness, RiskLevel, Sandbox, StopSignal, TokenBudget
 from greenroom.llm import ChatModel, Price, RateLimited, RuleBasedModel, ScriptedModel, Unavailable
-from greenroom.messages import ChatReply, ChatRequest, Flush, ModelToolCall, Usage
+from greenroom.messages import ChatMessage, ChatReply, ChatRequest, Flush, ModelToolCall, ToolOutcome, Usage
 
 
 class FilesChatStore(ChatStore):
@@ -951,10 +950,10 @@ async def test_a_context_overflow_is_sent_again_with_the_history_fitted_to_the_w
             "alice",
             c,
             [
-                StoredMessage(role="user", content="hello", created_at=1.0),
-                StoredMessage(role="assistant", content="Hi! How can I help?", created_at=1.0),
-                StoredMessage(role="user", content=long, created_at=2.0),
-                StoredMessage(role="assistant", content="That is a lot.", created_at=2.0),
+                ChatMessage("user", "hello", at=1.0),
+                ChatMessage("assistant", "Hi! How can I help?", at=1.0),
+                ChatMessage("user", long, at=2.0),
+                ChatMessage("assistant", "That is a lot.", at=2.0),
             ],
             None,
         )
@@ -1510,10 +1509,13 @@ async def test_an_older_data_dirs_chat_file_is_folded_into_the_records_whole_and
                 "delete_task",
                 {"task_id": 3},
             )
-            assert [(m.role, m.content, m.created_at) for m in history] == [
+            assert [(m.role, m.content, m.at) for m in history] == [
                 ("user", "add milk", 110.0), ("assistant", "Added milk", 111.0)
             ]  # fmt: skip
-            assert history[1].tool_calls == [{"tool_name": "add_task", "parameters": {"title": "milk"}}]
+            # the old tool-call dict, read back as the call's outcome (no result was kept)
+            assert history[1].outcomes == (
+                ToolOutcome(name="add_task", arguments={"title": "milk"}, ok=False, duration_ms=0),
+            )
             assert [(t.id, t.title, t.completed) for t in await chat.list_tasks("alice")] == [
                 (3, "milk", True)
             ]

@@ -450,7 +450,7 @@ async def test_a_call_that_needs_approval_parks_the_task_and_runs_once_when_appr
             await sup.ask(Decide("pay", approved=True, by="ops again"))
         resumed_model = wire_model()
         result = await WireAgent.make(runs, resumed_model).execute_once(runtime)
-        assert result is not None and result.notes == 'the bank said: "sent 5 to alice"'
+        assert result is not None and result.notes == "the bank said: sent 5 to alice"
         assert runs == [{"amount": 5, "to": "alice"}]  # exactly the call shown, once
         assert len(resumed_model.requests) == 1  # the first reply came from the journal
         assert (await sup.ask(GetTask("pay"))).status is TaskStatus.COMPLETED

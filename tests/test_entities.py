@@ -20,6 +20,7 @@ from greenroom import ActorSystem, AskTimeout, InvalidInput
 from greenroom.actors import MailboxFull
 from greenroom.entities import (
     ActivationFailed,
+    ActivationsFull,
     Entities,
     EntitiesClosed,
     Entity,
@@ -257,7 +258,7 @@ async def test_save_makes_the_state_durable_before_the_ask_returns_and_a_failure
 
 
 def _alive(entities: Entities, key: str) -> bool:
-    slot = entities._active.get(("Counter", key))
+    slot = entities._host._active.get(("Counter", key))
     return slot is not None and slot.ref is not None and slot.ref.is_alive
 
 
@@ -384,6 +385,52 @@ async def test_messages_waiting_for_one_activation_are_bounded_and_the_host_live
         assert count == 12_000 and seen == [str(number) for number in range(12_000)]
         assert entities.is_active(Counter, "crowded")
     assert (await saved(store_url, tmp_path, "Counter", "crowded") or {})["state"]["count"] == 12_000
+
+
+async def test_entities_waiting_for_their_activation_are_bounded_a_tell_is_refused_send_and_ask_wait(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    """While the store holds the activations' read, at most ``max_waiting`` entities wait
+    for theirs: a ``tell`` to one more raises ``ActivationsFull`` (a ``MailboxFull``,
+    nothing kept), a ``send`` and an ``ask`` wait for room; once the read goes on, every
+    accepted message is handled and nothing refused was kept."""
+    async with hosting(store_url, tmp_path, max_waiting=3) as (entities, _, entity_store):
+        # the activations' read: a load, or on a shared store the claim that reads too
+        name = "claim" if getattr(entity_store, "shared", False) else "load"
+        real_read = getattr(entity_store, name)
+        reading, released = anyio.Event(), anyio.Event()
+
+        async def held_read(*args: Any) -> Any:
+            reading.set()
+            await released.wait()
+            return await real_read(*args)
+
+        setattr(entity_store, name, held_read)
+        for key in ("a", "b", "c"):
+            entities.ref(Counter, key).tell("first")
+        await reading.wait()
+        with pytest.raises(ActivationsFull) as full:
+            entities.ref(Counter, "d").tell("refused")
+        assert isinstance(full.value, MailboxFull) and full.value.size == 3
+        assert "Counter/'d'" in str(full.value)
+        done: list[str] = []
+
+        async def send_d() -> None:
+            await entities.ref(Counter, "d").send("sent")
+            done.append("sent")
+
+        async def ask_e() -> None:
+            done.append(f"asked {await entities.ref(Counter, 'e').ask('asked', timeout=None)}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_d)
+            tg.start_soon(ask_e)
+            await anyio.wait_all_tasks_blocked()
+            assert done == [] and not entities.is_active(Counter, "d")  # waiting for room
+            released.set()
+        assert sorted(done) == ["asked 1", "sent"]
+        for key, seen in (("a", ["first"]), ("d", ["sent"]), ("e", ["asked"])):
+            assert await entities.ref(Counter, key).ask("get") == (1, seen)  # "refused": never kept
 
 
 class Gate:

@@ -133,7 +133,7 @@ async def test_an_entity_whose_daemon_stopped_renewing_moves_once_its_lease_laps
     async with two_daemons(pg_url, tmp_path, lease=2.0) as (a, b):
         assert await a.ref(Tallied, "k").ask("saved") == 1
         await a.store.claim("Tallied", ["k"], "node-a", -1)  # as if node-a had stopped renewing long ago
-        a._active.clear()  # and had gone: nothing of it answers any more
+        a._host._active.clear()  # and had gone: nothing of it answers any more
         assert await b.ref(Tallied, "k").ask("moved") == 2  # claimed by b, from the last save
         assert b.is_active(Tallied, "k")
 

@@ -194,3 +194,18 @@ def test_a_private_module_is_imported_across_packages_only_where_the_reason_is_w
     unexplained = {pair: where for pair, where in found.items() if pair not in PRIVATE_IMPORTS}
     assert unexplained == {}, "import the public name, or say here why not"
     assert sorted(set(PRIVATE_IMPORTS) - set(found)) == []
+
+
+def test_the_entities_modules_use_only_the_hosts_methods_without_an_underscore() -> None:
+    """Entities in one place: ``EntityHost`` holds their state, and the refs, placement
+    and the entity base class use only its interface — no ``host._...`` from outside
+    ``_host.py`` (issue 50)."""
+    reaching = re.compile(r"\bhost\._[a-z]")
+    found = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in sorted((PACKAGE / "entities").glob("*.py"))
+        if path.name != "_host.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if reaching.search(line)
+    ]
+    assert found == []

@@ -1135,7 +1135,8 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
     held the conversation and saved its turn; the paused request's turn (and its taking of
     a pending confirmation) is refused — ``Fenced``, both tokens — and the history is the
     other host's alone."""
-    from greenroom.chat import StoredMessage, StoredPending
+    from greenroom.chat import StoredPending
+    from greenroom.messages import ChatMessage
     from greenroom.store import Fenced
 
     async with _ready(pg_url) as db:
@@ -1145,15 +1146,15 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
         pending = StoredPending(
             tool_name="delete_tasks", parameters={"ids": [1]}, title="delete 1", expires_at=1e12
         )
-        said = [StoredMessage(role="user", content="delete 1", created_at=100.0)]
+        said = [ChatMessage("user", "delete 1", at=100.0)]
         await a.save_turn("alice", "c1", said, pending)
         stale = await a.hold_conversation("c1", "host-a", 30.0)
         now[0] += 31  # host a froze
         fresh = await b.hold_conversation("c1", "host-b", 30.0)
         assert stale is not None and fresh == stale + 1
-        from_b = [StoredMessage(role="user", content="from b", created_at=131.0)]
+        from_b = [ChatMessage("user", "from b", at=131.0)]
         await b.save_turn("alice", "c1", from_b, pending, hold=fresh)
-        from_a = [StoredMessage(role="user", content="from a", created_at=132.0)]
+        from_a = [ChatMessage("user", "from a", at=132.0)]
         with pytest.raises(Fenced) as refused:  # host a wakes and saves its turn
             await a.save_turn("alice", "c1", from_a, None, hold=stale)
         assert (refused.value.token, refused.value.current) == (stale, fresh)
@@ -1167,7 +1168,7 @@ async def test_a_turn_saved_under_a_lapsed_hold_is_refused_with_nothing_written(
             await b.save_turn(
                 "alice",
                 "c1",
-                [StoredMessage(role="user", content="late", created_at=133.0)],
+                [ChatMessage("user", "late", at=133.0)],
                 None,
                 hold=fresh,
             )
@@ -1886,6 +1887,7 @@ async def test_schema_14_s_chat_data_moves_into_the_records_and_reads_back_whole
     after the upgrade: read back as they were, new to-do ids after the old, idle ones
     forgotten."""
     from greenroom.chat import StoredPending
+    from greenroom.messages import ToolOutcome
     from greenroom.postgres._schema import MIGRATIONS
 
     calls = '[{"tool_name": "add_task", "parameters": {"title": "milk", "note": null}}]'
@@ -1925,12 +1927,12 @@ async def test_schema_14_s_chat_data_moves_into_the_records_and_reads_back_whole
         assert pending == StoredPending(
             tool_name="delete_task", parameters={"task_id": 7}, title="Delete milk?", expires_at=9e9
         )
-        assert [(m.role, m.content, m.created_at) for m in history] == [
+        assert [(m.role, m.content, m.at) for m in history] == [
             ("user", "add milk", 110.0), ("assistant", "Added milk", 111.0)
         ]  # fmt: skip
-        assert history[1].tool_calls == [
-            {"tool_name": "add_task", "parameters": {"title": "milk", "note": None}}
-        ]
+        assert history[1].outcomes == (
+            ToolOutcome(name="add_task", arguments={"title": "milk", "note": None}, ok=False, duration_ms=0),
+        )
         todos = await chat.list_tasks("alice")
         assert [(t.id, t.title, t.description, t.completed) for t in todos] == [(7, "milk", "2 l", True)]
         assert [t.title for t in await chat.list_tasks("bob")] == ["bread"]

@@ -21,7 +21,7 @@ from _support import eventually, wait_for_status
 
 from greenroom import Actor, ActorRef, InvalidInput
 from greenroom.actors import ActorStopped, PendingReply
-from greenroom.chat import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending
+from greenroom.chat import ChatStore, ConversationHold, ConversationNotFound, StoredPending
 from greenroom.log import PolicyError
 from greenroom.messages import (
     AGENT_RESULT,
@@ -36,6 +36,7 @@ from greenroom.messages import (
     Append,
     AppendMany,
     Cancel,
+    ChatMessage,
     Claim,
     Complete,
     Decide,
@@ -57,6 +58,7 @@ from greenroom.messages import (
     Subscribe,
     TaskLimits,
     TaskStatus,
+    ToolOutcome,
 )
 from greenroom.store import (
     DuplicateTask,
@@ -1330,13 +1332,13 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
             await chat.open_conversation("alice", "nope", create=False)
         pending = StoredPending(tool_name="delete_task", parameters={"task_id": 1}, title="x", expires_at=9e9)
         for n in range(3):
-            turn = [StoredMessage(role="user", content=f"q{n}", created_at=float(n)),
-                    StoredMessage(role="assistant", content=f"a{n}", created_at=float(n),
-                                  tool_calls=[{"tool_name": "t", "n": n}])]  # fmt: skip
+            ran = (ToolOutcome(name="t", arguments={"n": n}, ok=True, result=n),)
+            turn = [ChatMessage("user", f"q{n}", at=float(n)),
+                    ChatMessage("assistant", f"a{n}", at=float(n), outcomes=ran)]  # fmt: skip
             await chat.save_turn("alice", "c1", turn, pending if n == 2 else None)
         history = await chat.load_history("alice", "c1", 3)
         assert [m.content for m in history] == ["a1", "q2", "a2"]  # the last three, oldest first
-        assert history[-1].tool_calls == [{"tool_name": "t", "n": 2}]
+        assert history[-1].outcomes == (ToolOutcome(name="t", arguments={"n": 2}, ok=True, result=2),)
         assert await chat.load_history("bob", "c1", 10) == []
         with pytest.raises(ConversationNotFound):
             await chat.save_turn("bob", "c1", [], None)
@@ -1360,7 +1362,7 @@ async def test_conversations_keep_their_turns_and_confirmations(backend: Store) 
         hold = await chat.hold_conversation("c1", "me", 30.0)  # issue 49: a hold is a fencing token
         assert isinstance(hold, int) and hold >= 1
         assert await chat.hold_conversation("c1", "me", 30.0) == hold  # the same holder, the same token
-        said = [StoredMessage(role="user", content="under the hold", created_at=1.0)]
+        said = [ChatMessage("user", "under the hold", at=1.0)]
         await chat.save_turn("alice", "c1", said, None, hold=hold)  # the current hold: written
         assert [m.content for m in await chat.load_history("alice", "c1", 50)][-1] == "under the hold"
         under = ConversationHold("c1", hold)  # the to-do list's writes under the current hold: made
@@ -1383,7 +1385,7 @@ async def test_idle_conversations_are_forgotten_whole_but_not_one_held_or_recent
         await chat.add_task("alice", "keep me")
         for conversation, at in (("old", 10.0), ("held", 10.0), ("recent", 4e9)):
             await chat.open_conversation("alice", conversation, create=True)
-            turn = [StoredMessage(role="user", content="q", created_at=at)]
+            turn = [ChatMessage("user", "q", at=at)]
             await chat.save_turn("alice", conversation, turn, pending)
         assert await chat.hold_conversation("held", "me", 30.0)
         assert await chat.forget_idle(500.0) == 1

@@ -134,6 +134,7 @@ PUBLIC: dict[str, list[str]] = {
         "TASK_WAITING",
         "TaskLimits",
         "TaskStatus",
+        "ToolOutcome",
         "ToolSpec",
         "Unsubscribe",
         "Usage",
@@ -241,6 +242,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "entities": [
         "ActivationFailed",
+        "ActivationsFull",
         "Entities",
         "EntitiesClosed",
         "Entity",
@@ -373,7 +375,6 @@ PUBLIC: dict[str, list[str]] = {
         "MessageHistory",
         "PendingAction",
         "ReplyDelta",
-        "StoredMessage",
         "StoredPending",
         "TASK_TOOLS",
         "TaskRow",

@@ -12,7 +12,7 @@ shared=store.shared)``: no backend code of its own).
 
 from ._app import Assistant, open_assistant
 from ._engine import CHAT_DECISION, CHAT_TOOL, LLMAgentEngine
-from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, StoredPending, TaskRow
+from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredPending, TaskRow
 from ._runner import AgentRunner
 from ._stream import ChatEvent, ChatEvents, ReplyDelta, ToolFinished, ToolStarted
 from ._tools import TASK_TOOLS, MCPToolExecutor, ToolExecutor, ToolResult, task_server
@@ -53,7 +53,6 @@ __all__ = [
     "MessageHistory",
     "PendingAction",
     "ReplyDelta",
-    "StoredMessage",
     "StoredPending",
     "TaskRow",
     "ToolCall",

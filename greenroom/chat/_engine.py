@@ -56,7 +56,7 @@ from ..harness import (
 from ..llm import ChatModel, ContextTooLong, ModelError, Price, RateLimited, open_stream
 from ..llm._price import price_of
 from ..llm._tokens import TokenGauge
-from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ModelToolCall, ToolSpec
+from ..messages import Append, ChatMessage, ChatReply, ChatRequest, ModelToolCall, ToolOutcome, ToolSpec
 from . import _replies as replies
 from ._kept import StoredPending
 from ._stream import ReplyStreamer, ToolFinished, ToolStarted
@@ -69,7 +69,6 @@ from ._types import (
     DecisionType,
     PendingAction,
     ToolCall,
-    ToolCallRecord,
 )
 
 logger = logging.getLogger("greenroom.chat")
@@ -488,7 +487,7 @@ class LLMAgentEngine:
         tool_name: str,
         parameters: dict[str, Any],
         user_id: str,
-        records: list[ToolCallRecord],
+        records: list[ToolOutcome],
         streamer: ReplyStreamer | None = None,
     ) -> ToolResult:
         visible = _visible(parameters)
@@ -499,7 +498,7 @@ class LLMAgentEngine:
         duration = int((time.perf_counter() - started) * 1000)
         if streamer is not None:
             await streamer.event(ToolFinished(tool_name, result.success, duration))
-        records.append(ToolCallRecord(tool_name, visible, msgspec.structs.asdict(result), duration))
+        records.append(result.outcome(tool_name, visible, duration))
         await self._event(
             CHAT_TOOL,
             {
@@ -568,7 +567,7 @@ class _Done:
     )  # fmt: skip
 
     def __init__(self, spend: Spend) -> None:
-        self.records: list[ToolCallRecord] = []
+        self.records: list[ToolOutcome] = []
         self.said: list[str] = []
         """The replies about what was done, in order."""
         self.calls: list[ToolCall] = []
@@ -607,7 +606,7 @@ def _answered(reply: ChatReply, done: _Done) -> AgentDecision:
     records = done.records
     if records or done.limit_hit:
         text = replies.combine(done.said, replies.TOO_MANY_CALLS if done.limit_hit else None)
-        if done.asked and not any(r.result.get("success") for r in records):
+        if done.asked and not any(record.ok for record in records):
             # every call that ran needs the user to say more: the turn asks
             return AgentDecision(
                 DecisionType.ASK_CLARIFICATION,

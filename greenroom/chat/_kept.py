@@ -42,8 +42,9 @@ import anyio
 import msgspec
 
 from .._errors import InvalidInput, StorageError
+from ..messages import ChatMessage, ToolOutcome
 from ..store import Change, Conflict, Fenced, Put, RecordStore, Versioned
-from ._types import PendingAction
+from ._types import PendingAction, ToolCallRecord
 
 CONVERSATIONS = "chat/conversations"
 MESSAGES = CONVERSATIONS
@@ -80,11 +81,23 @@ class ConversationHold(msgspec.Struct, frozen=True):
     token: int
 
 
-class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
+class _OldMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message as kept before it was a :class:`ChatMessage` (read back, never written)."""
+
     role: Literal["user", "assistant"]
     content: str
     created_at: float
     tool_calls: list[dict[str, Any]] | None = None
+
+
+def _message(body: bytes) -> ChatMessage:
+    """A kept message (``ChatMessage``; one kept in the old shape, converted)."""
+    try:
+        return _new_message(body)
+    except msgspec.ValidationError:
+        old = _old_message(body)
+    outcomes = tuple(_old_call(call) for call in old.tool_calls or ())
+    return ChatMessage(old.role, old.content, at=old.created_at, outcomes=outcomes)
 
 
 StoredPending = PendingAction
@@ -126,7 +139,23 @@ class _Todo(msgspec.Struct, frozen=True, omit_defaults=True):
 
 _encode = msgspec.json.Encoder().encode
 _conversation = msgspec.json.Decoder(_Conversation).decode
-_message = msgspec.json.Decoder(StoredMessage).decode
+
+
+def _old_call(call: dict[str, Any]) -> ToolOutcome:
+    """A tool call kept in the old shape (spec 001's ``ToolCallRecord`` as a dict)."""
+    result = call.get("result")
+    parameters = call.get("parameters")
+    record = ToolCallRecord(
+        str(call.get("tool_name", "")),
+        parameters if isinstance(parameters, dict) else {},
+        result if isinstance(result, dict) else {},
+        int(call.get("duration_ms") or 0),
+    )
+    return record.outcome()
+
+
+_new_message = msgspec.json.Decoder(ChatMessage).decode
+_old_message = msgspec.json.Decoder(_OldMessage).decode
 _todo = msgspec.json.Decoder(_Todo).decode
 _number = msgspec.json.Decoder(int).decode
 
@@ -219,7 +248,7 @@ class ChatStore:
 
     async def _read_with_history(
         self, conversation_id: str, limit: int
-    ) -> tuple[Read | None, list[StoredMessage]]:
+    ) -> tuple[Read | None, list[ChatMessage]]:
         """The conversation's record and its last ``limit`` messages, in one read when its
         message count is known here (a second read for the messages otherwise)."""
         known = self._known.get(conversation_id)
@@ -282,14 +311,14 @@ class ChatStore:
                 continue  # made at the same moment by another request: whose is it?
         raise StorageError(f"conversation {conversation_id!r}: could not be opened ({_TRIES} tries)")
 
-    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+    async def load_history(self, user_id: str, conversation_id: str, limit: int) -> list[ChatMessage]:
         """The conversation's last ``limit`` messages, oldest first (``[]``: not the user's)."""
         read, history = await self._read_with_history(conversation_id, limit)
         return [] if read is None or read[1].user != user_id else history
 
     async def load_conversation(
         self, user_id: str, conversation_id: str, limit: int
-    ) -> tuple[StoredPending | None, list[StoredMessage]]:
+    ) -> tuple[StoredPending | None, list[ChatMessage]]:
         """What a request starts from: the pending confirmation (if any) and the last
         ``limit`` messages, oldest first. :class:`ConversationNotFound` if the
         conversation is not the user's."""
@@ -307,7 +336,7 @@ class ChatStore:
         self,
         user_id: str,
         conversation_id: str,
-        messages: list[StoredMessage],
+        messages: list[ChatMessage],
         pending: StoredPending | None,
         *,
         hold: int | None = None,
@@ -317,6 +346,13 @@ class ChatStore:
         conversation is not the user's. ``hold``: the token of the request's hold — the
         turn is refused whole (``Fenced``, nothing written) once another holder took the
         conversation."""
+        for message in messages:
+            if message.role not in ("user", "assistant") or message.content is None:
+                raise InvalidInput(
+                    f"a kept message is the user's or the assistant's text, got role {message.role!r}",
+                    field="role",
+                    value=message.role,
+                )
         bodies = [_encode(message) for message in messages]
         read = self._known.get(conversation_id)
         for attempt in range(_TRIES):
@@ -325,7 +361,7 @@ class ChatStore:
             version, conversation = read
             self._fenced(conversation_id, read, hold, "save a turn")
             # idle since its newest message (its making, until it has one)
-            spoken = [m.created_at for m in messages] + ([conversation.last_at] if conversation.count else [])
+            spoken = [m.at for m in messages] + ([conversation.last_at] if conversation.count else [])
             last_at = max(spoken) if spoken else conversation.last_at
             count = conversation.count
             changed = msgspec.structs.replace(

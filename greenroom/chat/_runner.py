@@ -30,16 +30,16 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import msgspec
 
 from .. import _tracing
 from .._errors import InvalidInput
 from .._guard import NoPublicConstructor
 from ..actors import Actor, ActorRef, ActorSystem, Directive, PendingReply, SupervisorStrategy
+from ..messages import ChatMessage
 from ..store import Fenced
 from . import _replies as replies
 from ._engine import LLMAgentEngine, confirmation_phrase, is_confirmation
-from ._kept import ChatStore, ConversationHold, ConversationNotFound, StoredMessage, TaskRow
+from ._kept import ChatStore, ConversationHold, ConversationNotFound, TaskRow
 from ._stream import ChatEvents, ReplyStreamer, _Ended
 from ._tools import holding
 from ._types import (
@@ -48,6 +48,7 @@ from ._types import (
     DecisionContext,
     MessageHistory,
     PendingAction,
+    ToolCallRecord,
     check_id,
     check_message,
 )
@@ -171,8 +172,8 @@ class ChatRequestActor(Actor):
                 user,
                 conversation,
                 [
-                    StoredMessage(role="user", content=text, created_at=now),
-                    StoredMessage(role="assistant", content=answer, created_at=now),
+                    ChatMessage("user", text, at=now),
+                    ChatMessage("assistant", answer, at=now),
                 ],
                 stored_pending,
                 hold=message.hold,
@@ -186,9 +187,7 @@ class ChatRequestActor(Actor):
         ):
             pending = stored_pending
         history = (
-            tuple(MessageHistory(m.role, m.content, _stamp(m.created_at), m.tool_calls) for m in stored)
-            if stored
-            else context.message_history
+            tuple(MessageHistory.of(message) for message in stored) if stored else context.message_history
         )
         hold = None if message.hold is None else ConversationHold(conversation, message.hold)
         with holding(hold):  # the assistant's to-do writes are made under the request's hold
@@ -202,25 +201,18 @@ class ChatRequestActor(Actor):
         # PostgreSQL cannot store: it becomes U+FFFD, as in any text decoder
         response = response.replace("\x00", "\ufffd")
         now = self.clock()
-        # spec 001's tool-call dicts are the ToolCallRecords themselves, as plain data
-        records = [msgspec.to_builtins(record) for record in decision.records]
         await store.save_turn(
             user,
             conversation,
             [
-                StoredMessage(role="user", content=text, created_at=now),
-                StoredMessage(role="assistant", content=response, created_at=now, tool_calls=records or None),
+                ChatMessage("user", text, at=now),
+                ChatMessage("assistant", response, at=now, outcomes=tuple(decision.records)),
             ],
             decision.pending_action,  # spec 002's PendingAction is what is stored
             hold=message.hold,
         )
-        return AgentResult(decision.error is None, response, list(decision.records), decision.error)
-
-
-def _stamp(seconds: float) -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(seconds, UTC)
+        calls = [ToolCallRecord.of(outcome) for outcome in decision.records]  # spec 001's view
+        return AgentResult(decision.error is None, response, calls, decision.error)
 
 
 class ChatRunnerActor(Actor):
@@ -333,7 +325,7 @@ class AgentRunner(metaclass=NoPublicConstructor):
         check_message(message)
         await self.store.open_conversation(context.user_id, context.conversation_id, create=True)
 
-    async def history(self, user_id: str, conversation_id: str, limit: int) -> list[StoredMessage]:
+    async def history(self, user_id: str, conversation_id: str, limit: int) -> list[ChatMessage]:
         """The newest ``limit`` messages of ``user_id``'s conversation, oldest first
         (``InvalidInput`` for a bad id; ``ConversationNotFound`` for one the user does not
         have — another user's included: it is not said to exist)."""

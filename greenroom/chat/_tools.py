@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
 import msgspec
@@ -38,7 +38,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 from ..harness import MCPAnswer, MCPClient, RiskLevel
-from ..messages import ToolSpec
+from ..messages import ToolOutcome, ToolSpec
 from ..store import Fenced
 from ._kept import ChatStore, ConversationHold, TaskRow
 
@@ -76,12 +76,38 @@ ErrorCode = Literal["NOT_FOUND", "AMBIGUOUS", "INVALID_INPUT", "UNAUTHORIZED", "
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What one tool call returned: ``data`` on success, else ``error`` and ``error_code``."""
+    """What one tool call returned: ``data`` on success, else ``error`` and ``error_code``
+    — spec 002's view of a :class:`~greenroom.messages.ToolOutcome` (:meth:`of`,
+    :meth:`outcome`)."""
 
     success: bool
     data: Any = None
     error: str | None = None
     error_code: ErrorCode | None = None
+
+    @classmethod
+    def of(cls, outcome: ToolOutcome) -> ToolResult:
+        code = outcome.error_code
+        if code is not None and code not in _CODES:  # a code spec 002 does not have
+            code = "SYSTEM_ERROR"
+        return cls(success=outcome.ok, data=outcome.result, error=outcome.error, error_code=code)  # type: ignore[arg-type]
+
+    def outcome(
+        self, tool_name: str, parameters: dict[str, Any], duration_ms: int | None = None
+    ) -> ToolOutcome:
+        """This result as the call's outcome (what the engine keeps and the store holds)."""
+        return ToolOutcome(
+            name=tool_name,
+            arguments=parameters,
+            ok=self.success,
+            result=self.data,
+            error=self.error,
+            error_code=self.error_code,
+            duration_ms=duration_ms,
+        )
+
+
+_CODES = frozenset(get_args(ErrorCode))
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from .._errors import InvalidInput, shown
+from ..messages import ChatMessage, ToolOutcome
 
 MAX_MESSAGE_CHARS = 4000
 MAX_HISTORY = 1000
@@ -100,12 +101,20 @@ HistoryRole = Literal["user", "assistant"]
 
 @dataclass(frozen=True, slots=True)
 class MessageHistory:
-    """One message of a conversation's history."""
+    """One message of a conversation's history: spec 001's view of a kept
+    :class:`~greenroom.messages.ChatMessage` (:meth:`of`)."""
 
     role: HistoryRole
     content: str
     timestamp: datetime
     tool_calls: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of(cls, message: ChatMessage) -> MessageHistory:
+        """A kept message as spec 001 shows it: its tools as ``ToolCallRecord`` dicts."""
+        role: HistoryRole = "assistant" if message.role == "assistant" else "user"
+        calls = [ToolCallRecord.of(outcome).as_dict() for outcome in message.outcomes] or None
+        return cls(role, message.content or "", datetime.fromtimestamp(message.at, UTC), calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +173,45 @@ class AgentContext:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallRecord:
-    """A tool call the agent made (``parameters`` never hold the user id)."""
+    """A tool call the agent made (``parameters`` never hold the user id): spec 001's view
+    of a :class:`~greenroom.messages.ToolOutcome` (:meth:`of`); ``result`` is spec 002's
+    ``ToolResult`` as a dict."""
 
     tool_name: str
     parameters: dict[str, Any]
     result: dict[str, Any]
     duration_ms: int
+
+    @classmethod
+    def of(cls, outcome: ToolOutcome) -> ToolCallRecord:
+        result = {
+            "success": outcome.ok,
+            "data": outcome.result,
+            "error": outcome.error,
+            "error_code": outcome.error_code,
+        }
+        return cls(outcome.name, outcome.arguments, result, outcome.duration_ms or 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tool_name": self.tool_name,
+            "parameters": self.parameters,
+            "result": self.result,
+            "duration_ms": self.duration_ms,
+        }
+
+    def outcome(self) -> ToolOutcome:
+        """The call as greenroom keeps it (a record from before the one shape, read back)."""
+        result = self.result
+        return ToolOutcome(
+            name=self.tool_name,
+            arguments=self.parameters,
+            ok=bool(result.get("success")),
+            result=result.get("data"),
+            error=result.get("error"),
+            error_code=result.get("error_code"),
+            duration_ms=self.duration_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +273,8 @@ class AgentDecision:
     response_text: str | None = None
     clarification_question: str | None = None
     pending_action: PendingAction | None = None
-    records: list[ToolCallRecord] = field(default_factory=list)
-    """The calls executed while deciding (greenroom's addition: the runner persists them)."""
+    records: list[ToolOutcome] = field(default_factory=list)
+    """The calls executed while deciding (greenroom's addition: the runner keeps them)."""
     error: str | None = None
     """Set when the decision ended in a mapped error (the text is the friendly one)."""
 

@@ -10,10 +10,11 @@ what happens to messages sent meanwhile.
 from ._entity import Entity
 from ._host import ActivationFailed, Entities, EntitiesClosed
 from ._placement import OutgoingMailFull, RemoteEntityError
-from ._ref import EntityAskTimeout, EntityMailboxFull, EntityRef
+from ._ref import ActivationsFull, EntityAskTimeout, EntityMailboxFull, EntityRef
 
 __all__ = [
     "ActivationFailed",
+    "ActivationsFull",
     "Entities",
     "EntitiesClosed",
     "Entity",

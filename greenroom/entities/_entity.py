@@ -40,7 +40,7 @@ from ..actors import DEFAULT_MAILBOX_SIZE, Actor
 from ..store import check_kind
 
 if TYPE_CHECKING:
-    from ._host import Entities, _Slot
+    from ._host import _Slot
 
 S = TypeVar("S")
 logger = logging.getLogger("greenroom.entities")
@@ -152,14 +152,14 @@ class Entity(Actor, Generic[S]):
         slot = self._slot
         if slot is None:
             raise RuntimeError("save() is for an entity its host activated")
-        await slot.host._save(slot, encode_state(self))
+        await slot.host.save(slot, encode_state(self))
 
     # -- the host's side -----------------------------------------------------------------
 
     async def on_start(self) -> None:
         slot = self._slot
         if slot is not None and slot.reload:  # a restart after a failure: the last saved state
-            self.state = await slot.host._reload(slot)
+            self.state = await slot.host.reload(slot)
         await self.on_activate()
 
     async def on_stop(self) -> None:
@@ -185,9 +185,3 @@ class Entity(Actor, Generic[S]):
 def encode_state(entity: Entity[Any]) -> bytes:
     """The entity's state as the store keeps it (JSON, msgspec's encoding)."""
     return msgspec.json.encode(entity.state)
-
-
-def host_of(entity: Entity[Any]) -> Entities | None:
-    """The host an entity instance belongs to (``None`` for one made by hand)."""
-    slot = entity._slot
-    return None if slot is None else slot.host

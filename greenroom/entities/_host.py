@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -51,13 +51,14 @@ import anyio
 import msgspec
 
 from .._checks import check_int, check_seconds
+from .._commit import Batcher
 from .._errors import DataError, GreenroomError, InvalidInput
 from ..actors import ActorRef, ActorStopped, ActorSystem, MailboxFull
 from ..messages import EntityActivated, EntityPassivated, PassivatedBecause
 from ..store import EntityStore, Fenced, Mail, MailAnswer, Record, StoredState, check_key
 from ._entity import Entity, answer_mail
 from ._placement import MAX_OUTGOING, Placement, new_node
-from ._ref import EntityRef
+from ._ref import ActivationsFull, EntityRef
 
 logger = logging.getLogger("greenroom.entities")
 
@@ -74,6 +75,12 @@ class ActivationFailed(DataError):
         super().__init__(f"entity {kind}/{key!r} cannot be activated: {reason}")
         self.kind = kind
         self.key = key
+
+
+SAVE_BATCH = 4096
+"""The most saves of a kind one write holds (more wait for the next)."""
+MAX_WAITING = 100_000
+"""Entities that may wait for their activation at once, by default."""
 
 
 class EntitiesClosed(GreenroomError):
@@ -106,7 +113,7 @@ class _Slot:
     )
 
     def __init__(
-        self, host: Entities, cls: type[Entity[Any]], key: str, version: int, token: int | None = None
+        self, host: EntityHost, cls: type[Entity[Any]], key: str, version: int, token: int | None = None
     ) -> None:
         self.host = host
         self.cls = cls
@@ -218,9 +225,11 @@ class _Save:
         return Record(self.key, self.encoded, self.token, self.done, self.answers)
 
 
-class Entities:
-    """The host of entities (see the module doc). ``classes``: the entity classes it
-    serves (a message for another raises ``InvalidInput``)."""
+class EntityHost:
+    """A process's entities in one place: the table of active ones, the waiting lines,
+    the activator, the saver and the janitor — and its methods without an underscore are
+    all the refs (``_ref``), placement (``_placement``) and the entities (``_entity``) use
+    of it. Users hold :class:`Entities`, its public face."""
 
     def __init__(
         self,
@@ -235,6 +244,7 @@ class Entities:
         node: str | None = None,
         lease: float = 30.0,
         max_outgoing: int = MAX_OUTGOING,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self.system = system
         self.store = store
@@ -275,9 +285,13 @@ class Entities:
         messages between two activations costs one move per entity, not one per message."""
         self._epoch = 0
         self._waiting: dict[Id, _Waiting] = {}
+        self.max_waiting = check_int("Entities", "max_waiting", max_waiting)
+        """Entities that may wait for their activation at once (see :class:`ActivationsFull`)."""
+        self._waiting_room = anyio.Event()
         self._queue: deque[Id] = deque()
         self._queued = anyio.Event()
-        self._saves: list[_Save] = []
+        self._saves: Batcher[_Save] = Batcher(max_batch=SAVE_BATCH, owner="Entities")
+        """Saves waiting for the saver, a lane per kind (one write per kind at a time)."""
         self._saves_waiting = anyio.Event()
         self._stopping: set[_Slot] = set()
         """Slots out of the table whose actor has not stopped yet (they count for the cap)."""
@@ -327,9 +341,23 @@ class Entities:
     def is_active(self, cls: type[Entity[Any]], key: str) -> bool:
         return (cls.kind, key) in self._active
 
-    # -- the refs' side ---------------------------------------------------------------------
+    # -- the refs' side (what ``_ref`` uses; nothing else of the host is theirs) ------------
 
-    def _died(self, slot: _Slot) -> None:
+    def live(self, ident: Id, slot: _Slot | None) -> _Slot | None:
+        """The slot of ``ident`` while it is active (``slot``: the one a ref remembers),
+        marked used now — its first message since the last activation makes it the most
+        recent (see ``_active``); ``None`` when it is not active."""
+        if slot is None or not slot.live:
+            slot = self._active.get(ident)
+            if slot is None or not slot.live:
+                return None
+        slot.used = True
+        if slot.epoch != self._epoch:
+            slot.epoch = self._epoch
+            self._active.move_to_end(ident)
+        return slot
+
+    def died(self, slot: _Slot) -> None:
         """Its actor stopped on its own (it kept failing): forget it; the next message
         activates it from its last save."""
         ident = (slot.cls.kind, slot.key)
@@ -339,18 +367,55 @@ class Entities:
             self._room.set()
             logger.warning("entities: %s/%r stopped after failing; its last saved state stands", *ident)
 
-    async def _ref_for(self, ident: Id) -> ActorRef | None:
+    def deliver(self, ident: Id, message: Any) -> _Waiting | None:
+        """A message for an entity that is not active here: posted to the node a recent
+        claim found holding it, or kept for its activation, in order. ``None`` when it
+        was taken; else the full waiting line (its ``done``: room, or the activation's
+        failure). Raises ``OutgoingMailFull`` (posting) or ``ActivationsFull`` (too many
+        entities wait for their activation), nothing kept, and ``EntitiesClosed``."""
+        placement = self._placement
+        if placement is not None and placement.holder_of(ident) is not None:
+            placement.send(ident, message)
+            return None
+        waiting = self._wait(ident)
+        size = self.classes[ident[0]].mailbox_size if ident[0] in self.classes else None
+        if size is not None and len(waiting.told) >= size:
+            return waiting
+        waiting.told.append(message)
+        return None
+
+    async def room(self) -> None:
+        """Wait until a refused message may be taken: room among the messages posted to
+        other nodes, and among the entities waiting for their activation. Cancelled:
+        nothing changes."""
+        if self._placement is not None:
+            await self._placement.room()
+        while len(self._waiting) >= self.max_waiting and not self._closed:
+            if self._waiting_room.is_set():  # (an old one: every waiter shares the next)
+                self._waiting_room = anyio.Event()
+            await self._waiting_room.wait()
+
+    def mailbox_size(self, kind: str) -> int:
+        return self.classes[kind].mailbox_size or 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def ask_elsewhere(self, ident: Id, message: Any) -> Any:
+        """Ask the node holding ``ident`` through the store (see ``Placement.ask``)."""
+        assert self._placement is not None
+        return await self._placement.ask(ident, message)
+
+    async def ref_for(self, ident: Id) -> ActorRef | None:
         """The actor of an active entity, once it is (activating it first); ``None`` when
         another node holds it (the ask goes there through the store)."""
         slot = self._active.get(ident)
         if slot is not None and slot.ref is not None and not slot.ref.is_alive:
-            self._died(slot)
+            self.died(slot)
             slot = None
+        slot = self.live(ident, slot)
         if slot is not None and slot.ref is not None:
-            slot.used = True
-            if slot.epoch != self._epoch:
-                slot.epoch = self._epoch
-                self._active.move_to_end(ident)
             return slot.ref
         if slot is None and self._placement is not None and self._placement.holder_of(ident) is not None:
             return None
@@ -364,31 +429,30 @@ class Entities:
         assert waiting.ref is not None
         return waiting.ref
 
-    def _tell_elsewhere(self, ident: Id, message: Any) -> bool:
-        """Post a tell for an entity a recent claim found on another node; ``False`` if
-        none did (it waits here for an activation, which claims it)."""
-        placement = self._placement
-        if placement is None or placement.holder_of(ident) is None:
-            return False
-        placement.send(ident, message)
-        return True
+    # -- placement's side (what ``_placement`` uses) -----------------------------------------
 
-    def _hold(self, ident: Id, message: Any) -> _Waiting | None:
-        """Keep a told message for ``ident``'s activation, in order; ``EntitiesClosed``
-        once closed. ``None`` when it was kept, else the full waiting line (its
-        ``done``: room, or the activation's failure)."""
-        waiting = self._wait(ident)
-        size = self.classes[ident[0]].mailbox_size if ident[0] in self.classes else None
-        if size is not None and len(waiting.told) >= size:
-            return waiting
-        waiting.told.append(message)
-        return None
-
-    def _wake(self, ident: Id) -> None:
+    def wake(self, ident: Id) -> None:
         """Activate ``ident`` with no message (its mail, found unheld, is then ours)."""
         idle = ident not in self._active and ident not in self._waiting
         if ident[0] in self.classes and idle and not self._closed and self._task_group is not None:
             self._wait(ident)
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the host's task group (nothing once it stopped)."""
+        if self._task_group is not None:
+            self._task_group.start_soon(fn, *args)
+
+    def token_of(self, ident: Id) -> int | None:
+        """The lease token ``ident`` is active here under (``None``: not active)."""
+        slot = self._active.get(ident)
+        return None if slot is None else slot.token
+
+    def _unwait(self, ident: Id) -> _Waiting | None:
+        """``ident`` waits no more (activated, failed, or left passivated)."""
+        waiting = self._waiting.pop(ident, None)
+        if len(self._waiting) < self.max_waiting:
+            self._waiting_room.set()
+        return waiting
 
     def _wait(self, ident: Id) -> _Waiting:
         if self._closed or self._task_group is None:
@@ -396,6 +460,8 @@ class Entities:
             raise EntitiesClosed(f"the entity host is {said}: no message reaches {ident[0]}/{ident[1]!r}")
         waiting = self._waiting.get(ident)
         if waiting is None:
+            if len(self._waiting) >= self.max_waiting:
+                raise ActivationsFull(ident[0], ident[1], self.max_waiting)
             waiting = self._waiting[ident] = _Waiting()
         if not waiting.queued and not waiting.passivating:  # (stopping: queued once it stopped)
             waiting.queued = True
@@ -405,7 +471,7 @@ class Entities:
 
     # -- running ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Entities:
+    async def __aenter__(self) -> EntityHost:
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._activator, name="greenroom-entities-activator")
@@ -426,6 +492,7 @@ class Entities:
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
                 self._closed = True
+                self._waiting_room.set()  # those waiting for room: closed now
                 self._queue.clear()
                 while self._active or self._waiting:
                     for ident, waiting in list(self._waiting.items()):
@@ -493,7 +560,7 @@ class Entities:
                 else:  # claimed for this node, and read, in one transaction
                     stored, elsewhere, tokens = await self._placement.claim(kind, to_load)
                     for key in elsewhere:
-                        waiting = self._waiting.pop((kind, key), None)
+                        waiting = self._unwait((kind, key))
                         if waiting is not None:
                             self._placement.forward((kind, key), waiting)
                     wanted = [key for key in wanted if key not in elsewhere]
@@ -549,7 +616,7 @@ class Entities:
         self._epoch += 1
         slot.epoch = self._epoch
         self._active[ident] = slot
-        del self._waiting[ident]
+        self._unwait(ident)
         for message in waiting.told:  # in the order sent, before anything sent from now on
             ref.tell(message)  # a fresh mailbox: what waited (at most its bound) fits
         waiting.ref = ref
@@ -558,7 +625,7 @@ class Entities:
         self._announce(EntityActivated(cls.kind, key, version))
 
     def _fail_waiting(self, ident: Id, error: BaseException) -> None:
-        waiting = self._waiting.pop(ident, None)
+        waiting = self._unwait(ident)
         if waiting is None:
             return
         if waiting.told:
@@ -572,7 +639,7 @@ class Entities:
         waiting.error = error
         waiting.done.set()
 
-    async def _reload(self, slot: _Slot) -> Any:
+    async def reload(self, slot: _Slot) -> Any:
         """The state last saved (a restarted entity's), or its initial state."""
         stored = (await self.store.load(slot.cls.kind, [slot.key])).get(slot.key)
         if stored is None:
@@ -709,7 +776,7 @@ class Entities:
             waiting, ident = slot.leaving, (slot.cls.kind, slot.key)
             slot.leaving = None
             if waiting is not None and self._waiting.get(ident) is waiting and not waiting.queued:
-                del self._waiting[ident]  # no message came: it stays passivated, its state saved
+                self._unwait(ident)  # no message came: it stays passivated, its state saved
                 released.setdefault(slot.cls.kind, []).append(slot.key)
         if self._placement is not None:
             for kind, keys in released.items():
@@ -720,7 +787,8 @@ class Entities:
         they are durable: a passivated entity's state lives nowhere else."""
         pause = 0.1
         while True:
-            self._saves.extend(saves)
+            for save in saves:
+                self._saves.add(None, save, save.kind)
             self._saves_waiting.set()
             for save in saves:
                 await save.finished.wait()
@@ -737,7 +805,7 @@ class Entities:
 
     # -- saving -----------------------------------------------------------------------------
 
-    async def _save(self, slot: _Slot, encoded: bytes) -> None:
+    async def save(self, slot: _Slot, encoded: bytes) -> None:
         """:meth:`Entity.save`: ``Fenced`` when its lease is another node's (the entity is
         given up meanwhile), or the store's error."""
         if slot.fenced:
@@ -747,7 +815,7 @@ class Entities:
         if save.error is not None:
             raise save.error
 
-    async def _settle(
+    async def settle(
         self, mail: Mail, encoded: bytes | None, token: int | None, answers: tuple[MailAnswer, ...]
     ) -> BaseException | None:
         """Write the state ``mail`` left (``None``: as saved) with its ``done`` and
@@ -763,11 +831,13 @@ class Entities:
 
     async def _write(self, save: _Save) -> None:
         """Hand ``save`` to the saver and wait until it was written or refused."""
-        self._saves.append(save)
+        self._saves.add(None, save, save.kind)
         self._saves_waiting.set()
         await save.finished.wait()
 
     async def _saver(self) -> None:
+        """Write the saves waiting, a kind's batch at a time (``Batcher``: the oldest kind
+        first, each kind's saves gathered while its last write ran)."""
         while True:
             while not self._saves:
                 self._saves_waiting = anyio.Event()
@@ -775,37 +845,35 @@ class Entities:
             placement = self._placement
             if placement is not None and placement.lapsed():  # woken from a pause: what is ours?
                 await placement.renew_now()
-            saves, self._saves = self._saves, []
-            by_kind: dict[str, dict[str, list[_Save]]] = {}
-            later: list[_Save] = []
-            deferred: set[tuple[str, str]] = set()
+            batch = self._saves.take()
+            if batch is None:  # (each kind's lane is free here: the saver is the only writer)
+                continue
+            try:
+                for line in _rounds(batch.values):
+                    await self._write_saves(str(batch.key), line)
+            finally:
+                self._saves.done(batch)
+
+    async def _write_saves(self, kind: str, saves: list[_Save]) -> None:
+        """One write of ``kind``'s ``saves``; each save told its version, its refusal
+        (its entity given up) or the store's error."""
+        node = None if self._placement is None else self.node
+        try:
+            written = await self.store.write(kind, node, [save.record() for save in saves])
+        except Exception as error:  # each waiter gets it (a passivation tries again)
             for save in saves:
-                line = by_kind.setdefault(save.kind, {}).setdefault(save.key, [])
-                if (save.kind, save.key) in deferred or (line and line[0].token != save.token):
-                    deferred.add((save.kind, save.key))
-                    later.append(save)  # another holding of that key: the next write, in order
-                else:
-                    line.append(save)
-            self._saves[:0] = later
-            node = None if placement is None else self.node
-            for kind, keyed in by_kind.items():
-                kind_saves = [save for line in keyed.values() for save in line]
-                try:
-                    written = await self.store.write(kind, node, [save.record() for save in kind_saves])
-                except Exception as error:  # each waiter gets it (a passivation tries again)
-                    for save in kind_saves:
-                        save.error = error
-                        save.finished.set()
-                    continue
-                for save in kind_saves:
-                    refusal = written.refused.get(save.key)
-                    if refusal is not None:
-                        save.error = refusal
-                        if save.slot is not None:
-                            self._give_up(save.slot, refusal)
-                    elif save.slot is not None:
-                        save.slot.version = save.version = written.versions.get(save.key, save.slot.version)
-                    save.finished.set()
+                save.error = error
+                save.finished.set()
+            return
+        for save in saves:
+            refusal = written.refused.get(save.key)
+            if refusal is not None:
+                save.error = refusal
+                if save.slot is not None:
+                    self._give_up(save.slot, refusal)
+            elif save.slot is not None:
+                save.slot.version = save.version = written.versions.get(save.key, save.slot.version)
+            save.finished.set()
 
     # -- leases lost ------------------------------------------------------------------------
 
@@ -829,9 +897,9 @@ class Entities:
         waiting, ident = slot.leaving, (slot.cls.kind, slot.key)
         slot.leaving = None
         if waiting is not None and self._waiting.get(ident) is waiting and not waiting.queued:
-            del self._waiting[ident]
+            self._unwait(ident)
 
-    def _held(self, held: dict[tuple[str, str], int], asked_at: float) -> None:
+    def held(self, held: dict[tuple[str, str], int], asked_at: float) -> None:
         """A renewal asked at ``asked_at`` found this node holding ``held``: give up every
         entity claimed before it whose lease is not among them (or under another token)."""
         for slot in [*self._active.values(), *self._stopping]:
@@ -843,7 +911,7 @@ class Entities:
                 why = "its lease lapsed and another node holds it" if current is None else "a newer lease"
                 self._give_up(slot, Fenced(f"entity {ident[0]}/{ident[1]!r}", slot.token, current, why))
 
-    def _give_up_all(self, why: str) -> None:
+    def give_up_all(self, why: str) -> None:
         """This node's renewals failed for a whole lease: others may hold its entities now."""
         for slot in [*self._active.values(), *self._stopping]:
             if slot.token is not None and not slot.fenced:
@@ -863,3 +931,102 @@ class Entities:
 
 def _type_name(state_type: Any) -> str:
     return getattr(state_type, "__name__", None) or repr(state_type)
+
+
+class Entities:
+    """The host of entities (see the module doc). ``classes``: the entity classes it
+    serves (a message for another raises ``InvalidInput``); the keywords as the module
+    doc says (``max_waiting``: :class:`ActivationsFull`)."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        store: EntityStore,
+        classes: Iterable[type[Entity[Any]]],
+        *,
+        max_active: int | None = None,
+        activations_per_second: float | None = None,
+        batch: int = 256,
+        close_timeout: float = 30.0,
+        node: str | None = None,
+        lease: float = 30.0,
+        max_outgoing: int = MAX_OUTGOING,
+        max_waiting: int = MAX_WAITING,
+    ) -> None:
+        self._host = EntityHost(
+            system, store, classes, max_active=max_active, activations_per_second=activations_per_second,
+            batch=batch, close_timeout=close_timeout, node=node, lease=lease, max_outgoing=max_outgoing,
+            max_waiting=max_waiting,
+        )  # fmt: skip
+        self.system = system
+        self.store = store
+        self.node = self._host.node
+        """This host's name among the daemons sharing the store (placement and mail)."""
+        self.classes = self._host.classes
+
+    def ref(self, cls: type[E], key: str) -> EntityRef:
+        """The entity of class ``cls`` and ``key``: valid whether or not it is active.
+        ``InvalidInput`` naming ``cls`` for a class this host does not serve (or what is
+        not a class), naming ``key`` for a bad key."""
+        return self._host.ref(cls, key)
+
+    def subscribe(self, ref: ActorRef) -> None:
+        """Tell ``ref`` each ``EntityActivated`` and ``EntityPassivated`` from now on (a
+        full mailbox misses one, with a warning; a stopped one is dropped)."""
+        self._host.subscribe(ref)
+
+    async def passivate(self, ref: EntityRef) -> bool:
+        """Passivate that entity now (as its idle time would: what it accepted first, then
+        ``on_passivate``, then the save); return once its state is saved. ``False`` if it
+        was not active. Messages sent meanwhile wait for its next activation."""
+        return await self._host.passivate(ref)
+
+    @property
+    def active(self) -> int:
+        """Entities active now (a gauge)."""
+        return self._host.active
+
+    def is_active(self, cls: type[Entity[Any]], key: str) -> bool:
+        return self._host.is_active(cls, key)
+
+    async def sweep(self) -> None:
+        """Passivate the idle entities now (what the janitor does on its timer)."""
+        await self._host.sweep()
+
+    @property
+    def activations(self) -> int:
+        return self._host.activations
+
+    @property
+    def passivations(self) -> int:
+        return self._host.passivations
+
+    @property
+    def given_up(self) -> int:
+        """Entities given up because another node holds their lease now (a pause, a stall)."""
+        return self._host.given_up
+
+    async def __aenter__(self) -> Entities:
+        await self._host.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return await self._host.__aexit__(kind, error, tb)
+
+
+def _rounds(saves: list[_Save]) -> list[list[_Save]]:
+    """``saves`` (one kind's, in order) as the writes they need: a key's saves under one
+    holding share a write; a save under another holding of the key (its lease lost and
+    taken again) goes in the next write, and so does every later save of that key."""
+    rounds: list[list[_Save]] = []
+    at: dict[str, tuple[int, int | None]] = {}  # key -> (its round, its token there)
+    for save in saves:
+        found = at.get(save.key)
+        number = 0 if found is None else found[0] + (found[1] != save.token)
+        at[save.key] = (number, save.token)
+        while len(rounds) <= number:
+            rounds.append([])
+        rounds[number].append(save)
+    return rounds

@@ -7,7 +7,7 @@ most one of them, and a message for one active elsewhere reaches it through the 
   it is passivated and saved. A node that dies stops renewing: after ``lease`` seconds its
   entities can be claimed by whoever messages them next. A node that paused: its writes
   under the old token are refused by the store, and its next renewal gives up what it no
-  longer holds (``Entities._held``); renewals failing for a whole lease give up all.
+  longer holds (``EntityHost.held``); renewals failing for a whole lease give up all.
 - **Mail.** A message for an entity another node holds is posted to the store (encoded
   with msgspec: such messages must be msgspec types; the entity decodes them as its
   class's ``message_type``). The holder's mail loop takes its mail (woken by the store's
@@ -43,7 +43,7 @@ from ..store import Claimed, EntityStore, Fenced, Mail, MailAnswer, Posted, Stor
 from ._entity import Mailed
 
 if TYPE_CHECKING:
-    from ._host import Entities, Id, _Waiting
+    from ._host import EntityHost, Id, _Waiting
 
 logger = logging.getLogger("greenroom.entities")
 
@@ -91,7 +91,7 @@ class Placement:
     """The host's side of placement and mail (see the module doc)."""
 
     def __init__(
-        self, host: Entities, store: EntityStore, node: str, lease: float, max_outgoing: int = MAX_OUTGOING
+        self, host: EntityHost, store: EntityStore, node: str, lease: float, max_outgoing: int = MAX_OUTGOING
     ) -> None:
         self.host = host
         self.store = store
@@ -228,10 +228,10 @@ class Placement:
                 "entities: could not renew this node's leases (%.1f s since the last): %s", since, error
             )
             if since > self.lease:
-                self.host._give_up_all(f"this node could not renew its leases for {since:.1f} s")
+                self.host.give_up_all(f"this node could not renew its leases for {since:.1f} s")
             return False
         self._renewed = asked_at
-        self.host._held(held, asked_at)
+        self.host.held(held, asked_at)
         return True
 
     async def renewing(self) -> None:
@@ -284,7 +284,7 @@ class Placement:
             for mail in mails:
                 self._deliver(mail)
             for ident in unheld:  # activated here: its mail is then this node's
-                self.host._wake(ident)
+                self.host.wake(ident)
             if not mails and not answers:
                 await self.store.wait(self.node, 0.25)
 
@@ -295,9 +295,7 @@ class Placement:
             chain.append(mail)  # after what is being delivered: in order
             return
         self._chains[ident] = [mail]
-        group = self.host._task_group
-        if group is not None:
-            group.start_soon(self._deliver_chain, ident)
+        self.host.start_soon(self._deliver_chain, ident)
 
     async def _deliver_chain(self, ident: Id) -> None:
         chain = self._chains[ident]
@@ -329,12 +327,11 @@ class Placement:
                 answer = (True, msgspec.json.encode(value))
             except Exception as error:  # the asker gets its type and text; the state stays as saved
                 answer = (False, msgspec.json.encode(f"{type(error).__name__}: {error}"))
-                slot = host._active.get(ident)
-                token = None if slot is None else slot.token
+                token = host.token_of(ident)
         answers: tuple[MailAnswer, ...] = ()
         if mail.asker is not None and mail.ask_id is not None:
             answers = ((mail.asker, mail.ask_id, answer[0], answer[1]),)
-        failed = await host._settle(mail, encoded, token, answers)
+        failed = await host.settle(mail, encoded, token, answers)
         if failed is not None and not isinstance(failed, Fenced):  # not done: taken again
             logger.warning("entities: mail %d handled but not marked done: %s", mail.seq, failed)
 

@@ -24,11 +24,11 @@ from anyio.lowlevel import checkpoint
 
 from .._errors import GreenroomError, InvalidInput
 from .._guard import NoPublicConstructor
-from ..actors import DEFAULT_ASK_TIMEOUT, ActorStopped, AskTimeout, MailboxFull
+from ..actors import DEFAULT_ASK_TIMEOUT, ActorRef, ActorStopped, AskTimeout, MailboxFull
 from ._placement import OutgoingMailFull
 
 if TYPE_CHECKING:
-    from ._host import Entities, _Slot
+    from ._host import EntityHost, _Slot
 
 
 class EntityMailboxFull(MailboxFull):
@@ -39,6 +39,21 @@ class EntityMailboxFull(MailboxFull):
     def __init__(self, kind: str, key: str, size: int) -> None:  # no actor yet: the entity is named
         GreenroomError.__init__(
             self, f"entity {kind}/{key!r} has {size} messages waiting for its activation (its mailbox_size)"
+        )
+        self.kind = kind
+        self.key = key
+        self.size = size
+
+
+class ActivationsFull(MailboxFull):
+    """As many entities as the host's ``max_waiting`` wait for their activation (a store
+    that is slow or away, a flood of first messages to new keys): a ``tell`` to one more
+    is refused, nothing kept; ``send`` and ``ask`` wait for room instead. ``kind``,
+    ``key``, ``size``."""
+
+    def __init__(self, kind: str, key: str, size: int) -> None:  # no actor yet: the entity is named
+        GreenroomError.__init__(
+            self, f"entity {kind}/{key!r}: {size} entities wait for their activation (max_waiting)"
         )
         self.kind = kind
         self.key = key
@@ -58,7 +73,7 @@ class EntityRef(metaclass=NoPublicConstructor):
     __slots__ = ("_host", "_id", "_slot", "key", "kind")
     _made_by = "Entities.ref(cls, key) returns one"
 
-    def __init__(self, host: Entities, kind: str, key: str) -> None:
+    def __init__(self, host: EntityHost, kind: str, key: str) -> None:
         self._host = host
         self.kind = kind
         self.key = key
@@ -84,56 +99,45 @@ class EntityRef(metaclass=NoPublicConstructor):
         ``EntitiesClosed`` once the host is closed; ``MailboxFull`` when as many messages
         as its class's ``mailbox_size`` wait already (this one was not accepted), or
         :class:`OutgoingMailFull` when it is on another node and the host's
-        ``max_outgoing`` messages wait to be posted there."""
+        ``max_outgoing`` messages wait to be posted there, or :class:`ActivationsFull`
+        when the host's ``max_waiting`` entities wait for their activation."""
         host = self._host
-        slot = self._slot
-        if slot is None or not slot.live:
-            slot = self._slot = host._active.get(self._id)
-        if slot is not None and slot.live:  # active: straight into its mailbox
-            slot.used = True
-            if slot.epoch != host._epoch:  # first message since the last activation: most recent now
-                slot.epoch = host._epoch
-                host._active.move_to_end(self._id)
+        slot = self._slot = host.live(self._id, self._slot)
+        if slot is not None:  # active: straight into its mailbox
             try:
                 slot.ref.tell(message)  # type: ignore[union-attr]  # live: it has its actor
                 return
             except ActorStopped:  # it failed for good (its strategy stopped it): back from its last save
-                host._died(slot)
+                host.died(slot)
                 self._slot = None
-        if not host._tell_elsewhere(self._id, message) and host._hold(self._id, message) is not None:
-            size = host.classes[self.kind].mailbox_size
-            raise EntityMailboxFull(self.kind, self.key, size or 0)
+        if host.deliver(self._id, message) is not None:
+            raise EntityMailboxFull(self.kind, self.key, host.mailbox_size(self.kind))
 
     async def send(self, message: Any) -> None:
         """Send ``message`` as ``tell`` does, waiting for room where as many messages as
-        its class's ``mailbox_size`` wait already (in its mailbox, or for its activation).
-        Always a checkpoint. Cancelled while waiting: nothing was sent. Raises
-        ``EntitiesClosed`` once the host is closed, and ``ActivationFailed`` when the
-        activation it waited for failed (the message was not accepted)."""
+        its class's ``mailbox_size`` wait already (in its mailbox, or for its activation),
+        or the host's ``max_outgoing`` or ``max_waiting``. Always a checkpoint. Cancelled
+        while waiting: nothing was sent. Raises ``EntitiesClosed`` once the host is
+        closed, and ``ActivationFailed`` when the activation it waited for failed (the
+        message was not accepted)."""
         await checkpoint()
         host = self._host
         while True:
-            slot = self._slot
-            if slot is None or not slot.live:
-                slot = self._slot = host._active.get(self._id)
-            if slot is not None and slot.live and slot.ref is not None:
-                slot.used = True
+            slot = self._slot = host.live(self._id, self._slot)
+            if slot is not None and slot.ref is not None:
                 try:
                     await slot.ref.send(message)
                     return
                 except ActorStopped:  # passivated or failed meanwhile: where it is now
                     if not slot.ref.is_alive:
-                        host._died(slot)
+                        host.died(slot)
                     self._slot = None
                     continue
             try:
-                if host._tell_elsewhere(self._id, message):
-                    return
-            except OutgoingMailFull:  # on another node, and the store is behind: wait for room
-                assert host._placement is not None
-                await host._placement.room()
+                full = host.deliver(self._id, message)
+            except (OutgoingMailFull, ActivationsFull):  # the store is behind: wait for room
+                await host.room()
                 continue
-            full = host._hold(self._id, message)
             if full is None:
                 return
             await full.done.wait()  # its activation handed the waiting ones over (or failed)
@@ -148,15 +152,8 @@ class EntityRef(metaclass=NoPublicConstructor):
         time ran out waiting for the activation). Cancelled: the message may still be
         handled, its answer dropped. To an active entity this is its actor's own ``ask``
         (no step of its own: an ask costs what an actor's does)."""
-        host = self._host
-        slot = self._slot
-        if slot is None or not slot.live:
-            slot = self._slot = host._active.get(self._id)
-        if slot is not None and slot.live and slot.ref is not None and slot.ref.is_alive:
-            slot.used = True
-            if slot.epoch != host._epoch:
-                slot.epoch = host._epoch
-                host._active.move_to_end(self._id)
+        slot = self._slot = self._host.live(self._id, self._slot)
+        if slot is not None and slot.ref is not None and slot.ref.is_alive:
             return slot.ref.ask(message, timeout=timeout)
         return self._ask_waiting(message, timeout)
 
@@ -170,16 +167,25 @@ class EntityRef(metaclass=NoPublicConstructor):
         host = self._host
         with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
             for _ in range(3):  # passivated between its activation and the ask: once more
-                ref = await host._ref_for(self._id)
+                ref = await _activated(host, self._id)
                 if ref is None:  # held by another node: through the store
-                    assert host._placement is not None
-                    return await host._placement.ask(self._id, message)
+                    return await host.ask_elsewhere(self._id, message)
                 try:
                     return await ref.ask(message, timeout=None)
                 except ActorStopped:
-                    if host._closed:
+                    if host.closed:
                         raise
             assert ref is not None
             raise ActorStopped(ref, "stopped while asked, three times")
         assert scope.cancelled_caught
         raise EntityAskTimeout(f"{self!r} did not answer a {type(message).__name__} within {timeout} s")
+
+
+async def _activated(host: EntityHost, ident: tuple[str, str]) -> ActorRef | None:
+    """``host.ref_for(ident)``, waiting for room while too many entities wait for their
+    activation (:class:`ActivationsFull`)."""
+    while True:
+        try:
+            return await host.ref_for(ident)
+        except ActivationsFull:
+            await host.room()

@@ -43,6 +43,7 @@ from ..messages import (
     GetHistory,
     RecordError,
     RunBounded,
+    ToolOutcome,
     ToolSpec,
     convert,
 )
@@ -100,7 +101,7 @@ class _Phase:
 
     def __init__(self) -> None:
         self.text = ""
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []  # spec 003's view of each ToolOutcome
         self.timings: list[CallTiming] = []  # of the model calls made now (not replayed)
 
 
@@ -128,10 +129,13 @@ def _check_run_bounded(message: RunBounded) -> None:
         )
 
 
-def _failed(record: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
-    record["ok"] = False
-    record["error"] = text
-    return record, f"error: {text}"
+def _recorded(record: dict[str, Any]) -> ToolOutcome:
+    """A tool step's record, as the journal keeps it (spec 003's dict), read back."""
+    return convert(record, ToolOutcome, "a journaled tool record")
+
+
+def _failed(call: ToolOutcome, text: str) -> ToolOutcome:
+    return ToolOutcome.failed(call.name, call.arguments, text, id=call.id)
 
 
 class HarnessActor(Actor):
@@ -348,11 +352,11 @@ class HarnessActor(Actor):
             tool_calls = reply.tool_calls
             pending.append(ChatMessage("assistant", reply.text, tool_calls))
             for index, call in enumerate(tool_calls):
-                record, content = await self._run_tool(
+                outcome, content = await self._run_tool(
                     loop, call.id, call.name, call.arguments, call.arguments_error, allowed,
                     step=f"{key}/t{index}" if journal is not None else None,
                 )  # fmt: skip
-                records.append(record)
+                records.append(outcome.as_record())
                 pending.append(ChatMessage("tool", content, tool_call_id=call.id))
             phase.text = reply.text
             history.extend(pending)  # the whole turn, at once
@@ -398,9 +402,9 @@ class HarnessActor(Actor):
         allowed: frozenset[str],
         *,
         step: str | None = None,
-    ) -> tuple[dict[str, Any], str]:
-        """Run one call through every check: its record and the text the model is shown.
-        A refusal or failure is an error record (``error: ...`` to the model).
+    ) -> tuple[ToolOutcome, str]:
+        """Run one call through every check: its outcome and the text the model is shown
+        (:meth:`ToolOutcome.content`). A refusal or failure is a failed outcome.
 
         ``step``: its place in the task's journal. A result recorded there is answered
         from it (the tool does not run); a call that changes things is recorded as begun
@@ -415,11 +419,11 @@ class HarnessActor(Actor):
             done = journal.get(step, "tool", asked, f"tool {name!r} with {arguments!r}")
             if done is not None:
                 self.tool_call_count += 1
-                return dict(done.body["record"]), str(done.body["content"])
-            record, content = await self._run_tool_once(
+                return _recorded(done.body["record"]), str(done.body["content"])
+            outcome, content = await self._run_tool_once(
                 loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
             )
-            body = {"record": record, "content": content}
+            body = {"record": outcome.as_record(), "content": content}  # spec 003's record
             encoded = _encoder.encode(body)
             # a call that changed things: its result kept at once, from this task — the
             # window in which a crash leaves it a question is the tool's own run
@@ -428,7 +432,7 @@ class HarnessActor(Actor):
                 await journal.record(step, "tool", asked, body)
             elif not noted and journal.has(step, "tool_started"):  # the store has it before
                 await journal.handed()  # anything else runs, so a crash from now on asks nobody
-            return record, content
+            return outcome, content
         return await self._run_tool_once(
             loop, call_id, name, arguments, arguments_error, allowed, None, "", ""
         )
@@ -444,9 +448,26 @@ class HarnessActor(Actor):
         journal: TaskJournal | None,
         step: str,
         asked: str,
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[ToolOutcome, str]:
+        outcome = await self._tool_outcome(
+            loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
+        )
+        return outcome.shown()
+
+    async def _tool_outcome(
+        self,
+        loop: BoundedLoop | None,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_error: str | None,
+        allowed: frozenset[str],
+        journal: TaskJournal | None,
+        step: str,
+        asked: str,
+    ) -> ToolOutcome:
         self.tool_call_count += 1
-        record: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+        record = ToolOutcome(name=name, arguments=arguments, ok=False, id=call_id)
         tool = self.tools.get(name)
         if tool is None:
             return _failed(record, f"unknown tool {name!r}")
@@ -490,24 +511,18 @@ class HarnessActor(Actor):
             return _failed(record, f"{type(failed).__name__}: {failed}")
         finally:
             called(context)
-        try:
-            content = _encoder.encode(result)
-        except (TypeError, msgspec.EncodeError) as bad:
-            return _failed(record, f"tool {name!r} returned a value that is not JSON: {bad}")
-        record["ok"] = True
-        record["result"] = result
-        return record, content.decode()
+        return ToolOutcome(name=name, arguments=arguments, ok=True, result=result, id=call_id)
 
     @staticmethod
     def _ask_person(
         journal: TaskJournal,
         place: str,
-        record: dict[str, Any],
+        record: ToolOutcome,
         name: str,
         arguments: dict[str, Any],
         tool: Tool,
         question: str | None = None,
-    ) -> tuple[dict[str, Any], str] | None:
+    ) -> ToolOutcome | None:
         """A call a person decides: whether it may run (``place`` is its step), or, with
         ``question``, whether a call that may have run runs again (``<step>#rerun``).
         ``None`` when the answer is yes (it runs); the "no", or "it is done" (``as_done``:
@@ -535,9 +550,8 @@ class HarnessActor(Actor):
             said = f"not run again: {by} said no" if question is not None else f"denied by {by}"
             return _failed(record, said + reason)
         if decision.get("as_done"):  # it happened (by hand, or in the attempt that died)
-            record["ok"] = True
-            record["result"] = said = f"recorded as done by {by}, not run{reason}"
-            return record, said
+            said = f"recorded as done by {by}, not run{reason}"
+            return ToolOutcome(name=name, arguments=arguments, ok=True, result=said, id=record.id)
         return None
 
     async def _tool_phase(self, calls: tuple[dict[str, Any], ...], phase: _Phase) -> PhaseResult:
@@ -571,10 +585,10 @@ class HarnessActor(Actor):
             return {"id": call_id, "name": name, "arguments": arguments, "ok": False, "error": problem}
         assert isinstance(name, str)
         step = None if place is None else f"{place}/t{index}"
-        record, _ = await self._run_tool(
+        outcome, _ = await self._run_tool(
             None, str(call_id), name, arguments, None, self.tool_allowlist, step=step
         )
-        return record
+        return outcome.as_record()
 
     # -- reporting ----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import anyio
 
 from .._errors import InvalidInput
 from ..llm import ChatModel, ModelError, open_stream
-from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
+from ..messages import ChatMessage, ChatRequest, ModelToolCall, ToolOutcome, ToolSpec
 from ._measure import RequestRecord, SessionRecord
 from ._tools import LoadTool, call_tool
 from ._workload import SyntheticTool, Workload, prepare_text, text_of
@@ -94,7 +94,8 @@ class Sessions:
                 rounds += 1
                 started = anyio.current_time()
                 for call in calls:
-                    messages.append(ChatMessage("tool", await self._tool(call, rng), tool_call_id=call.id))
+                    _, content = (await self._tool(call, rng)).shown()
+                    messages.append(ChatMessage("tool", content, tool_call_id=call.id))
                     tool_calls += 1
                 tools_s += anyio.current_time() - started
                 due = anyio.current_time()  # the model is asked again as the tools end
@@ -151,21 +152,18 @@ class Sessions:
             await self._recorded(record)
         return record, reply.text, reply.tool_calls
 
-    async def _tool(self, call: ModelToolCall, rng: random.Random) -> str:
-        """Run the synthetic tool the model called (its latency, its answer's size); a
-        tool the workload does not have answers that it does not exist."""
+    async def _tool(self, call: ModelToolCall, rng: random.Random) -> ToolOutcome:
+        """Run the tool the model called: a synthetic one (its latency, its answer's size),
+        or one of the user's or an MCP server's (:func:`call_tool`); a tool the workload
+        does not have answers that it does not exist."""
         own = self._own.get(call.name)
         if own is not None:
-            return await self._run_own(own, call)
+            self.tool_runs[own.name] += 1
+            return await call_tool(own, call)
         tool: SyntheticTool | None = self._tools.get(call.name)
         if tool is None:
-            return f"error: no tool named {call.name!r}"
+            return ToolOutcome.failed(call.name, call.arguments, f"no tool named {call.name!r}", id=call.id)
         self.tool_runs[tool.name] += 1
         await anyio.sleep(tool.latency_s.draw(rng))
-        return text_of(tool.result_tokens.draw_int(rng, 1), rng)
-
-    async def _run_own(self, tool: LoadTool, call: ModelToolCall) -> str:
-        """A tool of the user's or of an MCP server: its arguments checked, it run; what it
-        answered, or what went wrong, as the text the model is shown."""
-        self.tool_runs[tool.name] += 1
-        return await call_tool(tool, call.arguments, call.arguments_error)
+        text = text_of(tool.result_tokens.draw_int(rng, 1), rng)
+        return ToolOutcome(name=call.name, arguments=call.arguments, ok=True, result=text, id=call.id)

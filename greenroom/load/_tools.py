@@ -16,19 +16,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol
 
 import anyio
-import msgspec
 
 from .._errors import InvalidInput
-from ..harness import MCPClient, MCPServerConfig, MCPToolInfo, Tool
-from ..messages import ToolSpec
+from ..harness import MCPServerConfig, MCPToolFailed, Tool
+from ..messages import ModelToolCall, ToolOutcome, ToolSpec
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_encode = msgspec.json.Encoder().encode
-
-
-class ToolFailed(Exception):
-    """A tool answered with an error (an MCP server's ``isError`` result): its text is what
-    the model is told."""
 
 
 class LoadTool(Protocol):
@@ -47,35 +40,14 @@ McpServer = MCPServerConfig
 """A workload's MCP server (``greenroom.harness.MCPServerConfig``)."""
 
 
-class McpTool:
-    """One tool of an open :class:`~greenroom.harness.MCPClient`: the server checks the
-    arguments; its answer (the structured content as JSON, else its text) is the result."""
-
-    def __init__(self, client: MCPClient, info: MCPToolInfo) -> None:
-        self.name = info.name
-        self._client = client
-        self._spec = ToolSpec(info.name, info.description or f"The {info.name} tool.", info.schema)
-
-    def spec(self) -> ToolSpec:
-        return self._spec
-
-    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        return arguments
-
-    async def call(self, validated: dict[str, Any]) -> str:
-        answer = await self._client.call(self.name, validated)
-        text = _encode(answer.structured).decode() if answer.structured is not None else answer.text
-        if answer.failed:
-            raise ToolFailed(text or "the tool failed")
-        return text
-
-
 @asynccontextmanager
-async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]]:
-    """The tools of ``servers``, each server's client open until the block ends (a stdio
-    server's process then stops). ``ValueError`` naming a tool asked for that a server
-    does not have. Cancelled while connecting, what was opened is closed."""
-    tools: list[McpTool] = []
+async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[Tool]]:
+    """The tools of ``servers`` — each the agents' own (``MCPClient.harness_tools``: the
+    server checks the arguments and answers its structured content, else its text; a
+    failure raises ``MCPToolFailed``) — each server's client open until the block ends (a
+    stdio server's process then stops). ``ValueError`` naming a tool asked for that a
+    server does not have. Cancelled while connecting, what was opened is closed."""
+    tools: list[Tool] = []
     if not servers:  # the mcp package is not even imported
         yield tools
         return
@@ -87,7 +59,7 @@ async def mcp_tools(servers: Sequence[McpServer]) -> AsyncIterator[list[McpTool]
             except InvalidInput:
                 await stack.aclose()  # the clients closed first: the refusal is not an exception group
                 raise
-            tools.extend(McpTool(client, client.tools[name]) for name in wanted)
+            tools.extend(client.harness_tools(list(wanted)))
         yield tools
 
 
@@ -110,17 +82,18 @@ def python_tool(spec: str, field: str = "python_tools") -> Tool:
     return Tool(attribute, found, description=(found.__doc__ or "").strip())
 
 
-async def call_tool(tool: LoadTool, arguments: dict[str, Any], error: str | None) -> str:
-    """Run ``tool`` on the model's ``arguments`` (``error``: why they could not be read);
-    its answer as the text the model is shown, or what went wrong."""
-    if error is not None:
-        return f"error: {error}"
+async def call_tool(tool: LoadTool, call: ModelToolCall) -> ToolOutcome:
+    """Run ``tool`` on the model's call (its arguments checked first): what came of it —
+    a failure too (the model is told; the load goes on). Cancellation propagates."""
+    if call.arguments_error is not None:
+        return ToolOutcome.failed(call.name, call.arguments, call.arguments_error, id=call.id)
     try:
-        result = await tool.call(tool.validate(arguments))
+        result = await tool.call(tool.validate(call.arguments))
     except anyio.get_cancelled_exc_class():
         raise
-    except ToolFailed as failure:
-        return f"error: {failure}"
+    except MCPToolFailed as failure:  # the server said so: its text is what the model is told
+        return ToolOutcome.failed(call.name, call.arguments, str(failure), id=call.id)
     except Exception as failure:  # the user's tool failed: the model is told, the load goes on
-        return f"error: {type(failure).__name__}: {failure}"
-    return result if isinstance(result, str) else _encode(result).decode()
+        error = f"{type(failure).__name__}: {failure}"
+        return ToolOutcome.failed(call.name, call.arguments, error, id=call.id)
+    return ToolOutcome(name=call.name, arguments=call.arguments, ok=True, result=result, id=call.id)

@@ -15,6 +15,7 @@ from ._chat import (
     ChatRequest,
     ModelToolCall,
     Role,
+    ToolOutcome,
     ToolSpec,
     Usage,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "Subscribe",
     "TaskLimits",
     "TaskStatus",
+    "ToolOutcome",
     "ToolSpec",
     "Unsubscribe",
     "Usage",

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._errors import InvalidInput, shown
 from ..harness import RiskLevel
+from ..messages import ToolOutcome
 
 
 class AgentOutcome(enum.Enum):
@@ -136,6 +137,18 @@ class StandardToolResult:
     @classmethod
     def failure(cls, error: ToolErrorDetails, message: str | None = None) -> StandardToolResult:
         return cls(ToolStatus.ERROR, {}, error, message)
+
+    @classmethod
+    def of(cls, outcome: ToolOutcome) -> StandardToolResult:
+        """Spec 004's view of a :class:`~greenroom.messages.ToolOutcome`: its result as the
+        data (one that is not an object as ``{"result": ...}``), or its error, classed by
+        its code (``error`` when it has none)."""
+        if outcome.ok:
+            result = outcome.result
+            return cls.success(result if isinstance(result, dict) else {"result": result})
+        return cls.failure(
+            ToolErrorDetails(outcome.error_code or "error", outcome.error or "the tool failed")
+        )
 
     def validate(self) -> None:
         """Cross-field rules: a success has no error; a failure has one."""

@@ -771,7 +771,7 @@ class _ChatEndpoints:
         assert principal is not None
         conversation_id = request.path_params["conversation_id"]
         history = await self._runner().history(principal.user, conversation_id, MAX_PAGE)
-        messages = [{"role": m.role, "content": m.content, "created_at": m.created_at} for m in history]
+        messages = [{"role": m.role, "content": m.content, "created_at": m.at} for m in history]
         return _json({"conversation_id": conversation_id, "messages": messages})
 
     async def chat_tasks(self, request: Request, principal: Principal | None) -> Response:

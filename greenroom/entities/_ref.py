@@ -31,33 +31,41 @@ if TYPE_CHECKING:
     from ._host import EntityHost, _Slot
 
 
-class EntityMailboxFull(MailboxFull):
-    """``tell`` found as many messages waiting for an entity's activation as its class's
-    ``mailbox_size``; this one was not accepted (``await ref.send(message)`` waits for
-    room instead). ``kind``, ``key``, ``size``."""
+class _EntityFull(MailboxFull):
+    """A message for an entity that was not accepted (no actor yet: the entity is named).
+    ``kind``, ``key``, ``size`` (the bound that was reached)."""
 
-    def __init__(self, kind: str, key: str, size: int) -> None:  # no actor yet: the entity is named
-        GreenroomError.__init__(
-            self, f"entity {kind}/{key!r} has {size} messages waiting for its activation (its mailbox_size)"
-        )
+    def __init__(self, kind: str, key: str, size: int, text: str) -> None:
+        GreenroomError.__init__(self, f"entity {kind}/{key!r} {text}")
         self.kind = kind
         self.key = key
         self.size = size
 
 
-class ActivationsFull(MailboxFull):
+class EntityMailboxFull(_EntityFull):
+    """``tell`` found as many messages waiting for an entity's activation as its class's
+    ``mailbox_size``; this one was not accepted (``await ref.send(message)`` waits for
+    room instead). ``kind``, ``key``, ``size``."""
+
+    def __init__(self, kind: str, key: str, size: int) -> None:
+        super().__init__(
+            kind, key, size, f"has {size} messages waiting for its activation (its mailbox_size)"
+        )
+
+
+class ActivationsFull(_EntityFull):
     """As many entities as the host's ``max_waiting`` wait for their activation (a store
     that is slow or away, a flood of first messages to new keys): a ``tell`` to one more
     is refused, nothing kept; ``send`` and ``ask`` wait for room instead. ``kind``,
     ``key``, ``size``."""
 
-    def __init__(self, kind: str, key: str, size: int) -> None:  # no actor yet: the entity is named
-        GreenroomError.__init__(
-            self, f"entity {kind}/{key!r}: {size} entities wait for their activation (max_waiting)"
+    def __init__(self, kind: str, key: str, size: int) -> None:
+        super().__init__(
+            kind,
+            key,
+            size,
+            f"is one more than the {size} entities waiting for their activation (max_waiting)",
         )
-        self.kind = kind
-        self.key = key
-        self.size = size
 
 
 class EntityAskTimeout(AskTimeout):

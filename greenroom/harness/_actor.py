@@ -420,9 +420,10 @@ class HarnessActor(Actor):
             if done is not None:
                 self.tool_call_count += 1
                 return _recorded(done.body["record"]), str(done.body["content"])
-            outcome, content = await self._run_tool_once(
+            ran = await self._tool_outcome(
                 loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
             )
+            outcome, content = ran.shown()
             body = {"record": outcome.as_record(), "content": content}  # spec 003's record
             encoded = _encoder.encode(body)
             # a call that changed things: its result kept at once, from this task — the
@@ -433,26 +434,8 @@ class HarnessActor(Actor):
             elif not noted and journal.has(step, "tool_started"):  # the store has it before
                 await journal.handed()  # anything else runs, so a crash from now on asks nobody
             return outcome, content
-        return await self._run_tool_once(
-            loop, call_id, name, arguments, arguments_error, allowed, None, "", ""
-        )
-
-    async def _run_tool_once(
-        self,
-        loop: BoundedLoop | None,
-        call_id: str,
-        name: str,
-        arguments: dict[str, Any],
-        arguments_error: str | None,
-        allowed: frozenset[str],
-        journal: TaskJournal | None,
-        step: str,
-        asked: str,
-    ) -> tuple[ToolOutcome, str]:
-        outcome = await self._tool_outcome(
-            loop, call_id, name, arguments, arguments_error, allowed, journal, step, asked
-        )
-        return outcome.shown()
+        ran = await self._tool_outcome(loop, call_id, name, arguments, arguments_error, allowed, None, "", "")
+        return ran.shown()
 
     async def _tool_outcome(
         self,

@@ -21,23 +21,40 @@ from greenroom.log import LogActor, NarratorCapability
 from greenroom.postgres import Database, PostgresStore, upgrade
 from greenroom.store import Store
 from greenroom.supervisor import SupervisorActor
+from greenroom.testing import MemoryStore
 
 BACKENDS = ["files", "postgresql"]
+EVERY_STORE = [*BACKENDS, "memory"]
+"""The contract suites' stores: the two backends and ``greenroom.testing.MemoryStore``."""
+MEMORY = "memory"
+_memory: dict[Path, MemoryStore] = {}
+"""One memory store per data dir a test names, so opening it again finds what it kept."""
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest) -> str | None:
     """``None`` for the files; a fresh database's URL for PostgreSQL."""
+    return store_url_of(request)
+
+
+def store_url_of(request: pytest.FixtureRequest) -> str | None:
+    """The ``store_url`` of ``request.param``: a contract suite's own fixture (its params
+    ``EVERY_STORE``) adds ``"memory"``."""
     if request.param == "files":
         return None
+    if request.param == MEMORY:
+        return MEMORY
     return str(request.getfixturevalue("pg_url"))
 
 
 async def make_store(url: str | None, data_dir: Path) -> Store:
-    """A backend on ``url`` (``None``: the files of ``data_dir``), not opened yet; on
-    PostgreSQL the schema is created first."""
+    """A backend on ``url`` (``None``: the files of ``data_dir``; ``"memory"``: the memory
+    store of ``data_dir``, the same each time), not opened yet; on PostgreSQL the schema is
+    created first."""
     if url is None:
         return EmbeddedStore(data_dir)
+    if url == MEMORY:
+        return _memory.setdefault(data_dir, MemoryStore())
     async with Database(url, max_size=2) as db:
         await db.run(upgrade)
     return PostgresStore(url, data_dir=data_dir, pool_size=16)

@@ -29,12 +29,12 @@ from ..store import (
     Retention,
     StepStore,
     StoreSizes,
+    TaskGraph,
     TaskStore,
     UnknownTask,
 )
 from ._archive import TaskArchive
 from ._events import FileEventStore
-from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._reader import EVENTS_DIR, EVENTS_FILE, dropped_through, last_seq, segments, tail_events
 from ._tasks import FileTaskStore

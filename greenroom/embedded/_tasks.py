@@ -22,7 +22,6 @@ the journal is folded into ``tasks.graph.json``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -39,41 +38,33 @@ from .._threads import run_blocking
 from ..actors import ActorStopped, MailboxFull
 from ..messages import (
     AppendMany,
-    Cancel,
-    Claim,
-    Complete,
     Decide,
-    Dependents,
-    Fail,
     Flush,
     GetTask,
     GraphEvent,
-    GraphStats,
-    Heartbeat,
     ListTasks,
-    Park,
-    Release,
-    Retry,
-    Stats,
     Submit,
     TaskLimits,
     TaskStatus,
 )
 from ..store import (
-    ExpireLeases,
+    BY_ID,
+    NOTHING_READY,
     GraphOwner,
     InvalidTransition,
     Reply,
     Retention,
     StepStore,
+    TaskGraph,
     TaskGraphError,
     UnknownTask,
-    lease_report,
-    result_event,
-    transition_payload,
+    apply_request,
+    graph_events,
+)
+from ..store import (
+    leaving as graph_leaving,
 )
 from ._archive import TaskArchive
-from ._graph import TaskGraph
 from ._journal import GraphFiles
 from ._outbox import Outbox, OutboxBatch, outbox_for
 
@@ -285,7 +276,7 @@ class FileTaskStore:
             return False
         if kind is Submit:
             return True
-        return kind in _BY_ID and message.task_id not in self.graph.tasks
+        return kind in BY_ID and message.task_id not in self.graph.tasks
 
     def _take(self, message: Any, reply: Reply) -> None:
         try:
@@ -293,7 +284,7 @@ class FileTaskStore:
         except TaskGraphError as error:
             reply.fail(error)
             return
-        if value is _NOTHING_READY:
+        if value is NOTHING_READY:
             reply.succeed(None)  # a claim that found nothing: no change to make durable
         else:
             self._commits.add(reply, value)
@@ -305,62 +296,14 @@ class FileTaskStore:
             self._owner.runnable(types)
 
     def _apply(self, message: Any) -> Any:
-        graph = self.graph
-        now = self.clock()
-        kind = type(message)
-        if kind is Claim:
-            task = graph.claim(message.agent_id, message.agent_type, now, self.lease_seconds)
-            return _NOTHING_READY if task is None else task
-        if kind is Heartbeat:
-            return graph.heartbeat(message.task_id, message.agent_id, now, self.lease_seconds, message.token)
-        if kind is Complete:
-            return graph.complete(message.task_id, message.agent_id, message.result, now, message.token)
-        if kind is Fail:
-            return graph.fail(message.task_id, message.agent_id, message.error, now, message.token)
-        if kind is Submit:
-            return graph.submit(message.tasks, now)
-        if kind is GetTask:
-            return graph.get(message.task_id)
-        if kind is Dependents:
-            return graph.dependents(message.task_id)
-        if kind is ListTasks:
-            return graph.page(message)
-        if kind is Release:
-            return graph.release(message.task_id, message.agent_id, now, message.attempt, message.token)
-        if kind is Cancel:
-            return graph.cancel(message.task_id, message.reason, now)
-        if kind is Park:
-            return graph.park(message.task_id, message.agent_id, message.call, now, message.token)
-        if kind is Decide:
-            return graph.decide(message, now)
-        if kind is Retry:
-            return graph.retry(message, now)
-        if kind is Stats:
-            return GraphStats(
-                by_status=graph.stats(),
-                runnable_types=graph.runnable_types(),
-                total=len(graph.tasks),
-                by_type=graph.stats_by_type(),
-                writes=self.writes.figures(),
-                archived_here=self.archived,
-                archive_dropped_here=self.archive_dropped,
-            )
-        if kind is ExpireLeases:
-            for task in graph.expire_leases(now):
-                logger.warning(lease_report(task), task.id, task.status.value)
-            return None
-        raise TaskGraphError(f"the supervisor does not handle {kind.__name__} messages")
+        return apply_request(
+            self.graph, message, self.clock(), self.lease_seconds,
+            writes=self.writes.figures(), archived=self.archived, archive_dropped=self.archive_dropped,
+        )  # fmt: skip
 
     def _take_events(self, message: Any) -> None:
-        """Move the events of what was just applied into the batch's outbox, in order:
-        the graph's transitions, then an agent's result (``Complete`` / ``Fail``)."""
-        outbox = self._outbox
-        for kind, task in self.graph.take_events():
-            outbox.append(GraphEvent(kind, task.id, task.owner, transition_payload(task, kind)))
-        if isinstance(message, Complete):
-            outbox.append(result_event(message.task_id, message.agent_id, message.result))
-        elif isinstance(message, Fail):
-            outbox.append(result_event(message.task_id, message.agent_id, message.error))
+        """Move the events of what was just applied into the batch's outbox, in order."""
+        self._outbox.extend(graph_events(self.graph, message))
 
     # -- making it durable --------------------------------------------------------------
 
@@ -425,7 +368,7 @@ class FileTaskStore:
                 for task in message.tasks:
                     wanted.add(task.id)
                     wanted.update(task.depends_on)
-            elif type(message) in _BY_ID:
+            elif type(message) in BY_ID:
                 wanted.add(message.task_id)
         wanted.difference_update(graph.tasks)
         graph.archived = await archive.statuses(sorted(wanted)) if wanted and self._archive_used else {}
@@ -436,7 +379,7 @@ class FileTaskStore:
                     reply.succeed(await archive.page(message))
                     continue
                 task_id = getattr(message, "task_id", None)
-                if kind not in _BY_ID or task_id in graph.tasks or task_id not in graph.archived:
+                if kind not in BY_ID or task_id in graph.tasks or task_id not in graph.archived:
                     self._take(message, reply)
                 elif kind is GetTask:
                     found = await archive.get(task_id)
@@ -446,7 +389,7 @@ class FileTaskStore:
                         reply.succeed(found)
                 else:
                     status = f"{graph.archived[task_id].value} (archived)"
-                    action = _BY_ID[kind] if kind is not Decide else "approve" if message.approved else "deny"
+                    action = BY_ID[kind] if kind is not Decide else "approve" if message.approved else "deny"
                     reply.fail(InvalidTransition(task_id, status, action))
         finally:
             graph.archived = {}
@@ -472,23 +415,20 @@ class FileTaskStore:
         archive, files, graph = self.archive, self._files, self.graph
         assert archive is not None and files is not None
         now = self.clock()
-        if retention.archives:
-            before = now - retention.archive_after if retention.archive_after is not None else -math.inf
-            keep = retention.keep_finished if retention.keep_finished is not None else 2**62
-            leaving = graph.finished_before(before, keep, retention.batch)
-            if leaving:
-                await archive.add(leaving)
-                ids = [task.id for task in leaving]
-                graph.forget(ids)
-                try:
-                    await run_blocking(files.append, [], [], ids)
-                except BaseException:
-                    self._broken = True  # memory is ahead of the disk: the restart reloads it
-                    raise
-                self._archive_used = True
-                self.archived += len(ids)
-                await self._drop_steps(ids)
-                logger.info("supervisor: archived %d finished task(s)", len(ids))
+        leaving = graph_leaving(graph, retention, now)
+        if leaving:
+            await archive.add(leaving)
+            ids = [task.id for task in leaving]
+            graph.forget(ids)
+            try:
+                await run_blocking(files.append, [], [], ids)
+            except BaseException:
+                self._broken = True  # memory is ahead of the disk: the restart reloads it
+                raise
+            self._archive_used = True
+            self.archived += len(ids)
+            await self._drop_steps(ids)
+            logger.info("supervisor: archived %d finished task(s)", len(ids))
         if retention.archive_for is not None:
             dropped = await archive.drop_finished_before(now - retention.archive_for)
             self.archive_dropped += dropped
@@ -539,9 +479,3 @@ class FileTaskStore:
                 len(message.appends),
                 seq,
             )
-
-
-_NOTHING_READY: Any = object()
-
-_BY_ID: dict[type, str] = {GetTask: "get", Cancel: "cancel", Decide: "decide", Retry: "retry"}
-"""Requests about one task (and what they do), answered from the archive when it is there."""

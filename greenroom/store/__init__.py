@@ -62,6 +62,7 @@ from ._errors import (
     UnknownTask,
 )
 from ._events import EventStore, Origin
+from ._graph import BY_ID, NOTHING_READY, TaskGraph, apply_request, graph_events, leaving
 from ._records import (
     Change,
     Conflict,
@@ -116,8 +117,10 @@ from ._tasks import ExpireLeases, GraphOwner, Reply, TasksRunnable, TaskStore
 __all__ = [
     "ACTIONS",
     "BEFORE_AN_EFFECT",
+    "BY_ID",
     "FAILED_STATES",
     "FIXED_PART",
+    "NOTHING_READY",
     "Answer",
     "Change",
     "Claimed",
@@ -148,6 +151,7 @@ __all__ = [
     "Store",
     "StoreSizes",
     "StoredState",
+    "TaskGraph",
     "TaskGraphError",
     "TaskStore",
     "TasksRunnable",
@@ -155,6 +159,7 @@ __all__ = [
     "Versioned",
     "Written",
     "add_rows",
+    "apply_request",
     "bound_report",
     "change_rows",
     "check_bump",
@@ -177,9 +182,11 @@ __all__ = [
     "expired_decision",
     "fenced",
     "find_cycle",
+    "graph_events",
     "in_dependency_order",
     "lease_expired",
     "lease_report",
+    "leaving",
     "listed",
     "over_budget",
     "parked",

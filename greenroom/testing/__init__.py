@@ -8,9 +8,10 @@
 - :class:`ModelServer`: an OpenAI-compatible chat-completions server on 127.0.0.1 in a
   thread, answering from scripted :class:`Respond` s (:func:`completion` builds a body),
   recording each request.
-- :class:`MemoryRecordStore`: the store's records primitive in memory (a peer of the files
-  and PostgreSQL, proved by the same contract suite), for a durable feature's logic with
-  nothing on disk.
+- :class:`MemoryStore`: a whole backend in memory — the task graph, the event log, the
+  step journal, entities and the records — a peer of the files and PostgreSQL proved by
+  the same contract suites, for tests and embedding apps with no files and no server;
+  :class:`MemoryRecordStore`: its records primitive alone, for a durable feature's logic.
 
 Example (pytest with anyio's plugin, on both loops)::
 
@@ -33,10 +34,12 @@ Example (pytest with anyio's plugin, on both loops)::
 from ._memory import MemoryRecordStore
 from ._model_server import ModelServer, Respond, Seen, completion, error_body
 from ._probe import Probe, ProbeStopped, ProbeTimeout
+from ._store import MemoryStore
 from ._virtual_time import VirtualTimeLoop, virtual_time
 
 __all__ = [
     "MemoryRecordStore",
+    "MemoryStore",
     "ModelServer",
     "Probe",
     "ProbeStopped",

@@ -41,17 +41,36 @@ LiveTask = Callable[[str], "AgentTask | None"]
 """``task_id -> the task as it is live now, or None`` (for fenced writes)."""
 
 
+class RecordsKept:
+    """What :class:`MemoryRecordStore` s share: the collections (a :class:`MemoryStore`'s
+    ``records()`` each see the same)."""
+
+    __slots__ = ("collections", "keys", "seq")
+
+    def __init__(self) -> None:
+        self.collections: dict[str, dict[str, Versioned]] = {}
+        self.keys: dict[str, list[str]] = {}  # each collection's keys, sorted
+        self.seq = 0
+
+
 class MemoryRecordStore:
     """``RecordStore`` in memory. ``live_task``: how the task graph sees a task now, for
     writes under a task attempt (``fence``); without one a fenced write is refused, since
-    no attempt can be checked."""
+    no attempt can be checked. ``kept``: records to share with other instances (default:
+    its own)."""
 
-    def __init__(self, *, live_task: LiveTask | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        live_task: LiveTask | None = None,
+        clock: Callable[[], float] = time.time,
+        kept: RecordsKept | None = None,
+    ) -> None:
         self._live_task = live_task
         self._clock = clock
-        self._collections: dict[str, dict[str, Versioned]] = {}
-        self._keys: dict[str, list[str]] = {}  # each collection's keys, sorted
-        self._seq = 0
+        self._kept = kept if kept is not None else RecordsKept()
+        self._collections = self._kept.collections
+        self._keys = self._kept.keys
 
     async def get(self, collection: str, keys: Sequence[str]) -> dict[str, Versioned]:
         check_collection(collection)
@@ -174,8 +193,8 @@ class MemoryRecordStore:
         return keys[start:stop]
 
     def _next(self) -> int:
-        self._seq += 1
-        return self._seq
+        self._kept.seq += 1
+        return self._kept.seq
 
     def _write(self, collection: str, record: Versioned) -> None:
         records = self._collections.setdefault(collection, {})

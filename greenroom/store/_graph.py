@@ -1,8 +1,10 @@
-"""``TaskGraph``: the embedded store's tasks in memory, their indexes, and every transition.
+"""``TaskGraph``: a task graph in memory, its indexes, and every transition.
 
-Pure and synchronous: no I/O, no clock of its own (``now`` is passed in). The file task
-store is its only user; each method either applies a whole change and records the
-changed tasks (``take_changes``) and lifecycle events (``take_events``), or raises a
+Pure and synchronous: no I/O, no clock of its own (``now`` is passed in). A backend that
+keeps the graph in its own process uses it (the files' task store, the in-memory store of
+``greenroom.testing``) and makes its changes durable its own way; each method either
+applies a whole change and records the changed tasks (``take_changes``) and lifecycle
+events (``take_events``), or raises a
 :class:`TaskGraphError` and changes nothing. The rules it applies are the ones every
 store obeys (``greenroom.store``).
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import logging
+import math
 import random
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
@@ -37,19 +41,37 @@ from ..messages import (
     AgentError,
     AgentResult,
     AgentTask,
+    Cancel,
+    Claim,
+    Complete,
     Decide,
+    Dependents,
+    Durations,
+    Fail,
+    GetTask,
+    GraphEvent,
+    GraphStats,
+    Heartbeat,
     ListTasks,
+    Park,
+    Release,
     Retry,
+    Stats,
+    Submit,
     TaskLimits,
     TaskStatus,
 )
-from ..store import (
-    FAILED_STATES,
+from ._errors import (
     DuplicateTask,
     InvalidSubmission,
     InvalidTransition,
     NotOwner,
+    TaskGraphError,
     UnknownTask,
+)
+from ._retention import Retention
+from ._rules import (
+    FAILED_STATES,
     check_submission,
     death_counted,
     decided,
@@ -58,14 +80,20 @@ from ..store import (
     fenced,
     in_dependency_order,
     lease_expired,
+    lease_report,
     listed,
     parked,
     poison_reason,
     refusal,
     requeued_after_death,
+    result_event,
     retried,
     revived,
+    transition_payload,
 )
+from ._tasks import ExpireLeases
+
+logger = logging.getLogger("greenroom.supervisor")
 
 PENDING = TaskStatus.PENDING
 IN_PROGRESS = TaskStatus.IN_PROGRESS
@@ -679,3 +707,93 @@ def _top(heap: list[tuple[int, int, str]] | None, tasks: dict[str, AgentTask]) -
             return True
         heapq.heappop(heap)
     return False
+
+
+NOTHING_READY: Any = object()
+"""What :func:`apply_request` answers a claim that found nothing (no change to make durable)."""
+
+BY_ID: dict[type, str] = {GetTask: "get", Cancel: "cancel", Decide: "decide", Retry: "retry"}
+"""Requests about one task (and what they do), answered from an archive when it is there."""
+
+
+def apply_request(
+    graph: TaskGraph,
+    message: Any,
+    now: float,
+    lease: float,
+    *,
+    writes: Durations | None = None,
+    archived: int = 0,
+    archive_dropped: int = 0,
+) -> Any:
+    """Apply one of the supervisor's requests to ``graph`` — ``Stats`` answered with the
+    store's own figures (``writes``, ``archived``, ``archive_dropped``), ``ExpireLeases``
+    logged task by task: its answer, or :data:`NOTHING_READY` for a claim that found
+    nothing. ``TaskGraphError`` for a refusal (nothing changed), or for a message no store
+    handles."""
+    kind = type(message)
+    if kind is Claim:
+        task = graph.claim(message.agent_id, message.agent_type, now, lease)
+        return NOTHING_READY if task is None else task
+    if kind is Heartbeat:
+        return graph.heartbeat(message.task_id, message.agent_id, now, lease, message.token)
+    if kind is Complete:
+        return graph.complete(message.task_id, message.agent_id, message.result, now, message.token)
+    if kind is Fail:
+        return graph.fail(message.task_id, message.agent_id, message.error, now, message.token)
+    if kind is Submit:
+        return graph.submit(message.tasks, now)
+    if kind is GetTask:
+        return graph.get(message.task_id)
+    if kind is Dependents:
+        return graph.dependents(message.task_id)
+    if kind is ListTasks:
+        return graph.page(message)
+    if kind is Release:
+        return graph.release(message.task_id, message.agent_id, now, message.attempt, message.token)
+    if kind is Cancel:
+        return graph.cancel(message.task_id, message.reason, now)
+    if kind is Park:
+        return graph.park(message.task_id, message.agent_id, message.call, now, message.token)
+    if kind is Decide:
+        return graph.decide(message, now)
+    if kind is Retry:
+        return graph.retry(message, now)
+    if kind is Stats:
+        return GraphStats(
+            by_status=graph.stats(),
+            runnable_types=graph.runnable_types(),
+            total=len(graph.tasks),
+            by_type=graph.stats_by_type(),
+            writes=writes,
+            archived_here=archived,
+            archive_dropped_here=archive_dropped,
+        )
+    if kind is ExpireLeases:
+        for task in graph.expire_leases(now):
+            logger.warning(lease_report(task), task.id, task.status.value)
+        return None
+    raise TaskGraphError(f"the supervisor does not handle {kind.__name__} messages")
+
+
+def graph_events(graph: TaskGraph, message: Any) -> list[GraphEvent]:
+    """The events of what was just applied, in order: the graph's transitions, then an
+    agent's result (``Complete`` / ``Fail``)."""
+    events = [
+        GraphEvent(kind, task.id, task.owner, transition_payload(task, kind))
+        for kind, task in graph.take_events()
+    ]
+    if isinstance(message, Complete):
+        events.append(result_event(message.task_id, message.agent_id, message.result))
+    elif isinstance(message, Fail):
+        events.append(result_event(message.task_id, message.agent_id, message.error))
+    return events
+
+
+def leaving(graph: TaskGraph, retention: Retention, now: float) -> list[AgentTask]:
+    """The finished tasks ``retention`` lets leave for the archive now (at most a batch)."""
+    if not retention.archives:
+        return []
+    before = now - retention.archive_after if retention.archive_after is not None else -math.inf
+    keep = retention.keep_finished if retention.keep_finished is not None else 2**62
+    return graph.finished_before(before, keep, retention.batch)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from .._commit import Batcher
 from .._errors import GreenroomError, InvalidInput
 from ..actors import MailboxFull
 from ..store import Claimed, EntityStore, Fenced, Mail, MailAnswer, Posted, StoredState
@@ -106,7 +107,8 @@ class Placement:
         """Where an entity was held last time a claim said so, and until when to trust it."""
         self._asks: dict[int, _RemoteAsk] = {}
         self._ids = itertools.count(1)
-        self._outgoing: list[Posted] = []
+        self._outgoing: Batcher[Posted] = Batcher(owner="Entities")
+        """The messages waiting to be posted (a batch at a time, in the order sent)."""
         self._posting = anyio.Event()
         self._chains: dict[Id, list[Mail]] = {}
         self._renewed = 0.0
@@ -174,7 +176,7 @@ class Placement:
                 type(message).__name__, ident[0], ident[1], error,
             )  # fmt: skip
             return
-        self._outgoing.append((ident[0], ident[1], body, None, None))
+        self._outgoing.add(None, (ident[0], ident[1], body, None, None))
         self._posting.set()
 
     async def ask(self, ident: Id, message: Any) -> Any:
@@ -192,7 +194,7 @@ class Placement:
         ask_id = next(self._ids)
         pending = self._asks[ask_id] = _RemoteAsk()
         try:  # behind the tells posted before it: a sender's messages arrive in the order sent
-            self._outgoing.append((ident[0], ident[1], body, self.node, ask_id))
+            self._outgoing.add(None, (ident[0], ident[1], body, self.node, ask_id))
             self._posting.set()
             await pending.done.wait()
         finally:
@@ -249,15 +251,17 @@ class Placement:
 
     async def flush(self) -> None:
         """Post what waits to be posted (again after a failure, with a pause)."""
-        while self._outgoing:
-            batch, self._outgoing = self._outgoing, []
+        outgoing = self._outgoing
+        while (batch := outgoing.take()) is not None:
             self._room.set()  # taken: senders waiting for room go on
             try:
-                await self.store.post(batch)
+                await self.store.post(batch.values)
             except Exception as error:
-                self._outgoing[:0] = batch  # kept, in order, for the next try
+                outgoing.put_back(batch)  # kept, first, in order, for the next try
                 logger.error("entities: could not post %d message(s), trying again: %s", len(batch), error)
                 await anyio.sleep(1.0)
+            else:
+                outgoing.done(batch)
 
     async def mail(self) -> None:
         await self.store.wait(self.node, 0.0)  # listening from now on

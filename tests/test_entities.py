@@ -337,7 +337,14 @@ def test_entity_classes_and_keys_are_checked_by_name() -> None:
     assert refused.value.field == "kind"
     with pytest.raises(InvalidInput):
         Entities(None, None, [int])  # type: ignore[arg-type, list-item]
-    for option, value in (("lease", 0), ("max_active", 0), ("activations_per_second", -1.0), ("batch", 0)):
+    options = (
+        ("lease", 0),
+        ("max_active", 0),
+        ("activations_per_second", -1.0),
+        ("batch", 0),
+        ("max_waiting", 0),
+    )
+    for option, value in options:
         with pytest.raises(InvalidInput) as refused:
             Entities(None, None, [Counter], **{option: value})  # type: ignore[arg-type]
         assert refused.value.field == option and repr(value) in str(refused.value)

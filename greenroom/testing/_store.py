@@ -124,8 +124,6 @@ class _Kept:
         self.dropped_through = 0
         self.segments: list[tuple[int, float, int]] = []
         """The closed segments, oldest first: (last seq, last event's time, bytes)."""
-        self.open_events = 0
-        self.open_bytes = 0
         self.origins: set[tuple[int, int]] = set()
         self.log_retention: Retention | None = None
         self.news: list[anyio.Event] = []
@@ -152,15 +150,25 @@ class _Kept:
             stored.append(kept)
             if kept.origin is not None:
                 self.origins.add(kept.origin)
-            self.open_events += 1
-            self.open_bytes += len(_encode(kept.payload)) + 64
-            if self.open_events >= per_segment:
-                self.segments.append((self.seq, kept.ts, self.open_bytes))
-                self.open_events = self.open_bytes = 0
+            if self.seq - self.last_closed() >= per_segment:
+                self.segments.append((self.seq, kept.ts, self.open_bytes(retention)))
         if retention is not None:
             self.prune_events(retention, time.time())
         self.wake()
         return stored
+
+    def last_closed(self) -> int:
+        """The last event of the newest closed segment: the open one holds those after it."""
+        return self.segments[-1][0] if self.segments else self.dropped_through
+
+    def open_bytes(self, retention: Retention | None) -> int:
+        """The open segment's size, as the budget counts it (measured only under a budget)."""
+        if retention is None or retention.disk_budget is None:
+            return 0
+        return sum(
+            len(_encode(event.payload)) + 64
+            for event in self.events[self.last_closed() - self.dropped_through :]
+        )
 
     def prune_events(self, retention: Retention, now: float) -> None:
         """Drop the closed segments ``events_for`` lets go, and those over the budget."""

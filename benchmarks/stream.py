@@ -6,7 +6,11 @@ Against a chat-completions server in its own process (``_stream_server``), in th
    greenroom's client streamed, by greenroom's client whole, and by the ``openai`` SDK's
    own stream (``chat.completions.create(stream=True)``, the reference), at each
    ``--concurrency``; the server answers at once, so the process's CPU is the client's.
-   Ratios: greenroom streamed / SDK streamed, greenroom streamed / greenroom whole.
+   Ratios: greenroom streamed / SDK streamed, greenroom streamed / greenroom whole. And
+   the network's floor (``_read_floor``): a bare asyncio protocol that only reads the same
+   answers — the server writes a segment per token, so a streamed reply costs even it
+   many reads where a whole one costs one; greenroom's own cost per token is its CPU
+   over that floor.
 2. **Chat time to first token**: ``--conversations`` users at once, each sending
    ``--rounds`` messages ``--think`` seconds apart through the assistant
    (``Assistant.say_streamed``: the runner, its request actors, the engine, the store)
@@ -183,9 +187,15 @@ def measure(
     rounds: int = 3,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"backend": backend, "tokens": tokens, "cpu": []}
+    from ._read_floor import floor
+
     with stream_server(tokens, 0, 0) as url:
         for level in concurrency:
-            results["cpu"].append(anyio.run(client_cpu, url, level, max(calls, level * 2), backend=backend))
+            row = anyio.run(client_cpu, url, level, max(calls, level * 2), backend=backend)
+            row["floor"] = bare = floor(url, level, max(calls, level * 2))
+            ours = row["greenroom_stream"]["us_per_token"] * tokens
+            row["over_floor_us_per_token"] = round((ours - bare["stream_us_per_reply"]) / tokens, 3)
+            results["cpu"].append(row)
     with stream_server(20, 50, 20) as url:
         results["chat"] = anyio.run(
             chat_first_token, url, conversations, 50.0, think, rounds, backend=backend
@@ -201,6 +211,14 @@ def format_table(results: dict[str, Any]) -> str:
             f" · whole {row['greenroom_whole']['us_per_token']:8.2f} · openai SDK stream "
             f"{row['sdk_stream']['us_per_token']:8.2f} · streamed/SDK {row['stream_vs_sdk']:.3f}"
             f" · streamed/whole {row['stream_vs_whole']:.3f}"
+        )
+        bare = row["floor"]
+        lines.append(
+            f"          network floor (a bare protocol only reading): streamed "
+            f"{bare['stream_us_per_reply']:.1f} µs/reply in {bare['stream_reads_per_reply']:.1f} reads, "
+            f"whole {bare['whole_us_per_reply']:.1f} in {bare['whole_reads_per_reply']:.1f} "
+            f"(streamed/whole {bare['stream_vs_whole']:.2f}); greenroom streamed over the floor "
+            f"{row['over_floor_us_per_token']:.2f} µs/token"
         )
     chat = results["chat"]
     lines.append(

@@ -105,3 +105,25 @@ def forgetting_model(store: Callable[[], RetentionAtTheWorstMoment]) -> Any:
             return await super().chat(request, timeout=timeout)
 
     return Forgetting()
+
+
+MODEL_CLIENTS = ("greenroom", "greenroom/streams", "openai")
+"""The ways an ``OpenAIChatModel`` reaches its server, for tests that run on each:
+greenroom's client on the asyncio protocol fast path (on trio: its streams path),
+greenroom's client on anyio's streams (asyncio; on trio the same as the first: skipped),
+and the openai SDK."""
+
+
+def use_model_client(name: str, backend: object, monkeypatch: Any) -> str:
+    """The ``client`` option for ``name`` (one of :data:`MODEL_CLIENTS`), the path set."""
+    import pytest
+
+    import greenroom.llm._http as http
+
+    if name == "greenroom/streams":
+        if "trio" in str(backend):
+            pytest.skip("on trio greenroom's client has one path, anyio's streams: run as 'greenroom'")
+        monkeypatch.setattr(http, "ASYNCIO_FAST_PATH", False)
+        return "greenroom"
+    monkeypatch.setattr(http, "ASYNCIO_FAST_PATH", True)
+    return name

@@ -7,16 +7,17 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import anyio
 import msgspec
 import pytest
-from _support import eventually
+from _support import MODEL_CLIENTS, eventually, use_model_client
 
 from greenroom import ActorSystem
 from greenroom.harness import Harness, Tool
 from greenroom.llm import BadRequest, ContextTooLong, OpenAIChatModel, RateLimited, TimedOut, Unavailable
-from greenroom.llm._openai import CLIENTS, retry_after_seconds
+from greenroom.llm._openai import retry_after_seconds
 from greenroom.messages import ChatMessage, ChatRequest, ModelToolCall, ToolSpec
 from greenroom.testing import ModelServer, Respond, completion, error_body
 
@@ -31,11 +32,11 @@ def server() -> Iterator[ModelServer]:
         yield running
 
 
-@pytest.fixture(params=CLIENTS)
-def client(request: pytest.FixtureRequest) -> str:
-    """Every behaviour holds on greenroom's own HTTP client and on the openai SDK's (the
-    reference), against the same real server."""
-    return str(request.param)
+@pytest.fixture(params=MODEL_CLIENTS)
+def client(request: pytest.FixtureRequest, anyio_backend: object, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every behaviour holds on greenroom's own HTTP client (both of its paths) and on the
+    openai SDK's (the reference), against the same real server."""
+    return use_model_client(str(request.param), anyio_backend, monkeypatch)
 
 
 def make_model(server: ModelServer, client: str, **options: object) -> OpenAIChatModel:
@@ -336,14 +337,19 @@ async def test_calls_take_the_pools_in_turn(server: ModelServer, client: str) ->
     server.add(*(Respond(body=completion(text=f"r{i}")) for i in range(4)))
     model = make_model(server, client, max_in_flight=4, pools=2)
     used: list[int] = []
-    originals = [client.post for client in model._clients]
-    for index, client in enumerate(model._clients):
 
-        async def post(*args: object, _index: int = index, **kwargs: object) -> object:
-            used.append(_index)
-            return await originals[_index](*args, **kwargs)  # type: ignore[arg-type]
+    class Counted:  # a transport that says which pool it is, then sends through the real one
+        def __init__(self, index: int, inner: Any) -> None:
+            self.index, self.inner = index, inner
 
-        client.post = post  # type: ignore[method-assign]
+        async def post(self, *args: Any) -> Any:
+            used.append(self.index)
+            return await self.inner.post(*args)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    model._transports = [Counted(n, inner) for n, inner in enumerate(model._transports)]  # type: ignore[misc]
     try:
         texts = [(await model.chat(ask(f"q{i}"))).text for i in range(4)]
     finally:

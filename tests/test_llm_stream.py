@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from _support import eventually
+from _support import MODEL_CLIENTS, eventually, use_model_client
 
 from greenroom.llm import (
     ChatStream,
@@ -22,7 +22,6 @@ from greenroom.llm import (
     Unavailable,
     open_stream,
 )
-from greenroom.llm._openai import CLIENTS
 from greenroom.llm._sse import EventDecoder
 from greenroom.llm._stream import pieces
 from greenroom.messages import ChatDelta, ChatMessage, ChatReply, ChatRequest, ModelToolCall, ToolSpec, Usage
@@ -39,9 +38,9 @@ def server() -> Iterator[ModelServer]:
         yield running
 
 
-@pytest.fixture(params=CLIENTS)
-def client(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(params=MODEL_CLIENTS)
+def client(request: pytest.FixtureRequest, anyio_backend: object, monkeypatch: pytest.MonkeyPatch) -> str:
+    return use_model_client(str(request.param), anyio_backend, monkeypatch)
 
 
 def make_model(server: ModelServer, client: str, **options: object) -> OpenAIChatModel:
@@ -359,40 +358,6 @@ async def test_a_model_told_not_to_stream_sends_each_call_whole(server: ModelSer
     assert [d.text for d in deltas if d.text] == ["one two three"]  # it came at once
     with pytest.raises(ValueError, match="stream must be true or false"):
         OpenAIChatModel("m", base_url=server.url, stream="no")  # type: ignore[arg-type]
-
-
-def test_a_chunked_body_is_decoded_however_the_network_splits_it() -> None:
-    """The decoder of streamed bodies: chunk extensions, trailers, and every split of the
-    bytes (one at a time included) give the same data and end at the same place."""
-    from greenroom.llm._http import _Chunked
-
-    wire = b"5;name=x\r\nhello\r\n1\r\n \r\n0A\r\n0123456789\r\n0\r\nTrailer: t\r\n\r\n"
-    for size in (1, 2, 3, 7, len(wire)):
-        chunked, got = _Chunked(b""), []
-        for start in range(0, len(wire), size):
-            chunked.buffer += wire[start : start + size]
-            got.append(chunked.take())
-        assert b"".join(got) == b"hello 0123456789" and chunked.ended and not chunked.buffer, size
-    after = _Chunked(b"3\r\nabc\r\n0\r\n\r\nHTTP/1.1 200")  # bytes past the end stay, unread
-    assert after.take() == b"abc" and after.ended and bytes(after.buffer) == b"HTTP/1.1 200"
-
-
-@pytest.mark.parametrize(
-    ("wire", "said"),
-    [
-        (b"zz\r\nhello\r\n", "a chunk size line b'zz'"),
-        (b"0x5\r\nhello\r\n", "a chunk size line b'0x5'"),
-        (b"-1\r\n", "a chunk size line b'-1'"),
-        (b"3\r\nabcXY", "a chunk does not end in CRLF"),
-        (b"1" * 5000, "a chunk size line over 4 KiB"),
-    ],
-)
-def test_a_body_that_is_not_chunked_encoding_is_refused_saying_why(wire: bytes, said: str) -> None:
-    from greenroom.llm._http import ConnectionFailed, _Chunked
-
-    with pytest.raises(ConnectionFailed, match=r"not valid HTTP/1\.1") as refused:
-        _Chunked(wire).take()
-    assert said in str(refused.value)
 
 
 # -- fallbacks=False: a load generator's model measures what the server does (issue 48) ------

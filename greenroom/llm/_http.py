@@ -1,45 +1,63 @@
 """``OriginClient``: greenroom's own HTTP/1.1 client for one origin — the model calls' path.
 
-Keep-alive connections over anyio streams (TCP, or TLS for ``https``), the protocol
-spoken by ``h11``; a request takes the most recently used idle connection or opens a new
-one, and gives it back once the answer was read whole. Why not the SDK's ``httpx``: per
-request it builds a request model, runs hooks, auth and a pool whose bookkeeping grows
-with its size — most of the CPU a model call costs greenroom on a fast server. This does
-one thing: ``POST`` a JSON body, read the answer — whole (:meth:`OriginClient.post`) or as it
-arrives (:meth:`OriginClient.stream`, for Server-Sent Events).
+Keep-alive connections to one origin (TCP, or TLS for ``https``); a request takes the most
+recently used idle connection or opens a new one, and gives it back once the answer was
+read whole. Answers are parsed by ``httptools`` (llhttp, in C: it only parses bytes, so it
+runs under any event loop) — the head, a ``Content-Length`` body, a chunked body with its
+extensions and trailers, a body that ends with the connection. Why not the SDK's
+``httpx``: per request it builds a request model, runs hooks, auth and a pool whose
+bookkeeping grows with its size — most of the CPU a model call costs greenroom on a fast
+server. This does one thing: ``POST`` a JSON body, read the answer — whole
+(:meth:`OriginClient.post`) or as it arrives (:meth:`OriginClient.stream`, for
+Server-Sent Events).
 
-- An idle connection the server has closed (its socket is readable) is dropped when
-  taken; a reused connection that fails before any byte of the answer was read is
-  replaced by a new one, once (the server closed it as the request went out).
+Two ways to the network, with the same behaviour and the same tests: anyio's byte streams
+(``_http_streams``: trio, and asyncio when told), and — **a backend fast path**, asyncio
+only — an ``asyncio.Protocol`` that parses each read as the loop delivers it, without
+pausing the transport per read (``_http_asyncio``). Each network read is parsed whole and
+everything it brought is handed to the reader at once.
+
+- An idle connection the server has closed (or written to) is dropped when taken; a
+  reused connection that fails before any byte of the answer was read is replaced by a new
+  one, once (the server closed it as the request went out).
 - Any other failure to connect, send or read raises :class:`ConnectionFailed`; an answer
   that breaks HTTP/1.1 too. The connection is then closed, never reused.
 - Cancellation (and so a caller's timeout) closes the connection in use: the server sees
   the client hang up and can stop working on the request. Nothing is retried.
+- A streamed body's silence is watched lazily (:class:`_Silence`): no timer or clock read
+  per read, a look every quarter of the bound.
 - ``aclose()`` closes the idle connections; one in use is closed as its request ends.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
-import select
 import socket
 import ssl
 import urllib.parse
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
-import anyio.abc
-import h11
+import httptools
+import sniffio
 
 from .._errors import InvalidInput
 
-_READ = 1 << 16
-_CUT = "the server closed the connection before the answer was whole"
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+CUT = "the server closed the connection before the answer was whole"
+HIGH_WATER = 1 << 20
+"""Bytes of body a connection holds unread before it stops reading from the network."""
+
+ASYNCIO_FAST_PATH = os.environ.get("GREENROOM_ASYNCIO_FAST_PATH", "1") != "0"
+"""On asyncio, read through a protocol (``_http_asyncio``) rather than anyio's streams.
+``GREENROOM_ASYNCIO_FAST_PATH=0`` turns it off (the streams path then serves asyncio too)."""
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET = re.compile(r"/[\x21-\x7e]*")
 
 
 class ConnectionFailed(Exception):
@@ -109,6 +127,20 @@ def os_error_text(error: BaseException) -> str:
 _UNREACHABLE = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN})
 
 
+def broke(error: BaseException) -> str:
+    """A connection that broke under a send or a read: reset, unless it says otherwise."""
+    kind = os_error_kind(error)
+    return "connection reset" if kind == "connection failed" else kind
+
+
+def bad_http(said: object) -> ConnectionFailed:
+    return ConnectionFailed(f"the answer is not valid HTTP/1.1: {said}", kind="bad HTTP")
+
+
+class Stale(Exception):
+    """A reused connection ended before any byte of the answer: open another, once."""
+
+
 @final
 class Answer:
     """A whole HTTP answer: ``status``, ``headers`` (names lower-cased) and ``body``."""
@@ -121,30 +153,166 @@ class Answer:
         self.body = body
 
 
+class Exchange:
+    """One answer as ``httptools`` parses it: each network read is fed whole
+    (:meth:`feed`), the parser's callbacks collect the head (informational answers
+    skipped), the body's pieces (``parts``, taken by the reader all at once) and its end.
+    ``after``: bytes came past the answer's end (the connection cannot carry another)."""
+
+    __slots__ = (
+        "after",
+        "buffered",
+        "ended",
+        "failure",
+        "head",
+        "headers",
+        "keep",
+        "on_body",
+        "parser",
+        "parts",
+        "raw",
+        "received",
+        "status",
+    )
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.on_body = self.parts.append
+        """The parser's body callback: each piece straight onto ``parts`` (a C call, not a
+        Python frame per chunk of a chunked body)."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.raw: list[tuple[bytes, bytes]] = []
+        self.head = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.buffered = 0
+        self.ended = False
+        self.keep = False
+        self.after = False
+        self.received = False
+        """Some byte of the answer arrived (a reused connection that ends before is stale)."""
+        self.failure: ConnectionFailed | None = None
+
+    # the parser's callbacks -------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.ended:
+            self.after = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.head:  # trailers after a chunked body are not the head's
+            self.raw.append((name, value))
+        # (the body: ``on_body``, set in ``__init__``)
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # 100 Continue and the like: the answer is still to come
+            self.raw = []
+            return
+        self.status = status
+        self.headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.raw}
+        self.head = True
+
+    def on_message_complete(self) -> None:
+        if self.head and not self.ended:
+            self.ended = True
+            self.keep = self.parser.should_keep_alive()
+
+    # ------------------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Parse one network read; a malformed answer sets :attr:`failure`."""
+        self.received = True
+        self.buffered += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            if self.ended:  # something past the answer's end: the answer stands, the connection not
+                self.after = True
+            elif self.failure is None:
+                self.failure = bad_http(error)
+
+    def take(self) -> bytes:
+        """The body's pieces parsed so far, as one ``bytes``; they are the caller's now."""
+        parts = self.parts
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        self.buffered = 0
+        return data
+
+    def at_eof(self, stale: bool) -> None:
+        """The server closed the connection: an answer whose length is the connection's
+        ends here; anything else was cut (``Stale`` when nothing of it arrived on a reused
+        connection)."""
+        if self.ended:
+            return
+        if not self.head:
+            if stale and not self.received:
+                raise Stale
+            raise ConnectionFailed(
+                "the server closed the connection before answering", kind="closed before answering"
+            )
+        headers = self.headers
+        if "content-length" not in headers and "transfer-encoding" not in headers:
+            self.ended = True  # a body delimited by the connection's end (RFC 9112, 6.3)
+            self.keep = False
+            return
+        raise ConnectionFailed(CUT, kind="closed mid-answer")
+
+    def reusable(self) -> bool:
+        return self.ended and self.keep and not self.after and self.failure is None
+
+
+class Connection(Protocol):
+    """One keep-alive connection, whichever way it reaches the network."""
+
+    exchange: Exchange
+
+    async def open(self, request: bytes, reused: bool) -> tuple[int, dict[str, str]]:
+        """Send ``request`` and read the answer's head: ``(status, headers)``. Raises
+        :class:`Stale` (a reused connection the server had closed) or
+        :class:`ConnectionFailed`."""
+        ...
+
+    async def receive(self) -> bytes:
+        """What has arrived of the body since the last call (everything read), waiting
+        only while nothing has; ``b""`` once it ended. ``TimeoutError`` once
+        :meth:`watched`'s silence ran out; ``ConnectionFailed`` when the body breaks off."""
+        ...
+
+    def watched(self, silence: float | None) -> Any:
+        """An async context: while in it, a wait in :meth:`receive` longer than
+        ``silence`` seconds raises ``TimeoutError``."""
+        ...
+
+    def idle_usable(self) -> bool:
+        """An idle connection the server has neither closed nor written to."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close at once (the server sees the client hang up)."""
+        ...
+
+
 @final
 class StreamedAnswer:
     """An HTTP answer whose body is read as it arrives: ``status``, ``headers`` (names
-    lower-cased), and :meth:`receive` for each piece of the body."""
+    lower-cased), and :meth:`receive` for what arrived of the body."""
 
-    __slots__ = ("_connection", "ended", "headers", "status")
+    __slots__ = ("exchange", "headers", "receive", "status")
 
-    def __init__(self, status: int, headers: dict[str, str], connection: _Connection) -> None:
+    def __init__(self, status: int, headers: dict[str, str], connection: Connection) -> None:
         self.status = status
         self.headers = headers
-        self._connection = connection
-        self.ended = False
-        """The body was read to its end."""
+        self.exchange = connection.exchange
+        self.receive = connection.receive
+        """What has arrived of the body since the last call (everything read, waiting only
+        while nothing has); ``b""`` once it ended. Raises ``TimeoutError`` after the
+        stream's silence bound, :class:`ConnectionFailed` when the body breaks off. (The
+        connection's own method: no layer between the reader and the network.)"""
 
-    async def receive(self, timeout: float | None = None) -> bytes:
-        """What has arrived of the body since the last call (everything read, waiting
-        only while nothing has; ``timeout`` bounds that wait, then ``TimeoutError``);
-        ``b""`` once it ended. Raises :class:`ConnectionFailed` when it breaks off before
-        its end."""
-        while not self.ended:
-            data, self.ended = await self._connection.next_data(timeout)
-            if data:
-                return data
-        return b""
+    @property
+    def ended(self) -> bool:
+        """The body arrived to its end."""
+        return self.exchange.ended
 
     async def read(self) -> bytes:
         """The rest of the body, whole."""
@@ -154,244 +322,52 @@ class StreamedAnswer:
         return b"".join(parts)
 
 
-class _Chunked:
-    """A chunked body decoded as it arrives (RFC 9112, 7.1) — the stream's hot path, a piece
-    of it per network read, where ``h11`` spends its per-event machinery. ``feed`` bytes,
-    ``take`` the data of every chunk complete so far; ``ended`` after the last chunk and
-    its trailers. Raises ``ConnectionFailed`` for what is not chunked encoding."""
+class Silence:
+    """The lazy silence watchdog both paths share: readers count their reads (``reads``)
+    and say when they wait (``waiting``); :meth:`look`, called every quarter of
+    ``bound``, says whether a wait has gone a whole ``bound`` without a read. No clock
+    read, timer or cancel scope per read: a silence is noticed within a quarter of the
+    bound after it ran out."""
 
-    __slots__ = ("buffer", "crlf", "ended", "left", "trailers")
+    __slots__ = ("bound", "idle_looks", "reads", "seen", "waiting")
 
-    def __init__(self, data: bytes) -> None:
-        self.buffer = bytearray(data)
-        self.left = 0  # data bytes of the current chunk still to come
-        self.crlf = 0  # bytes of the CRLF after a chunk's data still to come
-        self.trailers = False  # past the last chunk: trailer lines until an empty one
-        self.ended = False
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.reads = 0
+        self.waiting = False
+        self.seen = -1
+        self.idle_looks = 0
 
-    def take(self) -> bytes:
-        buffer = self.buffer
-        size_of = len(buffer)
-        at = 0
-        out: list[bytes] = []
-        while at < size_of and not self.ended:
-            if self.left:
-                n = min(self.left, size_of - at)
-                out.append(bytes(buffer[at : at + n]))
-                at += n
-                self.left -= n
-                if not self.left:
-                    self.crlf = 2
-            elif self.crlf:
-                n = min(self.crlf, size_of - at)
-                if buffer[at : at + n] != b"\r\n"[2 - self.crlf : 2 - self.crlf + n]:
-                    raise ConnectionFailed(
-                        "the answer is not valid HTTP/1.1: a chunk does not end in CRLF", kind="bad HTTP"
-                    )
-                at += n
-                self.crlf -= n
-            else:
-                end = buffer.find(b"\r\n", at)
-                if end < 0:
-                    if size_of - at > 4096:
-                        raise ConnectionFailed(
-                            "the answer is not valid HTTP/1.1: a chunk size line over 4 KiB", kind="bad HTTP"
-                        )
-                    break
-                line = bytes(buffer[at:end])
-                at = end + 2
-                if self.trailers:
-                    self.ended = not line
-                    continue
-                digits = line.split(b";", 1)[0].strip()
-                if not _HEX.fullmatch(digits):
-                    raise ConnectionFailed(
-                        f"the answer is not valid HTTP/1.1: a chunk size line {line[:40]!r}", kind="bad HTTP"
-                    )
-                size = int(digits, 16)
-                if size:
-                    self.left = size
-                else:
-                    self.trailers = True
-        del buffer[:at]
-        return out[0] if len(out) == 1 else b"".join(out)
+    @property
+    def every(self) -> float:
+        return self.bound / 4
 
-
-def _broke(error: BaseException) -> str:
-    """A connection that broke under a send or a read: reset, unless it says otherwise."""
-    kind = os_error_kind(error)
-    return "connection reset" if kind == "connection failed" else kind
-
-
-class _Stale(Exception):
-    """A reused connection ended before any byte of the answer: open another, once."""
-
-
-class _Connection:
-    __slots__ = ("chunked", "keep", "protocol", "socket", "stream")
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        self.protocol = h11.Connection(h11.CLIENT)
-        self.socket: Any = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        self.chunked: _Chunked | None = None
-        """The answer's chunked body, decoded here once ``h11`` read its head."""
-        self.keep = False
-        """The answer was read whole by :attr:`chunked` and the connection may carry another."""
-
-    def closed_by_server(self) -> bool:
-        """An idle connection whose socket is readable was closed (or written to) by the
-        server: it cannot carry a request."""
-        if self.socket is None:
+    def look(self) -> bool:
+        """True: the reader has waited ``bound`` seconds with nothing read."""
+        if not self.waiting or self.reads != self.seen:
+            self.seen = self.reads
+            self.idle_looks = 0
             return False
-        try:
-            readable, _, _ = select.select([self.socket], [], [], 0)
-        except (OSError, ValueError):  # closed under us
-            return True
-        return bool(readable)
+        self.idle_looks += 1
+        return self.idle_looks >= 4
 
-    async def exchange(self, request: h11.Request, body: bytes, reused: bool) -> Answer:
-        """Send the request and read its answer whole."""
-        status, headers = await self.open(request, body, reused)
-        parts: list[bytes] = []
-        while True:
-            data, ended = await self.next_data()
-            if data:
-                parts.append(data)
-            if ended:
-                return Answer(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
 
-    async def open(self, request: h11.Request, body: bytes, reused: bool) -> tuple[int, dict[str, str]]:
-        """Send the request and read the answer's head: ``(status, headers)``. The body
-        follows through :meth:`next_data`."""
-        protocol = self.protocol
-        data = protocol.send(request)
-        data += protocol.send(h11.Data(data=body))
-        data += protocol.send(h11.EndOfMessage())
-        try:
-            await self.stream.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
-            if reused:
-                raise _Stale from None
-            raise ConnectionFailed(
-                f"the connection broke while sending: {error!r}", kind=_broke(error)
-            ) from None
-        while True:
-            event = await self._next_event(stale=reused)
-            if type(event) is h11.Response:
-                headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
-                if headers.get("transfer-encoding", "").lower() == "chunked" and event.http_version == b"1.1":
-                    data, closed = protocol.trailing_data
-                    if not closed:
-                        self.chunked = _Chunked(data)
-                        self.keep = "close" not in headers.get("connection", "").lower()
-                return event.status_code, headers
-            if type(event) is h11.ConnectionClosed:
-                if reused:
-                    raise _Stale
-                raise ConnectionFailed(
-                    "the server closed the connection before answering", kind="closed before answering"
-                )
-            # InformationalResponse (100 Continue): read on
-
-    async def next_data(self, timeout: float | None = None) -> tuple[bytes, bool]:
-        """What has arrived of the answer's body, waiting (``timeout`` seconds at most,
-        then ``TimeoutError``) only while nothing has: ``(bytes, ended)`` — every piece
-        already read from the connection at once, not one chunk of a chunked body per
-        call. Raises :class:`ConnectionFailed` when the body breaks off before its end."""
-        chunked = self.chunked
-        if chunked is not None:
-            return await self._next_chunks(chunked, timeout)
-        protocol = self.protocol
-        parts: list[bytes] = []
-        while True:
-            try:
-                event = protocol.next_event()
-            except h11.RemoteProtocolError as error:
-                raise ConnectionFailed(
-                    f"the answer is not valid HTTP/1.1: {error}", kind="bad HTTP"
-                ) from None
-            kind = type(event)
-            if kind is h11.Data:
-                parts.append(event.data)  # type: ignore[union-attr]
-            elif event is h11.NEED_DATA:
-                if parts:
-                    return b"".join(parts), False
-                protocol.receive_data(await self._read(timeout))
-            elif kind is h11.EndOfMessage:
-                return b"".join(parts), True
-            elif kind is h11.ConnectionClosed:
-                raise ConnectionFailed(_CUT, kind="closed mid-answer")
-
-    async def _next_chunks(self, chunked: _Chunked, timeout: float | None) -> tuple[bytes, bool]:
-        while True:
-            data = chunked.take()
-            if chunked.ended:
-                if chunked.buffer:  # bytes past the answer's end: nothing may follow it
-                    self.keep = False
-                return data, True
-            if data:
-                return data, False
-            received = await self._read(timeout)
-            if not received:
-                raise ConnectionFailed(_CUT, kind="closed mid-answer")
-            chunked.buffer += received
-
-    async def _read(self, timeout: float | None) -> bytes:
-        """What the connection has next (``b""``: the server closed it), waiting at most
-        ``timeout`` seconds (then ``TimeoutError``); ``ConnectionFailed`` if it broke."""
-        try:
-            if timeout is None:
-                return await self.stream.receive(_READ)
-            with anyio.fail_after(timeout):
-                return await self.stream.receive(_READ)
-        except anyio.EndOfStream:
-            return b""
-        except TimeoutError:  # the silence outlasted ``timeout`` (an OSError too: not a break)
-            raise
-        except (anyio.BrokenResourceError, OSError) as error:
-            raise ConnectionFailed(
-                f"the connection broke while reading: {error!r}", kind=_broke(error)
-            ) from None
-
-    async def _next_event(self, stale: bool) -> Any:
-        protocol = self.protocol
-        while True:
-            try:
-                event = protocol.next_event()
-            except h11.RemoteProtocolError as error:
-                raise ConnectionFailed(
-                    f"the answer is not valid HTTP/1.1: {error}", kind="bad HTTP"
-                ) from None
-            if event is not h11.NEED_DATA:
-                return event
-            try:
-                received = await self.stream.receive(_READ)
-            except anyio.EndOfStream:
-                received = b""
-            except (anyio.BrokenResourceError, OSError) as error:
-                if stale:
-                    raise _Stale from None
-                raise ConnectionFailed(
-                    f"the connection broke while reading: {error!r}", kind=_broke(error)
-                ) from None
-            if not received and stale:
-                raise _Stale
-            protocol.receive_data(received)
-
-    def reusable(self) -> bool:
-        chunked = self.chunked
-        if chunked is not None:  # the body was ours: a new h11 state for the next request
-            self.chunked = None
-            if not (chunked.ended and self.keep):
-                return False
-            self.protocol = h11.Connection(h11.CLIENT)
-            return True
-        protocol = self.protocol
-        if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
-            protocol.start_next_cycle()
-            return True
-        return False
+def check_headers(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """The header lines of ``headers``, each checked: a name that is not a token or a
+    value with a line break (an API key pasted with its newline) is refused."""
+    lines = []
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name):
+            raise InvalidInput(
+                f"an HTTP header name must be a token, got {name!r}", field="headers", value=name
+            )
+        if b"\r" in value or b"\n" in value or b"\0" in value:
+            said = name.decode("latin-1")
+            raise InvalidInput(
+                f"the HTTP header {said} has a line break in its value", field="headers", value=said
+            )
+        lines.append(name + b": " + value + b"\r\n")
+    return b"".join(lines)
 
 
 @final
@@ -400,10 +376,17 @@ class OriginClient:
     ``https``; paths given to :meth:`post` are joined to its path). ``max_idle``: idle
     connections kept at most (more are closed as their request ends). ``ssl_context``:
     for ``https`` (default: the system's trust store, ``ssl.create_default_context()``).
+    ``fast_path``: on asyncio, read through a protocol (default: :data:`ASYNCIO_FAST_PATH`);
+    elsewhere, and when false, through anyio's streams.
     """
 
     def __init__(
-        self, base_url: str, *, max_idle: int = 100, ssl_context: ssl.SSLContext | None = None
+        self,
+        base_url: str,
+        *,
+        max_idle: int = 100,
+        ssl_context: ssl.SSLContext | None = None,
+        fast_path: bool | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -421,7 +404,9 @@ class OriginClient:
         self._path = parts.path.rstrip("/")
         self._ssl_context = ssl_context if ssl_context is not None or not self.tls else None
         self.max_idle = max_idle
-        self._idle: list[_Connection] = []
+        self.fast_path = ASYNCIO_FAST_PATH if fast_path is None else fast_path
+        self._idle: list[Connection] = []
+        self._heads: dict[tuple[str, tuple[tuple[bytes, bytes], ...]], bytes] = {}
         self.closed = False
 
     async def post(self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> Answer:
@@ -432,32 +417,50 @@ class OriginClient:
         """
         if self.closed:
             raise RuntimeError("OriginClient.post() after aclose()")
-        request = self._request(path, body, headers)
+        connection, status, head = await self._opened(self._request(path, body, headers))
+        try:
+            parts: list[bytes] = []
+            receive = connection.receive
+            while data := await receive():
+                parts.append(data)
+        except BaseException:
+            await connection.aclose()
+            raise
+        await self._give_back(connection)
+        return Answer(status, head, parts[0] if len(parts) == 1 else b"".join(parts))
+
+    async def _opened(self, request: bytes) -> tuple[Connection, int, dict[str, str]]:
+        """A connection that sent ``request`` and read its answer's head: an idle one (the
+        server may have closed it as the request went out: then a new one, once), or a
+        new one. Closed on any failure."""
         connection, reused = await self._take_idle(), True
         if connection is None:
             connection, reused = await self._connect(), False
         try:
             try:
-                answer = await connection.exchange(request, body, reused)
-            except _Stale:
-                await anyio.aclose_forcefully(connection.stream)
+                status, head = await connection.open(request, reused)
+            except Stale:
+                await connection.aclose()
                 connection = await self._connect()
-                answer = await connection.exchange(request, body, False)
+                status, head = await connection.open(request, False)
         except BaseException:
-            await anyio.aclose_forcefully(connection.stream)
+            await connection.aclose()
             raise
-        if connection.reusable() and not self.closed and len(self._idle) < self.max_idle:
-            self._idle.append(connection)
-        else:
-            await anyio.aclose_forcefully(connection.stream)
-        return answer
+        return connection, status, head
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]
+        self,
+        path: str,
+        body: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        *,
+        timeout: float | None = None,
     ) -> AsyncIterator[StreamedAnswer]:
         """``POST`` ``body`` to ``path`` and give the answer as it arrives: its status and
-        headers at once, its body through ``StreamedAnswer.receive``.
+        headers at once, its body through ``StreamedAnswer.receive``. ``timeout``
+        (seconds, ``None``: no bound) bounds the wait for the head (``TimeoutError``) and
+        each silence in the body (``receive`` raises ``TimeoutError``).
 
         Raises :class:`ConnectionFailed` when the head cannot be had (a reused connection
         the server had closed is replaced once, as in :meth:`post`). Leaving the block
@@ -468,62 +471,63 @@ class OriginClient:
         if self.closed:
             raise RuntimeError("OriginClient.stream() after aclose()")
         request = self._request(path, body, headers)
-        connection, reused = await self._take_idle(), True
-        if connection is None:
-            connection, reused = await self._connect(), False
-        answer: StreamedAnswer | None = None
+        with anyio.fail_after(timeout):
+            connection, status, head = await self._opened(request)
+        answer = StreamedAnswer(status, head, connection)
         try:
-            try:
-                status, head = await connection.open(request, body, reused)
-            except _Stale:
-                await anyio.aclose_forcefully(connection.stream)
-                connection = await self._connect()
-                status, head = await connection.open(request, body, False)
-            answer = StreamedAnswer(status, head, connection)
-            yield answer
+            async with connection.watched(timeout):
+                yield answer
         except BaseException:
-            await anyio.aclose_forcefully(connection.stream)
+            await connection.aclose()
             raise
-        if answer.ended and connection.reusable() and not self.closed and len(self._idle) < self.max_idle:
+        if answer.ended:
+            await self._give_back(connection)
+        else:
+            await connection.aclose()
+
+    def _request(self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+        key = (path, tuple(headers))
+        head = self._heads.get(key)
+        if head is None:
+            target = self._path + path
+            if not _TARGET.fullmatch(target):
+                raise InvalidInput(f"an HTTP path must be printable ASCII, got {target!r}", field="path")
+            head = (
+                b"POST " + target.encode("ascii") + b" HTTP/1.1\r\nhost: " + self._host_header + b"\r\n"
+            ) + check_headers(headers)
+            if len(self._heads) < 64:
+                self._heads[key] = head
+        return b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
+
+    async def _give_back(self, connection: Connection) -> None:
+        if connection.exchange.reusable() and not self.closed and len(self._idle) < self.max_idle:
             self._idle.append(connection)
         else:
-            await anyio.aclose_forcefully(connection.stream)
+            await connection.aclose()
 
-    def _request(self, path: str, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> h11.Request:
-        return h11.Request(
-            method=b"POST",
-            target=(self._path + path).encode("ascii"),
-            headers=[
-                (b"host", self._host_header),
-                (b"content-length", str(len(body)).encode("ascii")),
-                *headers,
-            ],
-        )
-
-    async def _take_idle(self) -> _Connection | None:
+    async def _take_idle(self) -> Connection | None:
         """The most recently used idle connection the server has not closed, if any."""
         idle = self._idle
         while idle:
             connection = idle.pop()
-            if not connection.closed_by_server():
+            if connection.idle_usable():
                 return connection
-            await anyio.aclose_forcefully(connection.stream)
+            await connection.aclose()
         return None
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> Connection:
+        context: ssl.SSLContext | None = None
+        if self.tls:
+            context = self._ssl_context or ssl.create_default_context()
+            self._ssl_context = context
         try:
-            if self.tls:
-                context = self._ssl_context or ssl.create_default_context()
-                self._ssl_context = context
-                stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                    self.host,
-                    self.port,
-                    ssl_context=context,
-                    tls_hostname=self.host,
-                    tls_standard_compatible=False,
-                )
-            else:
-                stream = await anyio.connect_tcp(self.host, self.port)
+            if self.fast_path and sniffio.current_async_library() == "asyncio":
+                from ._http_asyncio import connect  # the asyncio fast path
+
+                return await connect(self.host, self.port, context)
+            from ._http_streams import connect as connect_streams
+
+            return await connect_streams(self.host, self.port, context)
         except OSError as error:
             kind, said = os_error_kind(error), os_error_text(error)
             raise ConnectionFailed(
@@ -532,7 +536,6 @@ class OriginClient:
                 reached=False,
                 detail=said,
             ) from None
-        return _Connection(stream)
 
     async def aclose(self) -> None:
         """Close the idle connections; a connection in use closes when its request ends.
@@ -540,4 +543,4 @@ class OriginClient:
         self.closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
-            await anyio.aclose_forcefully(connection.stream)
+            await connection.aclose()

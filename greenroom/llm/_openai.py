@@ -14,7 +14,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,16 +23,17 @@ import msgspec
 from .._checks import check_int, check_seconds
 from .._errors import InvalidInput
 from ..messages import ChatDelta, ChatMessage, ChatReply, ChatRequest, Usage
-from ._errors import UNREACHED, BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
-from ._http import Answer, ConnectionFailed, OriginClient, os_error_kind, os_error_text
+from ._errors import BadRequest, ContextTooLong, ModelError, RateLimited, TimedOut, Unavailable
+from ._http import Answer, ConnectionFailed
 from ._price import Price
 from ._protocol import ClosingModel
 from ._scripted import estimate_usage
 from ._sse import EventDecoder, ReplyAssembler, decode_chunk, parse_arguments
 from ._stream import ChatStream, Pull, StreamBroken, once, reply_deltas
+from ._transport import Body, OriginTransport, SDKTransport, Transport
 
 if TYPE_CHECKING:  # imported when a model is made: a command that makes none never pays for it
-    import openai
+    pass
 
 logger = logging.getLogger("greenroom.llm")
 
@@ -208,11 +208,6 @@ class _StatusError:
         self.type: Any = fields.get("type")
 
     @classmethod
-    def from_sdk(cls, error: openai.APIStatusError) -> _StatusError:
-        headers = {name.lower(): value for name, value in error.response.headers.items()}
-        return cls(error.status_code, error.body, str(error.message), headers)
-
-    @classmethod
     def from_answer(cls, answer: Answer) -> _StatusError:
         """What the SDK makes of the same answer (``_make_status_error_from_response``)."""
         message = f"Error code: {answer.status}"
@@ -283,8 +278,8 @@ class _Whole:
 
 
 CLIENTS = ("greenroom", "openai")
-"""The HTTP clients ``OpenAIChatModel`` can send with: greenroom's own (``OriginClient``)
-or the ``openai`` SDK's ``AsyncOpenAI``."""
+"""The transports ``OpenAIChatModel`` can send through: greenroom's own HTTP client
+(:class:`OriginTransport`) or the ``openai`` SDK's ``AsyncOpenAI`` (:class:`SDKTransport`)."""
 
 
 class OpenAIChatModel(ClosingModel):
@@ -377,6 +372,10 @@ class OpenAIChatModel(ClosingModel):
             )
         if api_key is not None and not isinstance(api_key, str):
             raise InvalidInput("OpenAIChatModel api_key must be a string", field="api_key")
+        if api_key is not None and any(c in api_key for c in "\r\n\0"):
+            raise InvalidInput(  # the value is a secret: named, never shown
+                "OpenAIChatModel api_key must not hold a line break or NUL", field="api_key"
+            )
         if temperature is not None and (
             isinstance(temperature, bool)
             or not isinstance(temperature, (int, float))
@@ -449,23 +448,23 @@ class OpenAIChatModel(ClosingModel):
         self._tokens_field = "max_tokens"  # or max_completion_tokens, once the server asked for it
         self._no_temperature = False  # the server takes only its default temperature
         self._admission: anyio.CapacityLimiter | None = None  # made on first use, in the loop
-        self._clients = [self._make_client(base_url) for _ in range(self.pools)]
         self._headers = (
             (b"content-type", b"application/json"),
             (b"accept", b"application/json"),
             (b"authorization", f"Bearer {self._key}".encode("latin-1", "replace")),
             (b"user-agent", f"greenroom/{_version()}".encode("ascii")),
         )
-        self._stream_headers = (*self._headers[:1], (b"accept", b"text/event-stream"), *self._headers[2:])
-        self._client = self._clients[0]
+        self._transports = [self._make_transport(base_url) for _ in range(self.pools)]
         self._next = 0
         self.closed = False
 
-    def _make_client(self, base_url: str | None) -> openai.AsyncOpenAI | OriginClient:
+    def _make_transport(self, base_url: str | None) -> Transport:
         size = None if self.max_in_flight is None else -(-self.max_in_flight // self.pools)
         idle = None if self.keep_alive is None else -(-self.keep_alive // self.pools)
         if self.client == "greenroom":
-            return OriginClient(base_url or DEFAULT_BASE_URL, max_idle=idle or size or 100)
+            return OriginTransport(
+                base_url or DEFAULT_BASE_URL, max_idle=idle or size or 100, headers=self._headers
+            )
         import openai
 
         http_client = None
@@ -473,8 +472,14 @@ class OpenAIChatModel(ClosingModel):
             limits = httpx2.Limits(max_connections=size, max_keepalive_connections=idle or size)
             http_client = openai.DefaultAsyncHttpxClient(limits=limits)
         # retries are ours (bounded, Retry-After aware, mapped to our errors): the SDK's are off
-        return openai.AsyncOpenAI(
-            api_key=self._key, base_url=base_url, max_retries=0, timeout=self.timeout, http_client=http_client
+        return SDKTransport(
+            openai.AsyncOpenAI(
+                api_key=self._key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=self.timeout,
+                http_client=http_client,
+            )
         )
 
     def __repr__(self) -> str:
@@ -533,13 +538,10 @@ class OpenAIChatModel(ClosingModel):
     async def _attempts(self, request: ChatRequest, params: dict[str, Any], per_call: float) -> ChatReply:
         attempt = 0
         while True:
-            client = self._clients[self._next]
+            transport = self._transports[self._next]
             self._next = (self._next + 1) % self.pools
             self._sent += 1
-            if type(client) is OriginClient:
-                body, status_error, failure = await self._post(client, params, per_call)
-            else:
-                body, status_error, failure = await self._post_sdk(client, params, per_call)
+            body, status_error, failure = await self._post(transport, params, per_call)
             if body is not None:
                 return self._reply(request, self._completion(body))
             if status_error is not None and self._adapt(status_error, params):
@@ -575,13 +577,12 @@ class OpenAIChatModel(ClosingModel):
         return attempt
 
     async def _post(
-        self, client: OriginClient, params: dict[str, Any], per_call: float
+        self, transport: Transport, params: dict[str, Any], per_call: float
     ) -> tuple[bytes | None, _StatusError | None, ModelError | None]:
-        """One attempt through greenroom's own client: the completion's bytes, or the
-        error answer, or the failure to reach the server (one of the three)."""
+        """One attempt: the completion's bytes, or the error answer, or the failure to
+        reach the server (one of the three)."""
         try:
-            with anyio.fail_after(per_call):
-                answer = await client.post("/chat/completions", _encode(params), self._headers)
+            answer = await transport.post("/chat/completions", _encode(params), per_call)
         except TimeoutError:
             raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
         except ConnectionFailed as error:
@@ -589,28 +590,6 @@ class OpenAIChatModel(ClosingModel):
         if 200 <= answer.status < 300:
             return answer.body, None, None
         return None, _StatusError.from_answer(answer), None
-
-    async def _post_sdk(
-        self, client: openai.AsyncOpenAI, params: dict[str, Any], per_call: float
-    ) -> tuple[bytes | None, _StatusError | None, ModelError | None]:
-        """One attempt through the openai SDK (the reference): the same outcomes."""
-        import openai  # loaded with the first client (``_make_client``)
-
-        try:
-            # the wire body is built here already: posted as it is, and the answer decoded
-            # by msgspec (the SDK's per-call transform and pydantic parsing cost ~5 ms of CPU
-            # per call with five tool schemas); status codes, timeouts, auth and connection
-            # errors are still the SDK's (its exceptions, mapped here)
-            response = await client.post(
-                "/chat/completions", cast_to=httpx2.Response, body=params, options={"timeout": per_call}
-            )
-        except openai.APITimeoutError:
-            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
-        except openai.APIStatusError as error:
-            return None, _StatusError.from_sdk(error), None
-        except openai.APIConnectionError as error:
-            return None, None, self._unreachable(error)
-        return response.content, None, None
 
     def stream(
         self, request: ChatRequest, *, timeout: float | None = None
@@ -668,13 +647,10 @@ class OpenAIChatModel(ClosingModel):
             asked = dict(params, stream=True)
             if not self._no_stream_options:
                 asked["stream_options"] = {"include_usage": True}
-            client = self._clients[self._next]
+            transport = self._transports[self._next]
             self._next = (self._next + 1) % self.pools
             self._sent += 1
-            if type(client) is OriginClient:
-                pull, status_error, failure = await self._open_origin(client, asked, per_call, stack, whole)
-            else:
-                pull, status_error, failure = await self._open_sdk(client, asked, per_call, stack, whole)
+            pull, status_error, failure = await self._open(transport, asked, per_call, stack, whole)
             if pull is not None:
                 return pull
             if status_error is not None and (
@@ -685,87 +661,35 @@ class OpenAIChatModel(ClosingModel):
                 continue  # the same request in the form this server takes: not a retry
             attempt = await self._retry_after(status_error, failure, attempt)
 
-    async def _open_origin(
+    async def _open(
         self,
-        client: OriginClient,
+        transport: Transport,
         params: dict[str, Any],
         per_call: float,
         stack: AsyncExitStack,
         whole: _Whole,
     ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
-        """One streamed attempt through greenroom's own client, up to the answer's head."""
-        opening = client.stream("/chat/completions", _encode(params), self._stream_headers)
+        """One streamed attempt, up to the answer's head: the pull that reads its body
+        (its connection closed by ``stack``), or the error answer, or the failure to reach
+        the server."""
+        opening = transport.stream("/chat/completions", _encode(params), per_call)
         try:
-            with anyio.fail_after(per_call):
-                answer = await opening.__aenter__()
+            answer: Body = await opening.__aenter__()
         except TimeoutError:
             raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
         except ConnectionFailed as error:
             return None, None, self._unreachable(error)
         if not 200 <= answer.status < 300:
             try:
-                with anyio.fail_after(per_call):
-                    body = await answer.read()
+                body = await answer.read()
             except (TimeoutError, ConnectionFailed):
                 body = b""
             finally:
                 await opening.__aexit__(None, None, None)
-            return None, _StatusError.from_answer(Answer(answer.status, answer.headers, body)), None
+            return None, _StatusError.from_answer(Answer(answer.status, dict(answer.headers), body)), None
         stack.push_async_exit(opening.__aexit__)
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
-        return self._reader(partial(answer.receive, per_call), per_call, whole, streamed), None, None
-
-    async def _open_sdk(
-        self,
-        client: openai.AsyncOpenAI,
-        params: dict[str, Any],
-        per_call: float,
-        stack: AsyncExitStack,
-        whole: _Whole,
-    ) -> tuple[Pull | None, _StatusError | None, ModelError | None]:
-        """One streamed attempt through the openai SDK, up to the answer's head: its
-        transport (proxies, auth, timeouts, status errors), the body's events read here as
-        on greenroom's client. (The SDK's own ``AsyncStream`` leaves its inner async
-        generators to the garbage collector when a stream ends at ``[DONE]``, which trio
-        reports as a resource leak; the benchmark measures it as the reference.)"""
-        import openai
-
-        try:
-            # cast to the response itself: its head read, its body left to read here
-            response = await client.post(
-                "/chat/completions",
-                cast_to=httpx2.Response,
-                body=params,
-                options={"timeout": per_call, "headers": {"Accept": "text/event-stream"}},
-                stream=True,
-            )
-        except openai.APITimeoutError:
-            raise TimedOut(f"{self.model}: no answer within {per_call:g}s") from None
-        except openai.APIStatusError as error:
-            return None, _StatusError.from_sdk(error), None
-        except openai.APIConnectionError as error:
-            return None, None, self._unreachable(error)
-        body = response.aiter_raw()
-
-        async def close(*_: object) -> None:
-            with anyio.CancelScope(shield=True):
-                await body.aclose()
-                await response.aclose()
-
-        stack.push_async_exit(close)
-
-        async def receive() -> bytes:
-            try:
-                return await body.__anext__()
-            except StopAsyncIteration:
-                return b""
-            except httpx2.TimeoutException:
-                raise TimeoutError from None
-            except (httpx2.TransportError, httpx2.StreamError) as error:
-                raise ConnectionFailed(f"{type(error).__name__}: {error}") from None
-
-        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-        return self._reader(receive, per_call, whole, streamed), None, None
+        return self._reader(answer.receive, per_call, whole, streamed), None, None
 
     def _reader(
         self,
@@ -830,6 +754,17 @@ class OpenAIChatModel(ClosingModel):
                         raise broken("the answer ended before the reply did")
                     return assembler.finish()
                 out: list[ChatDelta] = []
+                fast = events.chunks(data)
+                if fast is not None:
+                    chunks, ended = fast
+                    seen = True
+                    done = done or ended
+                    said = assembler.take_all(chunks, out)
+                    if said is not None:
+                        raise broken(f"the server sent an error: {_said(said)}", "stream error")
+                    if out:
+                        return out
+                    continue
                 for event in events.feed(data):
                     seen = True
                     if event.startswith(b"[DONE]"):
@@ -849,17 +784,10 @@ class OpenAIChatModel(ClosingModel):
 
         return pull
 
-    def _unreachable(self, error: Exception) -> Unavailable:
+    def _unreachable(self, error: ConnectionFailed) -> Unavailable:
         """The failure of an attempt that got no answer: the address, and what happened."""
         where = self.base_url or DEFAULT_BASE_URL
-        if isinstance(error, ConnectionFailed):
-            kind, reached, detail = error.kind, error.reached, error.detail
-        else:  # the SDK's APIConnectionError: what its transport met is in its causes
-            kind = os_error_kind(error)
-            reached = kind not in UNREACHED
-            if kind == "connection failed" and "timed out" in str(error).lower():
-                kind = "timeout"
-            detail = os_error_text(error)
+        kind, reached, detail = error.kind, error.reached, error.detail
         said = f"the connection to the server at {where} failed" if reached else f"cannot reach {where}"
         detail = self._redact(detail)
         return Unavailable(f"{self.model}: {said}: {kind}" + (f" ({detail})" if detail else ""), kind=kind)
@@ -996,8 +924,5 @@ class OpenAIChatModel(ClosingModel):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
-            for client in self._clients:
-                if type(client) is OriginClient:
-                    await client.aclose()
-                else:
-                    await client.close()
+            for transport in self._transports:
+                await transport.aclose()

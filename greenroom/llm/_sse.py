@@ -40,6 +40,35 @@ class EventDecoder:
         self._rest = b""
         self._data: list[bytes] = []
 
+    def chunks(self, chunk: bytes) -> tuple[list[Chunk], bool] | None:
+        """The common case at the cost of a few scans: the events ``chunk`` completes are
+        each one ``data: `` line of a chat completion chunk (as OpenAI-compatible servers
+        send them), and what was pending from before is only bytes. Then ``(those chunks,
+        whether the last event was [DONE])``, decoded as one JSON array in one call, and
+        the bytes after the last whole event kept for the next call; else ``None`` with
+        nothing consumed — :meth:`feed` takes the same bytes. (A JSON text holds no raw
+        line break, so every ``\n`` of the whole events must be their framing.)"""
+        if self._data:
+            return None
+        if self._rest:
+            chunk = self._rest + chunk
+        end = chunk.rfind(b"\n\n")
+        if end < 0 or not chunk.startswith(b"data: ") or b"\r" in chunk:
+            return None
+        whole = chunk[: end + 2]
+        events = whole.count(b"\n\ndata: ") + 1
+        if whole.count(b"\n") != 2 * events:
+            return None
+        done = whole.endswith(b"data: [DONE]\n\n")
+        if done:
+            whole = whole[: -len(b"data: [DONE]\n\n")]
+        try:
+            decoded = decode_chunks(b"[" + whole[6:-2].replace(b"\n\ndata: ", b",") + b"]") if whole else []
+        except msgspec.DecodeError:  # one of them is not a chunk: feed() says which
+            return None
+        self._rest = chunk[end + 2 :]
+        return decoded, done
+
     def feed(self, chunk: bytes) -> list[bytes]:
         data = self._rest + chunk if self._rest else chunk
         tail = b""
@@ -100,6 +129,8 @@ class Chunk(msgspec.Struct):
 
 
 decode_chunk = msgspec.json.Decoder(Chunk).decode
+decode_chunks = msgspec.json.Decoder(list[Chunk]).decode
+"""The events of :meth:`EventDecoder.chunks`, at once."""
 
 
 class ReplyAssembler:
@@ -135,6 +166,32 @@ class ReplyAssembler:
                 self.finish_reason = choice.finish_reason
                 self._flush(out)
         return out
+
+    def take_all(self, chunks: list[Chunk], out: list[ChatDelta]) -> Any:
+        """:meth:`take` for each of ``chunks`` in turn, its pieces onto ``out``, the common
+        chunk (one choice, a piece of text) without a call. Stops at a chunk that carries an
+        ``error`` and returns that error (else ``None``)."""
+        text = self._text
+        for chunk in chunks:
+            choices = chunk.choices
+            if chunk.usage is None and chunk.error is None and len(choices) == 1:
+                choice = choices[0]
+                delta = choice.delta
+                if (
+                    delta is not None
+                    and delta.tool_calls is None
+                    and not choice.finish_reason
+                    and not choice.index
+                ):
+                    content = delta.content
+                    if content:
+                        text.append(content)
+                        out.append(ChatDelta(text=content))
+                    continue
+            if chunk.error is not None:
+                return chunk.error
+            out += self.take(chunk)
+        return None
 
     def _fragment(self, fragment: Any, out: list[ChatDelta]) -> None:
         index = fragment.index or 0

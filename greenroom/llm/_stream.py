@@ -135,48 +135,52 @@ class ChatStream:
 
     async def __anext__(self) -> ChatDelta:
         queue = self._queue
-        if self._read >= len(queue):
+        read = self._read
+        if read >= len(queue):
             if self.ended_at is not None:
                 raise StopAsyncIteration
             queue = await self._pull()
-            self._pulled_at = anyio.current_time()
             if not queue:
+                self._pulled_at = anyio.current_time()
                 self._end()
                 raise StopAsyncIteration
-            self._queue, self._read = queue, 0
-        delta = queue[self._read]
-        self._read += 1
-        self._take(delta)
-        return delta
+            self._arrived(queue)
+            self._queue = queue
+            read = 0
+        self._read = read + 1
+        return queue[read]
 
     async def read(self) -> ChatReply:
         """Read the rest of the stream; the whole reply."""
-        take = self._take
         while self.ended_at is None:
-            queue, start = self._queue, self._read
-            for index in range(start, len(queue)):
-                take(queue[index])
             queue = await self._pull()
-            self._pulled_at = anyio.current_time()
-            self._queue, self._read = queue, 0
-            if not queue:
+            self._read = len(queue)
+            if queue:
+                self._arrived(queue)
+                self._queue = queue
+            else:
+                self._pulled_at = anyio.current_time()
                 self._end()
         return self.reply
 
-    def _take(self, delta: ChatDelta) -> None:
-        if delta.text:
-            self._text.append(delta.text)
-            if self.first_token_at is None:
-                self.first_token_at = self._pulled_at
-        if delta.tool_call is not None:
-            self._calls.append(delta.tool_call)
-            if self.first_token_at is None:
-                self.first_token_at = self._pulled_at
-        if delta.usage is not None:
-            self._usage = delta.usage
-        if delta.finish_reason is not None:
-            self._finish = delta.finish_reason
-            self._finished_at = self._pulled_at
+    def _arrived(self, queue: Sequence[ChatDelta]) -> None:
+        """What one pull brought, counted as it arrives — all of it at once, however far
+        a reader goes through it (its pieces arrived together)."""
+        now = self._pulled_at = anyio.current_time()
+        text = self._text
+        for delta in queue:
+            if delta.text:
+                text.append(delta.text)
+            if delta.tool_call is not None:
+                self._calls.append(delta.tool_call)
+            elif delta.usage is not None or delta.finish_reason is not None:
+                if delta.usage is not None:
+                    self._usage = delta.usage
+                if delta.finish_reason is not None:
+                    self._finish = delta.finish_reason
+                    self._finished_at = now
+        if self.first_token_at is None and (text or self._calls):
+            self.first_token_at = now
 
     def _end(self) -> None:
         # the model's own end: the pieces that finished the reply (else the stream's end)

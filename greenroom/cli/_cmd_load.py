@@ -91,6 +91,11 @@ def add_parsers(commands: Any) -> None:
     load.add_argument("--html", metavar="FILE", help="write a self-contained report with charts to FILE")
     load.add_argument("--json", action="store_true", help="print the report as JSON")
     load.add_argument("--quiet", action="store_true", help="no progress line")
+    load.add_argument(
+        "--processes", type=_args.int_between(1, 1024),
+        help="generator processes sharing the run's schedule (default: this machine's cores); "
+        "the same --seed gives the same sessions whatever the number",
+    )  # fmt: skip
     load.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     load.set_defaults(handler=run)
 

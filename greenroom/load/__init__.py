@@ -11,6 +11,9 @@ rates, and the generator's own CPU, send lag and event-loop lag; an open loop th
 server cannot keep up with stops early, saying so. :func:`sweep_rate` finds the highest
 rate that meets an SLO.
 
+Spread over this machine's cores: :func:`run_in_processes` runs a :class:`Job` per
+:class:`Share` of the schedule, each in its own process (``greenroom load --processes``).
+
 Spread over daemons: :func:`fleet_tasks` makes a run's sessions tasks of type ``load`` for
 the shared graph, a daemon's pool of :class:`LoadAgent` s runs them (each request's record
 written to the store as it ends), and :func:`fleet_report` builds one report from every
@@ -20,24 +23,29 @@ daemon's records.
 from ._dist import Dist
 from ._fleet import LoadAgent, LoadTarget, fleet_report, fleet_tasks
 from ._measure import LoadReport, RequestRecord, SessionRecord, Slo, Spread, quantiles, report_from
+from ._processes import Job, ProcessFigures, Target, run_in_processes
 from ._records import LoadEntry, LoadRecordStore, check_run
-from ._run import LoadPlan, run_load, sweep_rate
+from ._run import LoadPlan, Share, run_load, sweep_rate
 from ._workload import PRESETS, SyntheticTool, Workload, load_workload, workload_from
 
 __all__ = [
     "PRESETS",
     "Dist",
+    "Job",
     "LoadAgent",
     "LoadEntry",
     "LoadPlan",
     "LoadRecordStore",
     "LoadReport",
     "LoadTarget",
+    "ProcessFigures",
     "RequestRecord",
     "SessionRecord",
+    "Share",
     "Slo",
     "Spread",
     "SyntheticTool",
+    "Target",
     "Workload",
     "check_run",
     "fleet_report",
@@ -45,6 +53,7 @@ __all__ = [
     "load_workload",
     "quantiles",
     "report_from",
+    "run_in_processes",
     "run_load",
     "sweep_rate",
     "workload_from",

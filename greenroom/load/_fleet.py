@@ -34,7 +34,7 @@ from ..agents import AgentRuntime, BaseAgent, TaskFailed
 from ..llm import OpenAIChatModel
 from ..messages import AgentResult, AgentTask
 from ._arrivals import open_starts
-from ._measure import LoadReport, RequestRecord, SessionRecord, model_compatibility, summary
+from ._measure import LoadReport, RequestRecord, SessionRecord, model_compatibility, shifted, summary
 from ._records import LoadEntry, LoadRecordStore
 from ._run import LoadPlan, workload_tools
 from ._session import Sessions
@@ -193,7 +193,7 @@ async def _run_order(
         number = made.get(record.session, 0)
         made[record.session] = number + 1
         key = request_key(record.session, series, number)
-        await records.add(order.run, [LoadEntry(key, _encode(_shift(record, base)))], fence=fence)
+        await records.add(order.run, [LoadEntry(key, _encode(shifted(record, base)))], fence=fence)
 
     async with workload_tools(order.workload) as tools:
         sessions = Sessions(model, order.workload, seed=order.seed, tools=tools, recorded=recorded)
@@ -212,26 +212,13 @@ async def _run_order(
             due = base + order.offset if not order.stride and attempt <= 1 else now
             cpu = time.process_time()
             session = await sessions.run(index, due)
-            body = msgspec.to_builtins(_shift(session, base))
+            body = msgspec.to_builtins(shifted(session, base))
             body.update(agent=agent_id, attempt=attempt, cpu=[cpu, time.process_time()])
             if compatibility := model_compatibility(model):
                 body["compatibility"] = compatibility
             await records.add(order.run, [LoadEntry(session_key(index), _encode(body))], fence=fence)
             done.append(index)
         return done
-
-
-def _shift(record: Any, base: float) -> Any:
-    """A record with its instants relative to the run's start."""
-    if isinstance(record, RequestRecord):
-        return msgspec.structs.replace(
-            record,
-            scheduled=record.scheduled - base,
-            sent=record.sent - base,
-            first=None if record.first is None else record.first - base,
-            end=record.end - base,
-        )
-    return msgspec.structs.replace(record, scheduled=record.scheduled - base, end=record.end - base)
 
 
 async def fleet_report(

@@ -192,6 +192,12 @@ class LoadReport(msgspec.Struct, kw_only=True):
     """A fleet run's load tasks that failed."""
     recorded_requests: int | None = None
     """A replay's requests in its recording."""
+    generator_processes: int = 1
+    """How many processes generated the load (``--processes``)."""
+    processes: list[dict[str, Any]] = []
+    """Each generator process's own figures (``part``, ``pid``, ``requests``, ``sessions``,
+    ``cpu_s``, ``cpu_per_request_ms``, ``send_lag_p99_ms``, ``loop_lag_p99_ms``, ``died``)
+    when there were several."""
 
 
 def report_from(document: Any, where: str) -> LoadReport:
@@ -277,6 +283,21 @@ def summary(
         send_lag_ms=_spread([r.sent - r.scheduled for r in requests]),
         loop_lag_ms=_spread(loop_lags),
     )
+
+
+def shifted(record: Any, origin: float) -> Any:
+    """A :class:`RequestRecord` or :class:`SessionRecord` with its instants counted from
+    ``origin`` (a run's start: records of several processes, each on its own clock, on one
+    time line)."""
+    if isinstance(record, RequestRecord):
+        return msgspec.structs.replace(
+            record,
+            scheduled=record.scheduled - origin,
+            sent=record.sent - origin,
+            first=None if record.first is None else record.first - origin,
+            end=record.end - origin,
+        )
+    return msgspec.structs.replace(record, scheduled=record.scheduled - origin, end=record.end - origin)
 
 
 def model_compatibility(model: object) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ..llm import ChatModel
 from ..llm._sse import parse_arguments
 from ..messages import ChatMessage, ChatRequest, ToolSpec
 from ._measure import LoadReport, LoopWatch, RequestRecord, SessionRecord, Slo, process_cpu, summary
+from ._run import WHOLE, Ready, RunRaw, Share
 from ._session import Sessions
 from ._workload import Workload, text_of
 
@@ -160,13 +161,22 @@ async def replay(
     speed: float = 1.0,
     slo: Slo | None = None,
     records: list[RequestRecord] | None = None,
+    share: Share = WHOLE,
+    ready: Ready | None = None,
+    recorded: Callable[[RequestRecord], Awaitable[None]] | None = None,
+    raw: RunRaw | None = None,
 ) -> LoadReport:
     """Send ``recording`` again (``speed``: 2 replays twice as fast); the same report as
-    ``run_load`` (``workload`` ``"replay"``)."""
+    ``run_load`` (``workload`` ``"replay"``). ``share``, ``ready``, ``recorded``, ``raw``:
+    as :func:`run_load`'s (a share of a replay is its sessions ``k`` with
+    ``k % parts == part``, each at its offset from the whole recording's first)."""
     if not speed > 0:
         raise InvalidInput(f"speed must be > 0, got {speed!r}", field="speed", value=speed)
-    sessions = Sessions(model, Workload("replay"))
+    share.check()
+    sessions = Sessions(model, Workload("replay"), recorded=recorded)
     origin = min(requests[0].at for requests in recording.values())
+    if ready is not None:
+        await anyio.sleep_until(await ready())
     watch = LoopWatch()
     started = anyio.current_time()
     cpu = process_cpu()
@@ -205,13 +215,16 @@ async def replay(
         watching.start_soon(watch.run)
         async with anyio.create_task_group() as tg:
             for index, requests in enumerate(recording.values()):
-                tg.start_soon(one, index, requests)
+                if index % share.parts == share.part:
+                    tg.start_soon(one, index, requests)
         watching.cancel_scope.cancel()
     report = summary(
         sessions.requests, sessions.sessions, duration=anyio.current_time() - started, offered_rate=None,
         client_cpu_s=process_cpu() - cpu, loop_lags=watch.lags, slo=slo or Slo(),
     )  # fmt: skip
     report.workload = "replay"
+    if raw is not None:
+        raw.sessions, raw.lags = sessions.sessions, watch.lags
     report.recorded_requests = sum(len(requests) for requests in recording.values())
     if records is not None:
         records.extend(sessions.requests)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -17,7 +17,16 @@ from .._errors import InvalidInput
 from ..harness import Tool
 from ..llm import ChatModel
 from ._arrivals import Pattern, open_starts
-from ._measure import LoadReport, LoopWatch, RequestRecord, Slo, model_compatibility, process_cpu, summary
+from ._measure import (
+    LoadReport,
+    LoopWatch,
+    RequestRecord,
+    SessionRecord,
+    Slo,
+    model_compatibility,
+    process_cpu,
+    summary,
+)
 from ._session import Sessions
 from ._tools import LoadTool, mcp_tools, python_tool
 from ._workload import Workload
@@ -78,6 +87,44 @@ class LoadPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 Progress = Callable[[dict[str, Any]], None]
 
 
+class Share(msgspec.Struct, frozen=True):
+    """The part of a run's schedule one of several generator processes sends (part
+    ``part`` of ``parts``): a closed loop's users ``part``, ``part + parts``, ... with the
+    session numbers ``part``, ``part + parts``, ...; an open loop's (or a replay's)
+    arrivals ``k`` with ``k % parts == part``. The schedule is a function of the plan and
+    its seed, the same in every process: the same seed, the same sessions, whatever the
+    number of processes."""
+
+    part: int = 0
+    parts: int = 1
+
+    def check(self) -> Share:
+        if not (isinstance(self.parts, int) and self.parts >= 1 and 0 <= self.part < self.parts):
+            raise InvalidInput(
+                f"a share must be PART/PARTS with 0 <= PART < PARTS, got {self!r}", field="share"
+            )
+        return self
+
+
+WHOLE = Share()
+
+
+class RunRaw:
+    """A run's raw figures beyond its report, filled as it ends: its sessions' records and
+    its loop's lags (what several processes' reports are merged from)."""
+
+    def __init__(self) -> None:
+        self.sessions: list[SessionRecord] = []
+        self.lags: list[float] = []
+
+
+StepRunner = Callable[[LoadPlan], Awaitable[tuple[LoadReport, list[RequestRecord]]]]
+"""How a sweep runs one step's plan: its report and its requests' records."""
+
+Ready = Callable[[], Awaitable[float]]
+"""Awaited once a run prepared what it prepares once; gives the loop's time to start at."""
+
+
 async def run_load(
     model: ChatModel,
     workload: Workload,
@@ -87,6 +134,10 @@ async def run_load(
     every: float = 1.0,
     records: list[RequestRecord] | None = None,
     tools: Sequence[Tool] = (),
+    share: Share = WHOLE,
+    ready: Ready | None = None,
+    recorded: Callable[[RequestRecord], Awaitable[None]] | None = None,
+    raw: RunRaw | None = None,
 ) -> LoadReport:
     """Run ``plan`` of ``workload`` sessions against ``model`` (``tools``: your own
     :class:`~greenroom.harness.Tool` s, offered beside the workload's — its synthetic
@@ -96,11 +147,20 @@ async def run_load(
     plan (a :class:`LoadReport`). ``progress`` is called with a few live figures every ``every`` seconds;
     ``records`` receives every request's :class:`RequestRecord` (the rows of a CSV).
     Cancelled, the sessions in flight are cancelled with it (their requests' connections
-    closed, the MCP servers' connections closed) and nothing is reported."""
+    closed, the MCP servers' connections closed) and nothing is reported.
+
+    ``share``: only this part of the schedule (:class:`Share`; one of several processes);
+    ``ready``: awaited once the run's tools and sessions are prepared, giving the loop's
+    time its clock starts at (every process at one instant; default: at once);
+    ``recorded``: awaited with each request's record as it is made; ``raw``: filled with
+    the sessions' records and the loop's lags."""
     plan.check()
+    share.check()
     async with workload_tools(workload, tools) as offered:
-        sessions = Sessions(model, workload, seed=plan.seed, tools=offered)
-        return await _run(sessions, workload, plan, progress, every, records)
+        sessions = Sessions(model, workload, seed=plan.seed, tools=offered, recorded=recorded)
+        if ready is not None:
+            await anyio.sleep_until(await ready())
+        return await _run(sessions, workload, plan, progress, every, records, share, raw)
 
 
 async def _run(
@@ -110,22 +170,28 @@ async def _run(
     progress: Progress | None,
     every: float,
     records: list[RequestRecord] | None,
+    share: Share = WHOLE,
+    raw: RunRaw | None = None,
 ) -> LoadReport:
     watch = LoopWatch()
     started = anyio.current_time()
     cpu = process_cpu()
     deadline = math.inf if plan.duration is None else started + plan.duration
-    limit = plan.sessions if plan.sessions is not None else None
-    counter = itertools.count()
+    limit = plan.sessions if plan.sessions is not None else None  # of the whole run's
+    part, parts = share.part, share.parts
+    counter = itertools.count(part, parts)
     begun = 0
     saturation: _Saturation | None = None  # an open loop's: ends the run early, saying why
 
     def next_index() -> int | None:
         nonlocal begun
-        if (limit is not None and begun >= limit) or anyio.current_time() >= deadline:
+        if anyio.current_time() >= deadline:
+            return None
+        index = next(counter)
+        if limit is not None and index >= limit:
             return None
         begun += 1
-        return next(counter)
+        return index
 
     async with anyio.create_task_group() as watching:
         watching.start_soon(watch.run)
@@ -141,23 +207,23 @@ async def _run(
                         await sessions.run(index, due)
                         due = anyio.current_time()
 
-                for number in range(plan.concurrency):
+                for number in range(part, plan.concurrency, parts):  # this process's users
                     tg.start_soon(worker, started + plan.ramp_up * number / plan.concurrency)
             else:
                 assert plan.rate is not None
                 if plan.stop_when_saturated:
-                    saturation = _Saturation(plan, sessions, lambda: begun)
+                    saturation = _Saturation(plan, sessions, lambda: begun, parts)
                     watching.start_soon(saturation.watch, tg.cancel_scope)
                 starts = open_starts(
                     plan.rate, pattern=plan.pattern, ramp_up=plan.ramp_up, rng=random.Random(plan.seed)
                 )
-                for offset in starts:
+                for index, offset in enumerate(starts):
                     due = started + offset
-                    if due >= deadline:
+                    if due >= deadline or (limit is not None and index >= limit):
                         break
-                    index = next_index()
-                    if index is None:
-                        break
+                    if index % parts != part:  # another process's arrival
+                        continue
+                    begun += 1
                     await anyio.sleep_until(due)
                     tg.start_soon(sessions.run, index, due)
         watching.cancel_scope.cancel()
@@ -180,6 +246,8 @@ async def _run(
     report.compatibility = model_compatibility(sessions.model)
     if records is not None:
         records.extend(sessions.requests)
+    if raw is not None:
+        raw.sessions, raw.lags = sessions.sessions, watch.lags
     return report
 
 
@@ -198,9 +266,9 @@ class _Saturation:
     """Watches an open loop's sessions in flight; :attr:`reason` says why it ended the
     run early, if it did."""
 
-    def __init__(self, plan: LoadPlan, sessions: Sessions, begun: Callable[[], int]) -> None:
+    def __init__(self, plan: LoadPlan, sessions: Sessions, begun: Callable[[], int], parts: int = 1) -> None:
         assert plan.rate is not None
-        self.rate, self.window = plan.rate, plan.saturation_window
+        self.rate, self.window, self.parts = plan.rate, plan.saturation_window, parts
         self.sessions, self.begun = sessions, begun
         self.reason: str | None = None
 
@@ -217,7 +285,7 @@ class _Saturation:
                 len(last) == 5
                 and all(a < b for a, b in itertools.pairwise(last))
                 and last[-1] >= 2 * max(1, last[0])
-                and last[-1] >= self.rate * window
+                and last[-1] >= self.rate / self.parts * window  # this process's share of the arrivals
             ):
                 self.reason = (
                     f"saturated: the sessions in flight grew from {last[0]} to {last[-1]} over "
@@ -266,13 +334,16 @@ async def sweep_rate(
     attainment: float = 0.99,
     tolerance: float = 0.1,
     seed: int = 0,
+    run_step: StepRunner | None = None,
 ) -> dict[str, Any]:
     """The highest session rate (between ``low`` and ``high``) at which the server meets
     ``slo``: an open-loop run of ``step_duration`` seconds per rate tried, a rate passing
     when at least ``attainment`` of its requests met the SLO, none failed, and it did not
     saturate; a bisection (on a log scale) until the bounds are within ``tolerance`` of
     each other. Returns ``{"rate": best passing rate or None, "steps": [...]}``, with the
-    last step's report (``last``) and its requests' records (``records``)."""
+    last step's report (``last``) and its requests' records (``records``). ``run_step``:
+    how a step's plan is run (default: :func:`run_load` in this process; ``greenroom load
+    --processes`` splits each step over its generator processes)."""
     if not (0 < low < high):
         raise InvalidInput(f"a sweep needs 0 < low < high, got {low!r}..{high!r}", field="low", value=low)
     if not 0 < attainment <= 1:
@@ -286,7 +357,10 @@ async def sweep_rate(
     async def passes(rate: float) -> bool:
         plan = LoadPlan(rate=rate, duration=step_duration, seed=seed, slo=slo)
         records: list[RequestRecord] = []
-        report = await run_load(model, workload, plan, records=records)
+        if run_step is not None:
+            report, records = await run_step(plan)
+        else:
+            report = await run_load(model, workload, plan, records=records)
         kept["last"], kept["records"] = report, records
         requests = report.requests
         met = report.goodput_requests / max(1, requests)

@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 PEERS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 PIECES = 20
-TOOLS = ("bare", "greenroom", "aiperf", "guidellm", "agent")
+TOOLS = ("bare", "greenroom", "greenroom-1", "aiperf", "guidellm", "agent")
+"""``greenroom``: ``greenroom load`` as a user runs it (its generator processes: the
+machine's cores); ``greenroom-1``: the same with ``--processes 1``."""
 """``agent``: greenroom on agent sessions (``AGENT``: three turns, each a tool call — a
 synthetic tool really run — and the answer; six requests a session) for the CPU per
 request of sessions against single turns."""
@@ -133,10 +135,11 @@ def command(tool: str, url: str, level: int, requests: int, work: Path, pythons:
                 "--workload", str(work / "agent.toml"), "--concurrency", str(level),
                 "--sessions", str(max(1, requests // AGENT_REQUESTS)), "--json", "--quiet",
                 "--csv", str(work / "requests.csv")]  # fmt: skip
-    if tool == "greenroom":
+    if tool in ("greenroom", "greenroom-1"):
         return [sys.executable, "-m", "greenroom", "load", "--base-url", url + "/v1", "--model", "bench",
                 "--preset", "single", "--concurrency", str(level), "--sessions", str(requests),
-                "--json", "--quiet", "--csv", str(work / "requests.csv")]  # fmt: skip
+                "--json", "--quiet", "--csv", str(work / "requests.csv"),
+                *(["--processes", "1"] if tool == "greenroom-1" else [])]  # fmt: skip
     tokenizer = str(work / "tokenizer")
     if tool == "aiperf":
         return [pythons["aiperf"], "-m", "aiperf", "profile", "--model", "bench", "--url", url,
@@ -158,7 +161,7 @@ def reported_ttft(tool: str, stdout: str, work: Path) -> dict[str, float | None]
     """The tool's own TTFT percentiles (ms), from where it reports them."""
     if tool == "bare":
         return percentiles(json.loads(stdout)["ttft_ms"])
-    if tool in ("greenroom", "agent"):
+    if tool in ("greenroom", "greenroom-1", "agent"):
         found = json.loads(stdout)["ttft_ms"]
         return {key: found[key] for key in ("p50", "p90", "p99")}
     if tool == "aiperf":
@@ -193,7 +196,7 @@ def measure(
     truth = percentiles([(first - received) * 1000 for received, first, _ in served])
     said = reported_ttft(tool, done.stdout, work)
     from_sent: dict[str, float | None] = {}
-    if tool in ("greenroom", "agent"):  # like the peers' timers: from the send, not from when it was due
+    if tool in ("greenroom", "greenroom-1", "agent"):  # like the peers' timers: from the send, not the due
         with open(work / "requests.csv") as rows:
             sent = [
                 float(r["ttft_ms"]) - float(r["send_lag_ms"]) for r in csv.DictReader(rows) if r["ttft_ms"]
@@ -307,7 +310,8 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="load-peers-") as scratch:
         work = Path(scratch)
-        subprocess.run([pythons["aiperf"], "-c", _TOKENIZER, str(work / "tokenizer")], check=True)
+        if {"aiperf", "guidellm"} & set(tools):  # the peers' tokenizer (the others need none)
+            subprocess.run([pythons["aiperf"], "-c", _TOKENIZER, str(work / "tokenizer")], check=True)
         for level in levels:
             requests = args.requests or max(200, 10 * level)
             for tool in tools:

@@ -254,3 +254,16 @@ class PausedAgent(BaseAgent):
                 user_message=f"{task.id} {phase}", tool_names=["record"], context_label=f"p{phase}"
             )
         return AgentResult(task_id=task.id, outcome="done")
+
+
+class SlowStepAgent(BaseAgent):
+    """A step that records each attempt's start (``start <task> <attempt> <pid>``), then
+    takes ``$GREENROOM_TEST_SLOW`` seconds (default 1.5): long enough to kill its process
+    in the middle of it."""
+
+    agent_type = "slow"
+
+    async def handle_task(self, task: AgentTask, runtime: AgentRuntime) -> AgentResult:
+        _record(f"start {task.id} {task.attempt} {os.getpid()}")
+        await anyio.sleep(float(os.environ.get("GREENROOM_TEST_SLOW", "1.5")))
+        return AgentResult(task_id=task.id, outcome="done", artifacts={"attempt": task.attempt})

@@ -28,6 +28,11 @@ def add_parsers(commands: Any) -> None:
         "--listen", metavar="HOST:PORT", help="the HTTP API's address (default: the config's, 127.0.0.1:0)"
     )
     run.add_argument("--no-api", action="store_true", help="serve no HTTP API")
+    run.add_argument(
+        "--workers", type=_args.int_between(1, 256), default=1, metavar="N",
+        help="N daemon processes on this machine sharing one API address (PostgreSQL store only); "
+        "agent pool sizes are per worker",
+    )  # fmt: skip
     _args.store(run, "the task graph and event log in this PostgreSQL database, shared with other daemons")
     run.set_defaults(handler=run_daemon)
 
@@ -42,6 +47,10 @@ def run_daemon(args: argparse.Namespace) -> int:
     from ._run import run_daemon as run
 
     limit_arenas()  # before any worker thread: a daemon's RSS stays flat for months
+    if args.workers > 1:
+        from ._run import run_workers
+
+        return run_workers(args)
     return anyio.run(
         lambda: run(
             data_dir=args.data_dir,

@@ -208,16 +208,24 @@ async def _serve(
     received: list[str],
     stop: anyio.Event,
 ) -> int:
+    from ..daemon._workers import worker_slot
+
+    worker = worker_slot()  # a worker of --workers: its parent holds the lock and the API's socket
     async with anyio.create_task_group() as watching:
         await watching.start(_watch_signals, stop, err, received)
-        lock = await anyio.to_thread.run_sync(_lock_data_dir, data_dir)
         outer = AsyncExitStack()
-        outer.callback(lock.release)
+        lock = None
+        if worker is None:
+            lock = await anyio.to_thread.run_sync(_lock_data_dir, data_dir)
+            outer.callback(lock.release)
         async with outer, AgentHost(config, data_dir) as host, AsyncExitStack() as stack:
             service: DaemonService | None = None
             if api and config.api.enabled:
-                service = await stack.enter_async_context(DaemonService(host, stop, listen=listen))
-            lock.set_state("serving" if service is not None else "no-api")  # what commands may ask
+                service = await stack.enter_async_context(
+                    DaemonService(host, stop, listen=listen, worker=worker)
+                )
+            if lock is not None:
+                lock.set_state("serving" if service is not None else "no-api")  # what commands may ask
             before = host.initial_stats
             shown = "" if host.store.where == str(host.data_dir) else f" · store {host.store.where}"
             print(
@@ -296,3 +304,44 @@ def check_listen(text: str) -> None:
 async def _stop_when_idle(host: AgentHost, stop: anyio.Event) -> None:
     await host.wait_idle()
     stop.set()
+
+
+# -- greenroom run --workers N ------------------------------------------------------------
+
+
+def run_workers(args: Any) -> int:
+    """``greenroom run --workers N``: the checks a daemon makes first, then N workers under
+    this process (``greenroom.daemon._workers``)."""
+    from .._files import resolve_data_dir
+    from ..daemon._workers import refuse_on_files
+    from ..daemon._workers import run_workers as supervise
+    from ..postgres import check_url, redact
+
+    config: DaemonConfig = load_config(args.config) if args.config else default_config()
+    url = check_url(args.store) if args.store is not None else config.store.url
+    refuse_on_files(args.workers, url)
+    assert url is not None
+    if args.listen is not None:
+        check_listen(args.listen)
+    api = not args.no_api and config.api.enabled
+    data_dir = resolve_data_dir(args.data_dir)
+    worker_args = ["--data-dir", str(data_dir), "--backend", args.backend, "--quiet", "--store", url]
+    if args.config:
+        worker_args += ["--config", args.config]
+    if args.until_idle:
+        worker_args.append("--until-idle")
+    if not api:
+        worker_args.append("--no-api")
+    first = ["--seed-example", str(args.seed_example)] if args.seed_example else []
+    return anyio.run(
+        lambda: supervise(
+            args.workers,
+            worker_args,
+            data_dir=data_dir,
+            listen=(args.listen or config.api.listen) if api else None,
+            store_where=redact(url),
+            until_idle=args.until_idle,
+            first_args=first,
+        ),
+        backend=args.backend,
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
@@ -53,6 +54,7 @@ from ..service._tokens import new_token
 from ..store import Step
 from ._config import SCRIPTED, model_for, price_for
 from ._host import AgentHost
+from ._workers import WorkerSlot, answer_for_machine
 
 logger = logging.getLogger("greenroom.daemon")
 
@@ -62,8 +64,18 @@ GRACEFUL = 3.0
 
 
 class DaemonService:
-    def __init__(self, host: AgentHost, stop: anyio.Event, *, listen: str | None = None) -> None:
+    def __init__(
+        self,
+        host: AgentHost,
+        stop: anyio.Event,
+        *,
+        listen: str | None = None,
+        worker: WorkerSlot | None = None,
+    ) -> None:
         self.host = host
+        self.worker = worker
+        """A worker of ``--workers``: the socket and token are its parent's, and its status
+        answers for the whole machine (``_workers``)."""
         self.stop = stop
         self.config = host.config
         self.listen = listen or host.config.api.listen
@@ -90,8 +102,13 @@ class DaemonService:
 
     async def _open(self) -> None:
         host = self.host
-        address = parse_address(self.listen, "api.listen")
-        self._socket = bind(*address)
+        worker = self.worker
+        if worker is not None:  # the parent's listening socket, inherited: the kernel spreads connections
+            self._socket = socket.socket(fileno=worker.fd)
+            address = self._socket.getsockname()[:2]
+        else:
+            address = parse_address(self.listen, "api.listen")
+            self._socket = bind(*address)
         bound = self._socket.getsockname()
         name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{name}:{bound[1]}"
@@ -101,7 +118,7 @@ class DaemonService:
                 "protection; put TLS in front of it",
                 self.url,
             )
-        token, token_id = new_token()
+        token, token_id = new_token() if worker is None else (worker.token, worker.token.split("_")[1])
         records = host.store.records()  # on PostgreSQL: the tokens every daemon of the fleet knows
         self._stack.push_async_callback(records.aclose)
         tokens = TokenStore(
@@ -124,7 +141,8 @@ class DaemonService:
         info = DaemonInfo(
             self.url, os.getpid(), time.time(), __version__, store=host.store.where, shared=host.store.shared
         )
-        await anyio.to_thread.run_sync(self._write_files, info, token)
+        if worker is None:  # a worker's parent wrote them, once for the machine
+            await anyio.to_thread.run_sync(self._write_files, info, token)
 
     async def _steps(self, task_id: str) -> list[Step]:
         return await self.host.journal.ask(ReadSteps(task_id), timeout=None)
@@ -300,7 +318,7 @@ class DaemonService:
         runner = self.parts.chat
         if runner is not None:
             mailboxes["chat-runner"] = runner.ref.queued
-        return DaemonStatus(
+        own = DaemonStatus(
             version=__version__,
             pid=os.getpid(),
             data_dir=str(host.data_dir),
@@ -325,6 +343,9 @@ class DaemonService:
             budgets=self._budgets(),
             storage=await host.store.sizes(),
         )
+        if self.worker is not None:
+            return await anyio.to_thread.run_sync(answer_for_machine, self.worker, own)
+        return own
 
     def _budgets(self) -> dict[str, BudgetStatus]:
         """The named budgets in use here (the agents' and the chat's): what every daemon of

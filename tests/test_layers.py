@@ -159,6 +159,11 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ): "choose_store: the commands open the store a daemon would (the daemon's rule)",
     ("daemon._config", "cli"): "StoreConfig: `greenroom run` reads the store from the config",
     ("daemon._service", "cli"): "DaemonService: `greenroom run` is the daemon's front end",
+    (
+        "daemon._workers",
+        "cli",
+    ): "run_workers, worker_slot: `greenroom run --workers` is the workers' front end",
+    ("service._status", "daemon"): "machine_status: the workers add their snapshots up into the machine's",
     ("chat._types", "cli"): "check_id: the chat API's id rule, applied to a flag",
     ("load._replay", "cli"): "imported on first use: the command loads the module it needs, not all of load",
     ("load._html", "cli"): "imported on first use (matplotlib): only a command that draws pays for it",

@@ -76,7 +76,7 @@ def _children(parent: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"greenroom.load._processes" in command:
+        if ppid == parent and b"greenroom.load._generator" in command:
             found.append(int(entry.name))
     return found
 

@@ -3,7 +3,7 @@ on this machine — one Python process is one core, and a load generator that ru
 its core reports its own lateness as the server's.
 
 The parent (:func:`run_in_processes`) starts N children (``python -m
-greenroom.load._processes``), gives each a :class:`Job` (the plan, the workload, the
+greenroom.load._generator``), gives each a :class:`Job` (the plan, the workload, the
 server, its :class:`Share` of the schedule), waits until every child has prepared what a
 run prepares once (its model client, its tools, its prompts) and said so, then tells them
 all one instant to start. Each child streams its requests' records as they end (times
@@ -155,7 +155,7 @@ async def run_in_processes(
         try:
             for job in jobs:
                 process = await anyio.open_process(
-                    [sys.executable, "-m", "greenroom.load._processes"], stderr=None, env=env
+                    [sys.executable, "-m", "greenroom.load._generator"], stderr=None, env=env
                 )
                 child = _Child(job.share.part, process)
                 children.append(child)
@@ -342,7 +342,3 @@ async def _child(job: Job) -> None:
 def main() -> None:
     job = msgspec.json.decode(sys.stdin.buffer.readline(), type=Job)
     anyio.run(_child, job, backend=job.backend)
-
-
-if __name__ == "__main__":
-    main()

@@ -18,7 +18,7 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ._http import HIGH_WATER, ConnectionFailed, Exchange, Silence, Stale, broke
+from ._exchange import HIGH_WATER, ConnectionFailed, Exchange, Silence, Stale, broke
 
 
 class ProtocolConnection(asyncio.Protocol):

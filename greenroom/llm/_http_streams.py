@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._http import ConnectionFailed, Exchange, Silence, Stale, broke
+from ._exchange import ConnectionFailed, Exchange, Silence, Stale, broke
 
 _READ = 1 << 16
 

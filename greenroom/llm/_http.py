@@ -44,6 +44,7 @@ import anyio
 import sniffio
 
 from .._errors import InvalidInput
+from . import _http_asyncio, _http_streams  # imported with the client: a first request pays no import
 from ._exchange import (
     CUT,
     HIGH_WATER,
@@ -315,12 +316,8 @@ class OriginClient:
             self._ssl_context = context
         try:
             if self.fast_path and sniffio.current_async_library() == "asyncio":
-                from ._http_asyncio import connect  # the asyncio fast path
-
-                return await connect(self.host, self.port, context)
-            from ._http_streams import connect as connect_streams
-
-            return await connect_streams(self.host, self.port, context)
+                return await _http_asyncio.connect(self.host, self.port, context)  # the fast path
+            return await _http_streams.connect(self.host, self.port, context)
         except OSError as error:
             kind, said = os_error_kind(error), os_error_text(error)
             raise ConnectionFailed(

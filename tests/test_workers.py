@@ -149,6 +149,8 @@ def test_two_workers_share_one_address_and_answer_for_the_machine(machine: _Mach
     assert answered
     info = json.loads((machine.data_dir / "daemon.json").read_text())
     assert info["pid"] == machine.process.pid  # one daemon.json, the parent's
+    names = {(machine.data_dir / f"node.{slot}.id").read_text() for slot in (0, 1)}
+    assert len(names) == 2  # each worker a node of its own: a restart never takes a sibling's tasks
     assert machine.stop() == 0
     assert not (machine.data_dir / "daemon.json").exists() and not any(_live(pid) for pid in pids)
 

@@ -25,9 +25,11 @@ def choose_store(
     pool_size: int = 16,
     create: bool = True,
     notify: str = "commit",
+    node_file: str | None = None,
 ) -> Store:
     """The backend for ``url`` (``None``: the data dir's files). ``create``: make a
-    missing data dir (``False`` for commands that only read). Not opened yet: use
+    missing data dir (``False`` for commands that only read). ``node_file``: on PostgreSQL,
+    the data dir's file naming this process's node (default ``node.id``). Not opened yet: use
     ``async with``. Raises ``InvalidInput`` for a URL that is not ``postgresql://``."""
     if url is None:  # each backend imported only when chosen: a read on the files stays quick
         from ..embedded import EmbeddedStore
@@ -35,4 +37,5 @@ def choose_store(
         return EmbeddedStore(data_dir, create=create)
     from ..postgres import PostgresStore, check_url
 
-    return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size, notify=notify)  # type: ignore[arg-type]
+    named = {} if node_file is None else {"node_file": node_file}
+    return PostgresStore(check_url(url), data_dir=data_dir, pool_size=pool_size, notify=notify, **named)  # type: ignore[arg-type]

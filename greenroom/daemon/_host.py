@@ -33,6 +33,7 @@ from ..store import Store
 from ..supervisor import SupervisorActor
 from ._backend import choose_store
 from ._config import ConfigError, DaemonConfig, agent_class, model_for, price_for
+from ._workers import worker_node_file
 
 logger = logging.getLogger("greenroom.daemon")
 
@@ -68,7 +69,11 @@ class AgentHost:
             store
             if store is not None
             else choose_store(
-                config.store.url, data_dir, pool_size=config.store.pool_size, notify=config.store.notify
+                config.store.url,
+                data_dir,
+                pool_size=config.store.pool_size,
+                notify=config.store.notify,
+                node_file=worker_node_file(),
             )
         )
         """The backend: everything durable goes through it."""

@@ -9,7 +9,9 @@ The parent (:func:`run_workers`) holds the data dir's lock, binds the API's sock
 the local admin token and writes ``daemon.json`` and ``admin.token`` once; each worker
 (``greenroom run`` with ``GREENROOM_WORKER`` set: a :class:`WorkerSlot`) inherits the
 socket — the kernel hands each new connection to one of the workers accepting on it — and
-the token. The parent watches them: a worker that dies is started again in its slot (after
+the token. Each slot is a node of the graph of its own (``node.<slot>.id`` in the data dir,
+kept across restarts). The parent watches them: a worker that dies is started again in its
+slot (after
 a pause that grows while it keeps dying at once), and its last status snapshot is kept
 aside (``workers/retired-*.json``) so the machine's counters never go down; SIGINT or
 SIGTERM stops them all (each gets SIGTERM and its graceful stop), then the files go.
@@ -60,6 +62,15 @@ def worker_slot() -> WorkerSlot | None:
     """This process's slot when it is a worker of ``--workers``, else ``None``."""
     said = os.environ.get(WORKER_ENV)
     return None if not said else msgspec.json.decode(said, type=WorkerSlot)
+
+
+def worker_node_file() -> str | None:
+    """A worker's own node file (``node.<slot>.id``): each slot is a node of the graph of its
+    own, kept across its restarts — a worker started again recovers what its previous
+    process was running at once, and never what a live sibling runs. ``None`` outside
+    ``--workers`` (the data dir's ``node.id``)."""
+    slot = worker_slot()
+    return None if slot is None else f"node.{slot.slot}.id"
 
 
 def refuse_on_files(workers: int, store_url: str | None) -> None:

@@ -44,11 +44,11 @@ from ._tasks import PostgresTaskStore
 NODE_FILE = "node.id"
 
 
-def node_id(data_dir: Path) -> str:
-    """This data dir's node name on a shared database (made once, then kept): with the
-    pid it names the agents' owner ids, so a restarted daemon recognises the tasks its
-    previous process was running. Blocking."""
-    path = data_dir / NODE_FILE
+def node_id(data_dir: Path, name: str = NODE_FILE) -> str:
+    """This data dir's node name on a shared database (made once, then kept, in the file
+    ``name``): with the pid it names the agents' owner ids, so a restarted daemon
+    recognises the tasks its previous process was running. Blocking."""
+    path = data_dir / name
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
@@ -77,8 +77,12 @@ class PostgresStore:
         workers: int = 8,
         batch_size: int = 64,
         notify: Notify = "commit",
+        node_file: str = NODE_FILE,
     ) -> None:
         self.url = check_url(url)
+        self.node_file = node_file
+        """The data dir's file holding this process's node name (``greenroom run --workers``
+        gives each worker slot its own: a node is one process at a time)."""
         self.notify = notify
         self.where = redact(url)
         self._data_dir_arg = data_dir
@@ -107,7 +111,7 @@ class PostgresStore:
     async def instance(self) -> str:
         if self.node is None:
             data_dir = await anyio.to_thread.run_sync(resolve_data_dir, self._data_dir_arg)
-            self.node = await anyio.to_thread.run_sync(node_id, data_dir)
+            self.node = await anyio.to_thread.run_sync(node_id, data_dir, self.node_file)
         return f"{self.node}:{os.getpid()}"
 
     # -- the parts ------------------------------------------------------------------------

@@ -82,11 +82,14 @@ def _children(parent: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the children through /proc")
-def test_a_generator_process_killed_mid_run_is_reported_with_what_it_sent(server: ModelServer) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_generator_process_killed_mid_run_is_reported_with_what_it_sent(
+    server: ModelServer, loop: str
+) -> None:
     for _ in range(400):
         server.add(Respond(body=completion("one two three four"), token_delay=0.02))
     run = subprocess.Popen(
-        _load(server, "--concurrency", "4", "--sessions", "40", "--processes", "2"),
+        _load(server, "--concurrency", "4", "--sessions", "40", "--processes", "2", "--backend", loop),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
